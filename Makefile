@@ -1,0 +1,42 @@
+# Checkpoint Console — the two commands a new user needs: `make run` and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+PORT ?= 8000
+PG_TEST_URL ?= postgres://postgres@127.0.0.1:5432/checkpoint_console
+REDIS_TEST_URL ?= redis://127.0.0.1:6379/15
+
+.PHONY: install run test bench lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test]"
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+# Embedded defaults: SQLite under var/, the filesystem broker, DEBUG on. Ctrl-C stops web, worker and beat.
+run: install
+	DEBUG=$${DEBUG:-1} $(PY) manage.py migrate --no-input
+	DEBUG=$${DEBUG:-1} $(PY) manage.py bootstrap --port $(PORT)
+	DEBUG=$${DEBUG:-1} $(PY) manage.py serve --port $(PORT)
+
+# Uses PostgreSQL and Redis when they answer on 127.0.0.1 (or DATABASE_URL / REDIS_URL are set);
+# otherwise SQLite, and the tests that need a server are skipped with the reason.
+test: install
+	@export DATABASE_URL="$${DATABASE_URL:-$$(pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null && echo $(PG_TEST_URL))}"; \
+	export REDIS_URL="$${REDIS_URL:-$$(redis-cli -h 127.0.0.1 ping 2>/dev/null | grep -q PONG && echo $(REDIS_TEST_URL))}"; \
+	echo "make test: database $${DATABASE_URL:-SQLite (embedded)}; redis $${REDIS_URL:-none}"; \
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: install
+	$(PY) bench/run.py $(BENCH_ARGS)
+
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+clean:
+	rm -rf $(VENV) var staticfiles .pytest_cache .hypothesis

@@ -1,0 +1,259 @@
+"""Structural diff of two JSON states.
+
+One walker serves both the store (which turns changes into patch operations) and operators (who
+read added/removed/changed paths). It descends only where the two sides differ: a subtree that is
+the same object (states loaded from the store share unchanged subtrees) or compares equal is
+skipped without being visited, so two huge states that differ in one message cost the changed path.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .jsoncodec import canonical
+
+MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
+
+Path = tuple[str | int, ...]
+# ("set", path, old or MISSING, new) · ("del", path, old) · ("splice", path, start, removed, inserted)
+Change = tuple[Any, ...]
+
+# Equal-length runs of list items up to this size are compared item by item (a message edited
+# in place shows as one changed path); longer runs are reported as removed + inserted items.
+_PAIRWISE_LIMIT = 16
+LONG_STRING = 200
+
+
+@dataclass
+class WalkStats:
+    descents: int = 0
+
+
+def _equal(a: Any, b: Any, strict: bool) -> bool:
+    if a is b:
+        return True
+    kind = type(a)
+    if kind is not type(b) or a != b:
+        return False
+    if not strict:
+        return True
+    # `==` treats 1, 1.0 and True (and 0.0, -0.0) as equal; JSON does not.
+    if kind is dict or kind is list:
+        return canonical(a) == canonical(b)
+    if kind is float:
+        return math.copysign(1.0, a) == math.copysign(1.0, b)
+    return True
+
+
+def walk(a: Any, b: Any, *, strict: bool = False, stats: WalkStats | None = None) -> Iterator[Change]:
+    """Yield the changes that turn `a` into `b`, in an order a patch can replay."""
+    stats = stats if stats is not None else WalkStats()
+    if not _equal(a, b, strict):
+        yield from _descend(a, b, (), strict, stats)
+
+
+def _descend(a: Any, b: Any, path: Path, strict: bool, stats: WalkStats) -> Iterator[Change]:
+    kind = type(a)
+    if kind is type(b) and kind is dict:
+        yield from _walk_dict(a, b, path, strict, stats)
+    elif kind is type(b) and kind is list:
+        yield from _walk_list(a, b, path, strict, stats)
+    else:
+        yield ("set", path, a, b)
+
+
+def _walk_dict(a: dict, b: dict, path: Path, strict: bool, stats: WalkStats) -> Iterator[Change]:
+    stats.descents += 1
+    for key, old in a.items():
+        if key not in b:
+            yield ("del", (*path, key), old)
+    for key, new in b.items():
+        old = a.get(key, MISSING)
+        if old is MISSING:
+            yield ("set", (*path, key), MISSING, new)
+        elif not _equal(old, new, strict):
+            yield from _descend(old, new, (*path, key), strict, stats)
+
+
+def _walk_list(a: list, b: list, path: Path, strict: bool, stats: WalkStats) -> Iterator[Change]:
+    stats.descents += 1
+    len_a, len_b = len(a), len(b)
+    shortest = min(len_a, len_b)
+    if not strict and a[:shortest] == b[:shortest]:
+        prefix = shortest  # the common case: items appended at the end
+    else:
+        prefix = 0
+        while prefix < shortest and _equal(a[prefix], b[prefix], strict):
+            prefix += 1
+    suffix = 0
+    while suffix < shortest - prefix and _equal(a[len_a - 1 - suffix], b[len_b - 1 - suffix], strict):
+        suffix += 1
+    removed = a[prefix : len_a - suffix]
+    inserted = b[prefix : len_b - suffix]
+    if removed and len(removed) == len(inserted) and len(removed) <= _PAIRWISE_LIMIT:
+        for offset, (old, new) in enumerate(zip(removed, inserted, strict=True)):
+            if not _equal(old, new, strict):
+                yield from _descend(old, new, (*path, prefix + offset), strict, stats)
+    elif removed or inserted:
+        yield ("splice", path, prefix, removed, inserted)
+
+
+def to_ops(changes: Iterator[Change]) -> list[list[Any]]:
+    """Patch operations, as stored: ["s", path, value], ["d", path], ["l", path, start, count, items]."""
+    ops: list[list[Any]] = []
+    for change in changes:
+        if change[0] == "set":
+            ops.append(["s", list(change[1]), change[3]])
+        elif change[0] == "del":
+            ops.append(["d", list(change[1])])
+        else:
+            ops.append(["l", list(change[1]), change[2], len(change[3]), change[4]])
+    return ops
+
+
+def apply_ops(state: Any, ops: list[list[Any]]) -> Any:
+    """Return a new state with `ops` applied; `state` is not modified and unchanged subtrees are shared."""
+    box = [state]
+    fresh = {id(box)}
+
+    def own(parent: Any, key: Any) -> Any:
+        child = parent[key]
+        if id(child) not in fresh:
+            child = child.copy()
+            parent[key] = child
+            fresh.add(id(child))
+        return child
+
+    for op in ops:
+        node, key = box, 0
+        for step in op[1]:
+            node, key = own(node, key), step
+        if op[0] == "s":
+            node[key] = op[2]
+        elif op[0] == "d":
+            del node[key]
+        else:
+            target = own(node, key)
+            start, count = op[2], op[3]
+            target[start : start + count] = op[4]
+    return box[0]
+
+
+# ---- the operator's view ----------------------------------------------------------------------
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def format_path(path: Path) -> str:
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif _IDENTIFIER.match(part):
+            text += f".{part}" if text else part
+        else:
+            text += f"[{canonical(part).decode()}]"
+    return text or "(root)"
+
+
+@dataclass
+class DiffEntry:
+    op: str  # added | removed | changed
+    path: Path
+    old: Any = None
+    new: Any = None
+    list_op: str = ""  # appended | inserted | removed | "" for keyed changes
+    line_diff: list[str] = field(default_factory=list)
+
+    @property
+    def path_text(self) -> str:
+        return format_path(self.path)
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"op": self.op, "path": self.path_text, "path_parts": list(self.path)}
+        if self.op != "added":
+            data["old"] = self.old
+        if self.op != "removed":
+            data["new"] = self.new
+        if self.list_op:
+            data["list_op"] = self.list_op
+        if self.line_diff:
+            data["line_diff"] = self.line_diff
+        return data
+
+
+@dataclass
+class Diff:
+    entries: list[DiffEntry]
+    stats: WalkStats
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts = {"added": 0, "removed": 0, "changed": 0, "appended": 0}
+        for entry in self.entries:
+            counts[entry.op] += 1
+            if entry.list_op == "appended":
+                counts["appended"] += 1
+        return counts
+
+    @property
+    def summary(self) -> str:
+        counts = self.counts
+        if not self.entries:
+            return "identical"
+        parts = [f"{counts[op]} {op}" for op in ("changed", "added", "removed") if counts[op]]
+        if counts["appended"]:
+            parts.append(f"{counts['appended']} list item{'s' if counts['appended'] != 1 else ''} appended")
+        return ", ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "summary": {**self.counts, "text": self.summary},
+            "changes": [entry.as_dict() for entry in self.entries],
+        }
+
+
+def line_diff(old: str, new: str) -> list[str]:
+    return list(difflib.unified_diff(old.splitlines(), new.splitlines(), "before", "after", lineterm="", n=2))
+
+
+def _is_long_text(value: Any) -> bool:
+    return isinstance(value, str) and (len(value) > LONG_STRING or "\n" in value)
+
+
+def diff_states(a: Any, b: Any) -> Diff:
+    stats = WalkStats()
+    entries: list[DiffEntry] = []
+    for change in walk(a, b, strict=True, stats=stats):
+        if change[0] == "set":
+            _, path, old, new = change
+            if old is MISSING:
+                entries.append(DiffEntry("added", path, new=new))
+            else:
+                entry = DiffEntry("changed", path, old=old, new=new)
+                if _is_long_text(old) and _is_long_text(new):
+                    entry.line_diff = line_diff(old, new)
+                entries.append(entry)
+        elif change[0] == "del":
+            entries.append(DiffEntry("removed", change[1], old=change[2]))
+        else:
+            _, path, start, removed, inserted = change
+            appended = start + len(removed) == _length_before(a, path)
+            for offset, old in enumerate(removed):
+                entries.append(DiffEntry("removed", (*path, start + offset), old=old, list_op="removed"))
+            for offset, new in enumerate(inserted):
+                list_op = "appended" if appended and not removed else "inserted"
+                entries.append(DiffEntry("added", (*path, start + offset), new=new, list_op=list_op))
+    return Diff(entries=entries, stats=stats)
+
+
+def _length_before(state: Any, path: Path) -> int:
+    node = state
+    for part in path:
+        node = node[part]
+    return len(node)

@@ -1,0 +1,96 @@
+"""Canonical JSON and strict parsing, shared by the store, the API and the importers.
+
+orjson does the work. Two gaps are closed here: it cannot encode integers beyond 64 bits and
+silently turns them into floats when parsing, so such documents take the standard library's path.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import orjson
+
+_BIG_INT_HINT = re.compile(rb"[0-9]{19}")
+
+
+class InvalidJSON(ValueError):
+    """The document is not JSON this product accepts (syntax, NaN/Infinity, non-string keys, depth)."""
+
+
+def encode(value: Any) -> tuple[bytes, bool]:
+    """Canonical bytes (sorted keys, no spaces) and whether the big-integer fallback was needed."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS), False
+    except orjson.JSONEncodeError as exc:
+        if "64-bit" not in str(exc):
+            raise InvalidJSON(f"not JSON-serialisable: {exc}") from exc
+    try:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidJSON(f"not JSON-serialisable: {exc}") from exc
+    return text.encode("utf-8", "strict"), True
+
+
+def canonical(value: Any) -> bytes:
+    return encode(value)[0]
+
+
+def _reject_constant(name: str) -> Any:
+    raise InvalidJSON(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise InvalidJSON(f"number {text} is out of range")
+    return number
+
+
+def loads(data: bytes | str, *, exact: bool | None = None) -> Any:
+    """Parse strict JSON. `exact` forces the slow path that keeps integers beyond 64 bits exact."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
+    if exact is None:
+        exact = _BIG_INT_HINT.search(data) is not None
+    try:
+        if not exact:
+            return orjson.loads(data)
+        return json.loads(data, parse_constant=_reject_constant, parse_float=_finite_float)
+    except InvalidJSON:
+        raise
+    except (ValueError, RecursionError, UnicodeDecodeError) as exc:
+        raise InvalidJSON(f"malformed JSON: {exc}") from exc
+
+
+def check_value(value: Any, *, max_depth: int, depth: int = 0) -> None:
+    """Reject what canonical JSON would silently change: NaN/Infinity, non-string keys, foreign types, depth."""
+    stack: list[tuple[Any, int]] = [(value, depth)]
+    while stack:
+        item, level = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            if level >= max_depth:
+                raise InvalidJSON(f"state is nested deeper than {max_depth} levels")
+            for key, child in item.items():
+                if type(key) is not str:
+                    raise InvalidJSON(f"object key {key!r} is not a string")
+                if type(child) not in _PLAIN:
+                    stack.append((child, level + 1))
+        elif kind is list or kind is tuple:
+            if level >= max_depth:
+                raise InvalidJSON(f"state is nested deeper than {max_depth} levels")
+            for child in item:
+                if type(child) not in _PLAIN:
+                    stack.append((child, level + 1))
+        elif kind is float:
+            if not math.isfinite(item):
+                raise InvalidJSON(f"{item} is not a valid JSON number")
+        elif item is not None and kind not in _SCALARS:
+            raise InvalidJSON(f"{kind.__name__} is not a JSON type")
+
+
+_SCALARS = frozenset({str, int, float, bool})
+_PLAIN = frozenset({str, int, bool, type(None)})  # always valid: no need to visit

@@ -1,0 +1,492 @@
+"""The domain: projects, agent sessions, immutable checkpoints and the content-addressed chunks behind them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class Project(models.Model):
+    slug = models.SlugField(max_length=100, unique=True)
+    name = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class SessionStatus(models.TextChoices):
+    ACTIVE = "active"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    HALTED = "halted"
+    ARCHIVED = "archived"
+
+
+class AgentSessionQuerySet(models.QuerySet["AgentSession"]):
+    def for_project(self, project: Project) -> AgentSessionQuerySet:
+        return self.filter(project=project)
+
+    def active(self) -> AgentSessionQuerySet:
+        return self.filter(status=SessionStatus.ACTIVE)
+
+
+class AgentSession(models.Model):
+    """One agent run. Named so as not to clash with django.contrib.sessions."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="sessions")
+    external_id = models.CharField(max_length=200, help_text="The agent's own session id, unique per project.")
+    agent = models.CharField(max_length=200, db_index=True)
+    title = models.CharField(max_length=300, blank=True)
+    status = models.CharField(max_length=20, choices=SessionStatus.choices, default=SessionStatus.ACTIVE)
+    execution_mode = models.CharField(max_length=50, blank=True)
+    head = models.ForeignKey(
+        "Checkpoint",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The checkpoint the agent should resume from.",
+    )
+    forked_from = models.ForeignKey(
+        "Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+    )
+    last_seq = models.PositiveIntegerField(default=0, help_text="Highest seq handed out; seqs are never reused.")
+    restore_generation = models.PositiveIntegerField(default=0)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    live_root = models.BinaryField(
+        max_length=32, null=True, blank=True, help_text="Store address of the latest live state sent."
+    )
+    live_state_at = models.DateTimeField(null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = AgentSessionQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "external_id"], name="session_external_id_per_project"),
+        ]
+        indexes = [
+            # sessions list: filter by project and status, newest activity first
+            models.Index(fields=["project", "status", "-updated_at"], name="session_project_status"),
+            # overview: sessions ordered by recent activity
+            models.Index(fields=["-updated_at"], name="session_updated"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}/{self.external_id}" if self.project_id else self.external_id
+
+
+class CheckpointKind(models.TextChoices):
+    ROUTINE = "routine"
+    PRE_OPERATION = "pre_operation"
+    RECOVERY = "recovery"
+    STEP = "step"
+    PHASE = "phase"
+    MANUAL = "manual"
+    RESTORE = "restore"
+    FORK = "fork"
+    IMPORTED = "imported"
+
+
+class CheckpointStatus(models.TextChoices):
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    HALTED = "halted"
+
+
+class CheckpointQuerySet(models.QuerySet["Checkpoint"]):
+    def for_session(self, session: AgentSession) -> CheckpointQuerySet:
+        return self.filter(session=session)
+
+    def filtered(
+        self,
+        *,
+        name: str | None = None,
+        kind: str | None = None,
+        status: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> CheckpointQuerySet:
+        qs = self
+        if name:
+            qs = qs.filter(name=name)
+        if kind:
+            qs = qs.filter(kind=kind)
+        if status:
+            qs = qs.filter(status=status)
+        if since:
+            qs = qs.filter(created_at__gte=since)
+        if until:
+            qs = qs.filter(created_at__lte=until)
+        return qs
+
+    def latest_first(self) -> CheckpointQuerySet:
+        return self.order_by("-seq")
+
+
+class Checkpoint(models.Model):
+    """An immutable snapshot. Its state lives in the store under `root`; forks and restores share roots."""
+
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="checkpoints")
+    seq = models.PositiveIntegerField()
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    name = models.CharField(max_length=200, blank=True)
+    kind = models.CharField(max_length=20, choices=CheckpointKind.choices, default=CheckpointKind.STEP)
+    status = models.CharField(max_length=20, choices=CheckpointStatus.choices, default=CheckpointStatus.COMPLETED)
+    status_reason = models.TextField(blank=True)
+    step = models.IntegerField(null=True, blank=True)
+    phase = models.IntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, help_text="The agent's clock.")
+    received_at = models.DateTimeField(default=timezone.now)
+    root = models.BinaryField(max_length=32, help_text="Store address of the state.")
+    state_hash = models.BinaryField(max_length=32, help_text="Digest of the canonical JSON of the state.")
+    raw_bytes = models.BigIntegerField(default=0, help_text="Size of the state as canonical JSON.")
+    stored_bytes = models.BigIntegerField(default=0, help_text="New compressed bytes this checkpoint added.")
+    pinned = models.BooleanField(default=False)
+    operation_id = models.CharField(max_length=200, blank=True)
+    operation_done = models.BooleanField(default=False)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    idempotency_key = models.CharField(max_length=200, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    objects = CheckpointQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["session", "seq"]
+        constraints = [
+            # timeline order and the gapless-seq invariant; also serves "a session's checkpoints by seq"
+            models.UniqueConstraint(fields=["session", "seq"], name="checkpoint_seq_per_session"),
+            models.UniqueConstraint(
+                fields=["session", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="checkpoint_idempotency_per_session",
+            ),
+        ]
+        indexes = [
+            # API list filters since/until: a session's checkpoints by time
+            models.Index(fields=["session", "created_at"], name="checkpoint_session_time"),
+            # get_by_name and "latest of each name" retention
+            models.Index(fields=["session", "name", "seq"], name="checkpoint_session_name"),
+            # API kind filter and per-kind retention
+            models.Index(fields=["session", "kind", "seq"], name="checkpoint_session_kind"),
+            # retention of pre_operation checkpoints by operation
+            models.Index(fields=["operation_id"], condition=~Q(operation_id=""), name="checkpoint_operation"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.name or self.kind}"
+
+    @property
+    def root_hex(self) -> str:
+        return bytes(self.root).hex()
+
+    @property
+    def state_hash_hex(self) -> str:
+        return bytes(self.state_hash).hex()
+
+
+class Chunk(models.Model):
+    """A content-addressed, zstd-compressed node of the state store (see checkpoints/store.py)."""
+
+    hash = models.BinaryField(primary_key=True, max_length=32)
+    data = models.BinaryField()
+    raw_size = models.PositiveIntegerField()
+    base = models.BinaryField(
+        max_length=32, null=True, blank=True, help_text="For a patch node: the node it applies to."
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            # garbage collection skips chunks younger than the grace period
+            models.Index(fields=["created_at"], name="chunk_created"),
+        ]
+
+    def __str__(self) -> str:
+        return bytes(self.hash).hex()
+
+
+class PhaseStatus(models.TextChoices):
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    REQUIRES_RETRY = "requires_retry"
+
+
+class Phase(models.Model):
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="phases")
+    number = models.PositiveIntegerField()
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=20, choices=PhaseStatus.choices, default=PhaseStatus.PENDING)
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    duration = models.FloatField(null=True, blank=True, help_text="Seconds.")
+    retry_count = models.PositiveIntegerField(default=0)
+    tokens_in = models.PositiveBigIntegerField(default=0)
+    tokens_out = models.PositiveBigIntegerField(default=0)
+    cost = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    errors = models.JSONField(default=list, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["session", "number"]
+        constraints = [models.UniqueConstraint(fields=["session", "number"], name="phase_number_per_session")]
+
+    def __str__(self) -> str:
+        return f"Phase {self.number}: {self.name}"
+
+
+class AgentOutput(models.Model):
+    phase = models.ForeignKey(Phase, on_delete=models.CASCADE, related_name="outputs")
+    agent_name = models.CharField(max_length=200)
+    status = models.CharField(max_length=50, blank=True)
+    content = models.TextField(blank=True, help_text="Markdown.")
+    model = models.CharField(max_length=200, blank=True)
+    tokens_in = models.PositiveBigIntegerField(default=0)
+    tokens_out = models.PositiveBigIntegerField(default=0)
+    tools_used = models.JSONField(default=list, blank=True)
+    duration = models.FloatField(null=True, blank=True, help_text="Seconds.")
+    error = models.TextField(blank=True)
+    error_details = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["phase", "created_at", "id"]
+
+    def __str__(self) -> str:
+        return self.agent_name
+
+
+class FeedbackAction(models.TextChoices):
+    APPROVED = "approved"
+    RETRY_WITH_CHANGES = "retry_with_changes"
+    SKIP_PHASE = "skip_phase"
+    REJECTED = "rejected"
+
+
+class PhaseFeedback(models.Model):
+    """A reviewer's decision on a phase; history is kept and the latest counts."""
+
+    phase = models.ForeignKey(Phase, on_delete=models.CASCADE, related_name="feedback")
+    reviewed = models.BooleanField(default=True)
+    approved = models.BooleanField(default=False)
+    comments = models.TextField(blank=True)
+    requested_changes = models.JSONField(default=list, blank=True)
+    action = models.CharField(max_length=30, choices=FeedbackAction.choices)
+    retry_count = models.PositiveIntegerField(default=0)
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    reviewer_name = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["phase", "-created_at", "-id"]
+        indexes = [
+            # the agent polls the latest decision of a phase
+            models.Index(fields=["phase", "-created_at"], name="feedback_latest"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.phase}: {self.action}"
+
+
+class AlertKind(models.TextChoices):
+    CYCLE_COUNT = "cycle_count"
+    LONG_RUNNING = "long_running"
+    ERROR_RATE = "error_rate"
+    REPETITION = "repetition"
+    STALLED = "stalled"
+    MISSED_ROUTINE = "missed_routine"
+    FAILED = "failed"
+    HALTED = "halted"
+    STATE_GROWTH = "state_growth"
+    SOURCE_MISSING = "source_missing"
+
+
+class AlertSeverity(models.TextChoices):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
+class AlertState(models.TextChoices):
+    OPEN = "open"
+    ACKNOWLEDGED = "acknowledged"
+    RESOLVED = "resolved"
+
+
+class DriftAlertQuerySet(models.QuerySet["DriftAlert"]):
+    def unresolved(self) -> DriftAlertQuerySet:
+        return self.exclude(state=AlertState.RESOLVED)
+
+
+class DriftAlert(models.Model):
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="alerts")
+    checkpoint = models.ForeignKey(Checkpoint, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    kind = models.CharField(max_length=30, choices=AlertKind.choices)
+    severity = models.CharField(max_length=20, choices=AlertSeverity.choices, default=AlertSeverity.WARNING)
+    message = models.TextField()
+    evidence = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=20, choices=AlertState.choices, default=AlertState.OPEN)
+    opened_at = models.DateTimeField(default=timezone.now)
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    last_good = models.ForeignKey(
+        Checkpoint,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="Newest checkpoint before the drift began: the suggested restore target.",
+    )
+
+    objects = DriftAlertQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session", "kind"],
+                condition=~Q(state="resolved"),
+                name="one_unresolved_alert_per_session_kind",
+            )
+        ]
+        indexes = [
+            # overview and alerts list: open alerts, newest first
+            models.Index(fields=["state", "-opened_at"], name="alert_state_opened"),
+            # alert badges of a session
+            models.Index(fields=["session", "state"], name="alert_session_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} on {self.session_id}"
+
+
+class RetentionScope(models.TextChoices):
+    AGENT = "agent"
+    SESSION = "session"
+
+
+class RetentionPolicy(models.Model):
+    """Which checkpoints of a kind to keep; a project row overrides the global (project-less) row."""
+
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.CASCADE)
+    kind = models.CharField(max_length=20, choices=CheckpointKind.choices)
+    keep_last = models.PositiveIntegerField(null=True, blank=True)
+    keep_last_scope = models.CharField(max_length=10, choices=RetentionScope.choices, default=RetentionScope.SESSION)
+    max_age = models.DurationField(null=True, blank=True)
+    keep_first = models.BooleanField(default=False)
+    keep_latest_per_name = models.BooleanField(default=False)
+    until_operation_done = models.BooleanField(default=False)
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        verbose_name_plural = "retention policies"
+        constraints = [
+            models.UniqueConstraint(fields=["project", "kind"], name="retention_policy_per_project_kind"),
+            models.UniqueConstraint(
+                fields=["kind"], condition=Q(project__isnull=True), name="retention_policy_global_kind"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project or 'global'}: {self.kind}"
+
+
+class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
+    def usable(self) -> ApiTokenQuerySet:
+        return self.filter(revoked_at__isnull=True)
+
+
+class ApiToken(models.Model):
+    """A bearer token scoped to one project. Only its SHA-256 is stored; the prefix identifies it."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="tokens")
+    name = models.CharField(max_length=200)
+    prefix = models.CharField(max_length=16)
+    token_hash = models.CharField(max_length=64, unique=True)
+    scopes = models.JSONField(default=list)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    def has_scope(self, scope: str) -> bool:
+        return scope in self.scopes
+
+
+class AuditEvent(models.Model):
+    """Append-only record of every operator and agent action that changes state."""
+
+    actor_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_token = models.ForeignKey(ApiToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    actor = models.CharField(max_length=200, help_text="Who, as shown: a username, token:<name> or system.")
+    action = models.CharField(max_length=50)
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    session = models.ForeignKey(AgentSession, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    checkpoint = models.ForeignKey(Checkpoint, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    target = models.CharField(max_length=300, blank=True)
+    reason = models.TextField(blank=True)
+    details = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            # audit log, newest first
+            models.Index(fields=["-created_at"], name="audit_created"),
+            # audit log filtered by session
+            models.Index(fields=["session", "-created_at"], name="audit_session"),
+            # audit log filtered by action
+            models.Index(fields=["action", "-created_at"], name="audit_action"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action} {self.target}"
+
+
+class SourceFormat(models.TextChoices):
+    DREAMOS = "dreamos"
+    BREAKPILOT = "breakpilot"
+    ARES = "ares"
+    KAIZEN = "kaizen"
+    HAYTHAM = "haytham"
+
+
+class WatchedSource(models.Model):
+    """A folder the routine import job reads incrementally."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="watched_sources")
+    path = models.CharField(max_length=1000)
+    format = models.CharField(max_length=20, choices=SourceFormat.choices)
+    enabled = models.BooleanField(default=True)
+    seen = models.JSONField(default=dict, blank=True, help_text="File path → (size, mtime) already imported.")
+    last_scan_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "path"], name="watched_source_path_per_project")]
+
+    def __str__(self) -> str:
+        return f"{self.format}:{self.path}"

@@ -1,0 +1,488 @@
+"""Operations on sessions and checkpoints, shared by the API, the console, commands and jobs.
+
+Each write is one transaction and records its AuditEvent in it. Nothing here deletes history:
+restore and fork add checkpoints that share the target's stored state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+from django.db.models import Count, Max, Min, Sum
+from django.utils import timezone
+
+from . import store
+from .diff import Diff, diff_states
+from .jsoncodec import InvalidJSON
+from .models import (
+    AgentSession,
+    ApiToken,
+    AuditEvent,
+    Checkpoint,
+    CheckpointKind,
+    CheckpointStatus,
+    Project,
+    SessionStatus,
+)
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
+
+
+class CheckpointError(Exception):
+    """A domain rule refused the operation; the message is meant for the operator or agent."""
+
+
+class InvalidState(CheckpointError):
+    pass
+
+
+class NothingToUndo(CheckpointError):
+    pass
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acts: a console user, an API token, or the system (jobs and commands)."""
+
+    label: str
+    user: AbstractBaseUser | None = None
+    token: ApiToken | None = None
+
+    @classmethod
+    def system(cls, label: str = "system") -> Actor:
+        return cls(label=label)
+
+    @classmethod
+    def for_user(cls, user: AbstractBaseUser) -> Actor:
+        return cls(label=user.get_username(), user=user)
+
+    @classmethod
+    def for_token(cls, token: ApiToken) -> Actor:
+        return cls(label=f"token:{token.name}", token=token)
+
+
+def record_audit(
+    actor: Actor,
+    action: str,
+    *,
+    project: Project | None = None,
+    session: AgentSession | None = None,
+    checkpoint: Checkpoint | None = None,
+    target: str = "",
+    reason: str = "",
+    details: dict[str, Any] | None = None,
+) -> AuditEvent:
+    if project is None and session is not None:
+        project = session.project
+    return AuditEvent.objects.create(
+        actor_user=actor.user,
+        actor_token=actor.token,
+        actor=actor.label,
+        action=action,
+        project=project,
+        session=session,
+        checkpoint=checkpoint,
+        target=target or (str(checkpoint) if checkpoint else str(session) if session else ""),
+        reason=reason,
+        details=details or {},
+    )
+
+
+# ---- projects, sessions, tokens ----------------------------------------------------------------
+
+
+def get_or_create_project(slug: str) -> Project:
+    project, _ = Project.objects.get_or_create(slug=slug, defaults={"name": slug})
+    return project
+
+
+def upsert_session(
+    project: Project,
+    *,
+    external_id: str,
+    agent: str,
+    title: str | None = None,
+    execution_mode: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> tuple[AgentSession, bool]:
+    """Create the session, or update the fields given for an existing one."""
+    updates: dict[str, Any] = {"agent": agent, "updated_at": timezone.now()}
+    for name, value in (("title", title), ("execution_mode", execution_mode), ("metadata", metadata)):
+        if value is not None:
+            updates[name] = value
+    session, created = AgentSession.objects.update_or_create(project=project, external_id=external_id, defaults=updates)
+    return session, created
+
+
+def create_api_token(project: Project, *, name: str, read_only: bool = False) -> tuple[ApiToken, str]:
+    """Return the token row and its secret; the secret is shown once and only its hash is kept."""
+    prefix = secrets.token_hex(4)
+    secret = f"cpk_{prefix}_{secrets.token_urlsafe(32)}"
+    token = ApiToken.objects.create(
+        project=project,
+        name=name,
+        prefix=prefix,
+        token_hash=hash_token(secret),
+        scopes=["read"] if read_only else ["read", "write"],
+    )
+    return token, secret
+
+
+def hash_token(secret: str) -> str:
+    # Tokens carry 256 random bits: a fast hash is enough, as for GitHub's tokens.
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def authenticate_token(secret: str, *, now: datetime | None = None) -> ApiToken | None:
+    token = ApiToken.objects.usable().select_related("project").filter(token_hash=hash_token(secret)).first()
+    if token is not None:
+        now = now or timezone.now()
+        if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token
+
+
+# ---- creating checkpoints ----------------------------------------------------------------------
+
+
+@dataclass
+class CheckpointInput:
+    state: Any
+    name: str = ""
+    kind: str = CheckpointKind.STEP
+    status: str = CheckpointStatus.COMPLETED
+    status_reason: str = ""
+    step: int | None = None
+    phase: int | None = None
+    created_at: datetime | None = None
+    idempotency_key: str = ""
+    operation_id: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+_SESSION_STATUS_FOR = {
+    CheckpointStatus.FAILED: SessionStatus.FAILED,
+    CheckpointStatus.HALTED: SessionStatus.HALTED,
+}
+
+
+def create_checkpoint(session: AgentSession, item: CheckpointInput) -> tuple[Checkpoint, bool]:
+    """Store one checkpoint after the session's head; returns (checkpoint, created).
+
+    A repeated idempotency key returns the original checkpoint and creates nothing.
+    """
+    return ingest_checkpoints([(session, [item])])[0]
+
+
+def ingest_checkpoints(
+    groups: Sequence[tuple[AgentSession, Sequence[CheckpointInput]]], *, now: datetime | None = None
+) -> list[tuple[Checkpoint, bool]]:
+    """Store checkpoints for one or more sessions in one transaction: all of them, or none.
+
+    1. States are stored first, each as a patch against the one before it (outside the session
+       lock: content-addressed chunks can be written by anyone at any time).
+    2. Under a row lock on each session: next seqs, parents, head, in a few bulk statements.
+    """
+    now = now or timezone.now()
+    results: list[tuple[Checkpoint, bool]] = []
+    with transaction.atomic():
+        batch = store.ChunkBatch()
+        planned: list[tuple[AgentSession, list[tuple[int, CheckpointInput, store.Saved]]]] = []
+        for session, items in groups:
+            existing = _existing_by_key(session, [item.idempotency_key for item in items])
+            base = _head_root(session)
+            new: list[tuple[int, CheckpointInput, store.Saved]] = []
+            for item in items:
+                if item.idempotency_key in existing:
+                    results.append((existing[item.idempotency_key], False))
+                    continue
+                try:
+                    saved = store.save_state(item.state, base=base, batch=batch)
+                except InvalidJSON as exc:
+                    raise InvalidState(str(exc)) from exc
+                base = saved.root
+                new.append((len(results), item, saved))
+                results.append((None, True))  # type: ignore[arg-type]
+            planned.append((session, new))
+        batch.flush()
+        for session, new in planned:
+            for position, checkpoint, created in _insert_checkpoints(session, new, now):
+                results[position] = (checkpoint, created)
+    return results
+
+
+def _existing_by_key(session: AgentSession, keys: list[str]) -> dict[str, Checkpoint]:
+    wanted = {key for key in keys if key}
+    if not wanted:
+        return {}
+    found = Checkpoint.objects.filter(session=session, idempotency_key__in=wanted)
+    return {checkpoint.idempotency_key: checkpoint for checkpoint in found}
+
+
+def _head_root(session: AgentSession) -> bytes | None:
+    root = Checkpoint.objects.filter(pk=session.head_id).values_list("root", flat=True).first()
+    return bytes(root) if root is not None else None
+
+
+def _insert_checkpoints(
+    session: AgentSession, new: list[tuple[int, CheckpointInput, store.Saved]], now: datetime
+) -> list[tuple[int, Checkpoint, bool]]:
+    if not new:
+        return []
+    locked = AgentSession.objects.select_for_update().get(pk=session.pk)
+    # A concurrent writer may have used the same idempotency key while we stored states.
+    taken = _existing_by_key(locked, [item.idempotency_key for _, item, _ in new])
+    rows: list[Checkpoint] = []
+    positions: list[int] = []
+    seq = locked.last_seq
+    status = locked.status
+    results: list[tuple[int, Checkpoint, bool]] = []
+    for position, item, saved in new:
+        if item.idempotency_key and item.idempotency_key in taken:
+            results.append((position, taken[item.idempotency_key], False))
+            continue
+        seq += 1
+        rows.append(
+            Checkpoint(
+                session=locked,
+                seq=seq,
+                name=item.name,
+                kind=item.kind,
+                status=item.status,
+                status_reason=item.status_reason,
+                step=item.step,
+                phase=item.phase,
+                created_at=item.created_at or now,
+                received_at=now,
+                root=saved.root,
+                state_hash=saved.state_hash,
+                raw_bytes=saved.raw_bytes,
+                stored_bytes=saved.stored_bytes,
+                operation_id=item.operation_id,
+                idempotency_key=item.idempotency_key,
+                metadata=item.metadata,
+            )
+        )
+        positions.append(position)
+        status = _SESSION_STATUS_FOR.get(item.status, status)
+    if not rows:
+        return results
+    rows[0].parent_id = locked.head_id
+    Checkpoint.objects.bulk_create(rows, batch_size=500)
+    if len(rows) > 1:
+        for previous, row in zip(rows, rows[1:], strict=False):
+            row.parent_id = previous.pk
+        Checkpoint.objects.bulk_update(rows[1:], ["parent"], batch_size=500)
+    AgentSession.objects.filter(pk=locked.pk).update(
+        last_seq=seq, head=rows[-1], status=status, updated_at=now, last_seen_at=now
+    )
+    session.last_seq, session.head, session.status = seq, rows[-1], status
+    return results + [(position, row, True) for position, row in zip(positions, rows, strict=True)]
+
+
+def record_live_state(session: AgentSession, *, state: Any, now: datetime | None = None) -> AgentSession:
+    """A heartbeat with the agent's current state; routine checkpoints are taken from it."""
+    now = now or timezone.now()
+    base = bytes(session.live_root) if session.live_root else _head_root(session)
+    try:
+        saved = store.save_state(state, base=base)
+    except InvalidJSON as exc:
+        raise InvalidState(str(exc)) from exc
+    AgentSession.objects.filter(pk=session.pk).update(
+        live_root=saved.root, live_state_at=now, last_seen_at=now, updated_at=now
+    )
+    session.live_root, session.live_state_at, session.last_seen_at = saved.root, now, now
+    return session
+
+
+# ---- operator actions --------------------------------------------------------------------------
+
+
+@transaction.atomic
+def restore_checkpoint(
+    checkpoint: Checkpoint, *, actor: Actor, reason: str = "", now: datetime | None = None
+) -> Checkpoint:
+    """Make `checkpoint` the state the agent resumes from, without deleting anything.
+
+    1. A new `restore` checkpoint R, child of the target, sharing its stored state (zero copy).
+    2. The session's head moves to R and its restore generation increments, so a polling agent
+       sees that it must reload.
+    3. An audit row records who, why, and the previous head (what "Undo" goes back to).
+    """
+    now = now or timezone.now()
+    session = AgentSession.objects.select_for_update().get(pk=checkpoint.session_id)
+    previous_head = session.head_id
+    session.last_seq += 1
+    session.restore_generation += 1
+    restored = Checkpoint.objects.create(
+        session=session,
+        seq=session.last_seq,
+        parent=checkpoint,
+        name=f"restore of #{checkpoint.seq}",
+        kind=CheckpointKind.RESTORE,
+        status=CheckpointStatus.COMPLETED,
+        step=checkpoint.step,
+        phase=checkpoint.phase,
+        created_at=now,
+        received_at=now,
+        root=checkpoint.root,
+        state_hash=checkpoint.state_hash,
+        raw_bytes=checkpoint.raw_bytes,
+        stored_bytes=0,
+        metadata={
+            "restored_from": checkpoint.pk,
+            "restored_from_seq": checkpoint.seq,
+            "previous_head": previous_head,
+            "restore_generation": session.restore_generation,
+            "reason": reason,
+        },
+    )
+    session.head = restored
+    if session.status in (SessionStatus.FAILED, SessionStatus.HALTED, SessionStatus.COMPLETED):
+        session.status = SessionStatus.ACTIVE
+    session.updated_at = now
+    session.save(update_fields=["last_seq", "restore_generation", "head", "status", "updated_at"])
+    record_audit(
+        actor,
+        "restore",
+        session=session,
+        checkpoint=restored,
+        target=f"{session} #{checkpoint.seq}",
+        reason=reason,
+        details={"target_seq": checkpoint.seq, "previous_head": previous_head, "new_seq": restored.seq},
+    )
+    return restored
+
+
+def undo_restore(session: AgentSession, *, actor: Actor, reason: str = "") -> Checkpoint:
+    """Undo the latest restore by restoring the head it replaced (itself a new, audited restore)."""
+    head = Checkpoint.objects.filter(pk=session.head_id).first()
+    previous = head.metadata.get("previous_head") if head and head.kind == CheckpointKind.RESTORE else None
+    target = Checkpoint.objects.filter(pk=previous, session=session).first() if previous else None
+    if target is None:
+        raise NothingToUndo("the session's head is not a restore that can be undone")
+    return restore_checkpoint(target, actor=actor, reason=reason or f"undo restore #{head.seq}")
+
+
+@transaction.atomic
+def fork_session(
+    checkpoint: Checkpoint,
+    *,
+    actor: Actor,
+    title: str = "",
+    external_id: str = "",
+    now: datetime | None = None,
+) -> AgentSession:
+    """A new session starting from `checkpoint`; its first checkpoint shares the stored state (O(1))."""
+    now = now or timezone.now()
+    source = checkpoint.session
+    if not external_id:
+        forks = AgentSession.objects.filter(project=source.project, forked_from__session=source).count()
+        external_id = f"{source.external_id}-fork-{forks + 1}"
+        while AgentSession.objects.filter(project=source.project, external_id=external_id).exists():
+            forks += 1
+            external_id = f"{source.external_id}-fork-{forks + 1}"
+    elif AgentSession.objects.filter(project=source.project, external_id=external_id).exists():
+        raise CheckpointError(f"a session {external_id!r} already exists in {source.project}")
+    fork = AgentSession.objects.create(
+        project=source.project,
+        external_id=external_id,
+        agent=source.agent,
+        title=title or f"Fork of {source.title or source.external_id} at #{checkpoint.seq}",
+        execution_mode=source.execution_mode,
+        forked_from=checkpoint,
+        last_seq=1,
+        created_at=now,
+        updated_at=now,
+        last_seen_at=now,
+        metadata={"forked_from_session": source.external_id, "forked_from_seq": checkpoint.seq},
+    )
+    first = Checkpoint.objects.create(
+        session=fork,
+        seq=1,
+        name=f"fork of {source.external_id} #{checkpoint.seq}",
+        kind=CheckpointKind.FORK,
+        status=CheckpointStatus.COMPLETED,
+        step=checkpoint.step,
+        phase=checkpoint.phase,
+        created_at=now,
+        received_at=now,
+        root=checkpoint.root,
+        state_hash=checkpoint.state_hash,
+        raw_bytes=checkpoint.raw_bytes,
+        stored_bytes=0,
+        metadata={"forked_from": checkpoint.pk},
+    )
+    fork.head = first
+    fork.save(update_fields=["head"])
+    record_audit(
+        actor,
+        "fork",
+        session=source,
+        checkpoint=checkpoint,
+        target=f"{source} #{checkpoint.seq} → {fork.external_id}",
+        details={"fork_session": fork.external_id, "fork_session_id": fork.pk},
+    )
+    return fork
+
+
+@transaction.atomic
+def pin_checkpoint(checkpoint: Checkpoint, *, actor: Actor, pinned: bool = True, reason: str = "") -> Checkpoint:
+    """Pinned checkpoints are never removed by retention."""
+    if checkpoint.pinned != pinned:
+        Checkpoint.objects.filter(pk=checkpoint.pk).update(pinned=pinned)
+        checkpoint.pinned = pinned
+        record_audit(
+            actor,
+            "pin" if pinned else "unpin",
+            session=checkpoint.session,
+            checkpoint=checkpoint,
+            reason=reason,
+        )
+    return checkpoint
+
+
+# ---- reading -----------------------------------------------------------------------------------
+
+
+def diff_checkpoints(a: Checkpoint, b: Checkpoint) -> Diff:
+    return diff_states(store.load_shared(bytes(a.root)), store.load_shared(bytes(b.root)))
+
+
+def session_totals(session: AgentSession) -> dict[str, int]:
+    totals = Checkpoint.objects.filter(session=session).aggregate(
+        checkpoint_count=Count("id"), raw_bytes=Sum("raw_bytes"), stored_bytes=Sum("stored_bytes")
+    )
+    return {key: value or 0 for key, value in totals.items()}
+
+
+def session_summary(session: AgentSession) -> dict[str, Any]:
+    """Counts by name, kind and status; first and last checkpoint; duration (the Breakpilot analytics)."""
+    checkpoints = Checkpoint.objects.filter(session=session)
+    by: dict[str, Counter[str]] = {}
+    for column in ("name", "kind", "status"):
+        rows = checkpoints.values_list(column).annotate(n=Count("id")).order_by()
+        by[column] = Counter({value: n for value, n in rows})
+    span = checkpoints.aggregate(first=Min("created_at"), last=Max("created_at"))
+    first = checkpoints.order_by("seq").first()
+    last = checkpoints.order_by("-seq").first()
+    duration = (span["last"] - span["first"]).total_seconds() if span["first"] and span["last"] else 0.0
+    return {
+        **session_totals(session),
+        "by_name": dict(by["name"]),
+        "by_kind": dict(by["kind"]),
+        "by_status": dict(by["status"]),
+        "first": first,
+        "last": last,
+        "first_at": span["first"],
+        "last_at": span["last"],
+        "duration_seconds": duration,
+    }

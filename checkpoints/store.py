@@ -1,0 +1,430 @@
+"""The content-addressed state store.
+
+A checkpoint's state is stored as one of two things, both content-addressed `Chunk` rows:
+
+* a **keyframe**: a tree of nodes. Objects and arrays whose canonical JSON is larger than
+  `INLINE_LIMIT` are split into content-defined leaves (an entry closes its leaf when its hash says
+  so, with a probability proportional to its size, so leaves average `LEAF_TARGET` bytes and an
+  insertion near the front does not shift every later boundary); leaf digests are grouped into
+  internal nodes the same way, level by level (fan-out ~`FANOUT`). Unchanged subtrees keep their
+  digests, so a keyframe stores only the nodes that changed since the one before.
+* a **patch**: the structural change against the parent's state (see `diff.walk`), pointing at
+  its base node. At most `KEYFRAME_INTERVAL - 1` patches stand between a state and its keyframe.
+
+Per step an agent that appends a message stores one small compressed patch, plus its share of the
+next keyframe; a read fetches the patch chain in one recursive query and the keyframe tree one
+level per query. Forks and restores reuse a root: zero copy. Node references are raw 16-byte
+digests (hex would double them). Everything a state needs is reachable from its root through
+node references (`Chunk.base` for patches), which is what garbage collection follows.
+
+Node layout (before zstd): kind (1 byte: O object, A array, V value, P patch) · codec (1 byte:
+o = orjson, s = standard-library JSON for integers beyond 64 bits) · ref count (4 bytes) · refs
+(16 bytes each) · JSON payload.
+  O/A: [level, items]. Leaf items of A are entries; of O, key/entry pairs. An entry is [value]
+       when inline or the index of a ref. Internal items are the children's entry counts.
+  V:   the value itself.  P: [depth, ops].
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import zstandard
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from . import diff, jsoncodec
+from .jsoncodec import InvalidJSON
+
+DIGEST_SIZE = 16
+INLINE_LIMIT = 4096
+LEAF_TARGET = 16384
+LEAF_MAX = 4 * LEAF_TARGET
+FANOUT = 32
+_QUERY_BATCH = 500
+_HEADER = 6
+
+_compressor = threading.local()
+
+
+class StateNotFound(LookupError):
+    """A root (or a node below it) is missing from the store."""
+
+
+def digest(data: bytes) -> bytes:
+    # SHA-256 is hardware-accelerated here and twice as fast as BLAKE2b on large states.
+    return hashlib.sha256(data).digest()[:DIGEST_SIZE]
+
+
+def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+    pair = getattr(_compressor, "pair", None)
+    if pair is None:
+        pair = (zstandard.ZstdCompressor(level=6), zstandard.ZstdDecompressor())
+        _compressor.pair = pair
+    return pair
+
+
+def _node(kind: bytes, refs: list[bytes], payload: bytes, big: bool) -> bytes:
+    return b"".join((kind, b"s" if big else b"o", len(refs).to_bytes(4, "big"), *refs, payload))
+
+
+@dataclass(frozen=True)
+class Saved:
+    root: bytes
+    state_hash: bytes
+    raw_bytes: int
+    stored_bytes: int
+
+
+@dataclass(frozen=True)
+class _Entry:
+    state: Any  # shared and read-only: copy before changing
+    state_hash: bytes
+    depth: int
+
+
+class _StateCache:
+    """Recently written or read states by root, so the next checkpoint diffs against memory."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[bytes, _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, root: bytes) -> _Entry | None:
+        with self._lock:
+            entry = self._items.get(root)
+            if entry is not None:
+                self._items.move_to_end(root)
+            return entry
+
+    def put(self, root: bytes, entry: _Entry) -> None:
+        with self._lock:
+            self._items[root] = entry
+            self._items.move_to_end(root)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+cache = _StateCache(size=settings.CHECKPOINT_CACHE_STATES)
+
+
+# ---- writing ---------------------------------------------------------------------------------
+
+
+class _TreeBuilder:
+    def __init__(self) -> None:
+        self.nodes: dict[bytes, bytes] = {}
+
+    def add(self, raw: bytes) -> bytes:
+        key = digest(raw)
+        self.nodes[key] = raw
+        return key
+
+    def value(self, value: Any, encoded: bytes, big: bool) -> bytes:
+        """Store `value` (whose canonical JSON is `encoded`) as a node; return its digest."""
+        kind = type(value)
+        if kind is dict and value:
+            return self._container(b"O", sorted(value.items()))
+        if (kind is list or kind is tuple) and value:
+            return self._container(b"A", [(None, item) for item in value])
+        return self.add(_node(b"V", [], encoded, big))
+
+    def _container(self, kind: bytes, items: list[tuple[str | None, Any]]) -> bytes:
+        leaves: list[tuple[bytes, int]] = []
+        parts: list[bytes] = []
+        refs: list[bytes] = []
+        size = 0
+        big_leaf = False
+        for key, item in items:
+            encoded, big = jsoncodec.encode(item)
+            if len(encoded) > INLINE_LIMIT:
+                refs.append(self.value(item, encoded, big))
+                entry = str(len(refs) - 1).encode()
+                cut_source = refs[-1]
+            else:
+                entry = b"[" + encoded + b"]"
+                big_leaf |= big
+                cut_source = encoded
+            entry_size = len(entry)
+            if key is not None:
+                key_bytes = jsoncodec.canonical(key)
+                parts.append(key_bytes)
+                cut_source = key_bytes + cut_source
+                entry_size += len(key_bytes)
+            parts.append(entry)
+            size += entry_size
+            cut = int.from_bytes(digest(cut_source)[:4], "big") % LEAF_TARGET < entry_size
+            if cut or size >= LEAF_MAX:
+                leaves.append(self._leaf(kind, refs, parts, big_leaf, key is not None))
+                parts, refs, size, big_leaf = [], [], 0, False
+        if parts or not leaves:
+            leaves.append(self._leaf(kind, refs, parts, big_leaf, items[0][0] is not None))
+        level = 1
+        while len(leaves) > 1:
+            leaves = self._level(kind, leaves, level)
+            level += 1
+        return leaves[0][0]
+
+    def _leaf(self, kind: bytes, refs: list[bytes], parts: list[bytes], big: bool, keyed: bool) -> tuple[bytes, int]:
+        payload = b"[0,[" + b",".join(parts) + b"]]"
+        count = len(parts) // 2 if keyed else len(parts)
+        return self.add(_node(kind, refs, payload, big)), count
+
+    def _level(self, kind: bytes, children: list[tuple[bytes, int]], level: int) -> list[tuple[bytes, int]]:
+        parents: list[tuple[bytes, int]] = []
+        group: list[tuple[bytes, int]] = []
+        for child in children:
+            group.append(child)
+            if int.from_bytes(child[0][:4], "big") % FANOUT == 0 or len(group) >= 4 * FANOUT:
+                parents.append(self._internal(kind, group, level))
+                group = []
+        if group:
+            parents.append(self._internal(kind, group, level))
+        return parents
+
+    def _internal(self, kind: bytes, group: list[tuple[bytes, int]], level: int) -> tuple[bytes, int]:
+        counts = ",".join(str(count) for _, count in group)
+        payload = f"[{level},[{counts}]]".encode()
+        return self.add(_node(kind, [key for key, _ in group], payload, False)), sum(c for _, c in group)
+
+
+class ChunkBatch:
+    """Chunks waiting to be inserted, so a batch of checkpoints costs one bulk insert."""
+
+    def __init__(self) -> None:
+        self.pending: dict[bytes, Any] = {}
+
+    def add(self, nodes: dict[bytes, bytes], *, base: bytes | None = None, check_existing: bool = True) -> int:
+        """Queue the nodes not stored yet; return the compressed bytes they add."""
+        from .models import Chunk
+
+        candidates = [key for key in nodes if key not in self.pending]
+        existing: set[bytes] = set()
+        if check_existing:
+            for start in range(0, len(candidates), _QUERY_BATCH):
+                batch = candidates[start : start + _QUERY_BATCH]
+                rows = Chunk.objects.filter(hash__in=batch).values_list("hash", flat=True)
+                existing.update(bytes(h) for h in rows)
+        compressor = _zstd()[0]
+        now = timezone.now()
+        added = 0
+        for key in candidates:
+            if key in existing:
+                continue
+            raw = nodes[key]
+            data = compressor.compress(raw)
+            self.pending[key] = Chunk(hash=key, data=data, raw_size=len(raw), base=base, created_at=now)
+            added += len(data)
+        return added
+
+    def flush(self) -> None:
+        from .models import Chunk
+
+        Chunk.objects.bulk_create(list(self.pending.values()), ignore_conflicts=True, batch_size=_QUERY_BATCH)
+        self.pending.clear()
+
+
+def save_state(
+    state: Any, *, base: bytes | None = None, batch: ChunkBatch | None = None, max_depth: int | None = None
+) -> Saved:
+    """Store `state`, as a patch against `base` (the parent's root) when that is cheaper.
+
+    Raises InvalidJSON for input canonical JSON would alter: NaN, non-string keys, excess depth.
+    The caller keeps ownership of `state`; the store caches its own copy. With `batch`, chunks are
+    queued there and written by its flush(); without, they are written before this returns.
+    """
+    own_batch = batch is None
+    batch = batch if batch is not None else ChunkBatch()
+    saved = _save(state, base, batch, max_depth if max_depth is not None else settings.CHECKPOINT_MAX_DEPTH)
+    if own_batch:
+        batch.flush()
+    return saved
+
+
+def _save(state: Any, base: bytes | None, batch: ChunkBatch, max_depth: int) -> Saved:
+    encoded, big = jsoncodec.encode(state)
+    state_hash = digest(encoded)
+    parent = _entry(base) if base is not None else None
+    if parent is not None and base is not None:
+        if parent.state_hash == state_hash:
+            return Saved(base, state_hash, len(encoded), 0)
+        ops = diff.to_ops(diff.walk(parent.state, state))
+        for op in ops:
+            if op[0] != "d":
+                jsoncodec.check_value(op[-1], max_depth=max_depth, depth=len(op[1]))
+        payload, patch_big = jsoncodec.encode([parent.depth + 1, ops])
+        own_copy = diff.apply_ops(parent.state, jsoncodec.loads(payload, exact=patch_big)[1])
+        if digest(jsoncodec.canonical(own_copy)) == state_hash:
+            if parent.depth + 1 < settings.CHECKPOINT_KEYFRAME_INTERVAL and len(payload) * 2 < len(encoded):
+                raw = _node(b"P", [base], payload, patch_big)
+                root = digest(raw)
+                # A patch's digest covers its base and its change: no need to ask whether it exists.
+                stored = batch.add({root: raw}, base=base, check_existing=False)
+                cache.put(root, _Entry(own_copy, state_hash, parent.depth + 1))
+                return Saved(root, state_hash, len(encoded), stored)
+        else:  # `==` saw 1 and True as equal somewhere: store the state whole
+            jsoncodec.check_value(state, max_depth=max_depth)
+            own_copy = jsoncodec.loads(encoded, exact=big)
+    else:
+        jsoncodec.check_value(state, max_depth=max_depth)
+        own_copy = jsoncodec.loads(encoded, exact=big)
+    builder = _TreeBuilder()
+    root = builder.value(own_copy, encoded, big)
+    stored = batch.add(builder.nodes)
+    cache.put(root, _Entry(own_copy, state_hash, 0))
+    return Saved(root, state_hash, len(encoded), stored)
+
+
+# ---- reading ---------------------------------------------------------------------------------
+
+
+def _chunk_table() -> str:
+    from .models import Chunk
+
+    return connection.ops.quote_name(Chunk._meta.db_table)
+
+
+def _fetch_chain(root: bytes) -> list[tuple[bytes, bytes]]:
+    """The root node and every patch base below it down to its keyframe, newest first, in one query."""
+    table = _chunk_table()
+    sql = (
+        f"WITH RECURSIVE chain(hash, data, base, n) AS ("
+        f" SELECT hash, data, base, 0 FROM {table} WHERE hash = %s"
+        f" UNION ALL SELECT c.hash, c.data, c.base, chain.n + 1 FROM {table} c JOIN chain ON c.hash = chain.base"
+        f") SELECT hash, data FROM chain ORDER BY n"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [root])
+        return [(bytes(h), bytes(d)) for h, d in cursor.fetchall()]
+
+
+def _fetch(keys: set[bytes]) -> dict[bytes, bytes]:
+    from .models import Chunk
+
+    found: dict[bytes, bytes] = {}
+    ordered = list(keys)
+    for start in range(0, len(ordered), _QUERY_BATCH):
+        rows = Chunk.objects.filter(hash__in=ordered[start : start + _QUERY_BATCH]).values_list("hash", "data")
+        found.update((bytes(h), bytes(d)) for h, d in rows)
+    missing = keys - found.keys()
+    if missing:
+        raise StateNotFound(f"{len(missing)} store node(s) missing, e.g. {next(iter(missing)).hex()}")
+    return found
+
+
+@dataclass(frozen=True)
+class _Node:
+    kind: bytes
+    refs: list[bytes]
+    payload: Any
+
+
+def _parse(compressed: bytes) -> _Node:
+    raw = _zstd()[1].decompress(compressed)
+    kind, big = raw[:1], raw[1:2] == b"s"
+    count = int.from_bytes(raw[2:_HEADER], "big")
+    end = _HEADER + count * DIGEST_SIZE
+    refs = [raw[i : i + DIGEST_SIZE] for i in range(_HEADER, end, DIGEST_SIZE)]
+    return _Node(kind, refs, jsoncodec.loads(raw[end:], exact=big))
+
+
+def _load_tree(root: bytes, root_node: _Node) -> Any:
+    """Materialise a keyframe, fetching one tree level per query."""
+    nodes = {root: root_node}
+    frontier = set(root_node.refs)
+    while frontier:
+        fetched = _fetch(frontier)
+        frontier = set()
+        for key, data in fetched.items():
+            node = _parse(data)
+            nodes[key] = node
+            frontier.update(ref for ref in node.refs if ref not in nodes)
+    return _assemble(root, nodes)
+
+
+def _assemble(key: bytes, nodes: dict[bytes, _Node]) -> Any:
+    node = nodes[key]
+    if node.kind == b"V":
+        return node.payload
+    level, items = node.payload
+    if node.kind == b"A":
+        if level:
+            return [value for ref in node.refs for value in _assemble(ref, nodes)]
+        return [item[0] if type(item) is list else _assemble(node.refs[item], nodes) for item in items]
+    if level:
+        merged: dict[str, Any] = {}
+        for ref in node.refs:
+            merged.update(_assemble(ref, nodes))
+        return merged
+    return {
+        items[i]: (items[i + 1][0] if type(items[i + 1]) is list else _assemble(node.refs[items[i + 1]], nodes))
+        for i in range(0, len(items), 2)
+    }
+
+
+def _entry(root: bytes) -> _Entry:
+    entry = cache.get(root)
+    if entry is not None:
+        return entry
+    chain = _fetch_chain(root)
+    if not chain:
+        raise StateNotFound(f"no state stored under {root.hex()}")
+    patches: list[_Node] = []
+    start: _Entry | None = None
+    for key, data in chain:
+        start = cache.get(key)
+        if start is not None:
+            break
+        node = _parse(data)
+        if node.kind != b"P":
+            state = _load_tree(key, node)
+            start = _Entry(state, digest(jsoncodec.canonical(state)), 0)
+            break
+        patches.append(node)
+    if start is None:
+        raise StateNotFound(f"the patch chain of {root.hex()} has no keyframe")
+    state = start.state
+    for node in reversed(patches):
+        state = diff.apply_ops(state, node.payload[1])
+    depth = start.depth + len(patches)
+    entry = _Entry(state, digest(jsoncodec.canonical(state)) if patches else start.state_hash, depth)
+    cache.put(root, entry)
+    return entry
+
+
+def load_shared(root: bytes) -> Any:
+    """The state under `root` as a shared, read-only object (for diffs and serialisation)."""
+    return _entry(bytes(root)).state
+
+
+def load_state(root: bytes) -> Any:
+    """The state under `root` as a fresh object the caller may change."""
+    encoded, big = jsoncodec.encode(load_shared(root))
+    return jsoncodec.loads(encoded, exact=big)
+
+
+def load_state_json(root: bytes) -> bytes:
+    """The state under `root` as canonical JSON bytes (what the API sends)."""
+    return jsoncodec.canonical(load_shared(root))
+
+
+__all__ = [
+    "InvalidJSON",
+    "Saved",
+    "StateNotFound",
+    "cache",
+    "load_shared",
+    "load_state",
+    "load_state_json",
+    "save_state",
+]

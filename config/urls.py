@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from checkpoints.api import api
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/v1/", api.urls),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", include("dashboard.urls")),
+]

@@ -1,0 +1,275 @@
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from checkpoints import diff, store
+from checkpoints.jsoncodec import InvalidJSON, canonical
+from checkpoints.models import Chunk
+
+HYPOTHESIS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+# PostgreSQL text cannot hold NUL, and our states go through the database as JSON only inside
+# compressed chunks, so NUL is fine in the store; it is excluded only where a JSONField would see it.
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=300)
+)
+json_values = st.recursive(
+    scalars,
+    lambda children: st.lists(children, max_size=12) | st.dictionaries(st.text(max_size=20), children, max_size=12),
+    max_leaves=60,
+)
+
+
+def roundtrip(value: Any, base: bytes | None = None) -> tuple[store.Saved, Any]:
+    saved = store.save_state(value, base=base)
+    store.cache.clear()  # read from the database, not from memory
+    return saved, store.load_state(saved.root)
+
+
+@HYPOTHESIS
+@given(value=json_values)
+def test_any_json_document_loads_back_exactly(db, value):
+    _, loaded = roundtrip(value)
+    assert canonical(loaded) == canonical(value)
+
+
+@HYPOTHESIS
+@given(before=json_values, after=json_values)
+def test_a_state_stored_as_patch_against_another_loads_back_exactly(db, before, after):
+    first = store.save_state({"state": before, "pad": "x" * 5000})
+    _, loaded = roundtrip({"state": after, "pad": "x" * 5000}, base=first.root)
+    assert canonical(loaded) == canonical({"state": after, "pad": "x" * 5000})
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {},
+        [],
+        "",
+        0,
+        2**100,
+        -(2**64),
+        1e308,
+        -0.0,
+        5e-324,
+        "žluťoučký kůň 🐎 \u2028",
+        {"": {"": [[], {}, [[]]]}},
+        list(range(50_000)),
+        {f"key{i}": "v" * (i % 7000) for i in range(300)},
+        ["x" * 100_000, "y" * 100_000],
+    ],
+    ids=lambda v: type(v).__name__ + str(len(canonical(v))),
+)
+def test_edge_case_documents_load_back_exactly(db, value):
+    _, loaded = roundtrip(value)
+    assert canonical(loaded) == canonical(value)
+
+
+def nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def test_nesting_up_to_the_limit_is_accepted_and_beyond_it_refused(db, settings):
+    settings.CHECKPOINT_MAX_DEPTH = 200
+    _, loaded = roundtrip(nested(200))
+    assert loaded == nested(200)
+    with pytest.raises(InvalidJSON, match="deeper than 200"):
+        store.save_state(nested(201))
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"x": float("nan")}, "not a valid JSON number"),
+        ({"x": [float("inf")]}, "not a valid JSON number"),
+        ({1: "a"}, "not JSON-serialisable|not a string"),
+        ({"x": {1, 2}}, "not JSON-serialisable|not a JSON type"),
+    ],
+)
+def test_values_json_cannot_hold_are_refused_and_nothing_is_stored(db, value, message):
+    with pytest.raises(InvalidJSON, match=message):
+        store.save_state(value)
+    assert Chunk.objects.count() == 0
+
+
+def test_a_patch_introducing_nan_is_refused(db):
+    base = store.save_state({"x": 1, "pad": "p" * 10_000})
+    with pytest.raises(InvalidJSON):
+        store.save_state({"x": float("nan"), "pad": "p" * 10_000}, base=base.root)
+
+
+def test_changing_one_to_true_is_not_mistaken_for_no_change(db):
+    """Python says 1 == True; JSON does not, and neither may the store."""
+    base = store.save_state({"flags": [1, 0, 1.0], "pad": "p" * 10_000})
+    _, loaded = roundtrip({"flags": [True, False, 1], "pad": "p" * 10_000}, base=base.root)
+    assert canonical(loaded["flags"]) == b"[true,false,1]"
+
+
+def words(rng: random.Random, size: int) -> str:
+    vocabulary = [
+        "the",
+        "agent",
+        "read",
+        "wrote",
+        "file",
+        "test",
+        "passed",
+        "failed",
+        "retry",
+        "tool",
+        "search",
+        "result",
+        "plan",
+        "step",
+        "memory",
+    ]
+    out: list[str] = []
+    while sum(len(w) + 1 for w in out) < size:
+        out.append(rng.choice(vocabulary) + str(rng.randrange(1000)))
+    return " ".join(out)
+
+
+def test_appending_a_message_stores_the_change_not_the_history(db):
+    rng = random.Random(7)
+    state: dict[str, Any] = {"messages": [], "memory": {f"k{i}": words(rng, 40) for i in range(50)}}
+    root = None
+    stored: list[int] = []
+    for _ in range(300):
+        state["messages"].append({"role": "assistant", "content": words(rng, 1000)})
+        state["memory"][f"k{rng.randrange(50)}"] = words(rng, 40)
+        saved = store.save_state(state, base=root)
+        root = saved.root
+        stored.append(saved.stored_bytes)
+    assert saved.raw_bytes > 300_000
+    # On average a step stores about one compressed message, whether the history is 10 or 300 long.
+    early, late = sum(stored[20:70]) / 50, sum(stored[250:300]) / 50
+    assert late < 2 * early
+    assert late < 2_000
+    store.cache.clear()
+    assert canonical(store.load_state(root)) == canonical(state)
+
+
+def test_patch_chains_are_cut_by_a_keyframe(db, settings):
+    settings.CHECKPOINT_KEYFRAME_INTERVAL = 8
+    state: dict[str, Any] = {"log": [], "pad": "p" * 20_000}
+    root = None
+    kinds = []
+    for i in range(20):
+        state["log"].append(f"entry {i}")
+        root = store.save_state(state, base=root).root
+        kinds.append(store._fetch_chain(root)[0][1] and store._parse(store._fetch_chain(root)[0][1]).kind)
+    assert kinds.count(b"P") < 20
+    assert len(store._fetch_chain(root)) <= 8
+
+
+def test_reading_a_state_costs_one_query_per_tree_level(db, django_assert_max_num_queries):
+    rng = random.Random(1)
+    state = {"messages": [{"content": words(rng, 800)} for _ in range(2000)], "memory": {"a": 1}}
+    root = store.save_state(state).root
+    store.cache.clear()
+    with django_assert_max_num_queries(6):
+        loaded = store.load_state(root)
+    assert len(loaded["messages"]) == 2000
+
+
+def test_identical_state_adds_nothing_and_shares_the_root(db):
+    first = store.save_state({"a": list(range(1000))})
+    again = store.save_state({"a": list(range(1000))}, base=first.root)
+    assert again.root == first.root
+    assert again.stored_bytes == 0
+
+
+def test_missing_root_raises_state_not_found(db):
+    with pytest.raises(store.StateNotFound):
+        store.load_state(b"\x00" * 16)
+
+
+# ---- diff -------------------------------------------------------------------------------------
+
+
+def paths(value: Any, prefix: tuple = ()) -> list[tuple]:
+    found = [prefix]
+    if isinstance(value, dict):
+        for key, child in value.items():
+            found += paths(child, (*prefix, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            found += paths(child, (*prefix, index))
+    return found
+
+
+def set_at(value: Any, path: tuple, new: Any) -> Any:
+    if not path:
+        return new
+    copy = value.copy()
+    copy[path[0]] = set_at(value[path[0]], path[1:], new)
+    return copy
+
+
+@HYPOTHESIS
+@given(data=st.data(), value=json_values)
+def test_diff_reports_only_the_changed_path_and_descends_only_along_it(data, value):
+    path = data.draw(st.sampled_from(paths(value)))
+    old = value
+    for part in path:
+        old = old[part]
+    new = "\u27c2 changed" if old != "\u27c2 changed" else 0
+    changed = set_at(value, path, new)
+    result = diff.diff_states(value, changed)
+    assert [(entry.op, entry.path) for entry in result.entries] == [("changed", path)]
+    # Equal siblings are skipped, not walked: at most one descent per level of the path.
+    assert result.stats.descents <= len(path)
+
+
+@HYPOTHESIS
+@given(a=json_values, b=json_values)
+def test_replaying_the_diff_turns_one_state_into_the_other(a, b):
+    ops = diff.to_ops(diff.walk(a, b, strict=True))
+    assert canonical(diff.apply_ops(a, ops)) == canonical(b)
+
+
+def test_diff_of_appended_messages_and_long_text():
+    before = {"messages": [{"role": "user", "content": "hi"}], "notes": "line one\nline two\nline three"}
+    after = {
+        "messages": [*before["messages"], {"role": "assistant", "content": "hello"}],
+        "notes": "line one\nline 2\nline three",
+        "new_key": 1,
+    }
+    result = diff.diff_states(before, after)
+    assert result.counts == {"added": 2, "removed": 0, "changed": 1, "appended": 1}
+    appended = next(e for e in result.entries if e.list_op == "appended")
+    assert appended.path_text == "messages[1]" and appended.new["content"] == "hello"
+    notes = next(e for e in result.entries if e.path == ("notes",))
+    assert "-line two" in notes.line_diff and "+line 2" in notes.line_diff
+    assert result.summary == "1 changed, 2 added, 1 list item appended"
+
+
+def test_diff_of_removed_key_and_removed_items():
+    result = diff.diff_states({"a": 1, "items": [1, 2, 3, 4]}, {"items": [1, 4]})
+    assert {(e.op, e.path_text) for e in result.entries} == {
+        ("removed", "a"),
+        ("removed", "items[1]"),
+        ("removed", "items[2]"),
+    }
+
+
+def test_diff_skips_shared_subtrees_without_comparing_them():
+    big = [{"content": str(i)} for i in range(10_000)]
+    before = {"messages": big, "memory": {"goal": "a"}}
+    after = {"messages": big, "memory": {"goal": "b"}}
+    result = diff.diff_states(before, after)
+    assert [e.path_text for e in result.entries] == ["memory.goal"]
+    assert result.stats.descents == 2

@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+from django.db import connection
+from django.test import Client
+
+# Playwright runs an event loop in the test thread; Django's ORM must still be usable there.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
+
+
+def _redis_available() -> str | None:
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        return "needs Redis: set REDIS_URL (make test does when redis-cli ping answers)"
+    import redis
+
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+    except redis.RedisError as exc:
+        return f"needs Redis at {url}: {exc}"
+    return None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    reasons = []
+    if item.get_closest_marker("postgres") and connection.vendor != "postgresql":
+        reasons.append("needs PostgreSQL: set DATABASE_URL=postgres://… (make test does when pg_isready answers)")
+    if item.get_closest_marker("redis"):
+        reason = _redis_available()
+        if reason:
+            reasons.append(reason)
+    if reasons:
+        if REQUIRE_SERVICES:
+            pytest.fail("REQUIRE_SERVICES=1 but " + "; ".join(reasons), pytrace=False)
+        pytest.skip("; ".join(reasons))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_state_cache() -> Iterator[None]:
+    """The store's in-process cache must not carry states between tests' databases."""
+    from checkpoints import store
+
+    store.cache.clear()
+    yield
+    store.cache.clear()
+
+
+@pytest.fixture
+def project(db):
+    from checkpoints.services import get_or_create_project
+
+    return get_or_create_project("acme")
+
+
+@pytest.fixture
+def other_project(db):
+    from checkpoints.services import get_or_create_project
+
+    return get_or_create_project("globex")
+
+
+@pytest.fixture
+def make_session(project):
+    from checkpoints.services import upsert_session
+
+    def make(external_id: str = "run-1", *, agent: str = "agent-7", in_project: Any = None):
+        session, _ = upsert_session(in_project or project, external_id=external_id, agent=agent)
+        return session
+
+    return make
+
+
+@pytest.fixture
+def make_checkpoint():
+    from checkpoints.services import CheckpointInput, create_checkpoint
+
+    def make(session, state: Any = None, **fields: Any):
+        checkpoint, _ = create_checkpoint(session, CheckpointInput(state=state if state is not None else {}, **fields))
+        return checkpoint
+
+    return make
+
+
+class ApiClient:
+    """Django's test client speaking JSON with a bearer token."""
+
+    def __init__(self, token: str | None) -> None:
+        self.client = Client()
+        self.token = token
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def get(self, path: str, params: dict[str, Any] | None = None):
+        return self.client.get(f"/api/v1{path}", params or {}, headers=self._headers())
+
+    def send(self, method: str, path: str, data: Any = None, *, raw: bytes | str | None = None):
+        body = raw if raw is not None else orjson.dumps(data) if data is not None else b""
+        call = getattr(self.client, method)
+        return call(f"/api/v1{path}", body, content_type="application/json", headers=self._headers())
+
+    def post(self, path: str, data: Any = None, *, raw: bytes | str | None = None):
+        return self.send("post", path, data, raw=raw)
+
+    def put(self, path: str, data: Any = None, *, raw: bytes | str | None = None):
+        return self.send("put", path, data, raw=raw)
+
+
+@pytest.fixture
+def token_secret(project) -> str:
+    from checkpoints.services import create_api_token
+
+    return create_api_token(project, name="agent")[1]
+
+
+@pytest.fixture
+def api(token_secret) -> ApiClient:
+    return ApiClient(token_secret)
+
+
+@pytest.fixture
+def read_only_api(project) -> ApiClient:
+    from checkpoints.services import create_api_token
+
+    return ApiClient(create_api_token(project, name="viewer", read_only=True)[1])
