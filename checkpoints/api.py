@@ -345,7 +345,7 @@ def put_session(request: HttpRequest, payload: SessionIn) -> Any:
     _require_write(request)
     session, created = services.upsert_session(_token(request).project, **payload.model_dump())
     session = AgentSession.objects.select_related("project", "head").get(pk=session.pk)
-    return (201 if created else 200), session_dict(session)
+    return _json(session_dict(session), status=201 if created else 200)
 
 
 @api.get("/sessions/{external_id}", response={200: SessionOut, **ERRORS}, tags=["sessions"])

@@ -114,6 +114,12 @@ class ApiClient:
 
 
 @pytest.fixture
+def api_as():
+    """An API client for any token secret."""
+    return ApiClient
+
+
+@pytest.fixture
 def token_secret(project) -> str:
     from checkpoints.services import create_api_token
 

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from io import StringIO
+
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from checkpoints.models import ApiToken, AuditEvent, Project
+from checkpoints.services import authenticate_token
+
+
+def run(*args: str) -> tuple[str, str]:
+    out, err = StringIO(), StringIO()
+    call_command(*args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_create_api_token_prints_a_working_token_once_and_stores_its_hash(db):
+    out, err = run("create_api_token", "--project", "new-proj", "--name", "ci-agent")
+    secret = out.strip()
+    token = ApiToken.objects.get()
+    assert Project.objects.filter(slug="new-proj").exists()
+    assert authenticate_token(secret) == token
+    assert token.scopes == ["read", "write"]
+    assert secret not in token.token_hash and "shown once" in err
+    assert AuditEvent.objects.filter(action="token_created").exists()
+
+
+def test_create_api_token_read_only(db):
+    out, _ = run("create_api_token", "--project", "p", "--name", "dash", "--read-only")
+    assert authenticate_token(out.strip()).scopes == ["read"]
+
+
+def test_bootstrap_creates_an_admin_once_and_prints_the_login(db):
+    out, _ = run("bootstrap", "--no-demo", "--port", "8123")
+    assert "http://127.0.0.1:8123/" in out
+    password = out.split("admin / ")[1].split()[0]
+    admin = get_user_model().objects.get(username="admin")
+    assert admin.is_superuser and admin.check_password(password)
+    again, _ = run("bootstrap", "--no-demo")
+    assert password not in again
+    assert get_user_model().objects.count() == 1

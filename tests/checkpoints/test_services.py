@@ -1,0 +1,166 @@
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+
+from checkpoints import services, store
+from checkpoints.models import AgentSession, AuditEvent, Checkpoint, CheckpointKind, Chunk
+from checkpoints.services import Actor, CheckpointInput
+
+OPERATOR = Actor.system("alice")
+
+
+def test_seqs_are_gapless_and_parents_follow_the_branch(make_session, make_checkpoint):
+    session = make_session()
+    made = [make_checkpoint(session, {"n": i}) for i in range(5)]
+    assert [c.seq for c in made] == [1, 2, 3, 4, 5]
+    assert [c.parent_id for c in made] == [None, *[c.pk for c in made[:-1]]]
+    session.refresh_from_db()
+    assert session.head_id == made[-1].pk and session.last_seq == 5
+
+
+def test_an_idempotency_key_returns_the_original(make_session):
+    session = make_session()
+    first, created = services.create_checkpoint(session, CheckpointInput(state={"n": 1}, idempotency_key="k"))
+    again, created_again = services.create_checkpoint(session, CheckpointInput(state={"n": 2}, idempotency_key="k"))
+    assert (created, created_again) == (True, False)
+    assert again.pk == first.pk
+    assert Checkpoint.objects.count() == 1
+
+
+def test_an_invalid_state_raises_and_writes_nothing(make_session):
+    session = make_session()
+    with pytest.raises(services.InvalidState):
+        services.create_checkpoint(session, CheckpointInput(state={"x": float("nan")}))
+    assert Checkpoint.objects.count() == 0 and Chunk.objects.count() == 0
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_writers_get_gapless_unique_seqs(project):
+    session, _ = services.upsert_session(project, external_id="busy", agent="a")
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def writer(worker: int) -> None:
+        try:
+            start.wait()
+            for i in range(15):
+                state = {"worker": worker, "i": i, "pad": "p" * 3000}
+                services.create_checkpoint(AgentSession.objects.get(pk=session.pk), CheckpointInput(state=state))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    seqs = sorted(Checkpoint.objects.filter(session=session).values_list("seq", flat=True))
+    assert seqs == list(range(1, 121))
+    session.refresh_from_db()
+    assert session.last_seq == 120 and session.head.seq == 120
+    # every checkpoint's parent is the one before it: a single unbroken branch
+    by_seq = {c.seq: c for c in Checkpoint.objects.filter(session=session)}
+    assert all(by_seq[n].parent_id == by_seq[n - 1].pk for n in range(2, 121))
+    store.cache.clear()
+    for checkpoint in by_seq.values():
+        assert store.load_state(checkpoint.root)["pad"] == "p" * 3000
+
+
+def test_restore_adds_a_checkpoint_sharing_the_target_state(make_session, make_checkpoint):
+    session = make_session()
+    made = [make_checkpoint(session, {"n": i, "blob": "b" * 10_000}) for i in range(4)]
+    chunks = Chunk.objects.count()
+    restored = services.restore_checkpoint(made[1], actor=OPERATOR, reason="drifted after step 2")
+    session.refresh_from_db()
+    assert (restored.kind, restored.parent_id, restored.seq) == (CheckpointKind.RESTORE, made[1].pk, 5)
+    assert bytes(restored.root) == bytes(made[1].root) and restored.stored_bytes == 0
+    assert session.head_id == restored.pk and session.restore_generation == 1
+    assert Chunk.objects.count() == chunks
+    assert Checkpoint.objects.filter(session=session).count() == 5  # later checkpoints are kept
+    event = AuditEvent.objects.get(action="restore")
+    assert (event.actor, event.reason, event.checkpoint_id) == ("alice", "drifted after step 2", restored.pk)
+    assert event.details["previous_head"] == made[3].pk
+
+
+def test_the_next_checkpoint_after_a_restore_branches_from_it(make_session, make_checkpoint):
+    session = make_session()
+    made = [make_checkpoint(session, {"n": i}) for i in range(3)]
+    restored = services.restore_checkpoint(made[0], actor=OPERATOR)
+    session.refresh_from_db()
+    after = make_checkpoint(session, {"n": 0, "retry": True})
+    assert after.parent_id == restored.pk
+    assert store.load_state(after.root) == {"n": 0, "retry": True}
+
+
+def test_undo_restores_the_previous_head(make_session, make_checkpoint):
+    session = make_session()
+    made = [make_checkpoint(session, {"n": i}) for i in range(3)]
+    services.restore_checkpoint(made[0], actor=OPERATOR)
+    session.refresh_from_db()
+    undone = services.undo_restore(session, actor=OPERATOR)
+    session.refresh_from_db()
+    assert undone.parent_id == made[2].pk and session.head_id == undone.pk
+    assert session.restore_generation == 2
+    assert AuditEvent.objects.filter(action="restore").count() == 2
+
+
+def test_undo_without_a_restore_is_refused(make_session, make_checkpoint):
+    session = make_session()
+    make_checkpoint(session, {"n": 1})
+    session.refresh_from_db()
+    with pytest.raises(services.NothingToUndo):
+        services.undo_restore(session, actor=OPERATOR)
+
+
+def test_fork_is_a_new_session_sharing_the_root_without_copying(make_session, make_checkpoint):
+    session = make_session()
+    made = [make_checkpoint(session, {"n": i, "blob": "b" * 20_000}) for i in range(3)]
+    chunks = Chunk.objects.count()
+    fork = services.fork_session(made[1], actor=OPERATOR, title="Try another plan")
+    assert fork.forked_from_id == made[1].pk and fork.external_id == "run-1-fork-1"
+    first = fork.checkpoints.get()
+    assert (first.seq, first.kind) == (1, CheckpointKind.FORK)
+    assert bytes(first.root) == bytes(made[1].root)
+    assert Chunk.objects.count() == chunks
+    assert AuditEvent.objects.filter(action="fork", session=session).exists()
+    second = services.fork_session(made[1], actor=OPERATOR)
+    assert second.external_id == "run-1-fork-2"
+
+
+def test_pinning_is_audited_once(make_session, make_checkpoint):
+    checkpoint = make_checkpoint(make_session(), {"n": 1})
+    services.pin_checkpoint(checkpoint, actor=OPERATOR)
+    services.pin_checkpoint(checkpoint, actor=OPERATOR)
+    checkpoint.refresh_from_db()
+    assert checkpoint.pinned
+    assert AuditEvent.objects.filter(action="pin").count() == 1
+
+
+def test_summary_reports_counts_span_and_sizes(make_session, make_checkpoint):
+    session = make_session()
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    for i, (name, kind) in enumerate([("task_started", "step"), ("tick", "routine"), ("tick", "routine")]):
+        make_checkpoint(session, {"i": i}, name=name, kind=kind, created_at=start + timedelta(hours=i))
+    summary = services.session_summary(session)
+    assert summary["checkpoint_count"] == 3
+    assert summary["by_name"] == {"task_started": 1, "tick": 2}
+    assert summary["by_kind"] == {"step": 1, "routine": 2}
+    assert summary["duration_seconds"] == 7200
+    assert summary["first"].name == "task_started" and summary["last"].seq == 3
+
+
+def test_diff_across_a_fork(make_session, make_checkpoint):
+    session = make_session()
+    source = make_checkpoint(session, {"plan": "A", "log": ["start"]})
+    fork = services.fork_session(source, actor=OPERATOR)
+    later = make_checkpoint(fork, {"plan": "B", "log": ["start", "switched"]})
+    result = services.diff_checkpoints(source, later)
+    assert result.summary == "1 changed, 1 added, 1 list item appended"
