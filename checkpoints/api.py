@@ -6,7 +6,7 @@ Bad input gets a 4xx with {"detail": …} and writes nothing.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import orjson
@@ -106,8 +106,12 @@ class Strict(Schema):
     model_config = ConfigDict(extra="forbid")
 
 
+# A session id is one URL path segment: "/" would make it unreachable.
+EXTERNAL_ID = r"^[^/]+$"
+
+
 class SessionIn(Strict):
-    external_id: str = Field(min_length=1, max_length=200)
+    external_id: str = Field(min_length=1, max_length=200, pattern=EXTERNAL_ID)
     agent: str = Field(min_length=1, max_length=200)
     title: str | None = Field(default=None, max_length=300)
     execution_mode: str | None = Field(default=None, max_length=50)
@@ -128,7 +132,10 @@ class CheckpointIn(Strict):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     def to_input(self) -> services.CheckpointInput:
-        return services.CheckpointInput(**self.model_dump(exclude={"session"}))
+        fields = self.model_dump(exclude={"session"})
+        if fields["created_at"] is not None and fields["created_at"].tzinfo is None:
+            fields["created_at"] = fields["created_at"].replace(tzinfo=UTC)  # agents' naive clocks are UTC
+        return services.CheckpointInput(**fields)
 
 
 class BatchCheckpointIn(CheckpointIn):
@@ -145,11 +152,17 @@ class RestoreIn(Strict):
 
 class ForkIn(Strict):
     title: str = Field(default="", max_length=300)
-    external_id: str = Field(default="", max_length=200)
+    external_id: str = Field(default="", max_length=200, pattern=r"^[^/]*$")
 
 
 class LiveStateIn(Strict):
     state: Any
+
+
+class LiveStateOut(Schema):
+    session: str
+    received_at: datetime
+    live_root: str
 
 
 class CheckpointOut(Schema):
@@ -376,12 +389,12 @@ def resume(request: HttpRequest, external_id: str) -> Any:
     return _with_state(data, session.head.root)
 
 
-@api.put("/sessions/{external_id}/live-state", response={200: Detail, **ERRORS}, tags=["sessions"])
+@api.put("/sessions/{external_id}/live-state", response={200: LiveStateOut, **ERRORS}, tags=["sessions"])
 def put_live_state(request: HttpRequest, external_id: str, payload: LiveStateIn) -> Any:
     """Heartbeat with the agent's current state; routine checkpoints are taken from it."""
     _require_write(request)
     session = services.record_live_state(_session(request, external_id), state=payload.state)
-    return {"detail": {"received_at": session.live_state_at, "live_root": bytes(session.live_root).hex()}}
+    return {"session": external_id, "received_at": session.live_state_at, "live_root": bytes(session.live_root).hex()}
 
 
 # ---- checkpoints -----------------------------------------------------------------------------
@@ -415,7 +428,8 @@ def create_batch(request: HttpRequest, payload: BatchIn) -> Any:
         grouped[item.session].append(item.to_input())
     results = services.ingest_checkpoints([(sessions[name], items) for name, items in grouped.items()])
     created = sum(1 for _, was_created in results if was_created)
-    rows = [{"id": c.pk, "session": c.session.external_id, "seq": c.seq, "created": new} for c, new in results]
+    names = {s.pk: name for name, s in sessions.items()}
+    rows = [{"id": c.pk, "session": names[c.session_id], "seq": c.seq, "created": new} for c, new in results]
     return _json({"created": created, "existing": len(results) - created, "checkpoints": rows}, status=201)
 
 

@@ -193,6 +193,7 @@ def ingest_checkpoints(
     """
     now = now or timezone.now()
     results: list[tuple[Checkpoint, bool]] = []
+    repeats: list[tuple[int, int]] = []
     with transaction.atomic():
         batch = store.ChunkBatch()
         planned: list[tuple[AgentSession, list[tuple[int, CheckpointInput, store.Saved]]]] = []
@@ -200,10 +201,17 @@ def ingest_checkpoints(
             existing = _existing_by_key(session, [item.idempotency_key for item in items])
             base = _head_root(session)
             new: list[tuple[int, CheckpointInput, store.Saved]] = []
+            first_with_key: dict[str, int] = {}
             for item in items:
                 if item.idempotency_key in existing:
                     results.append((existing[item.idempotency_key], False))
                     continue
+                if item.idempotency_key in first_with_key:  # repeated within this batch
+                    repeats.append((len(results), first_with_key[item.idempotency_key]))
+                    results.append((None, False))  # type: ignore[arg-type]
+                    continue
+                if item.idempotency_key:
+                    first_with_key[item.idempotency_key] = len(results)
                 try:
                     saved = store.save_state(item.state, base=base, batch=batch)
                 except InvalidJSON as exc:
@@ -216,6 +224,8 @@ def ingest_checkpoints(
         for session, new in planned:
             for position, checkpoint, created in _insert_checkpoints(session, new, now):
                 results[position] = (checkpoint, created)
+    for position, first in repeats:
+        results[position] = (results[first][0], False)
     return results
 
 
@@ -223,7 +233,7 @@ def _existing_by_key(session: AgentSession, keys: list[str]) -> dict[str, Checkp
     wanted = {key for key in keys if key}
     if not wanted:
         return {}
-    found = Checkpoint.objects.filter(session=session, idempotency_key__in=wanted)
+    found = Checkpoint.objects.filter(session=session, idempotency_key__in=wanted).select_related("session")
     return {checkpoint.idempotency_key: checkpoint for checkpoint in found}
 
 

@@ -254,7 +254,12 @@ def save_state(
 def _save(state: Any, base: bytes | None, batch: ChunkBatch, max_depth: int) -> Saved:
     encoded, big = jsoncodec.encode(state)
     state_hash = digest(encoded)
-    parent = _entry(base) if base is not None else None
+    parent = None
+    if base is not None:
+        try:
+            parent = _entry(base)
+        except StateNotFound:  # an unreadable parent must not block new checkpoints: store whole
+            base = None
     if parent is not None and base is not None:
         if parent.state_hash == state_hash:
             return Saved(base, state_hash, len(encoded), 0)

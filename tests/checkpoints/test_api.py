@@ -378,3 +378,19 @@ def test_openapi_schema_describes_the_endpoints(client):
     paths = orjson.loads(response.content)["paths"]
     assert "/api/v1/sessions/{external_id}/checkpoints" in paths
     assert "/api/v1/checkpoints/{checkpoint_id}/restore" in paths
+
+
+def test_a_naive_created_at_is_taken_as_utc(session, api):
+    body = create(api, {}, created_at="2026-03-02T08:00:00").json()
+    assert body["created_at"].startswith("2026-03-02T08:00:00") and body["created_at"].endswith(("Z", "+00:00"))
+
+
+def test_an_unknown_api_url_gets_a_json_404(api):
+    response = api.get("/no/such/thing")
+    assert response.status_code == 404
+    assert response.json()["detail"].startswith("no such endpoint")
+
+
+def test_a_session_id_with_a_slash_is_refused(api):
+    assert api.post("/sessions", {"external_id": "team/run", "agent": "a"}).status_code == 422
+    assert AgentSession.objects.count() == 0

@@ -273,3 +273,9 @@ def test_diff_skips_shared_subtrees_without_comparing_them():
     result = diff.diff_states(before, after)
     assert [e.path_text for e in result.entries] == ["memory.goal"]
     assert result.stats.descents == 2
+
+
+def test_a_missing_parent_state_does_not_block_the_next_checkpoint(db):
+    saved = store.save_state({"n": 1}, base=b"\x01" * 16)
+    store.cache.clear()
+    assert store.load_state(saved.root) == {"n": 1}
