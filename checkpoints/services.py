@@ -79,6 +79,7 @@ def record_audit(
     target: str = "",
     reason: str = "",
     details: dict[str, Any] | None = None,
+    now: datetime | None = None,
 ) -> AuditEvent:
     if project is None and session is not None:
         project = session.project
@@ -93,6 +94,7 @@ def record_audit(
         target=target or (str(checkpoint) if checkpoint else str(session) if session else ""),
         reason=reason,
         details=details or {},
+        created_at=now or timezone.now(),
     )
 
 
@@ -238,7 +240,8 @@ def _existing_by_key(session: AgentSession, keys: list[str]) -> dict[str, Checkp
 
 
 def _head_root(session: AgentSession) -> bytes | None:
-    root = Checkpoint.objects.filter(pk=session.head_id).values_list("root", flat=True).first()
+    """The current head's root, read fresh: the caller's session object may predate a restore."""
+    root = AgentSession.objects.filter(pk=session.pk).values_list("head__root", flat=True).first()
     return bytes(root) if root is not None else None
 
 
@@ -368,6 +371,7 @@ def restore_checkpoint(
         target=f"{session} #{checkpoint.seq}",
         reason=reason,
         details={"target_seq": checkpoint.seq, "previous_head": previous_head, "new_seq": restored.seq},
+        now=now,
     )
     return restored
 
@@ -440,6 +444,7 @@ def fork_session(
         checkpoint=checkpoint,
         target=f"{source} #{checkpoint.seq} → {fork.external_id}",
         details={"fork_session": fork.external_id, "fork_session_id": fork.pk},
+        now=now,
     )
     return fork
 

@@ -1,0 +1,150 @@
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from checkpoints import store
+from checkpoints.models import (
+    AgentOutput,
+    AgentSession,
+    AlertState,
+    Checkpoint,
+    CheckpointKind,
+    CheckpointStatus,
+    DriftAlert,
+    Phase,
+    PhaseFeedback,
+    PhaseStatus,
+    Project,
+    SessionStatus,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def seed(*args: str) -> str:
+    out = StringIO()
+    call_command("seed_demo", "--small", *args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+@pytest.fixture
+def seeded() -> str:
+    return seed()
+
+
+def test_seed_fills_an_empty_database_without_force(seeded):
+    assert "Seeded" in seeded
+    assert Project.objects.count() >= 3
+    assert {"research-agents", "support-bots", "data-pipeline"} <= set(Project.objects.values_list("slug", flat=True))
+    assert AgentSession.objects.count() >= 6
+    assert Checkpoint.objects.count() >= 100
+
+
+def test_summary_names_projects_sessions_checkpoints_and_time(seeded):
+    sessions, checkpoints = AgentSession.objects.count(), Checkpoint.objects.count()
+    assert f"{sessions} sessions" in seeded
+    assert f"{checkpoints} checkpoints" in seeded
+    assert " s." in seeded
+
+
+def test_every_checkpoint_state_loads(seeded):
+    for checkpoint in Checkpoint.objects.all():
+        assert isinstance(store.load_state(bytes(checkpoint.root)), dict)
+
+
+def test_transcripts_grow_along_a_session(seeded):
+    grown = 0
+    for session in AgentSession.objects.filter(forked_from__isnull=True):
+        first = session.checkpoints.order_by("seq").first()
+        last = session.checkpoints.order_by("-seq").first()
+        first_state, last_state = store.load_state(bytes(first.root)), store.load_state(bytes(last.root))
+        if "messages" not in last_state:
+            continue
+        assert len(last_state["messages"]) > len(first_state["messages"])
+        grown += 1
+    assert grown >= 5
+
+
+def test_agent_states_carry_tool_calls_memory_and_progress(seeded):
+    session = AgentSession.objects.get(external_id="patchwright-batch-ingest")
+    state = store.load_state(bytes(session.head.root))
+    assert {"role", "content"} <= set(state["messages"][-2])
+    call = state["tool_calls"][-1]
+    assert {"tool_name", "arguments", "result", "success"} <= set(call)
+    assert 20 <= len(state["memory"]) <= 50
+    assert 0 <= state["task"]["progress"] <= 100
+
+
+def test_checkpoints_have_kinds_names_and_increasing_times(seeded):
+    kinds = set(Checkpoint.objects.values_list("kind", flat=True))
+    assert {CheckpointKind.STEP, CheckpointKind.ROUTINE, CheckpointKind.RECOVERY, CheckpointKind.PRE_OPERATION} <= kinds
+    assert {CheckpointKind.FORK, CheckpointKind.RESTORE, CheckpointKind.PHASE} <= kinds
+    assert Checkpoint.objects.filter(name="task_started").exists()
+    for session in AgentSession.objects.all():
+        times = list(session.checkpoints.order_by("seq").values_list("created_at", flat=True))
+        assert times == sorted(times), session.external_id
+
+
+def test_a_fork_starts_from_its_source_state(seeded):
+    fork = AgentSession.objects.exclude(forked_from=None).get()
+    first = fork.checkpoints.get(seq=1)
+    assert first.kind == CheckpointKind.FORK
+    assert bytes(first.root) == bytes(fork.forked_from.root)
+    assert fork.checkpoints.count() > 1
+    assert fork.head.seq > 1
+
+
+def test_after_a_restore_the_session_goes_on(seeded):
+    restored = Checkpoint.objects.get(kind=CheckpointKind.RESTORE)
+    session = restored.session
+    assert bytes(restored.root) == bytes(restored.parent.root)
+    assert session.head.seq > restored.seq
+    assert session.checkpoints.filter(seq=restored.seq + 1, parent=restored).exists()
+    assert session.restore_generation == 1
+
+
+def test_a_failed_and_a_halted_session_say_why(seeded):
+    failed = AgentSession.objects.get(status=SessionStatus.FAILED)
+    assert failed.head.status == CheckpointStatus.FAILED
+    assert "No space left on device" in failed.head.status_reason
+    halted = AgentSession.objects.get(status=SessionStatus.HALTED)
+    assert halted.head.status == CheckpointStatus.HALTED
+    assert halted.head.status_reason.startswith("loop detector:")
+
+
+def test_a_phased_session_has_phases_outputs_and_feedback(seeded):
+    session = AgentSession.objects.get(execution_mode="mvp")
+    phases = list(Phase.objects.filter(session=session).order_by("number"))
+    assert [phase.number for phase in phases] == [1, 2, 3, 6, 7]
+    assert phases[0].name == "Concept Expansion" and phases[-1].name == "Final Synthesis"
+    assert phases[0].status == PhaseStatus.COMPLETED and phases[0].duration and phases[0].cost > 0
+    assert phases[-1].status == PhaseStatus.PENDING
+    assert AgentOutput.objects.filter(phase__session=session).exclude(content="").count() >= 4
+    assert "## Key findings" in AgentOutput.objects.filter(phase=phases[0]).get().content
+    assert PhaseFeedback.objects.filter(phase__session=session, approved=True).exists()
+    assert session.checkpoints.filter(kind=CheckpointKind.PHASE, phase=3).exists()
+
+
+def test_drift_alerts_point_at_an_earlier_good_checkpoint(seeded):
+    alerts = DriftAlert.objects.filter(state=AlertState.OPEN)
+    assert {"repetition", "stalled"} <= set(alerts.values_list("kind", flat=True))
+    for alert in alerts:
+        assert alert.last_good.session_id == alert.session_id
+        assert alert.last_good.seq < alert.checkpoint.seq
+
+
+def test_second_run_refuses_and_changes_nothing(seeded):
+    counts = (AgentSession.objects.count(), Checkpoint.objects.count(), Phase.objects.count())
+    output = seed()
+    assert "already has" in output and "--force" in output
+    assert (AgentSession.objects.count(), Checkpoint.objects.count(), Phase.objects.count()) == counts
+
+
+def test_force_adds_beside_existing_sessions(seeded):
+    sessions = AgentSession.objects.count()
+    seed("--force")
+    assert AgentSession.objects.count() == 2 * sessions
+    assert AgentSession.objects.filter(external_id="patchwright-batch-ingest-2").exists()
