@@ -353,7 +353,7 @@ def _with_state(data: dict[str, Any], root: bytes) -> HttpResponse:
 
 
 @api.post("/sessions", response={200: SessionOut, 201: SessionOut, **ERRORS}, tags=["sessions"])
-def put_session(request: HttpRequest, payload: SessionIn) -> Any:
+def create_or_update_session(request: HttpRequest, payload: SessionIn) -> Any:
     """Create a session, or update the given fields of an existing one (200)."""
     _require_write(request)
     session, created = services.upsert_session(_token(request).project, **payload.model_dump())

@@ -29,7 +29,8 @@ class Command(BaseCommand):
             ],
         }  # fmt: skip
         processes = {name: subprocess.Popen(cmd, cwd=settings.BASE_DIR) for name, cmd in commands.items()}
-        self.stdout.write(f"Started {', '.join(f'{n} (pid {p.pid})' for n, p in processes.items())}. Ctrl-C stops all.")
+        started = ", ".join(f"{name} (pid {process.pid})" for name, process in processes.items())
+        self.stdout.write(f"Console at http://{options['host']}:{options['port']}/ — started {started}. Ctrl-C stops all.")
         try:
             while all(p.poll() is None for p in processes.values()):
                 time.sleep(0.5)
