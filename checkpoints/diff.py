@@ -90,6 +90,14 @@ def _walk_list(a: list, b: list, path: Path, strict: bool, stats: WalkStats) -> 
         prefix = 0
         while prefix < shortest and _equal(a[prefix], b[prefix], strict):
             prefix += 1
+    if prefix == 0 and len_a and len_b:
+        shift = _front_shift(a, b, strict)
+        if shift:  # a window that drops its oldest items and appends new ones
+            kept = len_a - shift
+            yield ("splice", path, 0, a[:shift], [])
+            if len_b > kept:
+                yield ("splice", path, kept, [], b[kept:])
+            return
     suffix = 0
     while suffix < shortest - prefix and _equal(a[len_a - 1 - suffix], b[len_b - 1 - suffix], strict):
         suffix += 1
@@ -101,6 +109,29 @@ def _walk_list(a: list, b: list, path: Path, strict: bool, stats: WalkStats) -> 
                 yield from _descend(old, new, (*path, prefix + offset), strict, stats)
     elif removed or inserted:
         yield ("splice", path, prefix, removed, inserted)
+
+
+_SHIFT_CANDIDATES = 8
+
+
+def _front_shift(a: list, b: list, strict: bool) -> int:
+    """k > 0 when `b` starts with `a[k:]` (items dropped at the front), else 0."""
+    first, tried = b[0], 0
+    for k in range(1, len(a)):
+        if _equal(a[k], first, strict):
+            rest = a[k:]
+            head = b[: len(rest)]
+            same = (
+                rest == head
+                if not strict
+                else len(head) == len(rest) and all(map(_equal, rest, head, [True] * len(rest)))
+            )
+            if same:
+                return k
+            tried += 1
+            if tried == _SHIFT_CANDIDATES:
+                break
+    return 0
 
 
 def to_ops(changes: Iterator[Change]) -> list[list[Any]]:
@@ -243,16 +274,16 @@ def diff_states(a: Any, b: Any) -> Diff:
             entries.append(DiffEntry("removed", change[1], old=change[2]))
         else:
             _, path, start, removed, inserted = change
-            appended = start + len(removed) == _length_before(a, path)
+            appended = not removed and start + len(inserted) == _length_at(b, path)
             for offset, old in enumerate(removed):
                 entries.append(DiffEntry("removed", (*path, start + offset), old=old, list_op="removed"))
             for offset, new in enumerate(inserted):
-                list_op = "appended" if appended and not removed else "inserted"
+                list_op = "appended" if appended else "inserted"
                 entries.append(DiffEntry("added", (*path, start + offset), new=new, list_op=list_op))
     return Diff(entries=entries, stats=stats)
 
 
-def _length_before(state: Any, path: Path) -> int:
+def _length_at(state: Any, path: Path) -> int:
     node = state
     for part in path:
         node = node[part]

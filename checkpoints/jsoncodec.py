@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from typing import Any
 
 import orjson
 
-_BIG_INT_HINT = re.compile(rb"[0-9]{19}")
+# Any run of 19 digits might be an integer beyond 64 bits. Mapping digits to "0" and searching for
+# nineteen of them is ~15x faster than a regular expression on a 2 MB body.
+_DIGITS_TO_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
+_NINETEEN_ZEROS = b"0" * 19
+
+
+def _may_hold_big_integers(data: bytes) -> bool:
+    return _NINETEEN_ZEROS in data.translate(_DIGITS_TO_ZERO)
 
 
 class InvalidJSON(ValueError):
@@ -54,7 +60,7 @@ def loads(data: bytes | str, *, exact: bool | None = None) -> Any:
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogatepass")
     if exact is None:
-        exact = _BIG_INT_HINT.search(data) is not None
+        exact = _may_hold_big_integers(data)
     try:
         if not exact:
             return orjson.loads(data)

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
-from django.db.models import Count, Max, Min, Sum
+from django.db.models import Count, Max, Min, OuterRef, Subquery, Sum
 from django.utils import timezone
 
 from . import store
@@ -240,7 +240,13 @@ def _existing_by_key(session: AgentSession, keys: list[str]) -> dict[str, Checkp
 
 
 def _head_root(session: AgentSession) -> bytes | None:
-    """The current head's root, read fresh: the caller's session object may predate a restore."""
+    """The root to store the next state against: the session's head.
+
+    Any stored root is a correct base (a patch names its base); the head is merely the likeliest to
+    be close. A head already loaded with the session (the API loads it) saves a query.
+    """
+    if AgentSession.head.is_cached(session):
+        return bytes(session.head.root) if session.head is not None else None
     root = AgentSession.objects.filter(pk=session.pk).values_list("head__root", flat=True).first()
     return bytes(root) if root is not None else None
 
@@ -290,10 +296,11 @@ def _insert_checkpoints(
         return results
     rows[0].parent_id = locked.head_id
     Checkpoint.objects.bulk_create(rows, batch_size=500)
-    if len(rows) > 1:
-        for previous, row in zip(rows, rows[1:], strict=False):
-            row.parent_id = previous.pk
-        Checkpoint.objects.bulk_update(rows[1:], ["parent"], batch_size=500)
+    if len(rows) > 1:  # each new checkpoint's parent is the one before it, in one statement
+        previous = Checkpoint.objects.filter(session=locked, seq=OuterRef("seq") - 1).values("pk")[:1]
+        Checkpoint.objects.filter(session=locked, seq__gt=rows[0].seq, seq__lte=seq).update(parent=Subquery(previous))
+        for before, row in zip(rows, rows[1:], strict=False):
+            row.parent_id = before.pk
     AgentSession.objects.filter(pk=locked.pk).update(
         last_seq=seq, head=rows[-1], status=status, updated_at=now, last_seen_at=now
     )

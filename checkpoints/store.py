@@ -48,6 +48,8 @@ LEAF_MAX = 4 * LEAF_TARGET
 FANOUT = 32
 _QUERY_BATCH = 500
 _HEADER = 6
+_LEVEL = 6
+PATCH_CONTEXT = 4  # how many earlier patches serve as a patch's compression dictionary
 
 _compressor = threading.local()
 
@@ -64,7 +66,7 @@ def digest(data: bytes) -> bytes:
 def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
     pair = getattr(_compressor, "pair", None)
     if pair is None:
-        pair = (zstandard.ZstdCompressor(level=6), zstandard.ZstdDecompressor())
+        pair = (zstandard.ZstdCompressor(level=_LEVEL), zstandard.ZstdDecompressor())
         _compressor.pair = pair
     return pair
 
@@ -84,8 +86,13 @@ class Saved:
 @dataclass(frozen=True)
 class _Entry:
     state: Any  # shared and read-only: copy before changing
-    state_hash: bytes
+    state_hash: bytes | None  # None when read back: hashing 2 MB is not worth it on the read path
     depth: int
+    context: tuple[bytes, ...] = ()  # raw bytes of the newest patches on this chain, newest first
+
+
+def _dictionary(context: tuple[bytes, ...]) -> zstandard.ZstdCompressionDict:
+    return zstandard.ZstdCompressionDict(b"".join(reversed(context)), dict_type=zstandard.DICT_TYPE_RAWCONTENT)
 
 
 class _StateCache:
@@ -204,7 +211,22 @@ class ChunkBatch:
     def __init__(self) -> None:
         self.pending: dict[bytes, Any] = {}
 
-    def add(self, nodes: dict[bytes, bytes], *, base: bytes | None = None, check_existing: bool = True) -> int:
+    def add_patch(self, key: bytes, raw: bytes, *, base: bytes, context: tuple[bytes, ...]) -> int:
+        """Queue a patch, compressed with the patches before it as dictionary; return its size.
+
+        Consecutive patches of one agent share words, names and structure: with the previous few
+        as a zstd dictionary a patch shrinks by about a third. Reading needs those patches anyway
+        (they are on the chain to the keyframe), so this adds no dependency.
+        """
+        from .models import Chunk
+
+        frame = zstandard.ZstdCompressor(level=_LEVEL, dict_data=_dictionary(context)) if context else _zstd()[0]
+        data = bytes([len(context)]) + frame.compress(raw)
+        chunk = Chunk(hash=key, data=data, raw_size=len(raw), base=base, created_at=timezone.now())
+        self.pending[key] = chunk
+        return len(data)
+
+    def add(self, nodes: dict[bytes, bytes], *, check_existing: bool = True) -> int:
         """Queue the nodes not stored yet; return the compressed bytes they add."""
         from .models import Chunk
 
@@ -222,8 +244,8 @@ class ChunkBatch:
             if key in existing:
                 continue
             raw = nodes[key]
-            data = compressor.compress(raw)
-            self.pending[key] = Chunk(hash=key, data=data, raw_size=len(raw), base=base, created_at=now)
+            data = b"\x00" + compressor.compress(raw)
+            self.pending[key] = Chunk(hash=key, data=data, raw_size=len(raw), created_at=now)
             added += len(data)
         return added
 
@@ -269,15 +291,20 @@ def _save(state: Any, base: bytes | None, batch: ChunkBatch, max_depth: int) -> 
                 jsoncodec.check_value(op[-1], max_depth=max_depth, depth=len(op[1]))
         payload, patch_big = jsoncodec.encode([parent.depth + 1, ops])
         own_copy = diff.apply_ops(parent.state, jsoncodec.loads(payload, exact=patch_big)[1])
-        if digest(jsoncodec.canonical(own_copy)) == state_hash:
+        # The walk compares with `==`, blind to 1 vs true vs 1.0; the canonical bytes are not.
+        if jsoncodec.canonical(own_copy) == encoded:
+            if not ops:
+                cache.put(base, _Entry(parent.state, state_hash, parent.depth, parent.context))
+                return Saved(base, state_hash, len(encoded), 0)
             if parent.depth + 1 < settings.CHECKPOINT_KEYFRAME_INTERVAL and len(payload) * 2 < len(encoded):
                 raw = _node(b"P", [base], payload, patch_big)
                 root = digest(raw)
                 # A patch's digest covers its base and its change: no need to ask whether it exists.
-                stored = batch.add({root: raw}, base=base, check_existing=False)
-                cache.put(root, _Entry(own_copy, state_hash, parent.depth + 1))
+                stored = batch.add_patch(root, raw, base=base, context=parent.context)
+                context = (raw, *parent.context[: PATCH_CONTEXT - 1])
+                cache.put(root, _Entry(own_copy, state_hash, parent.depth + 1, context))
                 return Saved(root, state_hash, len(encoded), stored)
-        else:  # `==` saw 1 and True as equal somewhere: store the state whole
+        else:  # store the state whole, exactly as given
             jsoncodec.check_value(state, max_depth=max_depth)
             own_copy = jsoncodec.loads(encoded, exact=big)
     else:
@@ -334,8 +361,21 @@ class _Node:
     payload: Any
 
 
-def _parse(compressed: bytes) -> _Node:
-    raw = _zstd()[1].decompress(compressed)
+def _decompress(data: bytes, context: tuple[bytes, ...] = ()) -> bytes:
+    """A chunk is one byte n (0, or how many earlier patches form its dictionary) and a zstd frame."""
+    used = data[0]
+    if not used:
+        return _zstd()[1].decompress(data[1:])
+    if len(context) < used:
+        raise StateNotFound("a patch's compression context is missing from its chain")
+    return zstandard.ZstdDecompressor(dict_data=_dictionary(context[:used])).decompress(data[1:])
+
+
+def _parse(data: bytes, context: tuple[bytes, ...] = ()) -> _Node:
+    return _parse_raw(_decompress(data, context))
+
+
+def _parse_raw(raw: bytes) -> _Node:
     kind, big = raw[:1], raw[1:2] == b"s"
     count = int.from_bytes(raw[2:_HEADER], "big")
     end = _HEADER + count * DIGEST_SIZE
@@ -377,34 +417,40 @@ def _assemble(key: bytes, nodes: dict[bytes, _Node]) -> Any:
     }
 
 
-def _entry(root: bytes) -> _Entry:
+def _entry(root: bytes, *, keep: bool = True) -> _Entry:
     entry = cache.get(root)
-    if entry is not None:
-        return entry
+    if entry is None:
+        entry = _materialise(root)
+        if keep:
+            cache.put(root, entry)
+    return entry
+
+
+def _materialise(root: bytes) -> _Entry:
+    """Walk the chain down to a cached state or the keyframe, then replay the patches upwards."""
     chain = _fetch_chain(root)
     if not chain:
         raise StateNotFound(f"no state stored under {root.hex()}")
-    patches: list[_Node] = []
+    pending: list[bytes] = []
     start: _Entry | None = None
     for key, data in chain:
         start = cache.get(key)
         if start is not None:
             break
-        node = _parse(data)
-        if node.kind != b"P":
-            state = _load_tree(key, node)
-            start = _Entry(state, digest(jsoncodec.canonical(state)), 0)
-            break
-        patches.append(node)
+        if data[0] == 0:
+            node = _parse(data)
+            if node.kind != b"P":
+                start = _Entry(_load_tree(key, node), None, 0)
+                break
+        pending.append(data)
     if start is None:
         raise StateNotFound(f"the patch chain of {root.hex()} has no keyframe")
-    state = start.state
-    for node in reversed(patches):
-        state = diff.apply_ops(state, node.payload[1])
-    depth = start.depth + len(patches)
-    entry = _Entry(state, digest(jsoncodec.canonical(state)) if patches else start.state_hash, depth)
-    cache.put(root, entry)
-    return entry
+    state, context = start.state, start.context
+    for data in reversed(pending):
+        raw = _decompress(data, context)
+        state = diff.apply_ops(state, _parse_raw(raw).payload[1])
+        context = (raw, *context[: PATCH_CONTEXT - 1])
+    return _Entry(state, None if pending else start.state_hash, start.depth + len(pending), context)
 
 
 def load_shared(root: bytes) -> Any:
@@ -414,7 +460,11 @@ def load_shared(root: bytes) -> Any:
 
 def load_state(root: bytes) -> Any:
     """The state under `root` as a fresh object the caller may change."""
-    encoded, big = jsoncodec.encode(load_shared(root))
+    root = bytes(root)
+    cached = cache.get(root)
+    if cached is None:  # freshly built from the store: nobody else holds it, so no copy is needed
+        return _entry(root, keep=False).state
+    encoded, big = jsoncodec.encode(cached.state)
     return jsoncodec.loads(encoded, exact=big)
 
 

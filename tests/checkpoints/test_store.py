@@ -166,13 +166,29 @@ def test_patch_chains_are_cut_by_a_keyframe(db, settings):
     settings.CHECKPOINT_KEYFRAME_INTERVAL = 8
     state: dict[str, Any] = {"log": [], "pad": "p" * 20_000}
     root = None
-    kinds = []
+    chain_lengths = []
     for i in range(20):
         state["log"].append(f"entry {i}")
         root = store.save_state(state, base=root).root
-        kinds.append(store._fetch_chain(root)[0][1] and store._parse(store._fetch_chain(root)[0][1]).kind)
-    assert kinds.count(b"P") < 20
-    assert len(store._fetch_chain(root)) <= 8
+        chain_lengths.append(len(store._fetch_chain(root)))
+    assert chain_lengths[:9] == [1, 2, 3, 4, 5, 6, 7, 8, 1]
+    assert max(chain_lengths) == 8
+    store.cache.clear()
+    assert store.load_state(root) == state
+
+
+def test_patches_compress_against_the_patches_before_them(db):
+    rng = random.Random(3)
+    state: dict[str, Any] = {"messages": [], "pad": "p" * 50_000}
+    root, sizes = None, []
+    for _ in range(12):
+        state["messages"].append({"role": "assistant", "content": words(rng, 1500)})
+        saved = store.save_state(state, base=root)
+        root, sizes = saved.root, [*sizes, saved.stored_bytes]
+    # the second patch onwards has earlier patches as dictionary: same vocabulary, fewer bytes
+    assert sum(sizes[6:]) / 6 < 0.9 * sizes[1]
+    store.cache.clear()
+    assert store.load_state(root) == state
 
 
 def test_reading_a_state_costs_one_query_per_tree_level(db, django_assert_max_num_queries):
@@ -279,3 +295,21 @@ def test_a_missing_parent_state_does_not_block_the_next_checkpoint(db):
     saved = store.save_state({"n": 1}, base=b"\x01" * 16)
     store.cache.clear()
     assert store.load_state(saved.root) == {"n": 1}
+
+
+def test_a_sliding_window_is_a_small_patch_not_a_rewrite(db):
+    """A mailbox that keeps its last 8 messages drops one and appends one per step."""
+    mailbox = [{"from": f"agent-{i}", "body": f"message {i} " * 40} for i in range(8)]
+    first = store.save_state({"mailbox": mailbox})
+    slid = {"mailbox": [*mailbox[1:], {"from": "agent-8", "body": "message 8 " * 40}]}
+    ops = diff.to_ops(diff.walk({"mailbox": mailbox}, slid))
+    assert ops == [["l", ["mailbox"], 0, 1, []], ["l", ["mailbox"], 7, 0, [slid["mailbox"][-1]]]]
+    saved = store.save_state(slid, base=first.root)
+    assert saved.stored_bytes < 300
+    store.cache.clear()
+    assert store.load_state(saved.root) == slid
+    changes = diff.diff_states({"mailbox": mailbox}, slid)
+    assert [(e.op, e.path_text, e.list_op) for e in changes.entries] == [
+        ("removed", "mailbox[0]", "removed"),
+        ("added", "mailbox[7]", "appended"),
+    ]

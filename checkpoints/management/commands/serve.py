@@ -30,7 +30,9 @@ class Command(BaseCommand):
         }  # fmt: skip
         processes = {name: subprocess.Popen(cmd, cwd=settings.BASE_DIR) for name, cmd in commands.items()}
         started = ", ".join(f"{name} (pid {process.pid})" for name, process in processes.items())
-        self.stdout.write(f"Console at http://{options['host']}:{options['port']}/ — started {started}. Ctrl-C stops all.")
+        self.stdout.write(
+            f"Console at http://{options['host']}:{options['port']}/ — started {started}. Ctrl-C stops all."
+        )
         try:
             while all(p.poll() is None for p in processes.values()):
                 time.sleep(0.5)
