@@ -316,6 +316,8 @@ def run_reads(report: Report, session: Any) -> None:
 
     latest_object()
     cold = timed(latest_object, before=store.cache.clear)
+    # warm: the state is in this process's cache, as after the agent's last create or an API read
+    latest_json()
     warm = timed(latest_object)
     cold_json = timed(latest_json, before=store.cache.clear)
     # the deepest patch chain: the checkpoint just before the newest keyframe

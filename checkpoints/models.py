@@ -41,7 +41,7 @@ class AgentSessionQuerySet(models.QuerySet["AgentSession"]):
 class AgentSession(models.Model):
     """One agent run. Named so as not to clash with django.contrib.sessions."""
 
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="sessions")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="sessions", db_index=False)
     external_id = models.CharField(max_length=200, help_text="The agent's own session id, unique per project.")
     agent = models.CharField(max_length=200, db_index=True)
     title = models.CharField(max_length=300, blank=True)
@@ -138,7 +138,8 @@ class CheckpointQuerySet(models.QuerySet["Checkpoint"]):
 class Checkpoint(models.Model):
     """An immutable snapshot. Its state lives in the store under `root`; forks and restores share roots."""
 
-    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="checkpoints")
+    # no index of its own: (session, seq) below leads with it
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="checkpoints", db_index=False)
     seq = models.PositiveIntegerField()
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
     name = models.CharField(max_length=200, blank=True)
@@ -227,7 +228,7 @@ class PhaseStatus(models.TextChoices):
 
 
 class Phase(models.Model):
-    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="phases")
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="phases", db_index=False)
     number = models.PositiveIntegerField()
     name = models.CharField(max_length=200)
     status = models.CharField(max_length=20, choices=PhaseStatus.choices, default=PhaseStatus.PENDING)
@@ -280,7 +281,7 @@ class FeedbackAction(models.TextChoices):
 class PhaseFeedback(models.Model):
     """A reviewer's decision on a phase; history is kept and the latest counts."""
 
-    phase = models.ForeignKey(Phase, on_delete=models.CASCADE, related_name="feedback")
+    phase = models.ForeignKey(Phase, on_delete=models.CASCADE, related_name="feedback", db_index=False)
     reviewed = models.BooleanField(default=True)
     approved = models.BooleanField(default=False)
     comments = models.TextField(blank=True)
@@ -333,7 +334,7 @@ class DriftAlertQuerySet(models.QuerySet["DriftAlert"]):
 
 
 class DriftAlert(models.Model):
-    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="alerts")
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="alerts", db_index=False)
     checkpoint = models.ForeignKey(Checkpoint, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     kind = models.CharField(max_length=30, choices=AlertKind.choices)
     severity = models.CharField(max_length=20, choices=AlertSeverity.choices, default=AlertSeverity.WARNING)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -326,6 +327,29 @@ def _chunk_table() -> str:
     return connection.ops.quote_name(Chunk._meta.db_table)
 
 
+def _select(sql: str, params: list[Any]) -> list[tuple[bytes, bytes]]:
+    """Run a chunk query. On PostgreSQL in binary result format: bytea as text is hex, twice the
+    bytes to send and decode (a 2 MB state's leaves: 3.3 ms in text, 1.3 ms in binary)."""
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(sql.replace("= ANY(%s)", f"IN ({', '.join(['%s'] * len(params[0]))})"), _flat(params))
+            return [(bytes(h), bytes(d)) for h, d in cursor.fetchall()]
+    import psycopg
+
+    connection.ensure_connection()
+    started = time.monotonic()
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params, binary=True)
+        rows = [(bytes(h), bytes(d)) for h, d in cursor.fetchall()]
+    if connection.queries_logged:  # keep Django's query counting (tests, debug toolbar) truthful
+        connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
+    return rows
+
+
+def _flat(params: list[Any]) -> list[Any]:
+    return [item for param in params for item in (param if isinstance(param, list) else [param])]
+
+
 def _fetch_chain(root: bytes) -> list[tuple[bytes, bytes]]:
     """The root node and every patch base below it down to its keyframe, newest first, in one query."""
     table = _chunk_table()
@@ -335,19 +359,15 @@ def _fetch_chain(root: bytes) -> list[tuple[bytes, bytes]]:
         f" UNION ALL SELECT c.hash, c.data, c.base, chain.n + 1 FROM {table} c JOIN chain ON c.hash = chain.base"
         f") SELECT hash, data FROM chain ORDER BY n"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [root])
-        return [(bytes(h), bytes(d)) for h, d in cursor.fetchall()]
+    return _select(sql, [root])
 
 
 def _fetch(keys: set[bytes]) -> dict[bytes, bytes]:
-    from .models import Chunk
-
     found: dict[bytes, bytes] = {}
     ordered = list(keys)
+    sql = f"SELECT hash, data FROM {_chunk_table()} WHERE hash = ANY(%s)"
     for start in range(0, len(ordered), _QUERY_BATCH):
-        rows = Chunk.objects.filter(hash__in=ordered[start : start + _QUERY_BATCH]).values_list("hash", "data")
-        found.update((bytes(h), bytes(d)) for h, d in rows)
+        found.update(_select(sql, [ordered[start : start + _QUERY_BATCH]]))
     missing = keys - found.keys()
     if missing:
         raise StateNotFound(f"{len(missing)} store node(s) missing, e.g. {next(iter(missing)).hex()}")
