@@ -62,6 +62,17 @@ def ms(seconds: float) -> float:
     return round(seconds * 1000, 2)
 
 
+def latency_figures(verb: str, window: list[float], latencies: list[float]) -> dict[str, float]:
+    """p50/p95 over the measured window and over the whole run, and the rate."""
+    return {
+        f"{verb}_p50_ms_window": ms(statistics.median(window)),
+        f"{verb}_p95_ms_window": ms(pct(window, 95)),
+        f"{verb}_p50_ms_all": ms(statistics.median(latencies)),
+        f"{verb}_p95_ms_all": ms(pct(latencies, 95)),
+        "checkpoints_per_s": round(len(latencies) / sum(latencies), 1),
+    }
+
+
 def timed(fn: Callable[[], Any], repeat: int = READS, before: Callable[[], None] | None = None) -> list[float]:
     """Run `fn` `repeat` times (calling `before` untimed first each time); return the durations."""
     out = []
@@ -246,11 +257,7 @@ def run_service(report: Report, steps: int, seed: int) -> tuple[Any, AgentSessio
     figures = {
         "steps": steps,
         "window": [window_start, steps],
-        "create_p50_ms_window": ms(statistics.median(w_lat)),
-        "create_p95_ms_window": ms(pct(w_lat, 95)),
-        "create_p50_ms_all": ms(statistics.median(latencies)),
-        "create_p95_ms_all": ms(pct(latencies, 95)),
-        "checkpoints_per_s": round(len(latencies) / sum(latencies), 1),
+        **latency_figures("create", w_lat, latencies),
         "checkpoints_per_s_window": round(len(w_lat) / sum(w_lat), 1),
         "disk_growth_per_checkpoint": {k: round(v, 1) for k, v in growth.items()},
         "payload_stored_bytes_per_checkpoint": sum(r["stored_bytes"] for r in window) / n,
@@ -436,11 +443,7 @@ def run_http(report: Report, url: str, steps: int, seed: int, service_session: A
         resume = f"/api/v1/sessions/{service_session.external_id}/resume"
         resume_times = timed(lambda: api.call("GET", resume))
         report.figures["http"] = {
-            "create_p50_ms_window": ms(statistics.median(window)),
-            "create_p95_ms_window": ms(pct(window, 95)),
-            "create_p50_ms_all": ms(statistics.median(latencies)),
-            "create_p95_ms_all": ms(pct(latencies, 95)),
-            "checkpoints_per_s": round(len(latencies) / sum(latencies), 1),
+            **latency_figures("create", window, latencies),
             "client_encode_p50_ms_window": ms(statistics.median(encode[-WINDOW:])),
             "list_1000_http_p50_ms": ms(statistics.median(list_times)),
             "listed_rows_http": count,
@@ -570,11 +573,7 @@ def run_naive(report: Report, steps: int, seed: int) -> None:
     latest()
     w_lat = latencies[window_start - 1 :]
     report.figures["naive"] = {
-        "put_p50_ms_window": ms(statistics.median(w_lat)),
-        "put_p95_ms_window": ms(pct(w_lat, 95)),
-        "put_p50_ms_all": ms(statistics.median(latencies)),
-        "put_p95_ms_all": ms(pct(latencies, 95)),
-        "checkpoints_per_s": round(len(latencies) / sum(latencies), 1),
+        **latency_figures("put", w_lat, latencies),
         "disk_growth_per_checkpoint": round(growth, 1),
         "gzip_bytes_mean_window": sum(blob_sizes) / len(blob_sizes),
         "raw_bytes_mean_window": sum(raw_sizes) / len(raw_sizes),
