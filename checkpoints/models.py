@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -31,6 +32,10 @@ class SessionStatus(models.TextChoices):
 
 
 class AgentSessionQuerySet(models.QuerySet["AgentSession"]):
+    def visible_to(self, user: Any) -> AgentSessionQuerySet:
+        """Console users with the viewer permission see every project's sessions."""
+        return self if user.has_perm("checkpoints.view_agentsession") else self.none()
+
     def for_project(self, project: Project) -> AgentSessionQuerySet:
         return self.filter(project=project)
 
@@ -72,6 +77,7 @@ class AgentSession(models.Model):
     objects = AgentSessionQuerySet.as_manager()
 
     class Meta:
+        permissions = [("operate_session", "Can restore, fork and pin checkpoints, and undo restores")]
         constraints = [
             models.UniqueConstraint(fields=["project", "external_id"], name="session_external_id_per_project"),
         ]
@@ -294,6 +300,7 @@ class PhaseFeedback(models.Model):
 
     class Meta:
         ordering = ["phase", "-created_at", "-id"]
+        permissions = [("approve_phase", "Can review phases: approve, request changes, skip or reject")]
         indexes = [
             # the agent polls the latest decision of a phase
             models.Index(fields=["phase", "-created_at"], name="feedback_latest"),
@@ -359,6 +366,7 @@ class DriftAlert(models.Model):
     objects = DriftAlertQuerySet.as_manager()
 
     class Meta:
+        permissions = [("triage_alert", "Can acknowledge and resolve drift alerts")]
         constraints = [
             models.UniqueConstraint(
                 fields=["session", "kind"],

@@ -23,11 +23,13 @@ from .diff import Diff, diff_states
 from .jsoncodec import InvalidJSON
 from .models import (
     AgentSession,
+    AlertState,
     ApiToken,
     AuditEvent,
     Checkpoint,
     CheckpointKind,
     CheckpointStatus,
+    DriftAlert,
     Project,
     SessionStatus,
 )
@@ -508,3 +510,57 @@ def session_summary(session: AgentSession) -> dict[str, Any]:
         "last_at": span["last"],
         "duration_seconds": duration,
     }
+
+
+@transaction.atomic
+def acknowledge_alert(alert: DriftAlert, *, actor: Actor, now: datetime | None = None) -> DriftAlert:
+    """Someone is on it: the alert stays visible but stops asking for attention."""
+    now = now or timezone.now()
+    if alert.state == AlertState.OPEN:
+        DriftAlert.objects.filter(pk=alert.pk, state=AlertState.OPEN).update(
+            state=AlertState.ACKNOWLEDGED, acknowledged_by=actor.user, acknowledged_at=now
+        )
+        alert.state, alert.acknowledged_by, alert.acknowledged_at = AlertState.ACKNOWLEDGED, actor.user, now
+        record_audit(actor, "acknowledge", session=alert.session, target=f"{alert.kind} alert #{alert.pk}", now=now)
+    return alert
+
+
+@transaction.atomic
+def resolve_alert(alert: DriftAlert, *, actor: Actor, reason: str = "", now: datetime | None = None) -> DriftAlert:
+    now = now or timezone.now()
+    if alert.state != AlertState.RESOLVED:
+        DriftAlert.objects.filter(pk=alert.pk).exclude(state=AlertState.RESOLVED).update(
+            state=AlertState.RESOLVED, resolved_at=now
+        )
+        alert.state, alert.resolved_at = AlertState.RESOLVED, now
+        record_audit(
+            actor, "resolve", session=alert.session, target=f"{alert.kind} alert #{alert.pk}", reason=reason, now=now
+        )
+    return alert
+
+
+@dataclass
+class RestorePreview:
+    """What a restore would change, shown before the operator confirms."""
+
+    target: Checkpoint
+    head: Checkpoint | None
+    diff: Diff  # from the current head to the target
+    forgotten_tool_calls: list[Any]  # tool calls in the head's state that the target does not have
+    later_checkpoints: int  # checkpoints after the target (kept, but no longer the agent's memory)
+
+
+def restore_preview(checkpoint: Checkpoint) -> RestorePreview:
+    session = checkpoint.session
+    head = Checkpoint.objects.filter(pk=session.head_id).first()
+    changes = diff_checkpoints(head, checkpoint) if head else diff_states({}, {})
+    forgotten: list[Any] = []
+    for entry in changes.entries:
+        if entry.op != "removed":
+            continue
+        if any(isinstance(part, str) and "tool_call" in part for part in entry.path):
+            forgotten.append(entry.old)
+        elif isinstance(entry.old, dict) and isinstance(entry.old.get("tool_calls"), list):
+            forgotten.extend(entry.old["tool_calls"])
+    later = Checkpoint.objects.filter(session=session, seq__gt=checkpoint.seq).count()
+    return RestorePreview(checkpoint, head, changes, forgotten, later)

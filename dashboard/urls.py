@@ -2,10 +2,24 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import views
+from .views import actions, alerts, audit, checkpoint, compare, overview, sessions, timeline
 
 app_name = "dashboard"
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", overview.overview, name="overview"),
+    path("sessions/", sessions.session_list, name="session_list"),
+    path("sessions/<int:pk>/", timeline.session_detail, name="session_detail"),
+    path("sessions/<int:pk>/undo/", actions.undo_restore, name="session_undo"),
+    path("checkpoints/<int:pk>/", checkpoint.checkpoint_detail, name="checkpoint_detail"),
+    path("checkpoints/<int:pk>/tree/", checkpoint.checkpoint_subtree, name="checkpoint_subtree"),
+    path("checkpoints/<int:pk>/download/", checkpoint.checkpoint_download, name="checkpoint_download"),
+    path("checkpoints/<int:pk>/restore/", actions.restore, name="checkpoint_restore"),
+    path("checkpoints/<int:pk>/fork/", actions.fork, name="checkpoint_fork"),
+    path("checkpoints/<int:pk>/pin/", actions.pin, name="checkpoint_pin"),
+    path("compare/", compare.compare, name="compare"),
+    path("alerts/", alerts.alert_list, name="alert_list"),
+    path("alerts/<int:pk>/acknowledge/", alerts.acknowledge, name="alert_acknowledge"),
+    path("alerts/<int:pk>/resolve/", alerts.resolve, name="alert_resolve"),
+    path("audit/", audit.audit_log, name="audit_log"),
 ]

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -36,6 +37,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         reason = _redis_available()
         if reason:
             reasons.append(reason)
+    if item.get_closest_marker("browser"):
+        from tests.browser.conftest import CHROMIUM
+
+        if not Path(CHROMIUM).exists():
+            reasons.append(f"needs Chromium at {CHROMIUM}: apt-get install chromium (.ci/run does)")
     if reasons:
         if REQUIRE_SERVICES:
             pytest.fail("REQUIRE_SERVICES=1 but " + "; ".join(reasons), pytrace=False)
@@ -136,3 +142,66 @@ def read_only_api(project) -> ApiClient:
     from checkpoints.services import create_api_token
 
     return ApiClient(create_api_token(project, name="viewer", read_only=True)[1])
+
+
+# ---- console users -------------------------------------------------------------------------------
+
+
+def _user_in(django_user_model, username: str, role: str | None):
+    from django.contrib.auth.models import Group, Permission
+
+    from checkpoints.roles import ensure_roles
+
+    user = django_user_model.objects.create_user(username, password=f"{username}-password-1")
+    if role:
+        if not Group.objects.filter(name=role).exists():  # flushed by a transactional test
+            ensure_roles(Group, Permission)
+        user.groups.add(Group.objects.get(name=role))
+    return user
+
+
+@pytest.fixture
+def alice(db, django_user_model):
+    """An operator: browses, restores, forks, pins, triages alerts."""
+    return _user_in(django_user_model, "alice", "operator")
+
+
+@pytest.fixture
+def bob(db, django_user_model):
+    """A viewer: browses only."""
+    return _user_in(django_user_model, "bob", "viewer")
+
+
+@pytest.fixture
+def carol(db, django_user_model):
+    """An approver: browses and reviews phases."""
+    return _user_in(django_user_model, "carol", "approver")
+
+
+@pytest.fixture
+def nobody(db, django_user_model):
+    """Signed in, but in no role."""
+    return _user_in(django_user_model, "nobody", None)
+
+
+@pytest.fixture
+def big_session(project):
+    """A session of 3,000 checkpoints (with a restore in the middle), for query-count bounds."""
+    from checkpoints.services import Actor, CheckpointInput, ingest_checkpoints, restore_checkpoint, upsert_session
+
+    session, _ = upsert_session(project, external_id="marathon", agent="agent-9", title="Long run")
+    kinds = ["step", "step", "routine", "step", "recovery"]
+    items = [
+        CheckpointInput(
+            state={"step": i, "messages": [f"message {j}" for j in range(i % 40)], "ok": i % 17 != 0},
+            name=f"step_{i % 25}",
+            kind=kinds[i % len(kinds)],
+            status="failed" if i % 97 == 0 else "completed",
+            step=i,
+        )
+        for i in range(3000)
+    ]
+    checkpoints = [c for c, _ in ingest_checkpoints([(session, items)])]
+    restore_checkpoint(checkpoints[1500], actor=Actor.system("test"), reason="midway")
+    session.refresh_from_db()
+    return session

@@ -1,0 +1,51 @@
+"""Small display helpers shared by every console page."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django import template
+from django.utils import timezone
+
+register = template.Library()
+
+
+@register.filter
+def ago(value: datetime | None) -> str:
+    """'3 min ago' — compact, for tables."""
+    if value is None:
+        return "never"
+    seconds = int((timezone.now() - value).total_seconds())
+    if seconds < 0:
+        return "just now"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit} ago"
+    return f"{seconds} s ago"
+
+
+@register.filter
+def duration(value: float | timedelta | None) -> str:
+    if value is None:
+        return "—"
+    seconds = int(value.total_seconds() if isinstance(value, timedelta) else value)
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {seconds:02d} s"
+    return f"{seconds} s"
+
+
+@register.filter
+def hexdigest(value: Any) -> str:
+    return bytes(value).hex() if value is not None else ""
+
+
+@register.filter
+def can(user: Any, action: str) -> bool:
+    """`{% if user|can:"operate" %}`: operate, triage or approve."""
+    codename = {"operate": "operate_session", "triage": "triage_alert", "approve": "approve_phase"}[action]
+    return bool(user.has_perm(f"checkpoints.{codename}"))

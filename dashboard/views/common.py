@@ -1,0 +1,64 @@
+"""What every console view shares: the role checks and the lookups that hide what a user may not see."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django_htmx.middleware import HtmxDetails
+
+from checkpoints.models import AgentSession, Checkpoint, DriftAlert
+
+VIEW = "checkpoints.view_agentsession"
+OPERATE = "checkpoints.operate_session"
+TRIAGE = "checkpoints.triage_alert"
+APPROVE = "checkpoints.approve_phase"
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+def console(permission: str = VIEW) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+    """Sign-in required (redirect), then the role's permission (403 for anyone without it)."""
+
+    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @wraps(view)
+        def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not request.user.has_perm(permission):
+                raise PermissionDenied(f"Your role does not allow this ({permission.split('.')[1]}).")
+            return view(request, *args, **kwargs)
+
+        return login_required(checked)
+
+    return decorate
+
+
+def get_session_for_user(request: HttpRequest, pk: int) -> AgentSession:
+    queryset = AgentSession.objects.visible_to(request.user).select_related("project", "head", "forked_from__session")
+    return get_object_or_404(queryset, pk=pk)
+
+
+def get_checkpoint_for_user(request: HttpRequest, pk: int) -> Checkpoint:
+    sessions = AgentSession.objects.visible_to(request.user)
+    queryset = Checkpoint.objects.select_related("session__project", "session__head", "parent")
+    return get_object_or_404(queryset, pk=pk, session__in=sessions)
+
+
+def get_alert_for_user(request: HttpRequest, pk: int) -> DriftAlert:
+    sessions = AgentSession.objects.visible_to(request.user)
+    queryset = DriftAlert.objects.select_related("session__project", "last_good", "checkpoint")
+    return get_object_or_404(queryset, pk=pk, session__in=sessions)
+
+
+def render_page(
+    request: HtmxHttpRequest, template: str, context: dict[str, Any], partial: str | None = None
+) -> HttpResponse:
+    """The whole page, or only its named partial when htmx asks for it."""
+    name = f"{template}#{partial}" if partial and request.htmx else template
+    return render(request, name, context)

@@ -1,0 +1,36 @@
+// Keyboard navigation for lists and timelines marked with data-keynav:
+// j / k move between [data-keynav-item] rows, Enter opens the row's link, c compares with the previous row.
+(function () {
+  function items() { return Array.from(document.querySelectorAll("[data-keynav] [data-keynav-item]")); }
+  function current(list) { return list.findIndex((el) => el.classList.contains("is-selected")); }
+  function select(list, index) {
+    list.forEach((el) => el.classList.remove("is-selected"));
+    const el = list[Math.max(0, Math.min(index, list.length - 1))];
+    if (!el) return;
+    el.classList.add("is-selected");
+    const focusable = el.querySelector("a");
+    (focusable || el).focus({ preventScroll: false });
+  }
+  document.addEventListener("keydown", function (event) {
+    const target = event.target;
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    if (target && (target.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(target.tagName))) return;
+    const list = items();
+    if (!list.length) return;
+    const at = current(list);
+    if (event.key === "j") { select(list, at + 1); event.preventDefault(); }
+    else if (event.key === "k") { select(list, at < 0 ? 0 : at - 1); event.preventDefault(); }
+    else if (event.key === "Enter" && at >= 0 && !(target.closest && target.closest("a, button"))) {
+      const link = list[at].querySelector("a[data-open]") || list[at].querySelector("a");
+      if (link) { link.click(); event.preventDefault(); }
+    } else if (event.key === "c" && at >= 0) {
+      const link = list[at].querySelector("a[data-compare]");
+      if (link) { link.click(); event.preventDefault(); }
+    }
+  });
+  document.addEventListener("focusin", function (event) {
+    const row = event.target.closest && event.target.closest("[data-keynav-item]");
+    if (!row) return;
+    items().forEach((el) => el.classList.toggle("is-selected", el === row));
+  });
+})();

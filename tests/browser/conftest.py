@@ -1,0 +1,67 @@
+"""Browser tests: Playwright driving Debian's Chromium against live_server.
+
+Chromium comes from the distribution (`apt-get install chromium`, done by .ci/run); Playwright's own
+browser download cannot work on machines without internet. Screenshots land in test-results/screenshots/.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-results" / "screenshots"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/browser/" in str(item.fspath):
+            item.add_marker(pytest.mark.browser)
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **browser_type_launch_args,
+        "executable_path": CHROMIUM,
+        "args": [
+            "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run",
+        ],
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def browser_context_args(browser_context_args: dict[str, Any]) -> dict[str, Any]:
+    return {**browser_context_args, "viewport": {"width": 1366, "height": 860}}
+
+
+@pytest.fixture
+def screenshot(page):
+    """Save a full-page screenshot under test-results/screenshots/<name>.png (look at them)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+    def take(name: str) -> Path:
+        path = SCREENSHOTS / f"{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        return path
+
+    return take
+
+
+@pytest.fixture
+def sign_in(page, live_server):
+    """Sign in through the real form as a user created by a fixture (password: <username>-password-1)."""
+
+    def sign(user) -> None:
+        page.goto(f"{live_server.url}/accounts/login/")
+        page.get_by_label("Username").fill(user.username)
+        page.get_by_label("Password").fill(f"{user.username}-password-1")
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(f"{live_server.url}/")
+
+    return sign
