@@ -42,6 +42,62 @@ class AgentSessionQuerySet(models.QuerySet["AgentSession"]):
     def active(self) -> AgentSessionQuerySet:
         return self.filter(status=SessionStatus.ACTIVE)
 
+    def matching(self, text: str) -> AgentSessionQuerySet:
+        """Search by the agent's own session id or the title."""
+        return self.filter(Q(external_id__icontains=text) | Q(title__icontains=text))
+
+    def with_open_alert(self) -> AgentSessionQuerySet:
+        open_alerts = DriftAlert.objects.filter(session=models.OuterRef("pk"), state=AlertState.OPEN)
+        return self.filter(models.Exists(open_alerts))
+
+    def with_open_alert_count(self) -> AgentSessionQuerySet:
+        """Annotates `open_alerts`, the number on a session's alert badge (a subquery: no GROUP BY on sessions)."""
+        from django.db.models.functions import Coalesce
+
+        counts = (
+            DriftAlert.objects.filter(session=models.OuterRef("pk"), state=AlertState.OPEN)
+            .order_by()
+            .values("session")
+            .annotate(n=models.Count("pk"))
+            .values("n")
+        )
+        return self.annotate(open_alerts=Coalesce(models.Subquery(counts), 0))
+
+    def for_list(self) -> AgentSessionQuerySet:
+        """What a table of sessions shows, in its one query: project, the head's step, the alert badge."""
+        return (
+            self.select_related("project")
+            .defer("metadata", "live_root")
+            .annotate(head_step=models.F("head__step"))
+            .with_open_alert_count()
+        )
+
+    def needing_attention(self, *, stale_before: datetime) -> AgentSessionQuerySet:
+        """Sessions an operator should look at, most urgent first (`attention`): 0 open alerts, 1 failed or
+        halted, 2 active with a heartbeat older than `stale_before`. The newest open alert's `alert_kind` and
+        `alert_message` come along."""
+        newest_open = DriftAlert.objects.filter(session=models.OuterRef("pk"), state=AlertState.OPEN).order_by(
+            "-opened_at", "-pk"
+        )
+        silent = Q(last_seen_at__lt=stale_before) | Q(last_seen_at__isnull=True, created_at__lt=stale_before)
+        attention = models.Case(
+            models.When(models.Exists(newest_open), then=0),
+            models.When(status__in=[SessionStatus.FAILED, SessionStatus.HALTED], then=1),
+            models.When(Q(status=SessionStatus.ACTIVE) & silent, then=2),
+            default=None,
+            output_field=models.IntegerField(),
+        )
+        return (
+            self.for_list()
+            .annotate(
+                attention=attention,
+                alert_kind=models.Subquery(newest_open.values("kind")[:1]),
+                alert_message=models.Subquery(newest_open.values("message")[:1]),
+            )
+            .filter(attention__isnull=False)
+            .order_by("attention", "-updated_at", "-pk")
+        )
+
 
 class AgentSession(models.Model):
     """One agent run. Named so as not to clash with django.contrib.sessions."""
@@ -139,6 +195,48 @@ class CheckpointQuerySet(models.QuerySet["Checkpoint"]):
 
     def latest_first(self) -> CheckpointQuerySet:
         return self.order_by("-seq")
+
+    def for_timeline(self) -> CheckpointQuerySet:
+        """The columns a timeline row shows; `metadata` (which can be large) stays behind."""
+        return self.only(
+            "id", "session_id", "seq", "parent_id", "name", "kind", "status", "status_reason",
+            "step", "created_at", "raw_bytes", "stored_bytes", "pinned",
+        )  # fmt: skip
+
+    def branch_points(self) -> models.QuerySet[Any]:
+        """(seq, parent seq) of each restore: where a session's history branches (the kind index serves it)."""
+        return self.filter(kind=CheckpointKind.RESTORE).order_by("seq").values_list("seq", "parent__seq")
+
+    def newest_per_session(self, sessions: list[AgentSession], *, count: int = 30) -> CheckpointQuerySet:
+        """The newest `count` checkpoints of each session, oldest first, in one query (ROW_NUMBER() per session).
+
+        Only each session's last few seqs are ranked (retention leaves gaps, hence the margin): one index
+        range per session, so the cost does not grow with the length of the sessions.
+        """
+        from django.db.models.functions import RowNumber
+
+        if not sessions:
+            return self.none()
+        recent = Q()
+        for session in sessions:
+            recent |= Q(session_id=session.pk, seq__gt=session.last_seq - count * 4)
+        return (
+            self.filter(recent)
+            .annotate(
+                rank=models.Window(RowNumber(), partition_by=models.F("session_id"), order_by=models.F("seq").desc())
+            )
+            .filter(rank__lte=count)
+            .order_by("session_id", "seq")
+        )
+
+    def totals(self, *, since: datetime) -> dict[str, int]:
+        """Raw and stored bytes, and how many checkpoints were created since `since`: one scan."""
+        totals = self.aggregate(
+            raw_bytes=models.Sum("raw_bytes"),
+            stored_bytes=models.Sum("stored_bytes"),
+            created_since=models.Count("pk", filter=Q(created_at__gte=since)),
+        )
+        return {key: value or 0 for key, value in totals.items()}
 
 
 class Checkpoint(models.Model):
@@ -338,6 +436,9 @@ class AlertState(models.TextChoices):
 class DriftAlertQuerySet(models.QuerySet["DriftAlert"]):
     def unresolved(self) -> DriftAlertQuerySet:
         return self.exclude(state=AlertState.RESOLVED)
+
+    def open(self) -> DriftAlertQuerySet:
+        return self.filter(state=AlertState.OPEN)
 
 
 class DriftAlert(models.Model):

@@ -552,15 +552,28 @@ class RestorePreview:
 
 def restore_preview(checkpoint: Checkpoint) -> RestorePreview:
     session = checkpoint.session
-    head = Checkpoint.objects.filter(pk=session.head_id).first()
+    head = (
+        session.head if AgentSession.head.is_cached(session) else session.checkpoints.filter(pk=session.head_id).first()
+    )
     changes = diff_checkpoints(head, checkpoint) if head else diff_states({}, {})
-    forgotten: list[Any] = []
+    found: list[Any] = []
     for entry in changes.entries:
         if entry.op != "removed":
             continue
         if any(isinstance(part, str) and "tool_call" in part for part in entry.path):
-            forgotten.append(entry.old)
+            found.append(entry.old)
         elif isinstance(entry.old, dict) and isinstance(entry.old.get("tool_calls"), list):
-            forgotten.extend(entry.old["tool_calls"])
+            found.extend(entry.old["tool_calls"])
     later = Checkpoint.objects.filter(session=session, seq__gt=checkpoint.seq).count()
-    return RestorePreview(checkpoint, head, changes, forgotten, later)
+    return RestorePreview(checkpoint, head, changes, _once_each(found), later)
+
+
+def _once_each(calls: list[Any]) -> list[Any]:
+    """A call often stands twice in a state (in the message that made it and in a tool-call log):
+    records sharing an id are kept once, the fuller one winning."""
+    merged: dict[Any, Any] = {}
+    for position, call in enumerate(calls):
+        key = call.get("id") if isinstance(call, dict) and call.get("id") else ("position", position)
+        if key not in merged or len(call) > len(merged[key]):
+            merged[key] = call
+    return list(merged.values())

@@ -40,6 +40,12 @@ def duration(value: float | timedelta | None) -> str:
 
 
 @register.filter
+def label(value: str) -> str:
+    """`in_progress` → `in progress`."""
+    return str(value).replace("_", " ")
+
+
+@register.filter
 def hexdigest(value: Any) -> str:
     return bytes(value).hex() if value is not None else ""
 

@@ -1,21 +1,158 @@
-"""Being built: replaced by its owner."""
+"""Operator actions on checkpoints: restore (with a preview), undo, fork, pin."""
 
 from __future__ import annotations
 
-from django.http import Http404
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
+
+from checkpoints.models import AgentSession, Checkpoint
+from checkpoints.services import (
+    Actor,
+    CheckpointError,
+    NothingToUndo,
+    fork_session,
+    pin_checkpoint,
+    restore_checkpoint,
+    restore_preview,
+)
+from checkpoints.services import (
+    undo_restore as undo_restore_service,
+)
+
+from ..forms import ForkForm, PinForm, RestoreForm, UndoForm
+from .common import OPERATE, HtmxHttpRequest, console, get_checkpoint_for_user, get_session_for_user
+from .compare import present_diff
+
+FORGOTTEN_LIMIT = 100
 
 
-def undo_restore(request, **kwargs):
-    raise Http404("not built yet")
+def navigate(request: HtmxHttpRequest, url: str) -> HttpResponse:
+    """A full-page navigation, also from an htmx request (which would otherwise swap the redirect target in)."""
+    return HttpResponseClientRedirect(url) if request.htmx else HttpResponseRedirect(url)
 
 
-def restore(request, **kwargs):
-    raise Http404("not built yet")
+def safe_next(request: HtmxHttpRequest, fallback: str) -> str:
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    allowed = url_has_allowed_host_and_scheme(target, {request.get_host()}, require_https=request.is_secure())
+    return target if allowed else fallback
 
 
-def fork(request, **kwargs):
-    raise Http404("not built yet")
+def _forgotten(calls: list[Any]) -> list[dict[str, Any]]:
+    """Tool calls that a restore takes out of the agent's memory, ready to show."""
+    records = [call if isinstance(call, dict) else {"value": call} for call in calls]
+    return [
+        {
+            "name": record.get("tool_name") or record.get("name") or record.get("tool") or "tool call",
+            "arguments": _compact(record.get("arguments", record.get("args"))),
+            "result": _compact(record.get("result")),
+            "error": _compact(record.get("error")),
+            "success": record.get("success"),
+            "step": record.get("step"),
+            "raw": record,
+        }
+        for record in records
+    ]
 
 
-def pin(request, **kwargs):
-    raise Http404("not built yet")
+def _compact(value: Any) -> str:
+    if value is None or isinstance(value, str):
+        return value or ""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _restore_context(request: HtmxHttpRequest, checkpoint: Checkpoint, form: RestoreForm) -> dict[str, Any]:
+    preview = restore_preview(checkpoint)
+    forgotten = _forgotten(preview.forgotten_tool_calls)
+    return {
+        "checkpoint": checkpoint,
+        "session": checkpoint.session,
+        "preview": preview,
+        "diff": present_diff(preview.diff),
+        "forgotten": forgotten[:FORGOTTEN_LIMIT],
+        "forgotten_total": len(forgotten),
+        "form": form,
+        "as_modal": bool(request.htmx) and not request.htmx.boosted,
+        "old_label": f"Now (head #{preview.head.seq})" if preview.head else "Now",
+        "new_label": f"After restore (#{checkpoint.seq})",
+    }
+
+
+@console(OPERATE)
+@require_http_methods(["GET", "POST"])
+def restore(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    checkpoint = get_checkpoint_for_user(request, pk)
+    form = RestoreForm(request.POST if request.method == "POST" else None)
+    if request.method == "POST" and form.is_valid():
+        session = checkpoint.session
+        restored = restore_checkpoint(
+            checkpoint, actor=Actor.for_user(request.user), reason=form.cleaned_data["reason"]
+        )
+        messages.success(
+            request,
+            f"Restored {session.title or session.external_id} to #{checkpoint.seq}: the agent resumes from "
+            f"new checkpoint #{restored.seq}. Later checkpoints stay in the history.",
+            extra_tags=f"undo-{session.pk}",
+        )
+        return navigate(request, reverse("dashboard:session_detail", args=[session.pk]))
+    context = _restore_context(request, checkpoint, form)
+    name = "dashboard/restore.html#restore-dialog" if request.htmx else "dashboard/restore.html"
+    return render(request, name, context)
+
+
+@console(OPERATE)
+@require_POST
+def undo_restore(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    session: AgentSession = get_session_for_user(request, pk)
+    form = UndoForm(request.POST)
+    reason = form.cleaned_data["reason"] if form.is_valid() else ""
+    try:
+        restored = undo_restore_service(session, actor=Actor.for_user(request.user), reason=reason)
+    except NothingToUndo:
+        messages.error(request, "Nothing to undo: the session's head is not a restore.")
+    else:
+        messages.success(request, f"Restore undone: the agent resumes from #{restored.parent.seq} again.")
+    return navigate(request, safe_next(request, reverse("dashboard:session_detail", args=[session.pk])))
+
+
+@console(OPERATE)
+@require_http_methods(["GET", "POST"])
+def fork(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    checkpoint = get_checkpoint_for_user(request, pk)
+    source = checkpoint.session
+    suggestion = f"Fork of {source.title or source.external_id} at #{checkpoint.seq}"
+    form = ForkForm(request.POST if request.method == "POST" else None, initial={"title": suggestion})
+    if request.method == "POST" and form.is_valid():
+        try:
+            new = fork_session(checkpoint, actor=Actor.for_user(request.user), title=form.cleaned_data["title"])
+        except CheckpointError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Forked {source.external_id} at #{checkpoint.seq} into {new.external_id}.")
+            return navigate(request, reverse("dashboard:session_detail", args=[new.pk]))
+    context = {"checkpoint": checkpoint, "session": source, "form": form}
+    return render(request, "dashboard/fork.html#fork-form" if request.htmx else "dashboard/fork.html", context)
+
+
+@console(OPERATE)
+@require_POST
+def pin(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    checkpoint = get_checkpoint_for_user(request, pk)
+    form = PinForm(request.POST)
+    if not form.is_valid():
+        return HttpResponseBadRequest("pinned must be 1 or 0")
+    pinned = form.cleaned_data["pinned"]
+    pin_checkpoint(checkpoint, actor=Actor.for_user(request.user), pinned=pinned)
+    if request.htmx:
+        context = {"checkpoint": checkpoint, "next": safe_next(request, request.htmx.current_url_abs_path or "")}
+        response = render(request, "dashboard/partials/pin_control.html#pin-control", context)
+        return trigger_client_event(response, "checkpoint-pinned", {"id": checkpoint.pk, "pinned": pinned})
+    messages.success(request, f"#{checkpoint.seq} {'pinned: retention keeps it' if pinned else 'unpinned'}.")
+    return redirect(safe_next(request, reverse("dashboard:checkpoint_detail", args=[checkpoint.pk])))

@@ -1,17 +1,128 @@
-"""Being built: replaced by its owner."""
+"""Drift alerts: the list (filters, keyset pages) and the triage actions on one alert."""
 
 from __future__ import annotations
 
-from django.http import Http404
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.db.models import Q
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import trigger_client_event
+
+from checkpoints.models import AgentSession, DriftAlert, Project
+from checkpoints.services import Actor, acknowledge_alert, resolve_alert
+
+from ..forms import UNRESOLVED, AlertFilterForm, ResolveForm
+from .actions import safe_next
+from .common import TRIAGE, VIEW, HtmxHttpRequest, console, get_alert_for_user, render_page
+
+PAGE_SIZE = 50
+ROW = "dashboard/alert_list.html#alert-row"
 
 
-def alert_list(request, **kwargs):
-    raise Http404("not built yet")
+def evidence_summary(evidence: Any, *, limit: int = 4) -> str:
+    """`key: value` pairs of an alert's evidence, short enough for a table cell."""
+    if not isinstance(evidence, dict):
+        return _short(evidence)
+    parts = [f"{key.replace('_', ' ')}: {_short(value)}" for key, value in list(evidence.items())[:limit]]
+    if len(evidence) > limit:
+        parts.append(f"+{len(evidence) - limit} more")
+    return " · ".join(parts)
 
 
-def acknowledge(request, **kwargs):
-    raise Http404("not built yet")
+def _short(value: Any, width: int = 60) -> str:
+    if isinstance(value, list) and len(value) > 6:
+        text = json.dumps(value[:6], ensure_ascii=False, default=str)[:-1] + f", … {len(value)} items]"
+    else:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def resolve(request, **kwargs):
-    raise Http404("not built yet")
+def _alerts(filters: dict[str, Any], request: HtmxHttpRequest) -> Any:
+    sessions = AgentSession.objects.visible_to(request.user)
+    alerts = DriftAlert.objects.filter(session__in=sessions).select_related(
+        "session__project", "last_good", "acknowledged_by"
+    )
+    for name in ("kind", "severity"):
+        if filters[name]:
+            alerts = alerts.filter(**{name: filters[name]})
+    if filters["state"] == UNRESOLVED:
+        alerts = alerts.unresolved()
+    elif filters["state"]:
+        alerts = alerts.filter(state=filters["state"])
+    if filters["project"]:
+        alerts = alerts.filter(session__project__slug=filters["project"])
+    if filters["session"]:
+        alerts = alerts.filter(session_id=filters["session"])
+    if filters["after"]:
+        opened_at, pk = filters["after"]
+        alerts = alerts.filter(Q(opened_at__lt=opened_at) | Q(opened_at=opened_at, pk__lt=pk))
+    return alerts.order_by("-opened_at", "-pk")
+
+
+@console(VIEW)
+@require_GET
+def alert_list(request: HtmxHttpRequest) -> HttpResponse:
+    projects = list(Project.objects.order_by("slug").values_list("slug", "slug"))
+    form = AlertFilterForm(request.GET, projects=projects)
+    if not form.is_valid():
+        form = AlertFilterForm({"state": form.data.get("state", UNRESOLVED)}, projects=projects)
+        form.is_valid()
+    page = list(_alerts(form.cleaned_data, request)[: PAGE_SIZE + 1])
+    alerts, more = page[:PAGE_SIZE], len(page) > PAGE_SIZE
+    for alert in alerts:
+        alert.evidence_text = evidence_summary(alert.evidence)
+    query = request.GET.copy()
+    query.pop("after", None)
+    first_query = query.urlencode()
+    if more:
+        query["after"] = f"{alerts[-1].opened_at.isoformat()}_{alerts[-1].pk}"
+    context = {
+        "form": form,
+        "alerts": alerts,
+        "next_query": query.urlencode() if more else "",
+        "first_query": first_query,
+        "paged": bool(form.cleaned_data["after"]),
+        "filtered": any(form.cleaned_data[name] for name in ("kind", "severity", "project")),
+        "state": form.cleaned_data["state"],
+    }
+    return render_page(request, "dashboard/alert_list.html", context, partial="alert-results")
+
+
+def _row_response(request: HtmxHttpRequest, alert: DriftAlert, form: ResolveForm | None = None) -> HttpResponse:
+    alert.evidence_text = evidence_summary(alert.evidence)
+    back = safe_next(request, request.htmx.current_url_abs_path or reverse("dashboard:alert_list"))
+    response = render(request, ROW, {"alert": alert, "resolve_form": form, "next": back})
+    return trigger_client_event(response, "alert-updated", {"id": alert.pk, "state": alert.state})
+
+
+@console(TRIAGE)
+@require_POST
+def acknowledge(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    alert = get_alert_for_user(request, pk)
+    acknowledge_alert(alert, actor=Actor.for_user(request.user))
+    if request.htmx:
+        return _row_response(request, alert)
+    messages.success(request, f"Acknowledged the {alert.get_kind_display()} alert on {alert.session.external_id}.")
+    return redirect(safe_next(request, reverse("dashboard:alert_list")))
+
+
+@console(TRIAGE)
+@require_POST
+def resolve(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    alert = get_alert_for_user(request, pk)
+    form = ResolveForm(request.POST)
+    if not form.is_valid():
+        if request.htmx:
+            return _row_response(request, alert, form)
+        messages.error(request, f"Not resolved: {form.errors.as_text()}")
+        return redirect(safe_next(request, reverse("dashboard:alert_list")))
+    resolve_alert(alert, actor=Actor.for_user(request.user), reason=form.cleaned_data["reason"])
+    if request.htmx:
+        return _row_response(request, alert)
+    messages.success(request, f"Resolved the {alert.get_kind_display()} alert on {alert.session.external_id}.")
+    return redirect(safe_next(request, reverse("dashboard:alert_list")))

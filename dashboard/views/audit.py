@@ -1,9 +1,74 @@
-"""Being built: replaced by its owner."""
+"""The audit log: who did what, when and why, newest first; filters by actor, action and session."""
 
 from __future__ import annotations
 
-from django.http import Http404
+from collections.abc import Iterable
+from typing import Any
+
+from django import forms
+from django.db.models import Q, QuerySet
+from django.http import HttpResponse
+from django.views.decorators.http import require_GET
+
+from checkpoints.models import AgentSession, AuditEvent
+
+from .common import HtmxHttpRequest, console, render_page
+from .pagination import keyset_page
+
+ORDER = ("-created_at", "-pk")
 
 
-def audit_log(request, **kwargs):
-    raise Http404("not built yet")
+def with_short_targets(events: Iterable[AuditEvent]) -> list[AuditEvent]:
+    """Each event gets `short_target`: its target without the session's name, which rows show on their own."""
+    events = list(events)
+    for event in events:
+        session = f"{event.session} " if event.session_id else ""
+        event.short_target = event.target.removeprefix(session) if session else event.target
+    return events
+
+
+class AuditFilterForm(forms.Form):
+    actor = forms.ChoiceField(required=False)
+    action = forms.ChoiceField(required=False)
+    session = forms.TypedChoiceField(required=False, coerce=int, empty_value=None)
+
+    def __init__(self, *args: Any, events: QuerySet[AuditEvent], sessions: QuerySet[AgentSession], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        actors = events.order_by("actor").values_list("actor", flat=True).distinct()
+        actions = events.order_by("action").values_list("action", flat=True).distinct()
+        audited = Q(pk__in=events.values("session"))
+        wanted = self.data.get("session", "")
+        if wanted.isdigit():  # a link from a session that has no events yet still selects it
+            audited |= Q(pk=int(wanted))
+        choices = sessions.filter(audited).select_related("project").order_by("project__slug", "external_id")
+        self.fields["actor"].choices = [("", "Anyone"), *((actor, actor) for actor in actors)]
+        self.fields["action"].choices = [("", "Any action"), *((action, action) for action in actions)]
+        self.fields["session"].choices = [("", "Any session"), *((s.pk, str(s)) for s in choices)]
+
+    def filter(self, events: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:
+        """Apply the valid filters; an invalid one is shown as an error and ignored."""
+        self.is_valid()
+        for name in ("actor", "action", "session"):
+            if self.cleaned_data.get(name) not in (None, ""):
+                events = events.filter(**{name: self.cleaned_data[name]})
+        return events
+
+    @property
+    def narrowed(self) -> bool:
+        return any(self.cleaned_data.get(name) not in (None, "") for name in ("actor", "action", "session"))
+
+
+@require_GET
+@console()
+def audit_log(request: HtmxHttpRequest) -> HttpResponse:
+    sessions = AgentSession.objects.visible_to(request.user)
+    events = AuditEvent.objects.filter(Q(session__isnull=True) | Q(session__in=sessions))
+    form = AuditFilterForm(request.GET, events=events, sessions=sessions)
+    page = keyset_page(
+        form.filter(events).select_related("session__project"),
+        ORDER,
+        after=request.GET.get("after", ""),
+        before=request.GET.get("before", ""),
+    )
+    page.rows = with_short_targets(page.rows)
+    return render_page(request, "dashboard/audit_log.html", {"form": form, "page": page}, "audit-results")

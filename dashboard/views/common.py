@@ -10,6 +10,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.utils.cache import patch_vary_headers
 from django_htmx.middleware import HtmxDetails
 
 from checkpoints.models import AgentSession, Checkpoint, DriftAlert
@@ -59,6 +60,12 @@ def get_alert_for_user(request: HttpRequest, pk: int) -> DriftAlert:
 def render_page(
     request: HtmxHttpRequest, template: str, context: dict[str, Any], partial: str | None = None
 ) -> HttpResponse:
-    """The whole page, or only its named partial when htmx asks for it."""
-    name = f"{template}#{partial}" if partial and request.htmx else template
-    return render(request, name, context)
+    """The whole page, or only its named partial when htmx asks for it.
+
+    htmx marks a history restore after a cache miss as an htmx request too: that needs the whole page.
+    """
+    wants_partial = partial and request.htmx and not request.htmx.history_restore_request
+    response = render(request, f"{template}#{partial}" if wants_partial else template, context)
+    if partial:
+        patch_vary_headers(response, ["HX-Request"])  # the page and its fragment share one URL
+    return response

@@ -1,9 +1,49 @@
-"""Being built: replaced by its owner."""
+"""The overview: counts, the sessions that need an operator first, and the latest operator actions."""
 
 from __future__ import annotations
 
-from django.http import Http404
+from datetime import timedelta
+
+from django.db.models import Count, Q
+from django.http import HttpResponse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from checkpoints.models import AgentSession, AuditEvent, Checkpoint, DriftAlert, SessionStatus
+
+from .audit import with_short_targets
+from .common import HtmxHttpRequest, console, render_page
+
+STALE_AFTER = timedelta(minutes=30)  # the routine checkpoint interval: a quiet active session has stopped
+ATTENTION_ROWS = 10
+RECENT_ACTIONS = 8
+REFRESH_SECONDS = 30
 
 
-def overview(request, **kwargs):
-    raise Http404("not built yet")
+@require_GET
+@console()
+def overview(request: HtmxHttpRequest) -> HttpResponse:
+    now = timezone.now()
+    sessions = AgentSession.objects.visible_to(request.user)
+    counts = sessions.aggregate(total=Count("pk"), active=Count("pk", filter=Q(status=SessionStatus.ACTIVE)))
+    totals = Checkpoint.objects.filter(session__in=sessions).totals(
+        since=timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
+    )
+    attention = list(sessions.needing_attention(stale_before=now - STALE_AFTER)[: ATTENTION_ROWS + 1])
+    context = {
+        "now": now,
+        "refresh_seconds": REFRESH_SECONDS,
+        "counts": counts,
+        "open_alerts": DriftAlert.objects.filter(session__in=sessions).open().count(),
+        "totals": totals,
+        "ratio": totals["raw_bytes"] / totals["stored_bytes"] if totals["stored_bytes"] else None,
+        "attention": attention[:ATTENTION_ROWS],
+        "more_attention": len(attention) > ATTENTION_ROWS,
+        "actions": with_short_targets(
+            AuditEvent.objects.filter(Q(session__isnull=True) | Q(session__in=sessions))
+            .select_related("session__project")
+            .order_by("-created_at", "-pk")[:RECENT_ACTIONS]
+        ),
+        "stale_minutes": int(STALE_AFTER.total_seconds() // 60),
+    }
+    return render_page(request, "dashboard/overview.html", context, "overview-live")

@@ -1,9 +1,102 @@
-"""Being built: replaced by its owner."""
+"""The sessions list: filters, search, sort, keyset pagination and a sparkline of state size per row."""
 
 from __future__ import annotations
 
-from django.http import Http404
+from collections import defaultdict
+from typing import Any
+
+from django import forms
+from django.db.models import QuerySet
+from django.http import HttpResponse
+from django.views.decorators.http import require_GET
+
+from checkpoints.models import AgentSession, Checkpoint, Project, SessionStatus
+
+from .common import HtmxHttpRequest, console, render_page
+from .pagination import keyset_page
+
+PAGE_SIZE = 25
+SPARK_POINTS = 30
+
+# sort key → (label, keyset order: one column, then the primary key in the same direction)
+SORTS = {
+    "activity": ("Last activity", ("-updated_at", "-pk")),
+    "created": ("Newest first", ("-created_at", "-pk")),
+    "checkpoints": ("Most checkpoints", ("-last_seq", "-pk")),
+    "title": ("Title A–Z", ("title", "pk")),
+}
 
 
-def session_list(request, **kwargs):
-    raise Http404("not built yet")
+# ---- the view -------------------------------------------------------------------------------------
+
+
+class SessionFilterForm(forms.Form):
+    q = forms.CharField(
+        required=False,
+        label="Search",
+        widget=forms.TextInput(attrs={"type": "search", "placeholder": "Session id or title"}),
+    )
+    project = forms.ChoiceField(required=False)
+    agent = forms.ChoiceField(required=False)
+    status = forms.ChoiceField(required=False, choices=[("", "Any status"), *SessionStatus.choices])
+    alert = forms.BooleanField(required=False, label="Has open alert")
+    sort = forms.ChoiceField(required=False, choices=[(key, label) for key, (label, _) in SORTS.items()])
+
+    def __init__(self, *args: Any, sessions: QuerySet[AgentSession], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        projects = Project.objects.order_by("slug").values_list("slug", flat=True)
+        agents = sessions.order_by("agent").values_list("agent", flat=True).distinct()
+        self.fields["project"].choices = [("", "All projects"), *((slug, slug) for slug in projects)]
+        self.fields["agent"].choices = [("", "All agents"), *((agent, agent) for agent in agents)]
+
+    def filter(self, sessions: QuerySet[AgentSession]) -> QuerySet[AgentSession]:
+        """Apply the valid filters; an invalid one is shown as an error and ignored."""
+        self.is_valid()
+        data = self.cleaned_data
+        if data.get("q"):
+            sessions = sessions.matching(data["q"])
+        if data.get("project"):
+            sessions = sessions.filter(project__slug=data["project"])
+        if data.get("agent"):
+            sessions = sessions.filter(agent=data["agent"])
+        if data.get("status"):
+            sessions = sessions.filter(status=data["status"])
+        if data.get("alert"):
+            sessions = sessions.with_open_alert()
+        return sessions
+
+    @property
+    def order(self) -> tuple[str, str]:
+        return SORTS[self.cleaned_data.get("sort") or "activity"][1]
+
+    @property
+    def narrowed(self) -> bool:
+        return any(self.cleaned_data.get(name) for name in ("q", "project", "agent", "status", "alert"))
+
+
+def attach_sparklines(sessions: list[AgentSession]) -> None:
+    """Each session gets `sizes` (raw bytes of its newest checkpoints, oldest first) and `last_checkpoint_at`,
+    from one query for the whole page."""
+    sizes: dict[int, list[int]] = defaultdict(list)
+    last_at: dict[int, Any] = {}
+    rows = Checkpoint.objects.newest_per_session(sessions, count=SPARK_POINTS)
+    for session_id, raw_bytes, created_at in rows.values_list("session_id", "raw_bytes", "created_at"):
+        sizes[session_id].append(raw_bytes)
+        last_at[session_id] = created_at
+    for session in sessions:
+        session.sizes = sizes[session.pk]
+        session.last_checkpoint_at = last_at.get(session.pk)
+
+
+@require_GET
+@console()
+def session_list(request: HtmxHttpRequest) -> HttpResponse:
+    sessions = AgentSession.objects.visible_to(request.user)
+    form = SessionFilterForm(request.GET, sessions=sessions)
+    matching = form.filter(sessions)
+    page = keyset_page(
+        matching.for_list(), form.order, after=request.GET.get("after", ""), before=request.GET.get("before", "")
+    )
+    attach_sparklines(page.rows)
+    context = {"form": form, "page": page, "total": matching.count()}
+    return render_page(request, "dashboard/session_list.html", context, "session-results")

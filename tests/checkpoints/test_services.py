@@ -164,3 +164,21 @@ def test_diff_across_a_fork(make_session, make_checkpoint):
     later = make_checkpoint(fork, {"plan": "B", "log": ["start", "switched"]})
     result = services.diff_checkpoints(source, later)
     assert result.summary == "1 changed, 1 added, 1 list item appended"
+
+
+def test_restore_preview_lists_each_forgotten_tool_call_once(make_session, make_checkpoint):
+    session = make_session()
+    target = make_checkpoint(session, {"messages": [], "tool_calls": []})
+    call = {"id": "c1", "tool_name": "search", "arguments": {"q": "x"}}
+    make_checkpoint(
+        session,
+        {
+            "messages": [{"role": "assistant", "content": "searching", "tool_calls": [call]}],
+            "tool_calls": [{**call, "result": "3 hits", "success": True}],
+        },
+    )
+    session.refresh_from_db()
+    target.refresh_from_db()
+    preview = services.restore_preview(target)
+    assert preview.forgotten_tool_calls == [{**call, "result": "3 hits", "success": True}]
+    assert preview.later_checkpoints == 1 and preview.head.seq == 2

@@ -1,0 +1,257 @@
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from checkpoints.models import AlertState, AuditEvent, DriftAlert
+
+LIST = "/alerts/"
+
+
+@pytest.fixture
+def alert(make_session, make_checkpoint):
+    session = make_session("loop-run")
+    good = make_checkpoint(session, {"step": 1}, name="last_green")
+    bad = make_checkpoint(session, {"step": 2}, name="looping")
+    return DriftAlert.objects.create(
+        session=session,
+        checkpoint=bad,
+        kind="repetition",
+        severity="warning",
+        message="The same action (get_order) ran 4 times without progress.",
+        evidence={"tool": "get_order", "count": 4, "seqs": list(range(1, 20))},
+        last_good=good,
+    )
+
+
+@pytest.fixture
+def other_alert(other_project, make_session):
+    session = make_session("etl", in_project=other_project)
+    return DriftAlert.objects.create(session=session, kind="failed", severity="critical", message="Disk full.")
+
+
+def ack_url(alert: DriftAlert) -> str:
+    return reverse("dashboard:alert_acknowledge", args=[alert.pk])
+
+
+def resolve_url(alert: DriftAlert) -> str:
+    return reverse("dashboard:alert_resolve", args=[alert.pk])
+
+
+def rows(html: str) -> list[str]:
+    return re.findall(r'<tr id="alert-(\d+)"', html)
+
+
+# ---- the list -----------------------------------------------------------------------------------
+
+
+def test_alert_list_requires_sign_in(client, alert):
+    response = client.get(LIST)
+    assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
+
+
+def test_alert_list_needs_a_role(client, nobody, alert):
+    client.force_login(nobody)
+    assert client.get(LIST).status_code == 403
+
+
+def test_alert_list_shows_each_alert_with_its_evidence_and_last_good(client, alice, alert):
+    client.force_login(alice)
+    response = client.get(LIST)
+    html = response.content.decode()
+    assert response.status_code == 200 and "<h1>Drift alerts</h1>" in html
+    assert reverse("dashboard:session_detail", args=[alert.session_id]) in html
+    assert '<span class="kind">repetition</span>' in html
+    assert 'class="badge severity-warning"' in html and 'class="badge status-open"' in html
+    assert "ran 4 times without progress" in html
+    assert "tool: get_order · count: 4 · seqs: [1, 2, 3, 4, 5, 6, … 19 items]" in html
+    assert f'href="{reverse("dashboard:checkpoint_detail", args=[alert.last_good_id])}"' in html
+    assert f'href="{reverse("dashboard:checkpoint_restore", args=[alert.last_good_id])}"' in html
+    assert ">Acknowledge</button>" in html and "Resolve…" in html
+
+
+def test_viewer_sees_alerts_but_no_actions(client, bob, alert):
+    client.force_login(bob)
+    html = client.get(LIST).content.decode()
+    assert rows(html) == [str(alert.pk)]
+    assert ">Acknowledge<" not in html and "Resolve…" not in html and "Restore last good" not in html
+    assert '<th scope="col">Actions</th>' not in html
+
+
+def test_alert_list_filters_by_kind_severity_state_and_project(client, bob, alert, other_alert):
+    client.force_login(bob)
+    assert rows(client.get(LIST).content.decode()) == [str(other_alert.pk), str(alert.pk)]
+    assert rows(client.get(LIST, {"kind": "failed"}).content.decode()) == [str(other_alert.pk)]
+    assert rows(client.get(LIST, {"severity": "warning"}).content.decode()) == [str(alert.pk)]
+    assert rows(client.get(LIST, {"project": "acme"}).content.decode()) == [str(alert.pk)]
+    assert rows(client.get(LIST, {"session": alert.session_id}).content.decode()) == [str(alert.pk)]
+    DriftAlert.objects.filter(pk=alert.pk).update(state=AlertState.RESOLVED)
+    assert rows(client.get(LIST).content.decode()) == [str(other_alert.pk)]  # unresolved by default
+    assert rows(client.get(LIST, {"state": "resolved"}).content.decode()) == [str(alert.pk)]
+    assert len(rows(client.get(LIST, {"state": ""}).content.decode())) == 2
+
+
+def test_alert_list_ignores_filters_it_does_not_know(client, bob, alert):
+    client.force_login(bob)
+    response = client.get(LIST, {"kind": "nonsense", "after": "garbage"})
+    assert response.status_code == 200 and rows(response.content.decode()) == [str(alert.pk)]
+
+
+def test_alert_list_for_htmx_is_the_results_fragment(client, bob, alert):
+    client.force_login(bob)
+    response = client.get(LIST, {"kind": "repetition"}, headers={"HX-Request": "true"})
+    html = response.content.decode()
+    assert html.lstrip().startswith('<div id="alert-results">') and "<html" not in html
+    assert rows(html) == [str(alert.pk)]
+
+
+def test_alert_list_explains_alerts_when_there_are_none(client, bob):
+    client.force_login(bob)
+    html = client.get(LIST).content.decode()
+    assert "No open drift alerts" in html and "last good checkpoint" in html
+
+
+def test_alert_list_says_when_filters_match_nothing(client, bob, alert):
+    client.force_login(bob)
+    assert "No alerts match these filters." in client.get(LIST, {"kind": "stalled"}).content.decode()
+
+
+def test_alert_list_pages_with_a_keyset_cursor(client, bob, make_session):
+    session = make_session()
+    now = timezone.now()
+    DriftAlert.objects.bulk_create(
+        DriftAlert(session=session, kind="stalled", message=f"alert {i}", state="resolved", opened_at=now)
+        for i in range(120)
+    )  # all opened at the same instant: the id breaks the tie
+    client.force_login(bob)
+    seen: list[str] = []
+    query = "state=resolved"
+    for expected in (50, 50, 20):
+        html = client.get(f"{LIST}?{query}").content.decode()
+        page = rows(html)
+        assert len(page) == expected
+        seen += page
+        found = re.search(r'href="\?([^"]*after=[^"]+)"[^>]*>Older alerts', html)
+        query = found.group(1).replace("&amp;", "&") if found else ""
+    assert not query
+    assert len(set(seen)) == 120 and seen == sorted(seen, key=int, reverse=True)
+
+
+def test_alert_list_runs_a_bounded_number_of_queries(
+    client, alice, big_session, make_session, django_assert_max_num_queries
+):
+    checkpoint = big_session.head
+    for i in range(60):
+        session = make_session(f"run-{i}")
+        DriftAlert.objects.create(
+            session=session,
+            kind="stalled",
+            message="flat",
+            last_good=checkpoint,
+            opened_at=timezone.now() - timedelta(minutes=i),
+        )
+    client.force_login(alice)
+    with django_assert_max_num_queries(7):
+        response = client.get(LIST)
+    assert len(rows(response.content.decode())) == 50
+
+
+def test_alert_list_refuses_post(client, alice):
+    client.force_login(alice)
+    assert client.post(LIST).status_code == 405
+
+
+# ---- acknowledge and resolve --------------------------------------------------------------------
+
+
+def test_alert_actions_require_sign_in(client, alert):
+    for url in (ack_url(alert), resolve_url(alert)):
+        response = client.post(url)
+        assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
+
+
+def test_viewer_cannot_acknowledge_or_resolve(client, bob, alert):
+    client.force_login(bob)
+    assert client.post(ack_url(alert)).status_code == 403
+    assert client.post(resolve_url(alert), {"reason": "x"}).status_code == 403
+    alert.refresh_from_db()
+    assert alert.state == AlertState.OPEN and not AuditEvent.objects.exists()
+
+
+def test_alert_actions_refuse_get_and_unknown_ids(client, alice, alert):
+    client.force_login(alice)
+    assert client.get(ack_url(alert)).status_code == 405
+    assert client.get(resolve_url(alert)).status_code == 405
+    assert client.post(reverse("dashboard:alert_acknowledge", args=[999_999])).status_code == 404
+    assert client.post(reverse("dashboard:alert_resolve", args=[999_999])).status_code == 404
+
+
+def test_alert_actions_without_a_csrf_token_are_refused(alice, alert):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+    assert client.post(ack_url(alert)).status_code == 403
+    assert client.post(resolve_url(alert)).status_code == 403
+    alert.refresh_from_db()
+    assert alert.state == AlertState.OPEN
+
+
+def test_acknowledge_records_who_and_returns_to_the_list(client, alice, alert):
+    client.force_login(alice)
+    response = client.post(ack_url(alert))
+    assert response.status_code == 302 and response["Location"] == reverse("dashboard:alert_list")
+    alert.refresh_from_db()
+    assert alert.state == AlertState.ACKNOWLEDGED and alert.acknowledged_by == alice
+    audit = AuditEvent.objects.get(action="acknowledge")
+    assert audit.actor == "alice" and audit.session_id == alert.session_id
+
+
+def test_acknowledge_returns_to_a_safe_next(client, alice, alert):
+    client.force_login(alice)
+    response = client.post(ack_url(alert), {"next": "/alerts/?kind=repetition"})
+    assert response["Location"] == "/alerts/?kind=repetition"
+
+
+def test_acknowledge_for_htmx_returns_the_updated_row(client, alice, alert):
+    client.force_login(alice)
+    response = client.post(
+        ack_url(alert), headers={"HX-Request": "true", "HX-Current-URL": "http://testserver/alerts/?kind=repetition"}
+    )
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert html.lstrip().startswith(f'<tr id="alert-{alert.pk}"')
+    assert 'class="badge status-acknowledged"' in html and "by alice" in html
+    assert ">Acknowledge</button>" not in html and "Resolve…" in html
+    assert 'value="/alerts/?kind=repetition"' in html
+    assert "alert-updated" in response["HX-Trigger"]
+
+
+def test_resolve_records_the_reason(client, alice, alert):
+    client.force_login(alice)
+    response = client.post(resolve_url(alert), {"reason": "restored #1, loop gone"})
+    assert response.status_code == 302
+    alert.refresh_from_db()
+    assert alert.state == AlertState.RESOLVED and alert.resolved_at is not None
+    audit = AuditEvent.objects.get(action="resolve")
+    assert audit.actor == "alice" and audit.reason == "restored #1, loop gone"
+
+
+def test_resolve_for_htmx_returns_the_updated_row(client, alice, alert):
+    client.force_login(alice)
+    response = client.post(resolve_url(alert), {"reason": ""}, headers={"HX-Request": "true"})
+    html = response.content.decode()
+    assert html.lstrip().startswith(f'<tr id="alert-{alert.pk}"') and 'class="badge status-resolved"' in html
+    assert "Restore last good" not in html and "No action needed" in html
+    assert "alert-updated" in response["HX-Trigger"]
+
+
+def test_resolve_with_a_too_long_reason_shows_the_error(client, alice, alert):
+    client.force_login(alice)
+    response = client.post(resolve_url(alert), {"reason": "x" * 501}, headers={"HX-Request": "true"})
+    assert response.status_code == 200 and 'class="errorlist' in response.content.decode()
+    alert.refresh_from_db()
+    assert alert.state == AlertState.OPEN

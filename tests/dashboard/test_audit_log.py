@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+from django.urls import reverse
+
+from checkpoints.services import Actor, fork_session, pin_checkpoint, record_audit, restore_checkpoint
+from tests.dashboard.test_session_list import add_sessions
+
+URL = reverse("dashboard:audit_log")
+HTMX = {"HX-Request": "true"}
+
+
+def reasons(response) -> list[str]:
+    return [event.reason for event in response.context["page"].rows]
+
+
+# ---- access ---------------------------------------------------------------------------------------
+
+
+def test_signed_out_visitor_is_sent_to_sign_in(client, db):
+    response = client.get(URL)
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+
+
+def test_user_without_a_role_is_refused(client, nobody):
+    client.force_login(nobody)
+    assert client.get(URL).status_code == 403
+
+
+def test_post_is_not_allowed(client, bob):
+    client.force_login(bob)
+    assert client.post(URL).status_code == 405
+
+
+# ---- the page -------------------------------------------------------------------------------------
+
+
+def test_log_shows_who_did_what_when_and_why_with_target_links(client, bob, alice, make_session, make_checkpoint):
+    session = make_session()
+    first = make_checkpoint(session, {"a": 1})
+    make_checkpoint(session, {"a": 2})
+    restored = restore_checkpoint(first, actor=Actor.for_user(alice), reason="tests went red")
+    fork = fork_session(first, actor=Actor.for_user(alice), title="try another way")
+    client.force_login(bob)
+    response = client.get(URL)
+    html = response.content.decode()
+    assert response.status_code == 200 and "<h1>Audit log</h1>" in html
+    assert [event.action for event in response.context["page"].rows] == ["fork", "restore"]
+    assert "alice" in html and "tests went red" in html and "no reason given" in html
+    assert f'href="{reverse("dashboard:checkpoint_detail", args=[restored.pk])}"' in html
+    assert f'href="{reverse("dashboard:session_detail", args=[session.pk])}"' in html
+    assert f'href="{reverse("dashboard:session_detail", args=[fork.pk])}"' in html  # "open the fork"
+    assert "<time datetime=" in html and "data-keynav-item" in html
+
+
+def test_filters_by_actor_action_and_session(client, bob, alice, make_session, make_checkpoint):
+    one, two = make_session("one"), make_session("two")
+    checkpoint = make_checkpoint(one, {"a": 1})
+    pin_checkpoint(checkpoint, actor=Actor.for_user(alice), reason="alice pins")
+    record_audit(Actor.system("retention"), "retention", session=one, reason="system trims one")
+    record_audit(Actor.for_user(alice), "acknowledge", session=two, reason="alice acks two")
+    client.force_login(bob)
+    assert reasons(client.get(URL, {"actor": "alice"})) == ["alice acks two", "alice pins"]
+    assert reasons(client.get(URL, {"action": "retention"})) == ["system trims one"]
+    assert reasons(client.get(URL, {"session": one.pk})) == ["system trims one", "alice pins"]
+    assert reasons(client.get(URL, {"session": two.pk, "actor": "alice"})) == ["alice acks two"]
+    html = client.get(URL).content.decode()
+    for name, label in (("actor", "Who"), ("action", "Action"), ("session", "Session")):
+        assert f'<label for="id_{name}">{label}</label><select name="{name}" id="id_{name}">' in html
+    assert 'method="get"' in html and 'hx-target="#audit-results"' in html and 'hx-push-url="true"' in html
+
+
+def test_a_link_from_a_session_without_events_selects_it(client, bob, make_session):
+    quiet = make_session("quiet")
+    client.force_login(bob)
+    response = client.get(URL, {"session": quiet.pk})
+    html = response.content.decode()
+    assert not response.context["form"].errors
+    assert f'<option value="{quiet.pk}" selected>acme/quiet</option>' in html
+    assert "No entry matches these filters" in html
+
+
+def test_unknown_filter_value_is_reported_and_ignored(client, bob, make_session):
+    record_audit(Actor.system(), "retention", session=make_session(), reason="kept")
+    client.force_login(bob)
+    response = client.get(URL, {"action": "explode", "session": "abc"})
+    assert reasons(response) == ["kept"]
+    assert "The filter was ignored" in response.content.decode()
+
+
+def test_htmx_request_gets_only_the_results(client, bob, make_session):
+    record_audit(Actor.system(), "retention", session=make_session(), reason="kept")
+    client.force_login(bob)
+    response = client.get(URL, {"action": "retention"}, headers=HTMX)
+    html = response.content.decode()
+    assert html.lstrip().startswith('<section id="audit-results"')
+    assert "<html" not in html and "<form" not in html and "kept" in html
+
+
+def test_empty_log_says_what_will_appear(client, bob):
+    client.force_login(bob)
+    assert "Nothing has been done yet" in client.get(URL).content.decode()
+
+
+def test_keyset_pages_walk_every_event_once_newest_first(client, bob, make_session):
+    session = make_session()
+    for i in range(60):
+        record_audit(Actor.system(), "retention", session=session, reason=f"{i:02d}")
+    client.force_login(bob)
+    seen, response = [], client.get(URL)
+    while True:
+        seen += reasons(response)
+        if not response.context["page"].next_cursor:
+            break
+        response = client.get(URL, {"after": response.context["page"].next_cursor})
+    assert seen == [f"{i:02d}" for i in range(59, -1, -1)]
+    back = client.get(URL, {"before": response.context["page"].prev_cursor})
+    assert reasons(back) == [f"{i:02d}" for i in range(34, 9, -1)]
+
+
+def test_query_count_is_bounded_on_thousands_of_checkpoints(
+    client, bob, alice, project, big_session, django_assert_max_num_queries
+):
+    sessions = add_sessions(project, 60)
+    for session in sessions:
+        record_audit(Actor.for_user(alice), "acknowledge", session=session, reason="looking")
+    client.force_login(bob)
+    with django_assert_max_num_queries(9):
+        first = client.get(URL)
+    assert len(first.context["page"].rows) == 25
+    with django_assert_max_num_queries(9):
+        client.get(URL, {"after": first.context["page"].next_cursor, "actor": "alice"}, headers=HTMX)

@@ -1,0 +1,322 @@
+from __future__ import annotations
+
+import json
+import re
+from urllib.parse import quote
+
+import orjson
+import pytest
+from django.urls import reverse
+
+from checkpoints import store
+from checkpoints.models import Phase
+from checkpoints.services import Actor, fork_session, restore_checkpoint
+from dashboard.views.checkpoint import CHILD_CAP, TRANSCRIPT_PAGE
+
+HTMX = {"HX-Request": "true"}
+
+CONVERSATION = {
+    "task": {"title": "Fix the flaky tests", "progress": 40},
+    "messages": [
+        {"role": "system", "content": "You are a careful coding agent."},
+        {"role": "user", "content": "Make the test suite green."},
+        {
+            "role": "assistant",
+            "content": "Running the tests first.",
+            "tool_calls": [{"id": "call_1", "name": "run_tests", "arguments": {"target": "tests/store"}}],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "name": "run_tests", "content": "3 failed, 40 passed"},
+    ],
+    "tool_calls": [
+        {
+            "id": "call_1",
+            "tool_name": "run_tests",
+            "arguments": {"target": "tests/store"},
+            "result": None,
+            "error": "3 failed, 40 passed",
+            "success": False,
+        }
+    ],
+}
+
+
+def url(checkpoint, name: str = "dashboard:checkpoint_detail") -> str:
+    return reverse(name, args=[checkpoint.pk])
+
+
+def subtree_url(checkpoint, path: list, offset: int | None = None) -> str:
+    query = f"?path={quote(json.dumps(path, separators=(',', ':')))}"
+    return url(checkpoint, "dashboard:checkpoint_subtree") + query + (f"&offset={offset}" if offset is not None else "")
+
+
+@pytest.fixture
+def session(make_session):
+    return make_session("run-1")
+
+
+@pytest.fixture
+def checkpoint(session, make_checkpoint):
+    make_checkpoint(session, {"messages": []}, name="task_started", step=0)
+    return make_checkpoint(
+        session, CONVERSATION, name="tests_failed", status="failed", status_reason="3 tests failed", step=1, phase=2
+    )
+
+
+VIEWS = ["dashboard:checkpoint_detail", "dashboard:checkpoint_subtree", "dashboard:checkpoint_download"]
+
+
+@pytest.mark.parametrize("name", VIEWS)
+def test_checkpoint_views_require_sign_in(client, checkpoint, name):
+    response = client.get(url(checkpoint, name))
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+
+
+@pytest.mark.parametrize("name", VIEWS)
+def test_checkpoint_views_need_a_role(client, nobody, checkpoint, name):
+    client.force_login(nobody)
+    assert client.get(url(checkpoint, name)).status_code == 403
+
+
+@pytest.mark.parametrize("name", VIEWS)
+def test_unknown_checkpoint_is_404(client, bob, name):
+    client.force_login(bob)
+    assert client.get(reverse(name, args=[999_999])).status_code == 404
+
+
+@pytest.mark.parametrize("name", VIEWS)
+def test_checkpoint_views_refuse_post(client, alice, checkpoint, name):
+    client.force_login(alice)
+    assert client.post(url(checkpoint, name)).status_code == 405
+
+
+def test_checkpoint_page_shows_its_metadata(client, bob, session, checkpoint):
+    Phase.objects.create(session=session, number=2, name="Repair", status="in_progress")
+    client.force_login(bob)
+    response = client.get(url(checkpoint))
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "#2" in html and "tests_failed" in html and "3 tests failed" in html
+    assert "status-failed" in html and "2 · Repair" in html
+    assert checkpoint.state_hash_hex in html and checkpoint.root_hex in html
+    parent = checkpoint.parent
+    assert f'href="{url(parent)}">#1 task_started<' in html
+    assert f'href="{url(checkpoint, "dashboard:checkpoint_download")}"' in html
+    assert f"?a={parent.pk}&amp;b={checkpoint.pk}" in html  # compare with previous
+    assert "?at=2#cp-2" in html  # back to its place in the timeline
+
+
+def test_htmx_request_gets_the_checkpoint_without_the_layout(client, bob, checkpoint):
+    client.force_login(bob)
+    html = client.get(url(checkpoint), headers=HTMX).content.decode()
+    assert html.lstrip().startswith('<div id="checkpoint">')
+    assert "<html" not in html and "tests_failed" in html
+
+
+def test_transcript_shows_roles_messages_and_tool_calls_with_their_outcome(client, bob, checkpoint):
+    client.force_login(bob)
+    html = client.get(url(checkpoint)).content.decode()
+    assert 'id="transcript"' in html
+    for role in ("system", "user", "assistant"):
+        assert f'class="msg msg-{role}"' in html
+    assert "Make the test suite green." in html
+    assert '<span class="tool-name">run_tests</span>' in html
+    assert "{&quot;target&quot;: &quot;tests/store&quot;}" in html
+    assert '<dt>Error</dt><dd><pre class="code diff-del">3 failed, 40 passed</pre>' in html
+    assert "<dt>Result</dt>" not in html  # the reply was the error: shown once
+    assert "✕</span> failed" in html
+    assert 'class="msg msg-tool"' not in html  # the tool's reply is shown with its call
+
+
+def test_tool_calls_that_carry_their_own_result_and_success(client, bob, session, make_checkpoint):
+    state = {
+        "messages": [
+            {"role": "user", "content": "What is in the fridge?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"tool_name": "list_items", "arguments": '{"shelf": 2}', "result": "milk, eggs", "success": True}
+                ],
+            },
+        ]
+    }
+    checkpoint = make_checkpoint(session, state)
+    client.force_login(bob)
+    html = client.get(url(checkpoint)).content.decode()
+    assert '<span class="tool-name">list_items</span>' in html
+    assert "{&quot;shelf&quot;: 2}" in html and "milk, eggs" in html and "✓</span> succeeded" in html
+
+
+def test_long_conversations_show_the_latest_messages_and_load_earlier_ones(client, bob, session, make_checkpoint):
+    messages = [{"role": "user" if i % 2 else "assistant", "content": f"message number {i}"} for i in range(150)]
+    checkpoint = make_checkpoint(session, {"messages": messages})
+    client.force_login(bob)
+    html = client.get(url(checkpoint)).content.decode()
+    assert 'id="msg-149"' in html and f'id="msg-{150 - TRANSCRIPT_PAGE}"' in html
+    assert f'id="msg-{149 - TRANSCRIPT_PAGE}"' not in html
+    assert f"Show {TRANSCRIPT_PAGE} earlier messages" in html
+    earlier = client.get(url(checkpoint), {"before": 90}, headers=HTMX).content.decode()
+    assert "<html" not in earlier
+    assert re.findall(r'id="msg-(\d+)"', earlier) == [str(i) for i in range(30, 90)]
+    assert "Show 30 earlier messages" in earlier and "?before=30" in earlier
+
+
+def test_a_state_without_messages_has_no_transcript(client, bob, session, make_checkpoint):
+    checkpoint = make_checkpoint(session, {"mailbox": {"pending": 3}})
+    client.force_login(bob)
+    html = client.get(url(checkpoint)).content.decode()
+    assert 'id="transcript"' not in html and 'id="state"' in html
+
+
+def test_agent_text_is_escaped_everywhere(client, alice, session, make_checkpoint):
+    evil = "<img src=x onerror=alert(1)>"
+    state = {
+        evil: evil,
+        "messages": [
+            {"role": "assistant", "content": evil, "tool_calls": [{"id": "c", "name": evil, "arguments": {"q": evil}}]},
+            {"role": "tool", "tool_call_id": "c", "content": evil},
+        ],
+    }
+    checkpoint = make_checkpoint(session, state, name=evil, status_reason=evil)
+    client.force_login(alice)
+    html = client.get(url(checkpoint)).content.decode()
+    assert evil not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html
+    tree = client.get(subtree_url(checkpoint, ["messages"]), headers=HTMX).content.decode()
+    assert evil not in tree and "&lt;img" in tree
+
+
+def test_state_tree_renders_the_top_levels_and_leaves_big_or_deep_parts_to_load(client, bob, session, make_checkpoint):
+    state = {
+        "items": [{"n": i, "label": f"item {i}"} for i in range(300)],
+        "deep": {"a": {"b": {"c": {"d": {"e": 1}}}}},
+        "flag": True,
+        "nothing": None,
+    }
+    checkpoint = make_checkpoint(session, state)
+    client.force_login(bob)
+    html = client.get(url(checkpoint)).content.decode()
+    assert '<span class="t-key">items</span>' in html and "300 items" in html
+    assert '<span class="t-bool">true</span>' in html and '<span class="t-null">null</span>' in html
+    assert f"Show {CHILD_CAP} more ({CHILD_CAP} of 300 shown)" in html
+    lazy = quote(json.dumps(["deep", "a", "b", "c"], separators=(",", ":")))
+    assert f'hx-get="{url(checkpoint, "dashboard:checkpoint_subtree")}?path={lazy}"' in html
+    assert 'hx-trigger="toggle once"' in html
+
+
+def test_subtree_loads_the_entries_at_a_path_and_pages_through_them(client, bob, session, make_checkpoint):
+    state = {"items": [{"n": i} for i in range(120)], "deep": {"a": {"b": {"c": {"d": {"e": "bottom"}}}}}}
+    checkpoint = make_checkpoint(session, state)
+    client.force_login(bob)
+    deep = client.get(subtree_url(checkpoint, ["deep", "a", "b", "c"]), headers=HTMX)
+    assert deep.status_code == 200
+    assert '"bottom"' in deep.content.decode() and "<html" not in deep.content.decode()
+    page = client.get(subtree_url(checkpoint, ["items"], offset=100), headers=HTMX).content.decode()
+    assert re.findall(r'<span class="t-index">\[(\d+)\]</span>', page)[:2] == ["100", "101"]
+    assert "[119]" in page and "Show" not in page
+    first = client.get(subtree_url(checkpoint, ["items"]), headers=HTMX).content.decode()
+    assert "offset=50" in first
+
+
+def test_subtree_without_htmx_is_a_page_of_its_own(client, bob, session, make_checkpoint):
+    checkpoint = make_checkpoint(session, {"memory": {"facts": ["a", "b"]}})
+    client.force_login(bob)
+    html = client.get(subtree_url(checkpoint, ["memory", "facts"])).content.decode()
+    assert "<html" in html and "memory.facts" in html and "Back to the checkpoint" in html
+
+
+def test_long_strings_come_in_full_when_opened(client, bob, session, make_checkpoint):
+    essay = "<p>" + "word " * 2000 + "</p>"
+    checkpoint = make_checkpoint(session, {"essay": essay})
+    client.force_login(bob)
+    html = client.get(url(checkpoint)).content.decode()
+    assert "word " * 100 not in html  # only a preview with the page
+    assert "Load the whole text" in html
+    full = client.get(subtree_url(checkpoint, ["essay"]), headers=HTMX).content.decode()
+    assert full.startswith('<pre class="code">&lt;p&gt;word word')
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("not json", "path must be a JSON list"),
+        ('{"a": 1}', "path must be a JSON list"),
+        ('["nope"]', 'no key "nope"'),
+        ('["items", 5]', "no index 5 in items (3 items)"),
+        ('["items", "0"]', 'no index "0"'),
+        ("[true]", "not true"),
+        ('["title", 0]', "title is a value"),
+        (json.dumps(["items"] * 80), "deeper than"),
+    ],
+)
+def test_a_bad_subtree_path_is_refused_with_a_message(client, bob, session, make_checkpoint, path, message):
+    checkpoint = make_checkpoint(session, {"items": [1, 2, 3], "title": "x"})
+    client.force_login(bob)
+    response = client.get(url(checkpoint, "dashboard:checkpoint_subtree"), {"path": path}, headers=HTMX)
+    assert response.status_code == 400
+    assert message in response.content.decode()
+    assert response["Content-Type"].startswith("text/plain")
+
+
+def test_a_bad_subtree_offset_is_refused(client, bob, checkpoint):
+    client.force_login(bob)
+    response = client.get(url(checkpoint, "dashboard:checkpoint_subtree"), {"path": '["messages"]', "offset": "-1"})
+    assert response.status_code == 400
+
+
+def test_download_is_the_canonical_json_of_the_state(client, bob, checkpoint):
+    client.force_login(bob)
+    response = client.get(url(checkpoint, "dashboard:checkpoint_download"))
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    assert response["Content-Disposition"] == 'attachment; filename="run-1-2.json"'
+    assert response.content == store.load_state_json(bytes(checkpoint.root))
+    assert orjson.loads(response.content) == CONVERSATION
+
+
+def test_viewer_sees_no_restore_fork_or_pin_controls(client, bob, checkpoint):
+    client.force_login(bob)
+    html = client.get(url(checkpoint)).content.decode()
+    assert url(checkpoint, "dashboard:checkpoint_restore") not in html
+    assert url(checkpoint, "dashboard:checkpoint_fork") not in html
+    assert url(checkpoint, "dashboard:checkpoint_pin") not in html
+
+
+def test_operator_sees_restore_fork_and_pin(client, alice, checkpoint):
+    client.force_login(alice)
+    html = client.get(url(checkpoint)).content.decode()
+    assert f'href="{url(checkpoint, "dashboard:checkpoint_restore")}">Restore<' in html
+    assert f'href="{url(checkpoint, "dashboard:checkpoint_fork")}">Fork<' in html
+    assert f'action="{url(checkpoint, "dashboard:checkpoint_pin")}"' in html and 'name="pinned" value="1"' in html
+
+
+def test_history_names_restores_and_forks_of_a_checkpoint(client, bob, session, checkpoint):
+    target = checkpoint.parent
+    restored = restore_checkpoint(target, actor=Actor.system())
+    fork = fork_session(target, actor=Actor.system(), external_id="run-1-alt")
+    client.force_login(bob)
+    html = client.get(url(target)).content.decode()
+    assert f'Restored by <a href="{url(restored)}">#3' in html
+    assert f'Next on its branch: <a href="{url(checkpoint)}">#2' in html
+    assert f'Forked into <a href="{reverse("dashboard:session_detail", args=[fork.pk])}">run-1-alt<' in html
+    restore_page = client.get(url(restored)).content.decode()
+    assert f"?a={checkpoint.pk}&amp;b={restored.pk}" in restore_page  # compares with the head it replaced
+    fork_first = fork.checkpoints.get(seq=1)
+    assert "The start of a fork of" in client.get(url(fork_first)).content.decode()
+
+
+def test_checkpoint_query_count_is_bounded_on_a_big_session(client, alice, big_session, django_assert_max_num_queries):
+    restore = big_session.head
+    middle = big_session.checkpoints.get(seq=2345)
+    client.force_login(alice)  # sign-in and permissions: 4 queries of each request
+    for checkpoint in (restore, middle):
+        store.cache.clear()  # cold: the state is read from the database
+        with django_assert_max_num_queries(12):
+            assert client.get(url(checkpoint)).status_code == 200
+        store.cache.clear()
+        with django_assert_max_num_queries(8):
+            assert client.get(subtree_url(checkpoint, ["messages"]), headers=HTMX).status_code == 200
+        store.cache.clear()
+        with django_assert_max_num_queries(8):
+            assert client.get(url(checkpoint, "dashboard:checkpoint_download")).status_code == 200

@@ -1,0 +1,146 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.urls import reverse
+from django.utils import timezone
+
+from checkpoints.models import AgentSession, Checkpoint, DriftAlert
+from checkpoints.services import Actor, pin_checkpoint, record_audit
+from tests.dashboard.test_session_list import add_sessions
+
+URL = reverse("dashboard:overview")
+HTMX = {"HX-Request": "true"}
+
+
+def attention(response) -> list[str]:
+    return [session.external_id for session in response.context["attention"]]
+
+
+# ---- access ---------------------------------------------------------------------------------------
+
+
+def test_signed_out_visitor_is_sent_to_sign_in(client, db):
+    response = client.get(URL)
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+
+
+def test_user_without_a_role_is_refused(client, nobody):
+    client.force_login(nobody)
+    assert client.get(URL).status_code == 403
+
+
+def test_post_is_not_allowed(client, bob):
+    client.force_login(bob)
+    assert client.post(URL).status_code == 405
+
+
+# ---- the page -------------------------------------------------------------------------------------
+
+
+def test_counts_active_sessions_open_alerts_checkpoints_today_and_storage(client, bob, make_session, make_checkpoint):
+    active, done = make_session("active"), make_session("done")
+    AgentSession.objects.filter(pk=done.pk).update(status="completed")
+    for i in range(3):
+        make_checkpoint(active, {"items": list(range(i * 50))})
+    old = make_checkpoint(done, {"n": 1})
+    Checkpoint.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=2))
+    DriftAlert.objects.create(session=active, kind="stalled", message="flat")
+    DriftAlert.objects.create(session=done, kind="failed", message="x", state="resolved")
+    client.force_login(bob)
+    response = client.get(URL)
+    html = response.content.decode()
+    assert response.status_code == 200 and "<h1>Overview</h1>" in html
+    assert response.context["counts"] == {"total": 2, "active": 1}
+    assert response.context["open_alerts"] == 1
+    totals = response.context["totals"]
+    assert totals["created_since"] == 3
+    assert totals["raw_bytes"] == sum(c.raw_bytes for c in Checkpoint.objects.all())
+    assert totals["stored_bytes"] == sum(c.stored_bytes for c in Checkpoint.objects.all())
+    assert "active session" in html and "open drift alert" in html and "checkpoints today" in html
+    assert "storage used for" in html and "of states" in html
+
+
+def test_sessions_needing_attention_come_first_alerts_then_failures_then_silence(client, bob, make_session):
+    now = timezone.now()
+    alerting, failed, halted, silent, healthy, done = (
+        make_session(name) for name in ("alerting", "failed", "halted", "silent", "healthy", "done")
+    )
+    AgentSession.objects.filter(pk__in=[failed.pk, halted.pk]).update(status="failed")
+    AgentSession.objects.filter(pk=halted.pk).update(status="halted", updated_at=now + timedelta(seconds=1))
+    AgentSession.objects.filter(pk=done.pk).update(status="completed", last_seen_at=now - timedelta(days=3))
+    AgentSession.objects.filter(pk=silent.pk).update(last_seen_at=now - timedelta(minutes=45))
+    AgentSession.objects.filter(pk__in=[alerting.pk, healthy.pk, failed.pk, halted.pk]).update(last_seen_at=now)
+    DriftAlert.objects.create(session=alerting, kind="repetition", message="web_search('same query') 5 times")
+    client.force_login(bob)
+    response = client.get(URL)
+    assert attention(response) == ["alerting", "halted", "failed", "silent"]
+    html = response.content.decode()
+    assert "web_search(&#x27;same query&#x27;) 5 times" in html and "repetition" in html
+    assert "silent for more than 30 min" in html
+    assert f'href="{reverse("dashboard:session_detail", args=[alerting.pk])}"' in html
+
+
+def test_all_clear_when_nothing_needs_attention(client, bob, make_session):
+    session = make_session()
+    AgentSession.objects.filter(pk=session.pk).update(last_seen_at=timezone.now())
+    client.force_login(bob)
+    assert "All clear" in client.get(URL).content.decode()
+
+
+def test_recent_operator_actions_show_who_what_why_with_links(client, bob, alice, make_session, make_checkpoint):
+    session = make_session()
+    checkpoint = make_checkpoint(session, {"a": 1})
+    pin_checkpoint(checkpoint, actor=Actor.for_user(alice), reason="last green run")
+    client.force_login(bob)
+    html = client.get(URL).content.decode()
+    assert "Recent operator actions" in html
+    assert "alice" in html and "pin" in html and "last green run" in html
+    assert f'href="{reverse("dashboard:checkpoint_detail", args=[checkpoint.pk])}"' in html
+    assert f'href="{reverse("dashboard:audit_log")}"' in html
+
+
+def test_only_the_latest_actions_are_listed(client, bob, make_session):
+    session = make_session()
+    for i in range(20):
+        record_audit(Actor.system("job"), "retention", session=session, reason=f"batch {i:02d}")
+    client.force_login(bob)
+    response = client.get(URL)
+    reasons = [event.reason for event in response.context["actions"]]
+    assert reasons == [f"batch {i:02d}" for i in range(19, 11, -1)]
+
+
+def test_empty_console_says_how_to_get_data(client, bob):
+    client.force_login(bob)
+    html = client.get(URL).content.decode()
+    assert "No agent sessions yet" in html
+    assert "seed_demo" in html and "/api/v1/sessions" in html and "import_checkpoints" in html
+
+
+def test_htmx_poll_gets_only_the_live_region_which_keeps_polling(client, bob, make_session):
+    make_session()
+    client.force_login(bob)
+    full = client.get(URL).content.decode()
+    assert 'id="overview-live"' in full and 'hx-trigger="every 30s"' in full
+    response = client.get(URL, headers=HTMX)
+    html = response.content.decode()
+    assert html.lstrip().startswith('<div id="overview-live"')
+    assert 'hx-trigger="every 30s"' in html and 'hx-swap="outerHTML"' in html
+    assert "<html" not in html and "<h1>" not in html
+
+
+def test_query_count_is_bounded_on_thousands_of_checkpoints(
+    client, bob, alice, project, big_session, django_assert_max_num_queries
+):
+    sessions = add_sessions(project, 60, checkpoints=20)
+    for session in sessions[::5]:
+        DriftAlert.objects.create(session=session, kind="stalled", message="flat")
+        record_audit(Actor.for_user(alice), "acknowledge", session=session, reason="looking")
+    AgentSession.objects.filter(pk__in=[s.pk for s in sessions[1::5]]).update(status="failed")
+    client.force_login(bob)
+    with django_assert_max_num_queries(9):
+        response = client.get(URL)
+    assert len(response.context["attention"]) == 10 and response.context["more_attention"]
+    with django_assert_max_num_queries(9):
+        client.get(URL, headers=HTMX)

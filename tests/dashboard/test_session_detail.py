@@ -1,0 +1,319 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from checkpoints.models import Phase
+from checkpoints.services import Actor, fork_session, pin_checkpoint, restore_checkpoint
+from dashboard.views.timeline import PAGE_SIZE, branch_layout
+
+HTMX = {"HX-Request": "true"}
+
+
+def url(session) -> str:
+    return reverse("dashboard:session_detail", args=[session.pk])
+
+
+def rows(html: str) -> list[int]:
+    """Seqs of the checkpoint rows, in page order."""
+    return [int(seq) for seq in re.findall(r'<tr data-keynav-item id="cp-(\d+)"', html)]
+
+
+def row_html(html: str, seq: int) -> str:
+    start = html.index(f'id="cp-{seq}"')
+    return html[start : html.index("</tr>", start)]
+
+
+@pytest.fixture
+def session(make_session, make_checkpoint):
+    session = make_session("run-1")
+    for i in range(6):
+        make_checkpoint(session, {"step": i, "messages": ["x"] * i}, name=f"step_{i}", step=i)
+    session.refresh_from_db()
+    return session
+
+
+@pytest.fixture
+def restored(session):
+    """Six checkpoints, then a restore of #3: #4–#6 are left on a side branch, #7 continues the head's line."""
+    target = session.checkpoints.get(seq=3)
+    restore_checkpoint(target, actor=Actor.system("test"), reason="back to 3")
+    session.refresh_from_db()
+    return session
+
+
+def test_timeline_requires_sign_in(client, session):
+    response = client.get(url(session))
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+
+
+def test_timeline_needs_a_role(client, nobody, session):
+    client.force_login(nobody)
+    assert client.get(url(session)).status_code == 403
+
+
+def test_unknown_session_is_404(client, bob):
+    client.force_login(bob)
+    assert client.get(reverse("dashboard:session_detail", args=[999_999])).status_code == 404
+
+
+def test_timeline_refuses_post(client, alice, session):
+    client.force_login(alice)
+    assert client.post(url(session)).status_code == 405
+
+
+def test_timeline_page_shows_the_session_and_its_checkpoints_newest_first(client, bob, session):
+    client.force_login(bob)
+    response = client.get(url(session))
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "run-1" in html and "agent-7" in html and "acme" in html
+    assert "Restore generation" in html
+    assert rows(html) == [6, 5, 4, 3, 2, 1]
+    head = session.head
+    assert reverse("dashboard:checkpoint_detail", args=[head.pk]) in html
+    assert 'class="cp is-head"' in row_html(html, 6)
+    assert "data-keynav" in html
+
+
+def test_each_row_links_to_open_and_to_compare_with_the_previous_checkpoint(client, bob, session):
+    client.force_login(bob)
+    html = client.get(url(session)).content.decode()
+    five, six = session.checkpoints.get(seq=5), session.checkpoints.get(seq=6)
+    row = row_html(html, 6)
+    assert f'href="{reverse("dashboard:checkpoint_detail", args=[six.pk])}" data-open' in row
+    assert f'data-compare href="{reverse("dashboard:compare")}?a={five.pk}&amp;b={six.pk}"' in row
+    assert "data-compare" not in row_html(html, 1)  # the first checkpoint has nothing before it
+
+
+def test_htmx_request_gets_only_the_timeline(client, bob, session):
+    client.force_login(bob)
+    response = client.get(url(session), headers=HTMX)
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert html.lstrip().startswith('<div id="timeline"')
+    assert "<html" not in html and "Activity" not in html
+    assert rows(html) == [6, 5, 4, 3, 2, 1]
+
+
+def test_restore_draws_the_abandoned_checkpoints_as_a_side_branch(client, bob, restored):
+    client.force_login(bob)
+    html = client.get(url(restored)).content.decode()
+    assert rows(html) == [7, 6, 5, 4, 3, 2, 1]
+    for seq in (4, 5, 6):
+        assert "side branch" in row_html(html, seq)
+    for seq in (7, 3, 2, 1):
+        assert "side branch" not in row_html(html, seq)
+    assert "restored by #7" in row_html(html, 3)
+    assert 'class="elbow c1"' in row_html(html, 3)  # the side lane grows out of #3
+    assert 'class="lane c0 down node-head"' in row_html(html, 7)  # the restore is the head
+    assert 'class="lane c0 up down"' in row_html(html, 6)  # the head's line passes beside the side branch
+    assert 'class="lane c1 down node-dot"' in row_html(html, 6)  # the side branch's newest end
+    assert 'class="lane c1 up down node-dot"' in row_html(html, 5)
+
+
+def test_a_restore_row_compares_with_the_head_it_replaced(client, bob, restored):
+    client.force_login(bob)
+    html = client.get(url(restored)).content.decode()
+    six, seven = restored.checkpoints.get(seq=6), restored.checkpoints.get(seq=7)
+    assert f"?a={six.pk}&amp;b={seven.pk}" in row_html(html, 7)
+
+
+def test_branch_layout_keeps_the_heads_history_in_lane_zero():
+    # 1..10, restore #11 of #4, 12..15, restore #16 of #13 (undoing part of the first branch), head #16
+    branches = branch_layout(16, 16, [(11, 4), (16, 13)])
+    lanes = {(b.lo, b.hi): (b.lane, b.attach, b.main) for b in branches}
+    assert lanes[(16, 16)] == (0, 13, True)
+    assert lanes[(11, 13)] == (0, 4, True)
+    assert lanes[(1, 4)] == (0, None, True)
+    assert lanes[(5, 10)][1:] == (4, False)
+    assert lanes[(14, 15)][1:] == (13, False)
+    assert lanes[(5, 10)][0] >= 1 and lanes[(14, 15)][0] >= 1
+
+
+def test_branch_layout_gives_overlapping_side_branches_their_own_lanes():
+    # two restores back to #2, each leaving a branch behind: 3..5 and 6..8 both grow from #2
+    branches = branch_layout(9, 9, [(6, 2), (9, 2)])
+    side = sorted((b for b in branches if not b.main), key=lambda b: b.lo)
+    assert [(b.lo, b.hi, b.attach) for b in side] == [(3, 5, 2), (6, 8, 2)]
+    assert side[0].lane != side[1].lane
+
+
+def test_runs_of_routine_checkpoints_collapse_into_one_row(client, bob, make_session, make_checkpoint):
+    session = make_session("routine-run")
+    make_checkpoint(session, {"n": 0}, name="task_started")
+    for i in range(1, 13):
+        make_checkpoint(session, {"n": i}, name="routine", kind="routine")
+    make_checkpoint(session, {"n": 13}, name="step")
+    client.force_login(bob)
+    html = client.get(url(session)).content.decode()
+    assert rows(html) == [14, 1]
+    assert "12 routine checkpoints" in html
+    assert 'hx-get="' + url(session) + '?expand=2-13"' in html
+    assert 'id="run-2-13"' in html
+
+
+def test_a_collapsed_run_opens_by_htmx_and_without_javascript(client, bob, make_session, make_checkpoint):
+    session = make_session("routine-run")
+    make_checkpoint(session, {"n": 0}, name="task_started")
+    for i in range(1, 6):
+        make_checkpoint(session, {"n": i}, name="routine", kind="routine")
+    make_checkpoint(session, {"n": 6}, name="step")
+    client.force_login(bob)
+    fragment = client.get(url(session) + "?expand=2-6", headers=HTMX).content.decode()
+    assert fragment.lstrip().startswith('<tbody class="expanded" id="run-2-6"')
+    assert rows(fragment) == [6, 5, 4, 3, 2]
+    page = client.get(url(session) + "?expand=2-6").content.decode()
+    assert rows(page) == [7, 6, 5, 4, 3, 2, 1]
+
+
+def test_pinned_and_failed_routine_checkpoints_stay_visible(client, bob, make_session, make_checkpoint):
+    session = make_session("routine-run")
+    made = [make_checkpoint(session, {"n": i}, name="routine", kind="routine") for i in range(7)]
+    pin_checkpoint(made[3], actor=Actor.system())
+    client.force_login(bob)
+    html = client.get(url(session)).content.decode()
+    assert 4 in rows(html) and 7 in rows(html)  # the pinned one and the head
+    assert "3 routine checkpoints" in html  # #1–#3
+    assert "2 routine" not in html  # #5–#6 is too short a run to hide
+
+
+def test_pages_are_keyset_on_seq_newest_first(client, bob, big_session):
+    client.force_login(bob)
+    first = client.get(url(big_session)).content.decode()
+    seqs = rows(first)
+    assert seqs[0] == 3001 and len(seqs) == PAGE_SIZE
+    older = seqs[-1]
+    assert f'href="{url(big_session)}?before={older}"' in first
+    second = client.get(url(big_session), {"before": older}, headers=HTMX).content.decode()
+    assert rows(second)[0] == older - 1 and len(rows(second)) == PAGE_SIZE
+    assert f"?after={older - 1}" in second
+    back = client.get(url(big_session), {"after": older - 1}).content.decode()
+    assert rows(back) == seqs
+
+
+def test_jumping_to_a_seq_shows_the_page_that_holds_it(client, bob, big_session):
+    client.force_login(bob)
+    html = client.get(url(big_session), {"at": 1500}).content.decode()
+    assert rows(html)[0] == 1500
+    assert "« Newest" in html and "‹ Newer" in html and "Older ›" in html
+
+
+def test_nonsense_paging_parameters_fall_back_to_the_newest_page(client, bob, session):
+    client.force_login(bob)
+    response = client.get(url(session), {"before": "soon", "after": "-3", "expand": "9-2"})
+    assert response.status_code == 200
+    assert rows(response.content.decode()) == [6, 5, 4, 3, 2, 1]
+
+
+def test_viewer_sees_no_restore_fork_or_pin_controls(client, bob, session):
+    client.force_login(bob)
+    html = client.get(url(session)).content.decode()
+    one = session.checkpoints.get(seq=1)
+    assert reverse("dashboard:checkpoint_restore", args=[one.pk]) not in html
+    assert reverse("dashboard:checkpoint_fork", args=[one.pk]) not in html
+    assert reverse("dashboard:checkpoint_pin", args=[one.pk]) not in html
+    assert ">Restore<" not in html and ">Fork<" not in html and ">Pin<" not in html and ">Unpin<" not in html
+
+
+def test_operator_sees_restore_fork_and_pin_on_every_row(client, alice, session):
+    one = session.checkpoints.get(seq=1)
+    pin_checkpoint(one, actor=Actor.system())
+    client.force_login(alice)
+    html = client.get(url(session)).content.decode()
+    row = row_html(html, 1)
+    assert f'href="{reverse("dashboard:checkpoint_restore", args=[one.pk])}"' in row
+    assert f'href="{reverse("dashboard:checkpoint_fork", args=[one.pk])}"' in row
+    assert f'method="post" action="{reverse("dashboard:checkpoint_pin", args=[one.pk])}"' in row
+    assert 'name="pinned" value="0"' in row and '>Unpin<span class="visually-hidden"> #1</span></button>' in row
+    assert 'name="pinned" value="1"' in row_html(html, 2)
+    assert html.count('>Restore<span class="visually-hidden">') == 6
+
+
+def test_forks_link_to_their_source_and_back(client, bob, session):
+    source = session.checkpoints.get(seq=4)
+    fork = fork_session(source, actor=Actor.system(), external_id="run-1-b")
+    client.force_login(bob)
+    html = client.get(url(session)).content.decode()
+    assert f'href="{reverse("dashboard:session_detail", args=[fork.pk])}"' in html
+    assert "fork run-1-b" in row_html(html, 4)
+    child = client.get(url(fork)).content.decode()
+    assert "Forked from" in child
+    assert f'href="{reverse("dashboard:session_detail", args=[session.pk])}">run-1<' in child
+    assert f'href="{reverse("dashboard:checkpoint_detail", args=[source.pk])}">#4<' in child
+
+
+def test_phases_strip_lists_each_phase_with_status_and_duration(client, bob, session):
+    Phase.objects.create(session=session, number=1, name="Concept Expansion", status="completed", duration=754)
+    Phase.objects.create(session=session, number=2, name="Market <Research>", status="in_progress")
+    client.force_login(bob)
+    html = client.get(url(session)).content.decode()
+    assert "Phases" in html and "Concept Expansion" in html and "12 min 34 s" in html
+    assert "Market &lt;Research&gt;" in html
+    assert "status-in_progress" in html
+
+
+def test_no_phases_strip_without_phases(client, bob, session):
+    client.force_login(bob)
+    assert 'id="phases-heading"' not in client.get(url(session)).content.decode()
+
+
+def test_charts_are_inline_svg_with_titles_and_axis_labels(client, bob, session, make_checkpoint):
+    make_checkpoint(session, {"step": 7}, name="broke", status="failed", status_reason="boom")
+    client.force_login(bob)
+    html = client.get(url(session)).content.decode()
+    assert html.count('<svg class="chart-svg"') == 3
+    assert "<title" in html and "State size and stored bytes" in html
+    assert "Steps per hour" in html and "Error rate per hour" in html
+    assert 'class="axis-label"' in html and ">Time</text>" in html
+    assert "1 of 7 checkpoints failed or halted." in html
+
+
+def test_agent_text_in_names_and_reasons_is_escaped(client, bob, make_session, make_checkpoint):
+    session = make_session("xss")
+    make_checkpoint(session, {}, name="<script>alert(1)</script>", status="failed", status_reason="<b>bad</b>")
+    client.force_login(bob)
+    html = client.get(url(session)).content.decode()
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "&lt;b&gt;bad&lt;/b&gt;" in html
+
+
+def test_a_session_without_checkpoints_says_how_to_add_them(client, bob, make_session):
+    session = make_session("empty")
+    client.force_login(bob)
+    html = client.get(url(session)).content.decode()
+    assert "No checkpoints yet." in html
+    assert "/api/v1/sessions/empty/checkpoints" in html
+
+
+def test_timeline_query_count_is_bounded_on_a_big_session(client, alice, big_session, django_assert_max_num_queries):
+    client.force_login(alice)  # sign-in and permissions: 4 queries of each request
+    with django_assert_max_num_queries(14):
+        assert client.get(url(big_session)).status_code == 200
+    with django_assert_max_num_queries(9):
+        assert client.get(url(big_session), {"before": 1700}, headers=HTMX).status_code == 200
+    with django_assert_max_num_queries(15):
+        assert client.get(url(big_session), {"after": 1200}).status_code == 200
+    with django_assert_max_num_queries(8):
+        assert client.get(url(big_session), {"expand": "100-600"}, headers=HTMX).status_code == 200
+
+
+def test_size_chart_runs_by_seq_with_stored_bytes_on_their_own_axis(client, bob, restored):
+    client.force_login(bob)
+    html = client.get(url(restored)).content.decode()
+    assert 'text-anchor="start">#1</text>' in html and 'text-anchor="end">#7</text>' in html
+    assert "left axis" in html and "right axis" in html
+    assert 'class="axis-label axis-series-stored"' in html
+
+
+def test_charts_show_an_empty_state_without_data():
+    from dashboard.templatetags.charts import bar_chart, line_chart, nice_ceiling
+
+    assert "No data yet." in line_chart([{"label": "x", "points": [], "css": "c"}], title="Size")
+    assert "No data yet." in bar_chart([], title="Rate", slot=None)
+    assert nice_ceiling(273_000, "bytes") == 300 * 1024
+    assert nice_ceiling(3, "count") == 4 and nice_ceiling(77, "percent") == 100
