@@ -28,7 +28,8 @@ def evidence_summary(evidence: Any, *, limit: int = 4) -> str:
     """`key: value` pairs of an alert's evidence, short enough for a table cell."""
     if not isinstance(evidence, dict):
         return _short(evidence)
-    parts = [f"{key.replace('_', ' ')}: {_short(value)}" for key, value in list(evidence.items())[:limit]]
+    # sorted: PostgreSQL's jsonb does not keep the order keys were written in
+    parts = [f"{key.replace('_', ' ')}: {_short(value)}" for key, value in sorted(evidence.items())[:limit]]
     if len(evidence) > limit:
         parts.append(f"+{len(evidence) - limit} more")
     return " · ".join(parts)

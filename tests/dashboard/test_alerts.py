@@ -69,7 +69,7 @@ def test_alert_list_shows_each_alert_with_its_evidence_and_last_good(client, ali
     assert '<span class="kind">repetition</span>' in html
     assert 'class="badge severity-warning"' in html and 'class="badge status-open"' in html
     assert "ran 4 times without progress" in html
-    assert "tool: get_order · count: 4 · seqs: [1, 2, 3, 4, 5, 6, … 19 items]" in html
+    assert "count: 4 · seqs: [1, 2, 3, 4, 5, 6, … 19 items] · tool: get_order" in html
     assert f'href="{reverse("dashboard:checkpoint_detail", args=[alert.last_good_id])}"' in html
     assert f'href="{reverse("dashboard:checkpoint_restore", args=[alert.last_good_id])}"' in html
     assert ">Acknowledge</button>" in html and "Resolve…" in html
