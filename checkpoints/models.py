@@ -23,6 +23,14 @@ class Project(models.Model):
         return self.slug
 
 
+class SourceFormat(models.TextChoices):
+    DREAMOS = "dreamos"
+    BREAKPILOT = "breakpilot"
+    ARES = "ares"
+    KAIZEN = "kaizen"
+    HAYTHAM = "haytham"
+
+
 class SessionStatus(models.TextChoices):
     ACTIVE = "active"
     COMPLETED = "completed"
@@ -127,6 +135,11 @@ class AgentSession(models.Model):
     )
     live_state_at = models.DateTimeField(null=True, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
+    source_path = models.CharField(max_length=1000, blank=True, help_text="The folder this session was imported from.")
+    source_format = models.CharField(max_length=20, choices=SourceFormat.choices, blank=True)
+    write_back = models.BooleanField(
+        default=False, help_text="On restore, also write the restored state into source_path in source_format."
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -575,14 +588,6 @@ class AuditEvent(models.Model):
         return f"{self.actor} {self.action} {self.target}"
 
 
-class SourceFormat(models.TextChoices):
-    DREAMOS = "dreamos"
-    BREAKPILOT = "breakpilot"
-    ARES = "ares"
-    KAIZEN = "kaizen"
-    HAYTHAM = "haytham"
-
-
 class WatchedSource(models.Model):
     """A folder the routine import job reads incrementally."""
 
@@ -600,3 +605,38 @@ class WatchedSource(models.Model):
 
     def __str__(self) -> str:
         return f"{self.format}:{self.path}"
+
+
+class ImportJobStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class ImportJob(models.Model):
+    """An uploaded archive of checkpoint files, imported by a Celery task; its report is kept."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="import_jobs")
+    archive = models.CharField(max_length=1000, help_text="Where the upload is kept until imported.")
+    original_name = models.CharField(max_length=300)
+    status = models.CharField(max_length=20, choices=ImportJobStatus.choices, default=ImportJobStatus.QUEUED)
+    imported = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0)
+    error_count = models.PositiveIntegerField(default=0)
+    report = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"import of {self.original_name} ({self.status})"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in (ImportJobStatus.DONE, ImportJobStatus.FAILED)

@@ -372,6 +372,10 @@ def restore_checkpoint(
         session.status = SessionStatus.ACTIVE
     session.updated_at = now
     session.save(update_fields=["last_seq", "restore_generation", "head", "status", "updated_at"])
+    if session.write_back and session.source_path and session.source_format:
+        from .writeback import write_back_restore
+
+        transaction.on_commit(lambda: write_back_restore(restored.pk))
     record_audit(
         actor,
         "restore",

@@ -205,3 +205,14 @@ def big_session(project):
     restore_checkpoint(checkpoints[1500], actor=Actor.system("test"), reason="midway")
     session.refresh_from_db()
     return session
+
+
+@pytest.fixture(autouse=True)
+def _celery_runs_tasks_inline():
+    """Unit tests run tasks in-process; tests with a real worker override this."""
+    from config.celery import app
+
+    app.conf.task_always_eager = True
+    app.conf.task_eager_propagates = True
+    yield
+    app.conf.task_always_eager = False

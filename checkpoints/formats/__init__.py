@@ -1,0 +1,25 @@
+"""The five source formats (DESIGN section 9). Each module follows `formats.base.Format`."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import cast
+
+from .base import Format
+
+NAMES = ("dreamos", "breakpilot", "ares", "kaizen", "haytham")
+
+
+def get(name: str) -> Format:
+    if name not in NAMES:
+        raise ValueError(f"unknown format {name!r}; one of: {', '.join(NAMES)}")
+    return cast(Format, importlib.import_module(f"{__name__}.{name}"))
+
+
+def detect(path: Path) -> str | None:
+    """The format of a file or folder, or None."""
+    for name in NAMES:
+        if get(name).detect(path):
+            return name
+    return None

@@ -1,0 +1,251 @@
+"""Importing checkpoint files: any of the five formats, a file or a whole tree, tolerant and idempotent.
+
+Formats (checkpoints/formats/) turn files into records; this module stores them. A file that cannot
+be read, or a checkpoint whose state is not valid JSON, is reported and skipped — the rest goes in.
+Each checkpoint's idempotency key is "<format>:<its source id>", so importing the same tree twice
+adds nothing. Records stream: memory holds one batch per session, not the tree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Max
+
+from . import formats, services
+from .formats.base import CheckpointRecord, PhaseRecord, Problem, SessionRecord
+from .models import AgentOutput, AgentSession, Checkpoint, Phase, PhaseFeedback, Project
+
+BATCH = 200
+
+
+@dataclass
+class ImportReport:
+    imported: int = 0
+    skipped: int = 0
+    errors: list[dict[str, str]] = field(default_factory=list)
+    sessions: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"imported": self.imported, "skipped": self.skipped, "errors": self.errors, "sessions": self.sessions}
+
+    def problem(self, path: Any, error: str) -> None:
+        self.errors.append({"path": str(path), "error": error})
+
+
+def idempotency_key(fmt: str, key: str) -> str:
+    key = f"{fmt}:{key}"
+    return key if len(key) <= 200 else f"{fmt}:sha256:{hashlib.sha256(key.encode()).hexdigest()}"
+
+
+def sources(path: Path, fmt: str, report: ImportReport) -> Iterator[tuple[str, Path]]:
+    """(format, path) to read: the path itself when it is in a format, else each of its entries."""
+    if fmt != "auto":
+        yield fmt, path
+        return
+    name = formats.detect(path)
+    if name:
+        yield name, path
+    elif path.is_dir() and not path.is_symlink():
+        for child in sorted(path.iterdir()):
+            yield from sources(child, fmt, report)
+    elif not path.name.startswith("."):
+        report.problem(path, "not a checkpoint file of any known format; skipped")
+
+
+def import_path(
+    path: Path,
+    *,
+    fmt: str = "auto",
+    project: Project,
+    actor: services.Actor,
+    dry_run: bool = False,
+    write_back: bool = False,
+    record_source: bool = True,
+    progress: Callable[[ImportReport], None] | None = None,
+) -> ImportReport:
+    """Import a file or a folder tree. A dry run reads and stores everything, then rolls it all back.
+
+    Each session remembers the folder and format it came from (unless `record_source` is off, as for
+    a temporary folder); with `write_back`, a restore of it is also written back there in that format.
+    """
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    if fmt != "auto":
+        formats.get(fmt)  # an unknown name fails before anything is read
+    report = ImportReport()
+    with transaction.atomic() if dry_run else nullcontext():
+        importer = _Importer(project, report, progress, write_back)
+        for name, source in sources(path, fmt, report):
+            importer.fmt = name
+            importer.folder = (source if source.is_dir() else source.parent) if record_source else None
+            for record in formats.get(name).read(source):
+                importer.take(record)
+            importer.flush_all()
+        importer.finish()
+        if dry_run:
+            transaction.set_rollback(True)
+        elif report.imported:
+            services.record_audit(
+                actor,
+                "import",
+                project=project,
+                target=str(path),
+                details={"imported": report.imported, "skipped": report.skipped, "errors": len(report.errors)},
+            )
+    return report
+
+
+class _Importer:
+    def __init__(
+        self, project: Project, report: ImportReport, progress: Callable[[ImportReport], None] | None, write_back: bool
+    ):
+        self.project = project
+        self.report = report
+        self.progress = progress
+        self.write_back = write_back
+        self.fmt = ""
+        self.folder: Path | None = None
+        self.sessions: dict[str, AgentSession] = {}
+        self.pending: dict[str, list[CheckpointRecord]] = {}
+        self.heads: dict[str, str] = {}  # session → idempotency key of its head
+        self.forks: dict[str, tuple[str, str]] = {}  # session → (source session, source idempotency key)
+        self.statuses: dict[str, str] = {}
+
+    def take(self, record: Any) -> None:
+        if isinstance(record, Problem):
+            self.report.problem(record.path, record.error)
+        elif isinstance(record, SessionRecord):
+            self._session(record)
+        elif isinstance(record, CheckpointRecord):
+            self._session_named(record.session)
+            batch = self.pending.setdefault(record.session, [])
+            batch.append(record)
+            if len(batch) >= BATCH:
+                self.flush(record.session)
+        elif isinstance(record, PhaseRecord):
+            self.flush(record.session)
+            self._phase(record)
+
+    def _session(self, record: SessionRecord) -> AgentSession:
+        project = services.get_or_create_project(record.project) if record.project else self.project
+        session, _ = services.upsert_session(
+            project,
+            external_id=record.external_id,
+            agent=record.agent,
+            title=record.title or None,
+            execution_mode=record.execution_mode or None,
+            metadata=record.metadata or None,
+        )
+        if self.folder is not None:
+            source_path = str(self.folder.resolve())
+            AgentSession.objects.filter(pk=session.pk).update(
+                source_path=source_path, source_format=self.fmt, write_back=self.write_back
+            )
+            session.source_path, session.source_format = source_path, self.fmt
+        self.sessions[record.external_id] = session
+        if record.external_id not in self.report.sessions:
+            self.report.sessions.append(record.external_id)
+        if record.forked_from:
+            source_session, source_key = record.forked_from
+            self.forks[record.external_id] = (source_session, idempotency_key(self.fmt, source_key))
+        if record.status:
+            self.statuses[record.external_id] = record.status
+        return session
+
+    def _session_named(self, external_id: str) -> AgentSession:
+        session = self.sessions.get(external_id)
+        return session or self._session(SessionRecord(external_id=external_id, agent=external_id))
+
+    def flush(self, external_id: str) -> None:
+        records = self.pending.pop(external_id, [])
+        if not records:
+            return
+        session = self.sessions[external_id]
+        inputs = [self._input(record) for record in records]
+        try:
+            results = services.ingest_checkpoints([(session, inputs)])
+        except services.InvalidState:  # find the bad one(s): the others still go in
+            results = []
+            for record, item in zip(records, inputs, strict=True):
+                try:
+                    results += services.ingest_checkpoints([(session, [item])])
+                except services.InvalidState as exc:
+                    self.report.problem(record.metadata.get("source_path", record.key), f"invalid state: {exc}")
+        for _, created in results:
+            if created:
+                self.report.imported += 1
+            else:
+                self.report.skipped += 1
+        for record in records:
+            if record.head:
+                self.heads[external_id] = idempotency_key(self.fmt, record.key)
+        if self.progress:
+            self.progress(self.report)
+
+    def flush_all(self) -> None:
+        for external_id in list(self.pending):
+            self.flush(external_id)
+
+    def _input(self, record: CheckpointRecord) -> services.CheckpointInput:
+        return services.CheckpointInput(
+            state=record.state,
+            name=record.name,
+            kind=record.kind,
+            status=record.status,
+            status_reason=record.status_reason,
+            step=record.step,
+            phase=record.phase,
+            created_at=record.created_at,
+            idempotency_key=idempotency_key(self.fmt, record.key),
+            metadata={**record.metadata, "source_format": self.fmt, "source_id": record.key},
+        )
+
+    def _phase(self, record: PhaseRecord) -> None:
+        session = self._session_named(record.session)
+        fields = {
+            name: getattr(record, name)
+            for name in ("name", "status", "started_at", "completed_at", "duration", "retry_count")
+            + ("tokens_in", "tokens_out", "cost", "errors", "metadata")
+        }
+        phase, _ = Phase.objects.update_or_create(session=session, number=record.number, defaults=fields)
+        for output in record.outputs:
+            AgentOutput.objects.update_or_create(phase=phase, agent_name=output.agent_name, defaults={**vars(output)})
+        for feedback in record.feedback:
+            values = {**vars(feedback)}
+            created_at = values.pop("created_at")
+            lookup = {"phase": phase, "action": feedback.action, "reviewer_name": feedback.reviewer_name}
+            if created_at:
+                lookup["created_at"] = created_at
+            if not PhaseFeedback.objects.filter(**lookup).exists():
+                PhaseFeedback.objects.create(
+                    **{**values, "phase": phase, **({"created_at": created_at} if created_at else {})}
+                )
+
+    @transaction.atomic
+    def finish(self) -> None:
+        """Heads named by the source, fork links, statuses, and when each session was last heard of."""
+        for external_id, key in self.heads.items():
+            session = self.sessions[external_id]
+            head = Checkpoint.objects.filter(session=session, idempotency_key=key).first()
+            if head:
+                AgentSession.objects.filter(pk=session.pk).update(head=head)
+        for external_id, (source_session, source_key) in self.forks.items():
+            session = self.sessions[external_id]
+            source = Checkpoint.objects.filter(
+                session__project=session.project, session__external_id=source_session, idempotency_key=source_key
+            ).first()
+            if source:
+                AgentSession.objects.filter(pk=session.pk).update(forked_from=source)
+        for external_id, status in self.statuses.items():
+            AgentSession.objects.filter(pk=self.sessions[external_id].pk).update(status=status)
+        for session in self.sessions.values():
+            latest = Checkpoint.objects.filter(session=session).aggregate(latest=Max("created_at"))["latest"]
+            if latest:
+                AgentSession.objects.filter(pk=session.pk).update(last_seen_at=latest, updated_at=latest)

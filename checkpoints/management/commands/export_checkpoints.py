@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from checkpoints import formats
+from checkpoints.models import AgentSession
+
+
+class Command(BaseCommand):
+    help = "Write a session back in one of the five source formats."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("session", help="the session's external id")
+        parser.add_argument("--format", required=True, choices=formats.NAMES)
+        parser.add_argument("--out", required=True, type=Path, help="folder to write into")
+        parser.add_argument("--project", help="project slug, when the id exists in several projects")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        sessions = AgentSession.objects.filter(external_id=options["session"]).select_related("project")
+        if options["project"]:
+            sessions = sessions.filter(project__slug=options["project"])
+        found = list(sessions[:2])
+        if not found:
+            raise CommandError(f"no session {options['session']!r}")
+        if len(found) > 1:
+            raise CommandError(f"{options['session']!r} exists in several projects: pass --project")
+        written = formats.get(options["format"]).export(found[0], options["out"])
+        self.stdout.write(f"wrote {len(written)} file(s) to {options['out']}")

@@ -1,0 +1,66 @@
+"""Celery tasks: thin, idempotent wrappers that take ids and call the operation of the same name."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from celery import shared_task
+from django.conf import settings
+from django.utils import timezone
+
+from . import services, watching
+from .archives import UnsafeArchive, extract
+from .importing import ImportReport, import_path
+from .models import ImportJob, ImportJobStatus
+
+
+@shared_task(acks_late=True, time_limit=3600, soft_time_limit=3500)
+def import_archive(job_id: int) -> dict[str, object]:
+    """Unpack an uploaded archive and import it, keeping the job's counts current for the progress bar."""
+    claimed = ImportJob.objects.filter(pk=job_id, status=ImportJobStatus.QUEUED).update(
+        status=ImportJobStatus.RUNNING, started_at=timezone.now()
+    )
+    job = ImportJob.objects.select_related("project", "created_by").get(pk=job_id)
+    if not claimed and job.status != ImportJobStatus.RUNNING:
+        return job.report  # done already: a redelivered message changes nothing
+    actor = services.Actor.for_user(job.created_by) if job.created_by else services.Actor.system("upload")
+    workdir = Path(tempfile.mkdtemp(prefix="import-", dir=settings.VAR_DIR))
+
+    def progress(report: ImportReport) -> None:
+        ImportJob.objects.filter(pk=job_id).update(
+            imported=report.imported, skipped=report.skipped, error_count=len(report.errors)
+        )
+
+    try:
+        extract(Path(job.archive), workdir)
+        report = import_path(workdir, project=job.project, actor=actor, record_source=False, progress=progress)
+    except (UnsafeArchive, OSError) as exc:
+        ImportJob.objects.filter(pk=job_id).update(
+            status=ImportJobStatus.FAILED, error=str(exc), finished_at=timezone.now()
+        )
+        return {"error": str(exc)}
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    result = report.as_dict()
+    for error in result["errors"]:  # paths inside the temporary folder mean nothing to the uploader
+        error["path"] = error["path"].replace(str(workdir) + "/", "")
+    ImportJob.objects.filter(pk=job_id).update(
+        status=ImportJobStatus.DONE,
+        imported=report.imported,
+        skipped=report.skipped,
+        error_count=len(report.errors),
+        report=result,
+        finished_at=timezone.now(),
+    )
+    Path(job.archive).unlink(missing_ok=True)
+    return result
+
+
+@shared_task(acks_late=True, time_limit=3600, soft_time_limit=3500)
+def scan_watched_sources() -> dict[str, int]:
+    return watching.scan_all()
+
+
+__all__ = ["import_archive", "scan_watched_sources"]
