@@ -142,9 +142,10 @@ class _Importer:
             title=record.title or None,
             execution_mode=record.execution_mode or None,
             metadata=record.metadata or None,
+            merge_metadata=True,
         )
         if self.folder is not None:
-            source_path = str(self.folder.resolve())
+            source_path = str((Path(record.folder) if record.folder else self.folder).resolve())
             AgentSession.objects.filter(pk=session.pk).update(
                 source_path=source_path, source_format=self.fmt, write_back=self.write_back
             )
@@ -177,7 +178,7 @@ class _Importer:
                 try:
                     results += services.ingest_checkpoints([(session, [item])])
                 except services.InvalidState as exc:
-                    self.report.problem(record.metadata.get("source_path", record.key), f"invalid state: {exc}")
+                    self.report.problem(record.source_path or record.key, f"invalid state: {exc}")
         for _, created in results:
             if created:
                 self.report.imported += 1
@@ -204,7 +205,7 @@ class _Importer:
             phase=record.phase,
             created_at=record.created_at,
             idempotency_key=idempotency_key(self.fmt, record.key),
-            metadata={**record.metadata, "source_format": self.fmt, "source_id": record.key},
+            metadata={"source_format": self.fmt, "source_id": record.key, **record.metadata},
         )
 
     def _phase(self, record: PhaseRecord) -> None:

@@ -116,8 +116,18 @@ def upsert_session(
     title: str | None = None,
     execution_mode: str | None = None,
     metadata: dict[str, Any] | None = None,
+    merge_metadata: bool = False,
 ) -> tuple[AgentSession, bool]:
-    """Create the session, or update the fields given for an existing one."""
+    """Create the session, or update the fields given for an existing one.
+
+    With `merge_metadata` the given keys are added to the stored ones (an incremental import must
+    not drop what an earlier one recorded); otherwise they replace them.
+    """
+    if merge_metadata and metadata:
+        stored = AgentSession.objects.filter(project=project, external_id=external_id).values_list(
+            "metadata", flat=True
+        )
+        metadata = {**(stored.first() or {}), **metadata}
     updates: dict[str, Any] = {"agent": agent, "updated_at": timezone.now()}
     for name, value in (("title", title), ("execution_mode", execution_mode), ("metadata", metadata)):
         if value is not None:

@@ -8,7 +8,12 @@ A format module (dreamos, breakpilot, ares, kaizen, haytham) provides:
   order within each session, streaming (one file at a time); a file that cannot be read yields a
   `Problem` and reading goes on;
 * `export(session, out_dir) -> list[Path]` — the session written back in the format's own layout,
-  so that import → export → import gives the same sessions, checkpoints and states.
+  so that import → export → import gives the same sessions, checkpoints and states;
+* `write_back(session, checkpoint, folder) -> list[Path]` — a restored checkpoint written into the
+  agent's own folder the way that system expects, new files only, atomically.
+
+A SessionRecord may come again after its checkpoints (e.g. with the status only the last file
+tells); the later one updates the session.
 
 Anything a source has that no field holds goes into `metadata`, so nothing is lost.
 """
@@ -33,6 +38,7 @@ class SessionRecord:
     metadata: dict[str, Any] = field(default_factory=dict)
     forked_from: tuple[str, str] | None = None  # (source session's external id, source checkpoint's key)
     project: str | None = None  # a project slug the source names (else the import's --project)
+    folder: str = ""  # the folder holding this session's files, when not the one being read (write-back)
 
 
 @dataclass
@@ -49,6 +55,7 @@ class CheckpointRecord:
     created_at: datetime | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     head: bool = False  # the source's "latest" pointer names this checkpoint
+    source_path: str = ""  # the file it came from, for error reports (not stored)
 
 
 @dataclass
@@ -114,6 +121,8 @@ class Format(Protocol):
     def read(self, path: Path) -> Iterator[Record]: ...
 
     def export(self, session: Any, out_dir: Path) -> list[Path]: ...
+
+    def write_back(self, session: Any, checkpoint: Any, folder: Path) -> list[Path]: ...
 
 
 def parse_time(value: Any) -> datetime | None:

@@ -27,5 +27,8 @@ class Command(BaseCommand):
             raise CommandError(f"no session {options['session']!r}")
         if len(found) > 1:
             raise CommandError(f"{options['session']!r} exists in several projects: pass --project")
-        written = formats.get(options["format"]).export(found[0], options["out"])
+        try:
+            written = formats.get(options["format"]).export(found[0], options["out"])
+        except FileExistsError as exc:
+            raise CommandError(f"{exc}: export into an empty folder") from exc
         self.stdout.write(f"wrote {len(written)} file(s) to {options['out']}")

@@ -1,0 +1,452 @@
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+from checkpoints import formats, services
+from checkpoints.formats import haytham
+from checkpoints.formats.base import PhaseRecord, SessionRecord
+from checkpoints.importing import import_path
+from checkpoints.models import AgentOutput, AgentSession, Checkpoint, Phase, PhaseFeedback, Project
+from checkpoints.store import load_state
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+ROOT = FIXTURES / "haytham"
+SESSIONS = ROOT / "projects" / "project-123" / "sessions"
+MVP = "session-456"
+FULL = "session-789"
+
+
+def run(path: Path, project, **options):
+    return import_path(path, project=project, actor=services.Actor.system("test"), **options)
+
+
+def copy_of(source: Path, target: Path) -> Path:
+    """A writable copy (the fixtures are read-only)."""
+    shutil.copytree(source, target, copy_function=lambda src, dst: Path(dst).write_bytes(Path(src).read_bytes()))
+    for folder in [target, *target.rglob("*")]:
+        if folder.is_dir():
+            folder.chmod(0o755)
+    return target
+
+
+def session_named(external_id: str, slug: str = "project-123") -> AgentSession:
+    return AgentSession.objects.get(project__slug=slug, external_id=external_id)
+
+
+def phases_of(session: AgentSession) -> dict[int, Phase]:
+    return {phase.number: phase for phase in session.phases.all()}
+
+
+def snapshot(slug: str) -> dict:
+    found = {}
+    for session in AgentSession.objects.filter(project__slug=slug).order_by("external_id"):
+        phases = []
+        for phase in session.phases.order_by("number"):
+            outputs = [
+                (
+                    o.agent_name,
+                    o.status,
+                    o.content,
+                    o.model,
+                    o.tokens_in,
+                    o.tokens_out,
+                    o.tools_used,
+                    o.duration,
+                    o.error,
+                )
+                for o in phase.outputs.order_by("agent_name")
+            ]
+            feedback = [
+                (f.action, f.reviewed, f.approved, f.comments, f.requested_changes, f.retry_count, f.reviewer_name)
+                + (f.created_at,)
+                for f in phase.feedback.order_by("created_at", "action")
+            ]
+            fields = ("number", "name", "status", "started_at", "completed_at", "duration", "retry_count")
+            fields += ("tokens_in", "tokens_out", "cost", "errors", "metadata")
+            phases.append(({name: getattr(phase, name) for name in fields}, outputs, feedback))
+        checkpoints = [
+            (c.idempotency_key, c.name, c.kind, c.status, c.status_reason, c.phase, c.created_at)
+            + ({key: value for key, value in c.metadata.items() if key != "source_path"}, load_state(c.root))
+            for c in session.checkpoints.order_by("seq")
+        ]
+        found[session.external_id] = {
+            "agent": session.agent,
+            "status": session.status,
+            "execution_mode": session.execution_mode,
+            "metadata": session.metadata,
+            "phases": phases,
+            "checkpoints": checkpoints,
+        }
+    return found
+
+
+def test_detects_the_tree_at_every_level_but_not_other_formats():
+    for path in (
+        ROOT,
+        ROOT / "projects",
+        SESSIONS.parent,
+        SESSIONS,
+        SESSIONS / MVP,
+        SESSIONS / MVP / "session_manifest.md",
+    ):
+        assert haytham.detect(path), path
+    assert not haytham.detect(FIXTURES / "kaizen")
+    assert not haytham.detect(SESSIONS / MVP / "phase_1_concept" / "checkpoint.md")
+    assert formats.detect(ROOT) == "haytham"
+
+
+def test_mvp_and_full_sessions_import_into_their_project(project):
+    report = run(ROOT, project)
+
+    assert report.errors == []
+    assert report.sessions == [MVP, FULL]
+    assert report.imported == 3 + 5  # a checkpoint per phase checkpoint.md
+    assert not AgentSession.objects.filter(project=project).exists()  # the tree names its project
+    mvp, full = session_named(MVP), session_named(FULL)
+    assert (mvp.execution_mode, full.execution_mode) == ("mvp", "full")
+    assert (mvp.status, full.status) == ("active", "active")
+    assert mvp.agent == "haytham"
+    assert mvp.metadata["user_id"] == "user-789"
+    assert mvp.metadata["workflow_type"] == "idea_validation"
+    assert mvp.metadata["created"] == "2026-06-01T10:00:00Z"
+    assert mvp.metadata["last_updated"] == "2026-06-01T11:00:00Z"
+    assert mvp.metadata["status"] == "in_progress"
+    assert mvp.metadata["metrics"] == {"total_duration": 200.0, "total_tokens": 60000, "total_cost": "0.15"}
+    assert full.metadata["current_phase"] == {
+        "phase": 5,
+        "name": "Business Planning",
+        "status": "in_progress",
+        "can_resume": True,
+    }
+
+
+def test_phases_with_their_status_times_durations_tokens_and_cost(project):
+    run(ROOT, project)
+
+    mvp, full = phases_of(session_named(MVP)), phases_of(session_named(FULL))
+    assert {n: p.status for n, p in mvp.items()} == {
+        1: "completed",
+        2: "completed",
+        3: "in_progress",
+        6: "pending",  # in the manifest's table only
+        7: "pending",
+    }
+    assert {n: p.status for n, p in full.items()} == {
+        **{n: "completed" for n in (1, 2, 3, 4)},
+        5: "in_progress",
+        6: "pending",
+        7: "pending",
+    }
+    concept = full[1]
+    assert concept.name == "Concept Expansion"
+    assert concept.started_at == datetime(2026, 6, 1, 10, 1, tzinfo=UTC)
+    assert concept.completed_at == datetime(2026, 6, 1, 10, 1, 50, tzinfo=UTC)
+    assert concept.duration == 50.0
+    assert (concept.tokens_in, concept.tokens_out) == (12000, 3000)
+    assert concept.cost == Decimal("0.0375")
+    assert concept.metadata["dir"] == "phase_1_concept"
+    assert concept.metadata["total_tokens"] == 15000
+    assert full[2].retry_count == 1
+    assert full[5].completed_at is None
+    assert (mvp[6].name, mvp[7].name) == ("Validation", "Final Synthesis")
+    assert mvp[6].started_at is None and mvp[6].duration is None
+
+
+def test_agent_outputs_keep_the_whole_markdown_and_their_details(project):
+    run(ROOT, project)
+
+    market = phases_of(session_named(FULL))[2]
+    assert sorted(o.agent_name for o in market.outputs.all()) == ["competitor_analysis", "market_intelligence"]
+    output = market.outputs.get(agent_name="market_intelligence")
+    source = (SESSIONS / FULL / "phase_2_market_research" / "market_intelligence.md").read_text(encoding="utf-8")
+    assert output.content == source
+    assert output.model == "anthropic.claude-3-sonnet-20240229-v1:0"
+    assert (output.tokens_in, output.tokens_out) == (6000, 1500)
+    assert output.tools_used == ["file_write"]
+    assert output.duration == 25.0
+    assert output.status == "completed"
+
+
+def test_user_feedback_with_action_approval_comments_and_requested_changes(project):
+    run(ROOT, project)
+
+    full = phases_of(session_named(FULL))
+    niche = full[3].feedback.get()
+    assert niche.action == "retry_with_changes"
+    assert (niche.reviewed, niche.approved) == (True, False)
+    assert niche.comments == "Too shallow; expand the niche list."
+    assert niche.requested_changes == ["add 3 more niches", "cite sources"]
+    assert niche.retry_count == 1
+    assert niche.created_at == datetime(2026, 6, 1, 11, tzinfo=UTC)
+    assert niche.reviewer_name == ""  # Haytham's feedback names no reviewer (the session's user is in metadata)
+    concept = full[1].feedback.get()
+    assert (concept.action, concept.approved, concept.comments) == ("approved", True, "Looks great!")
+    assert concept.requested_changes == []  # "No changes requested"
+    assert not full[5].feedback.exists()  # still in progress: no review yet
+
+
+def test_each_phase_checkpoint_is_on_the_timeline(project):
+    run(ROOT, project)
+
+    checkpoints = list(session_named(MVP).checkpoints.order_by("seq"))
+    assert [c.name for c in checkpoints] == ["phase_1_concept", "phase_2_market_research", "phase_3_niche_selection"]
+    assert [c.phase for c in checkpoints] == [1, 2, 3]
+    assert {c.kind for c in checkpoints} == {"phase"}
+    assert [c.status for c in checkpoints] == ["completed", "completed", "in_progress"]
+    assert checkpoints[0].created_at == datetime(2026, 6, 1, 10, 1, 50, tzinfo=UTC)
+    state = load_state(checkpoints[1].root)
+    assert state["phase_dir"] == "phase_2_market_research"
+    assert state["agent_outputs"] == ["market_intelligence", "competitor_analysis"]
+    assert state["sections"]["Metadata"]["Retry Count"] == "1"
+    assert state["sections"]["Metrics"]["Cost"] == "$0.0375"
+    assert state["sections"]["Agents in Phase"] == {
+        "market_intelligence": "completed",
+        "competitor_analysis": "completed",
+    }
+
+
+def test_importing_twice_adds_nothing(project):
+    run(ROOT, project)
+    before = snapshot("project-123")
+    report = run(ROOT, project)
+
+    assert (report.imported, report.skipped, report.errors) == (0, 8, [])
+    assert snapshot("project-123") == before
+    assert PhaseFeedback.objects.count() == 6
+    assert AgentOutput.objects.count() == 5 + 9
+
+
+def test_broken_files_are_reported_with_their_path_while_the_rest_imports(project, tmp_path):
+    root = copy_of(ROOT, tmp_path / "haytham")
+    full = root / "projects" / "project-123" / "sessions" / FULL
+    (full / "phase_1_concept" / "concept_expansion.md").write_bytes(b"# Agent Output: x\n\xff\xfe broken")
+    (full / "phase_2_market_research" / "checkpoint.md").write_text("# Phase Checkpoint\n\njust prose, no lists\n")
+    (full / "phase_3_niche_selection" / "user_feedback.md").write_text(
+        "# User Feedback\n\n## Review Status\n- Reviewed\n"
+    )
+    (full / "phase_4_product_strategy" / "competitor_analysis.md").unlink()
+    (full / "phase_4_product_strategy" / "notes.txt").write_text("scratch")
+    (full / "phase_4_product_strategy" / "draft.md").write_text("some notes, not an agent output\n")
+    (full / "todo.txt").write_text("stray")
+    (root / "projects" / "project-123" / "sessions" / "README.md").write_text("stray")
+    broken = root / "projects" / "project-123" / "sessions" / "session-000"
+    (broken / "phase_1_concept").mkdir(parents=True)
+    (broken / "phase_1_concept" / "checkpoint.md").write_text(
+        (SESSIONS / MVP / "phase_1_concept" / "checkpoint.md").read_text(encoding="utf-8")
+    )
+    (broken / "session_manifest.md").write_text("# Session Manifest\n\nno metadata here\n")
+
+    report = run(root, project)
+
+    errors = {
+        str(Path(e["path"]).relative_to(root / "projects" / "project-123" / "sessions")): e for e in report.errors
+    }
+    assert set(errors) == {
+        f"{FULL}/phase_1_concept/concept_expansion.md",
+        f"{FULL}/phase_2_market_research/checkpoint.md",
+        f"{FULL}/phase_3_niche_selection/user_feedback.md",
+        f"{FULL}/phase_4_product_strategy/competitor_analysis.md",
+        f"{FULL}/phase_4_product_strategy/notes.txt",
+        f"{FULL}/phase_4_product_strategy/draft.md",
+        f"{FULL}/todo.txt",
+        "README.md",
+        "session-000/session_manifest.md",
+        "session-000/phase_1_concept/concept_expansion.md",  # listed in its checkpoint.md, missing
+    }
+    assert "UTF-8" in errors[f"{FULL}/phase_1_concept/concept_expansion.md"]["error"]
+    assert "malformed checkpoint.md" in errors[f"{FULL}/phase_2_market_research/checkpoint.md"]["error"]
+    assert "malformed user_feedback.md" in errors[f"{FULL}/phase_3_niche_selection/user_feedback.md"]["error"]
+    assert "missing" in errors[f"{FULL}/phase_4_product_strategy/competitor_analysis.md"]["error"]
+    assert report.sessions == ["session-000", MVP, FULL]
+    assert report.imported == 1 + 3 + 4  # phase 2's checkpoint.md of the full session is skipped
+    phases = phases_of(session_named(FULL))
+    assert phases[2].status == "completed"  # from the manifest's table
+    assert not phases[1].outputs.exists()
+    assert not phases[3].feedback.exists()
+    assert [o.agent_name for o in phases[4].outputs.all()] == ["market_intelligence"]
+    assert phases[4].feedback.get().action == "approved"
+    assert phases_of(session_named("session-000"))[1].status == "completed"
+
+
+def test_a_failed_phase_keeps_its_errors_and_the_agent_error(project, tmp_path):
+    root = copy_of(ROOT, tmp_path / "haytham")
+    planning = root / "projects" / "project-123" / "sessions" / FULL / "phase_5_business_planning"
+    text = (planning / "checkpoint.md").read_text(encoding="utf-8").replace("- Status: in_progress", "- Status: failed")
+    (planning / "checkpoint.md").write_text(text + "\n## Errors\n- market_intelligence: timed out\n- budget exceeded\n")
+    output = (
+        (planning / "market_intelligence.md")
+        .read_text(encoding="utf-8")
+        .replace("- Status: completed", "- Status: failed")
+    )
+    (planning / "market_intelligence.md").write_text(
+        output + "\n## Error Details\n- Error Type: TimeoutError\n- Error Message: model timed out\n"
+    )
+
+    report = run(root, project)
+
+    assert report.errors == []
+    phase = phases_of(session_named(FULL))[5]
+    assert phase.status == "failed"
+    assert phase.errors == ["market_intelligence: timed out", "budget exceeded"]
+    checkpoint = session_named(FULL).checkpoints.get(phase=5)
+    assert checkpoint.status == "failed"
+    assert checkpoint.status_reason == "market_intelligence: timed out; budget exceeded"
+    failed = phase.outputs.get(agent_name="market_intelligence")
+    assert (failed.status, failed.error) == ("failed", "model timed out")
+
+
+def test_a_session_folder_without_a_manifest_imports_its_phases(project, tmp_path):
+    root = copy_of(ROOT, tmp_path / "haytham")
+    session = root / "projects" / "project-123" / "sessions" / MVP
+    (session / "session_manifest.md").unlink()
+
+    report = run(root, project)
+
+    assert [Path(e["path"]).name for e in report.errors] == ["session_manifest.md"]
+    assert sorted(phases_of(session_named(MVP))) == [1, 2, 3]  # 6 and 7 were only in the manifest
+
+
+def test_export_writes_the_layout_back_and_reimports_identically_into_another_project(project, tmp_path):
+    run(ROOT, project)
+    out = tmp_path / "out"
+    written = []
+    for external_id in (MVP, FULL):
+        written += haytham.export(session_named(external_id), out)
+
+    exported = out / "projects" / "project-123" / "sessions"
+    assert sorted(str(p.relative_to(exported)) for p in written) == sorted(
+        str(p.relative_to(SESSIONS)) for p in SESSIONS.rglob("*") if p.is_file()
+    )
+    for path in SESSIONS.rglob("*.md"):  # every phase file comes back byte for byte
+        if path.name != "session_manifest.md":
+            assert (exported / path.relative_to(SESSIONS)).read_bytes() == path.read_bytes(), path
+    (out / "projects" / "project-123").rename(out / "projects" / "copy")
+    report = run(out, project)
+    assert report.errors == []
+    assert report.imported == 8
+    assert Project.objects.filter(slug="copy").exists()
+    assert snapshot("copy") == snapshot("project-123")
+
+
+def test_export_keeps_earlier_feedback_and_checkpoint_versions_as_dated_files(project, tmp_path):
+    run(ROOT, project)
+    session = session_named(FULL)
+    niche = phases_of(session)[3]
+    PhaseFeedback.objects.create(
+        phase=niche, action="approved", approved=True, comments="Better.", created_at=datetime(2026, 6, 2, tzinfo=UTC)
+    )
+    target = session.checkpoints.get(name="phase_1_concept")
+    services.restore_checkpoint(target, actor=services.Actor.system("test"))
+    before = snapshot("project-123")
+
+    haytham.export(session_named(FULL), tmp_path)
+
+    folder = tmp_path / "projects" / "project-123" / "sessions" / FULL / "phase_3_niche_selection"
+    assert sorted(p.name for p in folder.glob("user_feedback*")) == [
+        "user_feedback.20260601T110000Z.md",
+        "user_feedback.md",
+    ]
+    assert "- Action: approved" in (folder / "user_feedback.md").read_text()
+    assert "retry_with_changes" in (folder / "user_feedback.20260601T110000Z.md").read_text()
+    (tmp_path / "projects" / "project-123").rename(tmp_path / "projects" / "copy")
+    run(tmp_path, project)
+    copy = phases_of(session_named(FULL, "copy"))[3]
+    assert [f.action for f in copy.feedback.all()] == ["approved", "retry_with_changes"]
+    assert snapshot("project-123") == before
+
+
+def restored(session_id: str, phase_dir: str) -> Checkpoint:
+    target = session_named(session_id).checkpoints.get(name=phase_dir)
+    return services.restore_checkpoint(target, actor=services.Actor.system("test"), reason="redo")
+
+
+def test_write_back_puts_the_restored_phase_back_keeping_what_it_replaces(project, tmp_path):
+    root = copy_of(ROOT, tmp_path / "haytham")
+    session_dir = root / "projects" / "project-123" / "sessions" / FULL
+    run(root, project)
+    niche = session_dir / "phase_3_niche_selection"
+    original = (niche / "checkpoint.md").read_text()
+    retried = original.replace("- Status: completed", "- Status: in_progress").replace(
+        "- Retry Count: 0", "- Retry Count: 1"
+    )
+    (niche / "checkpoint.md").write_text(retried)  # Haytham went on retrying phase 3
+    old_feedback = (niche / "user_feedback.md").read_bytes()
+    old_manifest = (session_dir / "session_manifest.md").read_bytes()
+    session = session_named(FULL)
+    PhaseFeedback.objects.create(
+        phase=phases_of(session)[3], action="approved", approved=True, comments="Fine as is.", reviewer_name="carol"
+    )
+    checkpoint = restored(FULL, "phase_3_niche_selection")
+
+    written = haytham.write_back(session, checkpoint, root)
+
+    names = sorted(str(p.relative_to(session_dir)) for p in written)
+    assert len(names) == 6
+    kept = {name.split(".")[0]: session_dir / name for name in names if name.count(".") == 2}
+    assert set(kept) == {
+        "phase_3_niche_selection/checkpoint",
+        "phase_3_niche_selection/user_feedback",
+        "session_manifest",
+    }
+    assert (niche / "checkpoint.md").read_text() == original
+    assert kept["phase_3_niche_selection/checkpoint"].read_text() == retried
+    assert kept["phase_3_niche_selection/user_feedback"].read_bytes() == old_feedback
+    assert kept["session_manifest"].read_bytes() == old_manifest
+    feedback = (niche / "user_feedback.md").read_text()
+    assert "- Action: approved" in feedback and "Fine as is." in feedback and "- No changes requested" in feedback
+    manifest = (session_dir / "session_manifest.md").read_text()
+    assert "## Current Phase\n- Phase: 3\n- Name: Niche Selection\n- Status: completed\n- Can Resume: true" in manifest
+    assert "| 3 | Niche Selection | completed | 2026-06-01T10:03:00Z | 2026-06-01T10:03:50Z | 50s |" in manifest
+    assert not [p for p in session_dir.rglob(".*")]  # no temporary files left behind
+    report = run(root, project)  # the folder, read again: the kept files are history, not strays
+    assert report.errors == []
+    reviews = phases_of(session_named(FULL))[3].feedback.all()
+    assert [(f.action, f.reviewer_name) for f in reviews] == [("approved", "carol"), ("retry_with_changes", "")]
+
+
+def test_write_back_leaves_files_that_already_match_alone(project, tmp_path):
+    root = copy_of(ROOT, tmp_path / "haytham")
+    session_dir = root / "projects" / "project-123" / "sessions" / MVP
+    run(root, project)
+    checkpoint = restored(MVP, "phase_2_market_research")
+    before = {p: p.read_bytes() for p in session_dir.rglob("*") if p.is_file()}
+
+    written = haytham.write_back(session_named(MVP), checkpoint, session_dir)
+
+    assert [p.name for p in written if p.parent.name == "phase_2_market_research"] == []
+    changed = {p for p in before if p.read_bytes() != before[p]}
+    assert changed == {session_dir / "session_manifest.md"}  # only Current Phase moved to 2
+
+
+def test_write_back_never_overwrites_a_kept_file(project, tmp_path, monkeypatch):
+    root = copy_of(ROOT, tmp_path / "haytham")
+    niche = root / "projects" / "project-123" / "sessions" / FULL / "phase_3_niche_selection"
+    run(root, project)
+    (niche / "checkpoint.md").write_text("# Phase Checkpoint: changed on disk\n")
+    now = datetime(2026, 7, 1, 12, tzinfo=UTC)
+
+    class Frozen(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return now
+
+    monkeypatch.setattr(haytham, "datetime", Frozen)
+    (niche / "checkpoint.20260701T120000Z.md").write_text("someone else's")
+    checkpoint = restored(FULL, "phase_3_niche_selection")
+
+    written = haytham.write_back(session_named(FULL), checkpoint, root)
+
+    assert niche / "checkpoint.20260701T120000Z-1.md" in written
+    assert (niche / "checkpoint.20260701T120000Z.md").read_text() == "someone else's"
+    assert (niche / "checkpoint.20260701T120000Z-1.md").read_text() == "# Phase Checkpoint: changed on disk\n"
+
+
+def test_read_yields_the_session_then_checkpoints_and_phases_in_order():
+    records = list(haytham.read(SESSIONS / MVP))
+
+    assert isinstance(records[0], SessionRecord)
+    assert [r.number for r in records if isinstance(r, PhaseRecord)] == [1, 2, 3, 6, 7]
+    assert records[0].project == "project-123"
