@@ -72,7 +72,9 @@ def test_too_many_files_or_bytes_are_refused(tmp_path):
         extract(archive, tmp_path / "out", max_bytes=10)
 
 
-@pytest.mark.parametrize(("name", "data"), [("broken.zip", b"PK\x03\x04 not really"), ("broken.tar.gz", b"\x1f\x8b junk")])
+@pytest.mark.parametrize(
+    ("name", "data"), [("broken.zip", b"PK\x03\x04 not really"), ("broken.tar.gz", b"\x1f\x8b junk")]
+)
 def test_corrupt_archives_are_refused_with_a_message(tmp_path, name, data):
     archive = tmp_path / name
     archive.write_bytes(data)
