@@ -18,8 +18,18 @@ MAX_FILES = 200_000
 MAX_RATIO = 200
 
 
+ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
+
+
 class UnsafeArchive(ValueError):
-    pass
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(message.split()))  # tarfile's messages span lines
+
+
+def archive_suffix(name: str) -> str | None:
+    """The archive kind a file name says it is (".tar.gz" before ".gz"), or None."""
+    lowered = name.lower()
+    return next((suffix for suffix in ARCHIVE_SUFFIXES if lowered.endswith(suffix)), None)
 
 
 def _check_name(name: str) -> PurePosixPath:

@@ -40,6 +40,7 @@ def import_archive(job_id: int) -> dict[str, object]:
         ImportJob.objects.filter(pk=job_id).update(
             status=ImportJobStatus.FAILED, error=str(exc), finished_at=timezone.now()
         )
+        Path(job.archive).unlink(missing_ok=True)
         return {"error": str(exc)}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -6,8 +6,10 @@ from datetime import datetime
 from typing import Any
 
 from django import forms
+from django.template.defaultfilters import filesizeformat
 from django.utils.dateparse import parse_datetime
 
+from checkpoints.archives import ARCHIVE_SUFFIXES, archive_suffix
 from checkpoints.models import AlertKind, AlertSeverity, AlertState
 
 REASON_MAX = 500
@@ -84,3 +86,31 @@ class AlertFilterForm(forms.Form):
         if opened_at is None or not pk.isdigit():
             raise forms.ValidationError("Not a page cursor.")
         return opened_at, int(pk)
+
+
+class UploadForm(forms.Form):
+    project = forms.SlugField(
+        max_length=100,
+        help_text="An existing project, or a new name (letters, digits, - and _) to create one.",
+        widget=forms.TextInput(attrs={"list": "project-slugs", "autocomplete": "off", "spellcheck": "false"}),
+    )
+    archive = forms.FileField(
+        label="Archive",
+        help_text="A .zip, .tar.gz, .tgz or .tar of checkpoint files in any of the five formats.",
+        widget=forms.FileInput(attrs={"accept": ",".join(ARCHIVE_SUFFIXES)}),
+    )
+
+    def __init__(self, *args: Any, max_bytes: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_bytes = max_bytes
+
+    def clean_archive(self) -> Any:
+        upload = self.cleaned_data["archive"]
+        if archive_suffix(upload.name) is None:
+            raise forms.ValidationError(f"{upload.name} is not an archive: upload a .zip, .tar.gz, .tgz or .tar file.")
+        if upload.size > self.max_bytes:
+            raise forms.ValidationError(
+                f"{upload.name} is {filesizeformat(upload.size)}; uploads are limited to "
+                f"{filesizeformat(self.max_bytes)}. Import larger trees with manage.py import_checkpoints."
+            )
+        return upload

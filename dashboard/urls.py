@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from .views import actions, alerts, audit, checkpoint, compare, overview, sessions, timeline
+from .views import actions, alerts, audit, checkpoint, compare, imports, overview, sessions, timeline
 
 app_name = "dashboard"
 
@@ -11,6 +11,7 @@ urlpatterns = [
     path("sessions/", sessions.session_list, name="session_list"),
     path("sessions/<int:pk>/", timeline.session_detail, name="session_detail"),
     path("sessions/<int:pk>/undo/", actions.undo_restore, name="session_undo"),
+    path("sessions/<int:pk>/export/", imports.session_export, name="session_export"),
     path("checkpoints/<int:pk>/", checkpoint.checkpoint_detail, name="checkpoint_detail"),
     path("checkpoints/<int:pk>/tree/", checkpoint.checkpoint_subtree, name="checkpoint_subtree"),
     path("checkpoints/<int:pk>/download/", checkpoint.checkpoint_download, name="checkpoint_download"),
@@ -22,4 +23,6 @@ urlpatterns = [
     path("alerts/<int:pk>/acknowledge/", alerts.acknowledge, name="alert_acknowledge"),
     path("alerts/<int:pk>/resolve/", alerts.resolve, name="alert_resolve"),
     path("audit/", audit.audit_log, name="audit_log"),
+    path("imports/", imports.import_upload, name="import_upload"),
+    path("imports/<int:pk>/", imports.import_job, name="import_job"),
 ]

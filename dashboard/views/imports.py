@@ -1,0 +1,128 @@
+"""Uploading archives of checkpoint files, following their import jobs, and downloading a session in a format.
+
+An upload is unpacked once into a scratch folder before anything is queued, so a dangerous archive
+(path traversal, links, too many files, too big, a zip bomb) is refused while the operator waits, with
+`archives.extract`'s own message. The import itself runs as the `import_archive` Celery task; its job
+page polls a partial every second until the job is finished.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.http import FileResponse, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_http_methods
+from django_htmx.http import HttpResponseStopPolling
+
+from checkpoints import formats
+from checkpoints.archives import UnsafeArchive
+from checkpoints.models import AgentSession, ImportJob, Project
+from checkpoints.services import Actor, record_audit
+from checkpoints.uploads import queue_import
+
+from ..forms import UploadForm
+from .common import OPERATE, HtmxHttpRequest, console, get_session_for_user, render_page
+
+RECENT_JOBS = 15
+ERRORS_SHOWN = 200  # rows of a report's error table; the count above it is the whole number
+SESSIONS_SHOWN = 100
+
+
+@console(OPERATE)
+@require_http_methods(["GET", "POST"])
+def import_upload(request: HtmxHttpRequest) -> HttpResponse:
+    max_bytes = settings.IMPORT_UPLOAD_MAX_BYTES
+    posted = request.method == "POST"
+    form = UploadForm(
+        request.POST if posted else None,
+        request.FILES if posted else None,
+        initial={"project": _last_project() or "imported"},
+        max_bytes=max_bytes,
+    )
+    if posted and form.is_valid():
+        data, actor = form.cleaned_data, Actor.for_user(request.user)
+        try:
+            job = queue_import(data["archive"], project_slug=data["project"], actor=actor)
+        except UnsafeArchive as exc:
+            form.add_error("archive", str(exc))
+        else:
+            return redirect("dashboard:import_job", job.pk)
+    context = {
+        "form": form,
+        "max_bytes": max_bytes,
+        "project_slugs": Project.objects.values_list("slug", flat=True),
+        "jobs": ImportJob.objects.select_related("project", "created_by")[:RECENT_JOBS],
+        "format_names": formats.NAMES,
+    }
+    return render(request, "dashboard/import_upload.html", context)
+
+
+@console(OPERATE)
+@require_GET
+def import_job(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    job = get_object_or_404(ImportJob.objects.select_related("project", "created_by"), pk=pk)
+    context = {"job": job, **_report(job)}
+    response = render_page(request, "dashboard/import_job.html", context, "import-progress")
+    if job.finished and request.htmx:
+        response.status_code = HttpResponseStopPolling.status_code  # 286: htmx swaps it in, then stops polling
+    return response
+
+
+@console()
+@require_GET
+def session_export(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    session = get_session_for_user(request, pk)
+    name = request.GET.get("format", "")
+    if name not in formats.NAMES:
+        message = f"Unknown format {name!r}: choose one of {', '.join(formats.NAMES)}."
+        return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
+    archive = export_zip(session, name)
+    record_audit(Actor.for_user(request.user), "export", session=session, details={"format": name})
+    filename = f"{re.sub(r'[^A-Za-z0-9._-]+', '_', session.external_id)}-{name}.zip"
+    return FileResponse(archive, as_attachment=True, filename=filename, content_type="application/zip")
+
+
+# ---- the work behind the views --------------------------------------------------------------------
+
+
+def _last_project() -> str | None:
+    return ImportJob.objects.values_list("project__slug", flat=True).first()
+
+
+def _report(job: ImportJob) -> dict[str, Any]:
+    """The finished job's report, ready to show: errors capped, sessions with links where they exist."""
+    if not job.finished:
+        return {}
+    errors = job.report.get("errors", [])
+    ids = job.report.get("sessions", [])[:SESSIONS_SHOWN]
+    found: dict[str, AgentSession] = {}
+    for session in AgentSession.objects.filter(external_id__in=ids).select_related("project").order_by("pk"):
+        if session.external_id not in found or session.project_id == job.project_id:  # the job's project first
+            found[session.external_id] = session
+    elapsed = job.finished_at - job.started_at if job.finished_at and job.started_at else None
+    return {
+        "elapsed": elapsed,
+        "errors": errors[:ERRORS_SHOWN],
+        "errors_hidden": max(len(errors) - ERRORS_SHOWN, 0),
+        "sessions": [(external_id, found.get(external_id)) for external_id in ids],
+        "sessions_hidden": max(len(job.report.get("sessions", [])) - SESSIONS_SHOWN, 0),
+    }
+
+
+def export_zip(session: AgentSession, name: str) -> Any:
+    """The session written in format `name`, zipped into an anonymous temporary file (read from the start)."""
+    with tempfile.TemporaryDirectory(prefix="export-", dir=settings.VAR_DIR) as scratch:
+        folder = Path(scratch)
+        formats.get(name).export(session, folder)
+        archive = tempfile.TemporaryFile()  # noqa: SIM115 (FileResponse closes it once sent)
+        with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zipped:
+            for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+                zipped.write(path, path.relative_to(folder).as_posix())
+    archive.seek(0)
+    return archive

@@ -1,0 +1,511 @@
+from __future__ import annotations
+
+import io
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from checkpoints import formats
+from checkpoints.importing import import_path
+from checkpoints.models import AgentSession, AuditEvent, Checkpoint, ImportJob, ImportJobStatus, Project
+from checkpoints.services import Actor, get_or_create_project
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+ARES = FIXTURES / "ares"
+UPLOAD_URL = reverse("dashboard:import_upload")
+
+
+@pytest.fixture(autouse=True)
+def var_dir(settings, tmp_path) -> Path:
+    """Uploads, scratch folders and exports go to a folder of the test's own."""
+    settings.VAR_DIR = tmp_path / "var"
+    settings.VAR_DIR.mkdir()
+    return settings.VAR_DIR
+
+
+def uploads(var_dir: Path) -> list[Path]:
+    folder = var_dir / "uploads"
+    return sorted(folder.iterdir()) if folder.exists() else []
+
+
+def zip_folder(folder: Path, archive: Path) -> Path:
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zipped:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                zipped.write(path, Path(folder.name) / path.relative_to(folder))
+    return archive
+
+
+def tar_folder(folder: Path, archive: Path) -> Path:
+    with tarfile.open(archive, "w:gz") as tarred:
+        tarred.add(folder, arcname=folder.name)
+    return archive
+
+
+def upload(client: Client, archive: Path, project: str = "acme", **extra):
+    with archive.open("rb") as file:
+        return client.post(UPLOAD_URL, {"project": project, "archive": file}, **extra)
+
+
+def job_url(job: ImportJob) -> str:
+    return reverse("dashboard:import_job", args=[job.pk])
+
+
+def export_url(session: AgentSession, fmt: str | None) -> str:
+    url = reverse("dashboard:session_export", args=[session.pk])
+    return f"{url}?format={fmt}" if fmt is not None else url
+
+
+def direct_import(folder: Path, slug: str):
+    """What the command would import from `folder`: the counts an upload must match."""
+    return import_path(folder, project=get_or_create_project(slug), actor=Actor.system("test"))
+
+
+def states(session: AgentSession) -> list[tuple[str, str]]:
+    return [(c.name, bytes(c.state_hash).hex()) for c in Checkpoint.objects.for_session(session).order_by("seq")]
+
+
+@pytest.fixture
+def running_job(alice, project) -> ImportJob:
+    return ImportJob.objects.create(
+        project=project, archive="/nowhere.zip", original_name="runs.zip", created_by=alice,
+        status=ImportJobStatus.RUNNING, started_at=timezone.now(), imported=12, skipped=3,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def done_job(running_job, make_session) -> ImportJob:
+    make_session("sess-a")
+    running_job.status = ImportJobStatus.DONE
+    running_job.error_count = 1
+    running_job.report = {
+        "imported": 12,
+        "skipped": 3,
+        "errors": [{"path": "runs/sess-z_4.json", "error": "truncated JSON at byte 812"}],
+        "sessions": ["sess-a", "sess-gone"],
+    }
+    running_job.save()
+    return running_job
+
+
+# ---- sign-in, roles, methods, CSRF --------------------------------------------------------------
+
+
+def test_import_pages_require_sign_in(client, running_job, make_session):
+    session = make_session()
+    for url in (UPLOAD_URL, job_url(running_job), export_url(session, "ares")):
+        response = client.get(url)
+        assert response.status_code == 302, url
+        assert response["Location"].startswith(reverse("login"))
+    assert client.post(UPLOAD_URL, {"project": "acme"}).status_code == 302
+
+
+def test_viewer_cannot_open_or_post_the_upload_page(client, bob, tmp_path, var_dir, running_job):
+    client.force_login(bob)
+    assert client.get(UPLOAD_URL).status_code == 403
+    assert upload(client, zip_folder(ARES, tmp_path / "runs.zip")).status_code == 403
+    assert client.get(job_url(running_job)).status_code == 403
+    assert ImportJob.objects.count() == 1
+    assert uploads(var_dir) == []
+
+
+def test_signed_in_user_without_a_role_cannot_upload(client, nobody):
+    client.force_login(nobody)
+    assert client.get(UPLOAD_URL).status_code == 403
+
+
+def test_only_operators_see_the_import_link(client, alice, bob):
+    client.force_login(bob)
+    assert UPLOAD_URL not in client.get(reverse("dashboard:overview")).content.decode()
+    client.force_login(alice)
+    assert f'href="{UPLOAD_URL}"' in client.get(reverse("dashboard:overview")).content.decode()
+
+
+def test_import_views_refuse_the_wrong_method(client, alice, running_job, make_session):
+    client.force_login(alice)
+    assert client.put(UPLOAD_URL).status_code == 405
+    assert client.post(job_url(running_job)).status_code == 405
+    assert client.post(export_url(make_session(), "ares")).status_code == 405
+
+
+def test_upload_without_a_csrf_token_is_refused(alice, tmp_path, var_dir):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+    assert upload(client, zip_folder(ARES, tmp_path / "runs.zip")).status_code == 403
+    assert not ImportJob.objects.exists()
+    assert uploads(var_dir) == []
+
+
+def test_unknown_job_is_404(client, alice):
+    client.force_login(alice)
+    assert client.get(reverse("dashboard:import_job", args=[999_999])).status_code == 404
+
+
+# ---- the upload page ----------------------------------------------------------------------------
+
+
+def test_upload_page_shows_the_form_projects_and_recent_jobs(client, alice, done_job, other_project):
+    client.force_login(alice)
+    response = client.get(UPLOAD_URL)
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert 'enctype="multipart/form-data"' in html
+    assert "csrfmiddlewaretoken" in html
+    assert '<option value="globex">' in html  # existing projects to pick from
+    assert 'value="acme"' in html  # the last job's project comes first
+    assert "runs.zip" in html and job_url(done_job) in html
+    assert "512.0\xa0MB" in html
+
+
+def test_upload_page_query_count_is_bounded(client, alice, project, django_assert_max_num_queries):
+    for n in range(30):
+        ImportJob.objects.create(project=project, archive=f"/x{n}.zip", original_name=f"x{n}.zip", created_by=alice)
+    client.force_login(alice)
+    client.get(UPLOAD_URL)
+    with django_assert_max_num_queries(8):
+        assert client.get(UPLOAD_URL).status_code == 200
+
+
+def test_uploaded_zip_is_imported_with_the_commands_counts(
+    client, alice, tmp_path, var_dir, django_capture_on_commit_callbacks
+):
+    expected = direct_import(ARES, "elsewhere")
+    client.force_login(alice)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = upload(client, zip_folder(ARES, tmp_path / "runs.zip"))
+    job = ImportJob.objects.get()
+    assert response.status_code == 302
+    assert response["Location"] == job_url(job)
+    assert len(callbacks) == 1
+    assert (job.status, job.original_name, job.created_by, job.project.slug) == ("done", "runs.zip", alice, "acme")
+    assert (job.imported, job.skipped, job.error_count) == (expected.imported, 0, len(expected.errors))
+    assert expected.imported > 0
+    assert job.report["imported"] == expected.imported
+    assert sorted(job.report["sessions"]) == sorted(expected.sessions)
+    project = Project.objects.get(slug="acme")
+    assert sorted(AgentSession.objects.filter(project=project).values_list("external_id", flat=True)) == sorted(
+        expected.sessions
+    )
+    for external_id in expected.sessions:
+        imported = AgentSession.objects.get(project=project, external_id=external_id)
+        original = AgentSession.objects.get(project__slug="elsewhere", external_id=external_id)
+        assert states(imported) == states(original)
+    assert uploads(var_dir) == []  # imported, then removed
+
+
+def test_upload_writes_an_upload_and_an_import_audit_row(
+    client, alice, tmp_path, project, django_capture_on_commit_callbacks
+):
+    client.force_login(alice)
+    with django_capture_on_commit_callbacks(execute=True):
+        upload(client, zip_folder(ARES, tmp_path / "runs.zip"))
+    job = ImportJob.objects.get()
+    uploaded = AuditEvent.objects.get(action="upload")
+    assert (uploaded.actor_user, uploaded.project, uploaded.target) == (alice, project, "runs.zip")
+    assert uploaded.details["job"] == job.pk
+    assert AuditEvent.objects.get(action="import").actor_user == alice
+
+
+def test_uploaded_tar_gz_is_imported(client, alice, tmp_path, django_capture_on_commit_callbacks):
+    expected = direct_import(ARES, "elsewhere")
+    client.force_login(alice)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = upload(client, tar_folder(ARES, tmp_path / "runs.tar.gz"), project="fresh-project")
+    job = ImportJob.objects.get()
+    assert response.status_code == 302
+    assert (job.status, job.imported, job.project.slug) == ("done", expected.imported, "fresh-project")
+
+
+def test_uploading_the_same_archive_twice_adds_nothing(client, alice, tmp_path, django_capture_on_commit_callbacks):
+    archive = zip_folder(ARES, tmp_path / "runs.zip")
+    client.force_login(alice)
+    with django_capture_on_commit_callbacks(execute=True):
+        upload(client, archive)
+    count = Checkpoint.objects.count()
+    with django_capture_on_commit_callbacks(execute=True):
+        upload(client, archive)
+    first, second = ImportJob.objects.order_by("pk")
+    assert Checkpoint.objects.count() == count
+    assert (second.imported, second.skipped) == (0, first.imported)
+
+
+def test_upload_is_queued_only_when_the_transaction_commits(client, alice, tmp_path, var_dir):
+    client.force_login(alice)
+    response = upload(client, zip_folder(ARES, tmp_path / "runs.zip"))
+    job = ImportJob.objects.get()
+    assert response.status_code == 302
+    assert job.status == ImportJobStatus.QUEUED
+    assert not Checkpoint.objects.exists()
+    assert [path.name for path in uploads(var_dir)] == [Path(job.archive).name]
+    assert Path(job.archive).name != "runs.zip" and job.archive.endswith(".zip")
+
+
+def write_zip(path: Path, members: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zipped:
+        for name, data in members.items():
+            zipped.writestr(name, data)
+    return path
+
+
+def write_tar(path: Path, *members: tarfile.TarInfo, data: bytes = b"{}") -> Path:
+    with tarfile.open(path, "w:gz") as tarred:
+        for info in members:
+            tarred.addfile(info, io.BytesIO(data) if info.isfile() else None)
+    return path
+
+
+def tar_member(name: str, **fields) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = fields.pop("size", 2)
+    for key, value in fields.items():
+        setattr(info, key, value)
+    return info
+
+
+def traversal_zip(tmp_path: Path) -> Path:
+    return write_zip(tmp_path / "evil.zip", {"ok.json": b"{}", "../evil.json": b"{}"})
+
+
+def absolute_tar(tmp_path: Path) -> Path:
+    return write_tar(tmp_path / "evil.tar.gz", tar_member("/etc/evil.json"))
+
+
+def symlink_tar(tmp_path: Path) -> Path:
+    link = tar_member("runs/passwd.json", type=tarfile.SYMTYPE, linkname="/etc/passwd", size=0)
+    return write_tar(tmp_path / "links.tgz", link)
+
+
+def zip_bomb(tmp_path: Path) -> Path:
+    return write_zip(tmp_path / "bomb.zip", {"zeros.json": bytes(8 * 1024 * 1024)})
+
+
+def tar_bomb(tmp_path: Path) -> Path:
+    return write_tar(tmp_path / "bomb.tar.gz", tar_member("zeros.json", size=8 * 1024 * 1024), data=bytes(8 * 1024**2))
+
+
+def corrupt_zip(tmp_path: Path) -> Path:
+    archive = zip_folder(ARES, tmp_path / "broken.zip")
+    archive.write_bytes(archive.read_bytes()[:-200])
+    return archive
+
+
+def corrupt_tar(tmp_path: Path) -> Path:
+    path = tmp_path / "broken.tar.gz"
+    path.write_bytes(b"this is not gzip at all" * 20)
+    return path
+
+
+def empty_zip(tmp_path: Path) -> Path:
+    return write_zip(tmp_path / "empty.zip", {})
+
+
+def wrong_extension(tmp_path: Path) -> Path:
+    path = tmp_path / "runs.rar"
+    path.write_bytes(b"Rar!\x1a\x07\x00")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make_archive", "message"),
+    [
+        (traversal_zip, "&#x27;../evil.json&#x27; would be written outside the upload folder"),
+        (absolute_tar, "&#x27;/etc/evil.json&#x27; would be written outside the upload folder"),
+        (symlink_tar, "&#x27;runs/passwd.json&#x27; is a link"),
+        (zip_bomb, "(zip bomb?)"),
+        (tar_bomb, "(a compression bomb?)"),
+        (corrupt_zip, "not a readable zip archive"),
+        (corrupt_tar, "not a readable tar archive"),
+        (empty_zip, "the archive holds no files"),
+        (wrong_extension, "runs.rar is not an archive"),
+    ],
+)
+def test_dangerous_or_broken_archives_are_refused_and_nothing_is_queued(
+    client, alice, tmp_path, var_dir, make_archive, message, django_capture_on_commit_callbacks
+):
+    client.force_login(alice)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = upload(client, make_archive(tmp_path))
+    assert response.status_code == 200
+    assert message in response.content.decode()
+    assert 'role="alert"' in response.content.decode()
+    assert callbacks == []
+    assert not ImportJob.objects.exists()
+    assert not AgentSession.objects.exists()
+    assert not AuditEvent.objects.exists()
+    assert uploads(var_dir) == []
+    assert [path.name for path in var_dir.iterdir()] == ["uploads"] or not any(var_dir.iterdir())  # no scratch left
+
+
+def test_nothing_is_written_outside_by_a_refused_archive(client, alice, tmp_path, var_dir):
+    client.force_login(alice)
+    upload(client, traversal_zip(tmp_path))
+    assert not (var_dir / "evil.json").exists()
+    assert not list(var_dir.rglob("evil.json"))
+
+
+def test_upload_without_a_file_or_project_is_an_error(client, alice):
+    client.force_login(alice)
+    response = client.post(UPLOAD_URL, {"project": ""})
+    assert response.status_code == 200
+    assert response.content.decode().count("This field is required.") == 2
+    assert not ImportJob.objects.exists()
+
+
+def test_project_must_be_a_slug(client, alice, tmp_path):
+    client.force_login(alice)
+    response = upload(client, zip_folder(ARES, tmp_path / "runs.zip"), project="no spaces/here")
+    assert response.status_code == 200
+    assert "Enter a valid “slug”" in response.content.decode()
+    assert not Project.objects.filter(slug__contains="here").exists()
+
+
+def test_upload_over_the_size_limit_is_refused(client, alice, tmp_path, settings, var_dir):
+    settings.IMPORT_UPLOAD_MAX_BYTES = 1024
+    client.force_login(alice)
+    response = upload(client, zip_folder(ARES, tmp_path / "runs.zip"))
+    assert response.status_code == 200
+    assert "uploads are limited to 1.0\xa0KB" in response.content.decode()
+    assert not ImportJob.objects.exists()
+    assert uploads(var_dir) == []
+
+
+# ---- the job page -------------------------------------------------------------------------------
+
+
+def test_running_job_page_polls_its_progress(client, alice, running_job):
+    client.force_login(alice)
+    html = client.get(job_url(running_job)).content.decode()
+    assert "<html" in html
+    assert "Importing…" in html
+    assert f'hx-get="{job_url(running_job)}" hx-trigger="every 1s" hx-swap="outerHTML"' in html
+    assert 'role="progressbar"' in html
+    assert ">12<" in html and ">3<" in html
+
+
+def test_running_job_partial_keeps_polling(client, alice, running_job):
+    client.force_login(alice)
+    response = client.get(job_url(running_job), headers={"HX-Request": "true"})
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert html.lstrip().startswith('<section id="import-progress"')
+    assert "<html" not in html
+    assert 'hx-trigger="every 1s"' in html
+    assert "HX-Request" in response["Vary"]
+
+
+def test_finished_job_partial_stops_polling_and_shows_the_report(client, alice, done_job):
+    client.force_login(alice)
+    response = client.get(job_url(done_job), headers={"HX-Request": "true"})
+    html = response.content.decode()
+    assert response.status_code == 286  # htmx swaps it in, then stops polling
+    assert "hx-trigger" not in html and "hx-get" not in html
+    assert "Import finished" in html
+    assert "runs/sess-z_4.json" in html and "truncated JSON at byte 812" in html
+    session = AgentSession.objects.get(external_id="sess-a")
+    assert reverse("dashboard:session_detail", args=[session.pk]) in html
+    assert "sess-gone" in html and "no longer here" in html
+
+
+def test_finished_job_full_page_is_a_normal_200(client, alice, done_job):
+    client.force_login(alice)
+    response = client.get(job_url(done_job))
+    assert response.status_code == 200
+    assert "hx-trigger" not in response.content.decode().split('id="import-progress"')[1]
+
+
+def test_failed_job_shows_why(client, alice, running_job):
+    running_job.status = ImportJobStatus.FAILED
+    running_job.error = "refused: 'x.json' is a link"
+    running_job.save()
+    client.force_login(alice)
+    html = client.get(job_url(running_job)).content.decode()
+    assert "Import failed" in html
+    assert "refused: &#x27;x.json&#x27; is a link" in html
+
+
+def test_job_page_query_count_is_bounded(client, alice, done_job, django_assert_max_num_queries):
+    client.force_login(alice)
+    client.get(job_url(done_job))
+    with django_assert_max_num_queries(6):
+        assert client.get(job_url(done_job), headers={"HX-Request": "true"}).status_code == 286
+
+
+# ---- "Download as…" -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ares_session(project) -> AgentSession:
+    import_path(ARES, project=project, actor=Actor.system("test"))
+    return AgentSession.objects.get(project=project, external_id="sess-a")
+
+
+def test_session_page_offers_every_format_to_download(client, bob, ares_session):
+    client.force_login(bob)
+    html = client.get(reverse("dashboard:session_detail", args=[ares_session.pk])).content.decode()
+    assert f'action="{reverse("dashboard:session_export", args=[ares_session.pk])}"' in html
+    for name in formats.NAMES:
+        assert f'<option value="{name}"' in html
+    assert '<option value="ares" selected>' in html  # the format it came in
+
+
+def test_download_re_imports_to_the_same_states(client, bob, ares_session, tmp_path, other_project):
+    client.force_login(bob)  # a viewer may download
+    response = client.get(export_url(ares_session, "ares"))
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/zip"
+    assert response["Content-Disposition"] == 'attachment; filename="sess-a-ares.zip"'
+    out = tmp_path / "download"
+    with zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content))) as zipped:
+        assert zipped.namelist()
+        zipped.extractall(out)
+    report = import_path(out, project=other_project, actor=Actor.system("test"))
+    assert report.sessions == ["sess-a"] and not report.errors
+    again = AgentSession.objects.get(project=other_project, external_id="sess-a")
+    assert states(again) == states(ares_session)
+    assert again.head.state_hash == ares_session.head.state_hash
+
+
+def test_download_writes_an_export_audit_row(client, bob, ares_session):
+    client.force_login(bob)
+    b"".join(client.get(export_url(ares_session, "kaizen")).streaming_content)
+    event = AuditEvent.objects.get(action="export")
+    assert (event.actor_user, event.session, event.details) == (bob, ares_session, {"format": "kaizen"})
+
+
+@pytest.mark.parametrize("name", formats.NAMES)
+def test_a_session_downloads_in_every_format(client, alice, ares_session, name):
+    client.force_login(alice)
+    response = client.get(export_url(ares_session, name))
+    assert response.status_code == 200
+    with zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content))) as zipped:
+        assert zipped.namelist()
+    assert response["Content-Disposition"].endswith(f'sess-a-{name}.zip"')
+
+
+@pytest.mark.parametrize("name", ["", "pdf", "../ares"])
+def test_download_in_an_unknown_format_is_400(client, alice, ares_session, name):
+    client.force_login(alice)
+    response = client.get(export_url(ares_session, name))
+    assert response.status_code == 400
+    assert "choose one of dreamos, breakpilot, ares, kaizen, haytham" in response.content.decode()
+    assert not AuditEvent.objects.filter(action="export").exists()
+
+
+def test_download_without_a_format_is_400(client, alice, ares_session):
+    client.force_login(alice)
+    assert client.get(export_url(ares_session, None)).status_code == 400
+
+
+def test_download_of_an_unknown_session_is_404(client, alice):
+    client.force_login(alice)
+    assert client.get(reverse("dashboard:session_export", args=[999_999]) + "?format=ares").status_code == 404
+
+
+def test_user_without_a_role_cannot_download(client, nobody, ares_session):
+    client.force_login(nobody)
+    assert client.get(export_url(ares_session, "ares")).status_code == 403
