@@ -640,3 +640,55 @@ class ImportJob(models.Model):
     @property
     def finished(self) -> bool:
         return self.status in (ImportJobStatus.DONE, ImportJobStatus.FAILED)
+
+
+class JobRunStatus(models.TextChoices):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # another run held the job's lock
+
+
+class JobRunQuerySet(models.QuerySet["JobRun"]):
+    def for_job(self, job: str) -> JobRunQuerySet:
+        return self.filter(job=job)
+
+
+class JobRun(models.Model):
+    """One run of a background job (retention, routine checkpoints, drift detection, GC…): when, what, how many."""
+
+    job = models.CharField(max_length=50)
+    status = models.CharField(max_length=20, choices=JobRunStatus.choices, default=JobRunStatus.RUNNING)
+    dry_run = models.BooleanField(default=False)
+    triggered_by = models.CharField(max_length=200, default="beat")
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+
+    objects = JobRunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        indexes = [
+            # Jobs page: each job's latest runs
+            models.Index(fields=["job", "-started_at"], name="jobrun_job_started"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job} {self.status} at {self.started_at:%Y-%m-%d %H:%M}"
+
+    @property
+    def duration(self) -> float | None:
+        return (self.finished_at - self.started_at).total_seconds() if self.finished_at else None
+
+
+class JobLock(models.Model):
+    """One run of a job at a time across all workers: a row per job, claimed with a conditional update."""
+
+    name = models.CharField(max_length=50, primary_key=True)
+    holder = models.CharField(max_length=200, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} held by {self.holder or 'nobody'}"

@@ -5,14 +5,17 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from celery import shared_task
 from django.conf import settings
+from django.db import OperationalError
 from django.utils import timezone
 
 from . import services, watching
 from .archives import UnsafeArchive, extract
 from .importing import ImportReport, import_path
+from .jobs import run_job
 from .models import ImportJob, ImportJobStatus
 
 
@@ -61,7 +64,47 @@ def import_archive(job_id: int) -> dict[str, object]:
 
 @shared_task(acks_late=True, time_limit=3600, soft_time_limit=3500)
 def scan_watched_sources() -> dict[str, int]:
-    return watching.scan_all()
+    return run_job("watched_sources", watching.scan_all).result
+
+
+# Periodic jobs: idempotent, acks_late (a killed worker's job is redelivered), one run at a time
+# (run_job's lock), time-limited, retried with backoff when the database hiccups.
+PERIODIC = {
+    "acks_late": True,
+    "time_limit": 3600,
+    "soft_time_limit": 3500,
+    "autoretry_for": (OperationalError,),
+    "retry_backoff": True,
+    "max_retries": 5,
+}
+
+
+@shared_task(**PERIODIC)
+def apply_retention(dry_run: bool = False, triggered_by: str = "beat") -> dict[str, Any]:
+    from .retention import apply_retention as work
+
+    return run_job("retention", lambda: work(dry_run=dry_run), triggered_by=triggered_by, dry_run=dry_run).result
+
+
+@shared_task(**PERIODIC)
+def take_routine_checkpoints(triggered_by: str = "beat") -> dict[str, Any]:
+    from .routine import take_routine_checkpoints as work
+
+    return run_job("routine_checkpoints", work, triggered_by=triggered_by).result
+
+
+@shared_task(**PERIODIC)
+def detect_drift(triggered_by: str = "beat") -> dict[str, Any]:
+    from .drift import detect_all as work
+
+    return run_job("drift_detection", work, triggered_by=triggered_by).result
+
+
+@shared_task(**PERIODIC)
+def collect_garbage(triggered_by: str = "beat") -> dict[str, Any]:
+    from .gc import collect_garbage as work
+
+    return run_job("gc", work, triggered_by=triggered_by).result
 
 
 __all__ = ["import_archive", "scan_watched_sources"]
