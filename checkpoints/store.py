@@ -32,6 +32,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import zstandard
@@ -50,7 +51,10 @@ FANOUT = 32
 _QUERY_BATCH = 500
 _HEADER = 6
 _LEVEL = 6
-PATCH_CONTEXT = 4  # how many earlier patches serve as a patch's compression dictionary
+PATCH_CONTEXT = 4
+_TOUCH_AFTER = timedelta(
+    minutes=5
+)  # reused chunks older than this get their created_at renewed  # how many earlier patches serve as a patch's compression dictionary
 
 _compressor = threading.local()
 
@@ -238,8 +242,12 @@ class ChunkBatch:
                 batch = candidates[start : start + _QUERY_BATCH]
                 rows = Chunk.objects.filter(hash__in=batch).values_list("hash", flat=True)
                 existing.update(bytes(h) for h in rows)
-        compressor = _zstd()[0]
         now = timezone.now()
+        if existing:
+            # Reused chunks count as fresh: garbage collection spares young chunks, and the checkpoint
+            # that will reference these is not committed yet.
+            Chunk.objects.filter(hash__in=list(existing), created_at__lt=now - _TOUCH_AFTER).update(created_at=now)
+        compressor = _zstd()[0]
         added = 0
         for key in candidates:
             if key in existing:

@@ -313,3 +313,16 @@ def test_a_sliding_window_is_a_small_patch_not_a_rewrite(db):
         ("removed", "mailbox[0]", "removed"),
         ("added", "mailbox[7]", "appended"),
     ]
+
+
+def test_reusing_an_old_chunk_renews_it_so_garbage_collection_spares_it(db):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    state = {"big": ["x" * 5000, "y" * 5000]}
+    saved = store.save_state(state)
+    Chunk.objects.update(created_at=timezone.now() - timedelta(days=3))
+    store.cache.clear()
+    store.save_state(state)  # the same content again: nothing new, but the old nodes are in use again
+    assert Chunk.objects.get(hash=saved.root).created_at > timezone.now() - timedelta(minutes=1)
