@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Max, Min, OuterRef, Subquery, Sum
 from django.utils import timezone
@@ -238,9 +239,21 @@ def ingest_checkpoints(
         for session, new in planned:
             for position, checkpoint, created in _insert_checkpoints(session, new, now):
                 results[position] = (checkpoint, created)
+    # Drift detectors that need no state, once committed, only where something alarming arrived
+    # (a failed or halted checkpoint, an oversized state): the normal path pays nothing. The rest run
+    # in the drift job every few minutes (DESIGN section 7).
+    touched = [session.pk for session, new in planned if any(_alarming(item, saved) for _, item, saved in new)]
+    if touched:
+        from .drift import detect_after_ingest
+
+        transaction.on_commit(lambda: detect_after_ingest(touched))
     for position, first in repeats:
         results[position] = (results[first][0], False)
     return results
+
+
+def _alarming(item: CheckpointInput, saved: store.Saved) -> bool:
+    return item.status in _SESSION_STATUS_FOR or saved.raw_bytes > settings.DRIFT_STATE_MAX_BYTES
 
 
 def _existing_by_key(session: AgentSession, keys: list[str]) -> dict[str, Checkpoint]:

@@ -178,7 +178,23 @@ CHECKPOINT_MAX_DEPTH = env_int("CHECKPOINT_MAX_DEPTH", 200)
 CHECKPOINT_MAX_BODY_BYTES = env_int("CHECKPOINT_MAX_BODY_BYTES", 16 * 1024 * 1024)
 CHECKPOINT_KEYFRAME_INTERVAL = env_int("CHECKPOINT_KEYFRAME_INTERVAL", 48)
 CHECKPOINT_CACHE_STATES = env_int("CHECKPOINT_CACHE_STATES", 16)
+
+# Drift detection (DESIGN section 7) and routine checkpoints: thresholds of each detector.
+DRIFT_WINDOW = env_int("DRIFT_WINDOW", 50)  # recent checkpoints each detection run reads per session
+DRIFT_CYCLE_LIMIT = env_int("DRIFT_CYCLE_LIMIT", 300)  # steps since the last recovery checkpoint
+DRIFT_LONG_RUNNING_MINUTES = env_int("DRIFT_LONG_RUNNING_MINUTES", 120)  # active without a recovery checkpoint
+DRIFT_ERROR_WINDOW = env_int("DRIFT_ERROR_WINDOW", 20)  # last N steps (tool calls or checkpoints)
+DRIFT_ERROR_MIN_SAMPLES = env_int("DRIFT_ERROR_MIN_SAMPLES", 10)
+DRIFT_ERROR_PERCENT = env_int("DRIFT_ERROR_PERCENT", 40)  # fires above this share of failures
+DRIFT_REPETITION_LIMIT = env_int("DRIFT_REPETITION_LIMIT", 3)  # same tool call more often than this in a row
+DRIFT_STALLED_WINDOW = env_int("DRIFT_STALLED_WINDOW", 12)  # step checkpoints without task progress
+DRIFT_STALLED_SAME_HASH = env_int("DRIFT_STALLED_SAME_HASH", 3)  # consecutive step checkpoints, same state
+DRIFT_STATE_MAX_BYTES = env_int("DRIFT_STATE_MAX_BYTES", 8 * 1024 * 1024)  # context bloat
+DRIFT_ROUTINE_GRACE_MINUTES = env_int("DRIFT_ROUTINE_GRACE_MINUTES", 5)
+ROUTINE_INTERVAL_MINUTES = env_int("ROUTINE_INTERVAL_MINUTES", 30)
 IMPORT_UPLOAD_MAX_BYTES = env_int("IMPORT_UPLOAD_MAX_BYTES", 512 * 1024 * 1024)
+# Storage GC never deletes chunks younger than this (ingest writes chunks before the checkpoint row).
+GC_GRACE_MINUTES = env_int("GC_GRACE_MINUTES", 60)
 
 # Celery: Redis in production and CI; `make run` uses kombu's filesystem transport (no server).
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from .views import actions, alerts, audit, checkpoint, compare, imports, overview, sessions, timeline
+from .views import actions, alerts, audit, checkpoint, compare, imports, jobs, overview, retention, sessions, timeline
 
 app_name = "dashboard"
 
@@ -23,6 +23,9 @@ urlpatterns = [
     path("alerts/<int:pk>/acknowledge/", alerts.acknowledge, name="alert_acknowledge"),
     path("alerts/<int:pk>/resolve/", alerts.resolve, name="alert_resolve"),
     path("audit/", audit.audit_log, name="audit_log"),
+    path("retention/", retention.retention, name="retention"),
     path("imports/", imports.import_upload, name="import_upload"),
     path("imports/<int:pk>/", imports.import_job, name="import_job"),
+    path("jobs/", jobs.job_list, name="jobs"),
+    path("jobs/<int:pk>/run/", jobs.job_run, name="job_run"),
 ]

@@ -1,0 +1,537 @@
+"""Drift detection (DESIGN section 7): small pure detectors over a session's recent checkpoints, and the alerts.
+
+Each detector takes a `Recent` (the newest checkpoints as light rows, states loaded only on demand), the clock
+and the `Limits`, and returns findings. `sync_alerts` turns findings into alerts: one unresolved alert per
+(session, kind), updated while the condition holds and resolved when it clears. Cheap detectors run after each
+ingest; the time-based ones (and all the others again) in the `drift_detection` beat job and `detect_drift`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from . import store
+from .models import (
+    AgentSession,
+    AlertKind,
+    AlertSeverity,
+    AlertState,
+    Checkpoint,
+    CheckpointKind,
+    CheckpointStatus,
+    DriftAlert,
+    SessionStatus,
+)
+
+logger = logging.getLogger(__name__)
+
+# Checkpoints that copy a state rather than record a step of the agent: they neither stall nor progress.
+COPIES = {CheckpointKind.ROUTINE, CheckpointKind.PRE_OPERATION, CheckpointKind.RESTORE, CheckpointKind.FORK}
+# A fresh start: the cycle and running-time counters begin again after one of these.
+RESETS = [CheckpointKind.RECOVERY, CheckpointKind.RESTORE, CheckpointKind.FORK]
+BAD = {CheckpointStatus.FAILED, CheckpointStatus.HALTED}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One checkpoint as the detectors see it (no state, no metadata)."""
+
+    pk: int
+    seq: int
+    kind: str
+    status: str
+    status_reason: str
+    name: str
+    step: int | None
+    created_at: datetime
+    state_hash: bytes
+    raw_bytes: int
+    root: bytes
+
+
+ROW_FIELDS = [
+    "pk", "seq", "kind", "status", "status_reason", "name", "step", "created_at", "state_hash", "raw_bytes", "root",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    severity: str
+    message: str
+    evidence: dict[str, Any]
+    checkpoint: Row | None  # the checkpoint that showed the drift
+    last_good: Row | None  # the newest checkpoint before the drift began
+
+
+@dataclass(frozen=True)
+class Limits:
+    window: int = 50
+    cycle_limit: int = 300
+    long_running: timedelta = timedelta(hours=2)
+    error_window: int = 20
+    error_min_samples: int = 10
+    error_percent: int = 40
+    repetition_limit: int = 3
+    stalled_window: int = 12
+    stalled_same_hash: int = 3
+    state_max_bytes: int = 8 * 1024 * 1024
+    routine_interval: timedelta = timedelta(minutes=30)
+    routine_grace: timedelta = timedelta(minutes=5)
+
+    @classmethod
+    def from_settings(cls) -> Limits:
+        return cls(
+            window=settings.DRIFT_WINDOW,
+            cycle_limit=settings.DRIFT_CYCLE_LIMIT,
+            long_running=timedelta(minutes=settings.DRIFT_LONG_RUNNING_MINUTES),
+            error_window=settings.DRIFT_ERROR_WINDOW,
+            error_min_samples=settings.DRIFT_ERROR_MIN_SAMPLES,
+            error_percent=settings.DRIFT_ERROR_PERCENT,
+            repetition_limit=settings.DRIFT_REPETITION_LIMIT,
+            stalled_window=settings.DRIFT_STALLED_WINDOW,
+            stalled_same_hash=settings.DRIFT_STALLED_SAME_HASH,
+            state_max_bytes=settings.DRIFT_STATE_MAX_BYTES,
+            routine_interval=timedelta(minutes=settings.ROUTINE_INTERVAL_MINUTES),
+            routine_grace=timedelta(minutes=settings.DRIFT_ROUTINE_GRACE_MINUTES),
+        )
+
+
+@dataclass
+class Recent:
+    """What the detectors know of one session: its newest checkpoints (oldest first) and a few facts."""
+
+    rows: list[Row]
+    active: bool = True
+    started_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+    last_reset: Row | None = None  # newest recovery/restore/fork checkpoint, possibly older than `rows`
+    load: Callable[[Row], Any] = lambda row: store.load_shared(row.root)
+    _states: dict[int, Any] = field(default_factory=dict)
+
+    @property
+    def head(self) -> Row | None:
+        return self.rows[-1] if self.rows else None
+
+    def state(self, row: Row) -> Any:
+        """States are read only when a detector needs one (content-addressed: reading is safe at any time)."""
+        if row.seq not in self._states:
+            self._states[row.seq] = self.load(row)
+        return self._states[row.seq]
+
+
+Detector = Callable[[Recent, datetime, Limits], list[Finding]]
+
+
+# ---- reading states ------------------------------------------------------------------------------
+
+
+def progress_of(state: Any) -> tuple[Any, float] | None:
+    """(task identity, progress percentage) of the common state shapes, or None."""
+    if not isinstance(state, dict):
+        return None
+    for key, metric in (("task", "progress"), ("current_task", "progress_percentage")):
+        task = state.get(key)
+        if isinstance(task, dict) and isinstance(task.get(metric), int | float):
+            return task.get("id"), float(task[metric])
+    if isinstance(state.get("progress"), int | float):
+        return None, float(state["progress"])
+    return None
+
+
+def tool_calls_of(state: Any) -> list[dict[str, Any]]:
+    calls = state.get("tool_calls") if isinstance(state, dict) else None
+    return [call for call in calls if isinstance(call, dict)] if isinstance(calls, list) else []
+
+
+def _failed(call: dict[str, Any]) -> bool:
+    if "success" in call:
+        return call["success"] is False
+    return bool(call.get("error"))
+
+
+def _action(call: dict[str, Any]) -> tuple[str, bytes]:
+    name = call.get("tool_name") or call.get("name") or call.get("tool") or ""
+    return str(name), orjson.dumps(call.get("arguments"), option=orjson.OPT_SORT_KEYS)
+
+
+def _before(rows: list[Row], index: int) -> Row | None:
+    """The newest healthy checkpoint before rows[index]."""
+    for row in reversed(rows[:index]):
+        if row.status not in BAD:
+            return row
+    return None
+
+
+def _index_of_step(rows: list[Row], step: Any) -> int:
+    """Index of the first row at or after `step` (the newest row when steps are unknown)."""
+    if isinstance(step, int):
+        for index, row in enumerate(rows):
+            if row.step is not None and row.step >= step:
+                return index
+    return len(rows) - 1
+
+
+# ---- detectors -----------------------------------------------------------------------------------
+
+
+def detect_failed(recent: Recent, now: datetime, limits: Limits) -> list[Finding]:
+    return _status_finding(recent, CheckpointStatus.FAILED, AlertKind.FAILED)
+
+
+def detect_halted(recent: Recent, now: datetime, limits: Limits) -> list[Finding]:
+    return _status_finding(recent, CheckpointStatus.HALTED, AlertKind.HALTED)
+
+
+def _status_finding(recent: Recent, status: str, kind: str) -> list[Finding]:
+    head = recent.head
+    if head is None or head.status != status:
+        return []
+    reason = f": {head.status_reason}" if head.status_reason else ""
+    return [
+        Finding(
+            kind,
+            AlertSeverity.CRITICAL,
+            f"Checkpoint #{head.seq} arrived {status}{reason}",
+            {"seq": head.seq, "status": status, "reason": head.status_reason},
+            head,
+            _before(recent.rows, len(recent.rows) - 1),
+        )
+    ]
+
+
+def detect_state_growth(recent: Recent, now: datetime, limits: Limits) -> list[Finding]:
+    head = recent.head
+    if head is None or head.raw_bytes <= limits.state_max_bytes:
+        return []
+    last_good = next((row for row in reversed(recent.rows) if row.raw_bytes <= limits.state_max_bytes), None)
+    return [
+        Finding(
+            AlertKind.STATE_GROWTH,
+            AlertSeverity.WARNING,
+            f"State is {head.raw_bytes:,} bytes, above the {limits.state_max_bytes:,}-byte limit.",
+            {"raw_bytes": head.raw_bytes, "limit": limits.state_max_bytes, "seq": head.seq},
+            head,
+            last_good,
+        )
+    ]
+
+
+def detect_error_rate(recent: Recent, now: datetime, limits: Limits) -> list[Finding]:
+    head = recent.head
+    if head is None:
+        return []
+    threshold = limits.error_percent / 100
+    rows = [row for row in recent.rows if row.kind not in COPIES][-limits.error_window :]
+    failed_rows = [index for index, row in enumerate(rows) if row.status == CheckpointStatus.FAILED]
+    calls = tool_calls_of(recent.state(head))[-limits.error_window :]
+    failed_calls = [call for call in calls if _failed(call)]
+    evidence = {
+        "window": limits.error_window,
+        "failed_checkpoints": len(failed_rows),
+        "checkpoints": len(rows),
+        "failed_tool_calls": len(failed_calls),
+        "tool_calls": len(calls),
+        "limit_percent": limits.error_percent,
+    }
+    if len(calls) >= limits.error_min_samples and len(failed_calls) / len(calls) > threshold:
+        index = _index_of_step(recent.rows, failed_calls[0].get("step"))
+        message = f"{len(failed_calls)} of the last {len(calls)} tool calls failed."
+    elif len(rows) >= limits.error_min_samples and len(failed_rows) / len(rows) > threshold:
+        index = recent.rows.index(rows[failed_rows[0]])
+        message = f"{len(failed_rows)} of the last {len(rows)} checkpoints failed."
+    else:
+        return []
+    return [Finding(AlertKind.ERROR_RATE, AlertSeverity.WARNING, message, evidence, head, _before(recent.rows, index))]
+
+
+def detect_repetition(recent: Recent, now: datetime, limits: Limits) -> list[Finding]:
+    head = recent.head
+    if head is None:
+        return []
+    calls = tool_calls_of(recent.state(head))
+    if len(calls) <= limits.repetition_limit:
+        return []
+    action = _action(calls[-1])
+    run = 0
+    for call in reversed(calls):
+        if _action(call) != action:
+            break
+        run += 1
+    if run <= limits.repetition_limit:
+        return []
+    first_step = calls[-run].get("step")
+    index = _index_of_step(recent.rows, first_step)
+    last_good = _before(recent.rows, index)
+    if last_good is not None:  # the repeats moved the task forward: that is work, not a loop
+        before, after = progress_of(recent.state(last_good)), progress_of(recent.state(head))
+        if before and after and before[0] == after[0] and after[1] > before[1]:
+            return []
+    tool, arguments = calls[-1].get("tool_name") or calls[-1].get("name"), calls[-1].get("arguments")
+    return [
+        Finding(
+            AlertKind.REPETITION,
+            AlertSeverity.WARNING,
+            f"The same action ({tool}, same arguments) ran {run} times without progress.",
+            {"tool": tool, "arguments": arguments, "count": run, "limit": limits.repetition_limit},
+            head,
+            last_good,
+        )
+    ]
+
+
+def detect_stalled(recent: Recent, now: datetime, limits: Limits) -> list[Finding]:
+    steps = [(index, row) for index, row in enumerate(recent.rows) if row.kind not in COPIES]
+    if not steps:
+        return []
+    head_index, head = steps[-1]
+    same = 0
+    for _, row in reversed(steps):
+        if row.state_hash != head.state_hash:
+            break
+        same += 1
+    if same >= limits.stalled_same_hash:
+        first_index = steps[-same][0]
+        return [
+            Finding(
+                AlertKind.STALLED,
+                AlertSeverity.WARNING,
+                f"The state has not changed across the last {same} checkpoints.",
+                {"metric": "state_hash", "count": same, "seqs": [row.seq for _, row in steps[-same:]]},
+                head,
+                _before(recent.rows, first_index),
+            )
+        ]
+    if len(steps) < limits.stalled_window:
+        return []
+    first_index, first = steps[-limits.stalled_window]
+    before, after = progress_of(recent.state(first)), progress_of(recent.state(head))
+    if not before or not after or before[0] != after[0] or after[1] >= 100 or after[1] > before[1]:
+        return []
+    flat = "reversing" if after[1] < before[1] else "flat"
+    return [
+        Finding(
+            AlertKind.STALLED,
+            AlertSeverity.WARNING,
+            f"Task progress {flat} at {after[1]:g}% over the last {limits.stalled_window} checkpoints.",
+            {
+                "metric": "progress",
+                "window": limits.stalled_window,
+                "from": before[1],
+                "to": after[1],
+                "seqs": [first.seq, head.seq],
+            },
+            head,
+            _before(recent.rows, first_index),
+        )
+    ]
+
+
+def _steps_since_reset(row: Row, reset: Row | None) -> int:
+    if row.step is not None and (reset is None or reset.step is not None):
+        return row.step - (reset.step if reset else 0)
+    return row.seq - (reset.seq if reset else 0)
+
+
+def detect_cycle_count(recent: Recent, now: datetime, limits: Limits) -> list[Finding]:
+    head, reset = recent.head, recent.last_reset
+    if head is None or _steps_since_reset(head, reset) <= limits.cycle_limit:
+        return []
+    since = _steps_since_reset(head, reset)
+    within = [row for row in recent.rows if _steps_since_reset(row, reset) <= limits.cycle_limit]
+    return [
+        Finding(
+            AlertKind.CYCLE_COUNT,
+            AlertSeverity.INFO,
+            f"{since} steps since the last recovery checkpoint (limit {limits.cycle_limit}).",
+            {"steps": since, "limit": limits.cycle_limit, "last_recovery_seq": reset.seq if reset else None},
+            head,
+            within[-1] if within else reset,
+        )
+    ]
+
+
+def detect_long_running(recent: Recent, now: datetime, limits: Limits) -> list[Finding]:
+    reset = recent.last_reset
+    since = reset.created_at if reset else recent.started_at
+    if not recent.active or recent.head is None or since is None or now - since <= limits.long_running:
+        return []
+    drift_from = since + limits.long_running
+    within = [row for row in recent.rows if row.created_at <= drift_from]
+    minutes = int((now - since).total_seconds() // 60)
+    return [
+        Finding(
+            AlertKind.LONG_RUNNING,
+            AlertSeverity.INFO,
+            f"Active for {minutes} minutes without a recovery checkpoint.",
+            {"minutes": minutes, "limit_minutes": int(limits.long_running.total_seconds() // 60)},
+            recent.head,
+            within[-1] if within else reset,
+        )
+    ]
+
+
+def detect_missed_routine(recent: Recent, now: datetime, limits: Limits) -> list[Finding]:
+    heartbeat = recent.heartbeat_at
+    if not recent.active or heartbeat is None or now - heartbeat <= limits.routine_interval + limits.routine_grace:
+        return []
+    minutes = int((now - heartbeat).total_seconds() // 60)
+    return [
+        Finding(
+            AlertKind.MISSED_ROUTINE,
+            AlertSeverity.WARNING,
+            f"No checkpoint or heartbeat for {minutes} minutes.",
+            {
+                "last_seen_at": heartbeat.isoformat(),
+                "minutes": minutes,
+                "interval_minutes": int(limits.routine_interval.total_seconds() // 60),
+            },
+            recent.head,
+            recent.head,
+        )
+    ]
+
+
+CHEAP: dict[str, Detector] = {
+    AlertKind.FAILED: detect_failed,
+    AlertKind.HALTED: detect_halted,
+    AlertKind.STATE_GROWTH: detect_state_growth,
+    AlertKind.ERROR_RATE: detect_error_rate,
+    AlertKind.REPETITION: detect_repetition,
+    AlertKind.STALLED: detect_stalled,
+}
+TIMED: dict[str, Detector] = {
+    AlertKind.CYCLE_COUNT: detect_cycle_count,
+    AlertKind.LONG_RUNNING: detect_long_running,
+    AlertKind.MISSED_ROUTINE: detect_missed_routine,
+}
+DETECTORS: dict[str, Detector] = {**CHEAP, **TIMED}
+# Right after an ingest: the detectors that read no state (a cold state read costs milliseconds).
+ON_INGEST: dict[str, Detector] = {
+    kind: CHEAP[kind] for kind in (AlertKind.FAILED, AlertKind.HALTED, AlertKind.STATE_GROWTH)
+}
+
+
+def run_detectors(recent: Recent, now: datetime, limits: Limits, kinds: Iterable[str]) -> list[Finding]:
+    return [finding for kind in kinds for finding in DETECTORS[kind](recent, now, limits)]
+
+
+# ---- alerts --------------------------------------------------------------------------------------
+
+
+def sync_alerts(
+    session: AgentSession, findings: list[Finding], *, kinds: Iterable[str], now: datetime
+) -> tuple[int, int]:
+    """Open, update or resolve the session's alerts of `kinds` (only those evaluated); returns (opened, resolved).
+
+    An alert keeps the `last_good` it opened with: later runs see a window that starts after the drift began.
+    """
+    found = {finding.kind: finding for finding in findings}
+    kinds = set(kinds) | set(found)
+    existing = {alert.kind: alert for alert in DriftAlert.objects.unresolved().filter(session=session, kind__in=kinds)}
+    opened = resolved = 0
+    for kind, finding in found.items():
+        fields = {
+            "severity": finding.severity,
+            "message": finding.message,
+            "evidence": finding.evidence,
+            "checkpoint_id": finding.checkpoint.pk if finding.checkpoint else None,
+        }
+        last_good = finding.last_good.pk if finding.last_good else None
+        alert = existing.get(kind)
+        if alert is not None:
+            extra = {"last_good_id": last_good} if alert.last_good_id is None else {}
+            DriftAlert.objects.filter(pk=alert.pk).update(**fields, **extra)
+            continue
+        try:
+            with transaction.atomic():
+                DriftAlert.objects.create(session=session, kind=kind, opened_at=now, last_good_id=last_good, **fields)
+            opened += 1
+        except IntegrityError:  # a concurrent run (ingest and beat) opened it first
+            DriftAlert.objects.unresolved().filter(session=session, kind=kind).update(**fields)
+    for kind, alert in existing.items():
+        if kind not in found:
+            resolved += (
+                DriftAlert.objects.filter(pk=alert.pk)
+                .exclude(state=AlertState.RESOLVED)
+                .update(state=AlertState.RESOLVED, resolved_at=now)
+            )
+    return opened, resolved
+
+
+# ---- running -------------------------------------------------------------------------------------
+
+
+def recent_for(session: AgentSession, *, limits: Limits, timed: bool) -> Recent:
+    """The session's newest `limits.window` checkpoints (one index range) and, for the timed detectors,
+    its last recovery checkpoint and start."""
+
+    def row(values: dict[str, Any]) -> Row:
+        return Row(
+            **{**values, "state_hash": bytes(values["state_hash"]), "root": bytes(values["root"])},
+        )
+
+    checkpoints = Checkpoint.objects.filter(session_id=session.pk)
+    rows = [row(values) for values in checkpoints.order_by("-seq").values(*ROW_FIELDS)[: limits.window]]
+    rows.reverse()
+    last_reset = started_at = None
+    if timed:
+        reset = checkpoints.filter(kind__in=RESETS).order_by("-seq").values(*ROW_FIELDS).first()
+        last_reset = row(reset) if reset else None
+        first = checkpoints.order_by("seq").values_list("created_at", flat=True).first()
+        started_at = min(filter(None, [session.created_at, first]))
+    heartbeat = session.last_seen_at or (rows[-1].created_at if rows else session.created_at)
+    return Recent(
+        rows=rows,
+        active=session.status == SessionStatus.ACTIVE,
+        started_at=started_at,
+        heartbeat_at=heartbeat,
+        last_reset=last_reset,
+    )
+
+
+def detect_session(
+    session: AgentSession,
+    *,
+    cheap_only: bool = False,
+    kinds: Iterable[str] | None = None,
+    now: datetime | None = None,
+    limits: Limits | None = None,
+) -> tuple[int, int]:
+    """Run the detectors on one session and sync its alerts; returns (opened, resolved)."""
+    now = now or timezone.now()
+    limits = limits or Limits.from_settings()
+    kinds = list(kinds) if kinds is not None else list(CHEAP if cheap_only else DETECTORS)
+    recent = recent_for(session, limits=limits, timed=any(kind in TIMED for kind in kinds))
+    return sync_alerts(session, run_detectors(recent, now, limits, kinds), kinds=kinds, now=now)
+
+
+def detect_all(now: datetime | None = None) -> dict[str, int]:
+    """Every detector over every active session (the `drift_detection` job and `manage.py detect_drift`)."""
+    now = now or timezone.now()
+    limits = Limits.from_settings()
+    totals = {"sessions": 0, "opened": 0, "resolved": 0}
+    for session in AgentSession.objects.active().defer("metadata", "live_root").iterator(chunk_size=200):
+        opened, resolved = detect_session(session, now=now, limits=limits)
+        totals["sessions"] += 1
+        totals["opened"] += opened
+        totals["resolved"] += resolved
+    return totals
+
+
+def detect_after_ingest(session_ids: list[int]) -> None:
+    """The state-free detectors, run once checkpoints are committed; a detector's failure never fails an ingest."""
+    for session in AgentSession.objects.filter(pk__in=session_ids).defer("metadata", "live_root"):
+        try:
+            detect_session(session, kinds=list(ON_INGEST))
+        except Exception:
+            logger.exception("drift detection failed for session %s", session.pk)

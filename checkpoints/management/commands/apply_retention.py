@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from checkpoints.jobs import run_job
+from checkpoints.models import JobRunStatus
+from checkpoints.retention import apply_retention
+
+
+class Command(BaseCommand):
+    help = "Delete the checkpoints the retention policies let go (DESIGN section 8); the run is recorded."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--dry-run", action="store_true", help="count what would be deleted, delete nothing")
+        parser.add_argument("--json", action="store_true", help='print {"deleted", "kept", "by_kind"} as JSON')
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        dry_run = options["dry_run"]
+        run = run_job("retention", lambda: apply_retention(dry_run=dry_run), triggered_by="command", dry_run=dry_run)
+        if run.status == JobRunStatus.SKIPPED:
+            raise CommandError("Another retention run holds the lock; nothing was done.")
+        result = run.result
+        if options["json"]:
+            self.stdout.write(json.dumps({key: result[key] for key in ("deleted", "kept", "by_kind")}))
+            return
+        verb = "Would delete" if dry_run else "Deleted"
+        kinds = ", ".join(f"{kind}: {count}" for kind, count in result["by_kind"].items()) or "nothing"
+        self.stdout.write(f"{verb} {result['deleted']} checkpoints ({kinds}); kept {result['kept']}.")

@@ -1,0 +1,59 @@
+"""Routine checkpoints: every interval, the live state an agent sent (PUT …/live-state) becomes a checkpoint.
+
+Only a state that changed since the session's last checkpoint is taken, so running the job twice takes nothing
+new; the store shares every unchanged chunk, so a routine checkpoint costs a small patch. Sessions whose
+heartbeat is older than the interval get a `missed_routine` alert, resolved when the heartbeat returns.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db.models import Q
+from django.utils import timezone
+
+from . import drift, jsoncodec, services, store
+from .models import AgentSession, AlertKind, CheckpointKind, DriftAlert, SessionStatus
+
+
+def take_routine_checkpoints(now: datetime | None = None) -> dict[str, int]:
+    now = now or timezone.now()
+    limits = drift.Limits.from_settings()
+    taken = missed = 0
+    active = AgentSession.objects.active().select_related("head").defer("metadata", "head__metadata")
+    for session in active.filter(live_root__isnull=False, live_state_at__isnull=False).iterator(chunk_size=200):
+        taken += _take_routine_checkpoint(session, now=now)
+    # Silent active sessions get the alert; sessions holding one are looked at again, to resolve it.
+    stale_before = now - limits.routine_interval - limits.routine_grace
+    silent = Q(last_seen_at__lt=stale_before) | Q(last_seen_at__isnull=True, created_at__lt=stale_before)
+    alerted = DriftAlert.objects.unresolved().filter(kind=AlertKind.MISSED_ROUTINE).values("session")
+    candidates = AgentSession.objects.filter((Q(status=SessionStatus.ACTIVE) & silent) | Q(pk__in=alerted))
+    for session in candidates.defer("metadata", "live_root"):
+        drift.detect_session(session, kinds=[AlertKind.MISSED_ROUTINE], now=now, limits=limits)
+        heartbeat = session.last_seen_at or session.created_at
+        missed += session.status == SessionStatus.ACTIVE and heartbeat < stale_before
+    return {"taken": taken, "missed": missed}
+
+
+def _take_routine_checkpoint(session: AgentSession, *, now: datetime) -> bool:
+    head, live_root = session.head, bytes(session.live_root)
+    if head is not None and (bytes(head.root) == live_root or head.received_at >= session.live_state_at):
+        return False
+    state = store.load_shared(live_root)
+    # Roots of one state differ by the base it was patched against: compare the states' digests.
+    if head is not None and store.digest(jsoncodec.encode(state)[0]) == bytes(head.state_hash):
+        return False
+    step = state.get("step") if isinstance(state, dict) else None
+    item = services.CheckpointInput(
+        state=state,
+        name="routine",
+        kind=CheckpointKind.ROUTINE,
+        step=step if isinstance(step, int) else head.step if head else None,
+        created_at=session.live_state_at,
+        # a second worker taking the same live state finds this key and creates nothing
+        idempotency_key=f"routine:{live_root.hex()}:{session.live_state_at.isoformat()}",
+    )
+    [(_, created)] = services.ingest_checkpoints([(session, [item])], now=now)
+    if created:  # the job took this checkpoint, not the agent: it is no heartbeat (unless one came meanwhile)
+        AgentSession.objects.filter(pk=session.pk, last_seen_at=now).update(last_seen_at=session.last_seen_at)
+    return created

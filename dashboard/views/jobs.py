@@ -1,0 +1,100 @@
+"""Background jobs: each beat schedule, its last recorded run, its next run, and "Run now"."""
+
+from __future__ import annotations
+
+import inspect
+from datetime import datetime
+from typing import Any
+
+from celery import current_app
+from django.contrib import messages
+from django.db import transaction
+from django.db.models import OuterRef, Subquery
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+from django_celery_beat.models import PeriodicTask
+
+from checkpoints.models import JobRun
+
+from .alerts import evidence_summary
+from .common import OPERATE, VIEW, HtmxHttpRequest, console, render_page
+
+# task → the JobRun.job name run_job records it under (checkpoints/tasks.py)
+JOB_FOR_TASK = {
+    "checkpoints.tasks.apply_retention": "retention",
+    "checkpoints.tasks.take_routine_checkpoints": "routine_checkpoints",
+    "checkpoints.tasks.detect_drift": "drift_detection",
+    "checkpoints.tasks.collect_garbage": "gc",
+    "checkpoints.tasks.scan_watched_sources": "watched_sources",
+}
+
+
+def _latest_runs(jobs: set[str]) -> dict[str, JobRun]:
+    """The newest run of each job, in one query."""
+    newest = JobRun.objects.filter(job=OuterRef("job")).order_by("-started_at", "-pk").values("pk")[:1]
+    runs = JobRun.objects.filter(job__in=jobs, pk=Subquery(newest))
+    return {run.job: run for run in runs}
+
+
+def _next_run(task: PeriodicTask, now: datetime) -> datetime | None:
+    """When beat runs the task next (interval schedules), or None for due / not computable."""
+    if task.interval is None or task.last_run_at is None:
+        return None
+    due = task.last_run_at + task.interval.schedule.run_every
+    return due if due > now else None
+
+
+def _schedule_text(task: PeriodicTask) -> str:
+    for schedule in (task.interval, task.crontab, task.solar, task.clocked):
+        if schedule is not None:
+            return str(schedule)
+    return "—"
+
+
+@console(VIEW)
+@require_GET
+def job_list(request: HtmxHttpRequest) -> HttpResponse:
+    now = timezone.now()
+    tasks = list(PeriodicTask.objects.select_related("interval", "crontab", "solar", "clocked").order_by("name"))
+    runs = _latest_runs({JOB_FOR_TASK[t.task] for t in tasks if t.task in JOB_FOR_TASK})
+    rows = []
+    for task in tasks:
+        run = runs.get(JOB_FOR_TASK.get(task.task, ""))
+        rows.append(
+            {
+                "task": task,
+                "schedule": _schedule_text(task),
+                "run": run,
+                "summary": evidence_summary(run.result if run.error == "" else run.error) if run else "",
+                "next_run": _next_run(task, now),
+                "computable": task.interval is not None,
+            }
+        )
+    return render_page(request, "dashboard/jobs.html", {"rows": rows})
+
+
+def _takes_triggered_by(name: str) -> bool:
+    task = current_app.tasks.get(name)
+    return task is not None and "triggered_by" in inspect.signature(task.run).parameters
+
+
+def _queue(name: str, kwargs: dict[str, Any]) -> None:
+    task = current_app.tasks.get(name)
+    if task is not None:  # the same message send_task would send; also honours eager mode (tests)
+        task.apply_async(kwargs=kwargs)
+    else:
+        current_app.send_task(name, kwargs=kwargs)
+
+
+@console(OPERATE)
+@require_POST
+def job_run(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    task = get_object_or_404(PeriodicTask, pk=pk)
+    kwargs = {"triggered_by": f"console:{request.user.get_username()}"} if _takes_triggered_by(task.task) else {}
+    name = task.task
+    transaction.on_commit(lambda: _queue(name, kwargs))
+    messages.success(request, f"Queued “{task.name}”. Its run appears below when a worker picks it up.")
+    return redirect(reverse("dashboard:jobs"))

@@ -1,0 +1,52 @@
+"""Retention: the policies in force, a dry-run preview of the next run, "Run now", and the recorded runs."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.http import HttpResponse
+from django.shortcuts import redirect
+from django.views.decorators.http import require_http_methods
+
+from checkpoints import tasks
+from checkpoints.models import Checkpoint, JobRun
+from checkpoints.retention import describe, plan_retention, policies_in_force
+
+from .common import OPERATE, VIEW, HtmxHttpRequest, console, render_page
+
+PREVIEW_ROWS = 50
+RUNS_SHOWN = 20
+
+
+@console(VIEW)
+@require_http_methods(["GET", "POST"])
+def retention(request: HtmxHttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        return _run_now(request)
+    plan = plan_retention()
+    preview = (
+        Checkpoint.objects.filter(pk__in=plan.checkpoints[:PREVIEW_ROWS])
+        .select_related("session__project")
+        .defer("metadata", "root", "state_hash", "session__metadata", "session__live_root")
+        .order_by("session__project__slug", "session__external_id", "seq")
+    )
+    context = {
+        "policies": [(policy, describe(policy)) for policy in policies_in_force()],
+        "plan": plan,
+        "by_kind": sorted(plan.by_kind.items()),
+        "preview": preview,
+        "more": plan.deleted - min(plan.deleted, PREVIEW_ROWS),
+        "runs": JobRun.objects.for_job("retention")[:RUNS_SHOWN],
+    }
+    return render_page(request, "dashboard/retention.html", context)
+
+
+def _run_now(request: HtmxHttpRequest) -> HttpResponse:
+    """ "Run now": operators only; the task is queued once the request's transaction commits."""
+    if not request.user.has_perm(OPERATE):
+        raise PermissionDenied("Your role does not allow this (operate_session).")
+    by = f"console:{request.user.get_username()}"
+    transaction.on_commit(lambda: tasks.apply_retention.delay(triggered_by=by))
+    messages.success(request, "Retention run queued: it shows under Recorded runs.")
+    return redirect("dashboard:retention")

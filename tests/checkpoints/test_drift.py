@@ -1,0 +1,426 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from checkpoints import drift
+from checkpoints.models import AgentSession, AlertKind, AlertState, DriftAlert, JobRun
+from checkpoints.services import Actor, CheckpointInput, ingest_checkpoints, restore_checkpoint
+
+T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+TOOLS = ["search_kb", "read_file", "run_tests", "write_file", "get_order", "send_reply", "fetch_url"]
+
+
+class Agent:
+    """Builds a session the way an agent would: one step checkpoint per tool call, the state growing."""
+
+    def __init__(self, session: AgentSession, at: datetime = T0) -> None:
+        self.session, self.at = session, at
+        self.state: dict[str, Any] = {
+            "step": 0,
+            "task": {"id": "T-1", "progress": 0},
+            "tool_calls": [],
+            "messages": [],
+            "metrics": {"tool_errors": 0},
+        }
+        self.inputs: list[CheckpointInput] = []
+        self.checkpoints: list[Any] = []
+
+    def step(
+        self,
+        tool: str | None = None,
+        arguments: dict[str, Any] | None = None,
+        *,
+        ok: bool = True,
+        progress: float | None = None,
+        status: str = "completed",
+        reason: str = "",
+        repeat_state: bool = False,
+        **extra: Any,
+    ) -> Agent:
+        s = self.state
+        if not repeat_state:
+            step = s["step"] + 1
+            tool = tool or TOOLS[(step * 3) % len(TOOLS)]
+            arguments = arguments if arguments is not None else {"query": f"question {step}"}
+            record = {"step": step, "tool_name": tool, "arguments": arguments, "result": "ok" if ok else None}
+            self.state = {
+                **s,
+                **extra,
+                "step": step,
+                "task": {**s["task"], "progress": progress if progress is not None else min(99, step // 5)},
+                "tool_calls": [*s["tool_calls"], {**record, "success": ok}],
+                "messages": [*s["messages"], {"role": "assistant", "content": f"step {step} with {tool}"}],
+                "metrics": {"tool_errors": s["metrics"]["tool_errors"] + (not ok)},
+            }
+        return self.checkpoint("step", name=tool or "step", status=status, status_reason=reason)
+
+    def steps(self, count: int, **fields: Any) -> Agent:
+        for _ in range(count):
+            self.step(**fields)
+        return self
+
+    def checkpoint(self, kind: str, **fields: Any) -> Agent:
+        self.at += timedelta(seconds=10)
+        fields.setdefault("name", kind)
+        self.inputs.append(
+            CheckpointInput(state=self.state, kind=kind, step=self.state["step"], created_at=self.at, **fields)
+        )
+        return self
+
+    def flush(self) -> Agent:
+        self.checkpoints += [checkpoint for checkpoint, _ in ingest_checkpoints([(self.session, self.inputs)])]
+        self.inputs = []
+        # the heartbeat follows the agent's clock, as after a real run
+        AgentSession.objects.filter(pk=self.session.pk).update(last_seen_at=self.at)
+        self.session.refresh_from_db()
+        return self
+
+    @property
+    def now(self) -> datetime:
+        return self.at + timedelta(minutes=1)
+
+
+def alert_kinds(session: AgentSession) -> set[str]:
+    return set(DriftAlert.objects.unresolved().filter(session=session).values_list("kind", flat=True))
+
+
+def detect(agent: Agent, **kwargs: Any) -> set[str]:
+    drift.detect_session(agent.session, now=kwargs.pop("now", agent.now), **kwargs)
+    return alert_kinds(agent.session)
+
+
+# ---- one session that must fire and one that must not, for every detector --------------------------
+
+
+def failed_fires(a: Agent) -> datetime:
+    a.steps(5).step(status="failed", reason="tool crashed").flush()
+    return a.now
+
+
+def failed_quiet(a: Agent) -> datetime:  # failed once, then carried on
+    a.steps(5).step(status="failed").steps(2).flush()
+    return a.now
+
+
+def halted_fires(a: Agent) -> datetime:
+    a.steps(5).step(status="halted", reason="loop detector").flush()
+    return a.now
+
+
+def halted_quiet(a: Agent) -> datetime:
+    a.steps(5).step(status="halted").steps(1).flush()
+    return a.now
+
+
+def error_rate_fires(a: Agent) -> datetime:
+    a.steps(10)
+    for i in range(20):
+        a.step(ok=i % 3 == 0)  # 13 of 20 fail
+    a.flush()
+    return a.now
+
+
+def error_rate_quiet(a: Agent) -> datetime:
+    a.steps(10)
+    for i in range(20):
+        a.step(ok=i % 5 != 0)  # 4 of 20 fail
+    a.flush()
+    return a.now
+
+
+def repetition_fires(a: Agent) -> datetime:
+    a.steps(10)
+    for _ in range(4):
+        a.step("get_order", {"order_id": "A-10482"}, progress=2)
+    a.flush()
+    return a.now
+
+
+def repetition_quiet(a: Agent) -> datetime:  # three times is still allowed
+    a.steps(10)
+    for _ in range(3):
+        a.step("get_order", {"order_id": "A-10482"}, progress=2)
+    a.step("send_reply", {"to": "customer"}).flush()
+    return a.now
+
+
+def stalled_fires(a: Agent) -> datetime:  # progress flat over the window, with varied actions
+    a.steps(10)
+    a.steps(20, progress=2)
+    a.flush()
+    return a.now
+
+
+def stalled_quiet(a: Agent) -> datetime:  # slow but rising
+    a.steps(40)
+    a.flush()
+    return a.now
+
+
+def stalled_hash_fires(a: Agent) -> datetime:
+    a.steps(10).step(repeat_state=True).step(repeat_state=True).flush()  # the same state three times
+    return a.now
+
+
+def stalled_hash_quiet(a: Agent) -> datetime:  # routine and pre-operation copies of a state are no stall
+    a.steps(10).checkpoint("routine").checkpoint("pre_operation").step(repeat_state=True).flush()
+    return a.now
+
+
+def state_growth_fires(a: Agent) -> datetime:
+    a.steps(3).step(scratchpad="x" * 6000).flush()
+    return a.now
+
+
+def state_growth_quiet(a: Agent) -> datetime:
+    a.steps(3).step(scratchpad="x" * 500).flush()
+    return a.now
+
+
+def cycle_count_fires(a: Agent) -> datetime:
+    a.steps(310).flush()
+    return a.now
+
+
+def cycle_count_quiet(a: Agent) -> datetime:
+    a.steps(100).checkpoint("recovery").steps(210).flush()
+    return a.now
+
+
+def long_running_fires(a: Agent) -> datetime:
+    a.steps(10).flush()
+    return T0 + timedelta(hours=2, minutes=10)  # heartbeats kept coming: only the running time is long
+
+
+def long_running_quiet(a: Agent) -> datetime:
+    a.steps(10)
+    a.at = T0 + timedelta(hours=1, minutes=30)
+    a.checkpoint("recovery").steps(5).flush()
+    return T0 + timedelta(hours=2, minutes=10)
+
+
+def missed_routine_fires(a: Agent) -> datetime:
+    a.steps(5).flush()
+    return a.at + timedelta(minutes=40)
+
+
+def missed_routine_quiet(a: Agent) -> datetime:
+    a.steps(5).flush()
+    return a.at + timedelta(minutes=30)
+
+
+CASES: list[tuple[str, Callable[[Agent], datetime], Callable[[Agent], datetime]]] = [
+    (AlertKind.FAILED, failed_fires, failed_quiet),
+    (AlertKind.HALTED, halted_fires, halted_quiet),
+    (AlertKind.ERROR_RATE, error_rate_fires, error_rate_quiet),
+    (AlertKind.REPETITION, repetition_fires, repetition_quiet),
+    (AlertKind.STALLED, stalled_fires, stalled_quiet),
+    (AlertKind.STALLED, stalled_hash_fires, stalled_hash_quiet),
+    (AlertKind.STATE_GROWTH, state_growth_fires, state_growth_quiet),
+    (AlertKind.CYCLE_COUNT, cycle_count_fires, cycle_count_quiet),
+    (AlertKind.LONG_RUNNING, long_running_fires, long_running_quiet),
+    (AlertKind.MISSED_ROUTINE, missed_routine_fires, missed_routine_quiet),
+]
+IDS = [fires.__name__.removesuffix("_fires") for _, fires, _ in CASES]
+
+
+@pytest.fixture
+def small_state_limit(settings):
+    settings.DRIFT_STATE_MAX_BYTES = 5000
+
+
+@pytest.mark.usefixtures("small_state_limit")
+@pytest.mark.parametrize(("kind", "fires", "quiet"), CASES, ids=IDS)
+def test_detector_fires_on_a_drifting_session(make_session, kind, fires, quiet):
+    agent = Agent(make_session())
+    now = fires(agent)
+    assert kind in detect(agent, now=now)
+    alert = DriftAlert.objects.get(session=agent.session, kind=kind)
+    assert alert.state == AlertState.OPEN
+    assert alert.message and alert.evidence
+    assert alert.checkpoint_id == agent.session.head_id
+
+
+@pytest.mark.usefixtures("small_state_limit")
+@pytest.mark.parametrize(("kind", "fires", "quiet"), CASES, ids=IDS)
+def test_detector_stays_quiet_on_a_near_miss(make_session, kind, fires, quiet):
+    agent = Agent(make_session())
+    now = quiet(agent)
+    assert kind not in detect(agent, now=now)
+
+
+def test_repetition_with_rising_progress_is_work_not_a_loop(make_session):
+    agent = Agent(make_session()).steps(10)
+    for i in range(5):
+        agent.step("run_tests", {"path": "tests/"}, progress=10 + i * 5)
+    assert AlertKind.REPETITION not in detect(agent.flush())
+
+
+def test_error_rate_counts_failed_checkpoints(make_session):
+    agent = Agent(make_session())
+    for i in range(20):
+        agent.step(status="failed" if i % 2 else "completed")
+    assert AlertKind.ERROR_RATE in detect(agent.step().flush())
+
+
+def test_no_false_alarm_on_a_healthy_500_step_session(make_session):
+    agent = Agent(make_session("healthy"))
+    for step in range(1, 501):
+        agent.step(progress=min(99, step // 5))
+        if step % 30 == 0:
+            agent.checkpoint("routine")
+        if step % 100 == 0:
+            agent.checkpoint("recovery")
+    agent.flush()
+    assert agent.session.last_seq > 500
+    assert detect(agent) == set()
+    assert drift.detect_all(now=agent.now) == {"sessions": 1, "opened": 0, "resolved": 0}
+
+
+# ---- alerts: dedupe, resolve, last_good ------------------------------------------------------------
+
+
+def test_running_twice_keeps_one_alert_and_updates_it(make_session):
+    agent = Agent(make_session())
+    halted_fires(agent)
+    first = agent.checkpoints[-1]
+    assert drift.detect_session(agent.session, now=agent.now) == (1, 0)
+    agent.step(status="halted", reason="halted again").flush()
+    assert drift.detect_session(agent.session, now=agent.now) == (0, 0)
+    alert = DriftAlert.objects.get(session=agent.session, kind=AlertKind.HALTED)
+    assert alert.evidence["seq"] == agent.checkpoints[-1].seq != first.seq
+    assert alert.checkpoint_id == agent.checkpoints[-1].pk
+    assert alert.last_good_id == agent.checkpoints[-3].pk  # kept from when the drift began
+
+
+def test_alert_resolves_itself_when_the_condition_clears(make_session):
+    agent = Agent(make_session())
+    halted_fires(agent)
+    drift.detect_session(agent.session, now=agent.now)
+    alert = DriftAlert.objects.get(session=agent.session, kind=AlertKind.HALTED)
+    restore_checkpoint(alert.last_good, actor=Actor.system("test"), now=agent.now)
+    later = agent.now + timedelta(minutes=1)
+    assert drift.detect_session(agent.session, now=later) == (0, 1)
+    alert.refresh_from_db()
+    assert alert.state == AlertState.RESOLVED
+    assert alert.resolved_at == later
+
+
+def test_acknowledged_alert_is_updated_not_reopened(make_session):
+    agent = Agent(make_session())
+    halted_fires(agent)
+    drift.detect_session(agent.session, now=agent.now)
+    DriftAlert.objects.update(state=AlertState.ACKNOWLEDGED)
+    assert drift.detect_session(agent.session, now=agent.now) == (0, 0)
+    assert DriftAlert.objects.get().state == AlertState.ACKNOWLEDGED
+
+
+def test_last_good_is_the_newest_checkpoint_before_the_loop(make_session):
+    agent = Agent(make_session())
+    repetition_fires(agent)
+    detect(agent)
+    alert = DriftAlert.objects.get(kind=AlertKind.REPETITION)
+    assert alert.last_good_id == agent.checkpoints[9].pk  # the last step before the four repeats
+    assert alert.evidence["count"] == 4
+    assert alert.evidence["arguments"] == {"order_id": "A-10482"}
+
+
+def test_last_good_of_a_failure_skips_earlier_failures(make_session):
+    agent = Agent(make_session()).steps(3).step(status="failed").step(status="failed").flush()
+    detect(agent)
+    assert DriftAlert.objects.get(kind=AlertKind.FAILED).last_good_id == agent.checkpoints[2].pk
+
+
+def test_cheap_run_leaves_time_based_alerts_alone(make_session):
+    agent = Agent(make_session())
+    now = missed_routine_fires(agent)
+    detect(agent, now=now)
+    assert drift.detect_session(agent.session, cheap_only=True, now=now) == (0, 0)
+    assert alert_kinds(agent.session) == {AlertKind.MISSED_ROUTINE}
+
+
+def test_detectors_are_pure_over_rows_and_states():
+    row = drift.Row(1, 1, "step", "halted", "loop", "get_order", 1, T0, b"h", 10, b"r")
+    recent = drift.Recent(rows=[row], load=lambda r: {})
+    [finding] = drift.detect_halted(recent, T0, drift.Limits())
+    assert (finding.kind, finding.checkpoint, finding.last_good) == (AlertKind.HALTED, row, None)
+
+
+# ---- on ingest, in the job, in the API -------------------------------------------------------------
+
+
+def test_ingest_opens_a_halted_alert_right_after_the_checkpoint_arrives(
+    make_session, make_checkpoint, django_capture_on_commit_callbacks
+):
+    session = make_session()
+    good = make_checkpoint(session, {"step": 1})
+    with django_capture_on_commit_callbacks(execute=True):
+        halted = make_checkpoint(session, {"step": 2}, status="halted", status_reason="loop detector")
+    alert = DriftAlert.objects.get(session=session)
+    assert (alert.kind, alert.state, alert.checkpoint_id, alert.last_good_id) == (
+        AlertKind.HALTED,
+        AlertState.OPEN,
+        halted.pk,
+        good.pk,
+    )
+
+
+def test_a_failing_detector_does_not_fail_the_ingest(make_session, make_checkpoint, monkeypatch, caplog):
+    def broken(*args, **kwargs):
+        raise RuntimeError("detector bug")
+
+    monkeypatch.setitem(drift.DETECTORS, AlertKind.HALTED, broken)
+    monkeypatch.setitem(drift.CHEAP, AlertKind.HALTED, broken)
+    monkeypatch.setitem(drift.ON_INGEST, AlertKind.HALTED, broken)
+    session = make_session()
+    drift.detect_after_ingest([session.pk])  # logs, does not raise
+    assert "drift detection failed" in caplog.text
+
+
+def test_detect_drift_command_runs_the_job_and_prints_a_summary(make_session, capsys):
+    agent = Agent(make_session())
+    halted_fires(agent)
+    AgentSession.objects.filter(pk=agent.session.pk).update(status="active")
+    call_command("detect_drift")
+    out = capsys.readouterr().out
+    assert "Checked 1 active sessions" in out
+    run = JobRun.objects.get(job="drift_detection")
+    assert (run.triggered_by, run.status, run.result["sessions"]) == ("command", "succeeded", 1)
+    assert run.result["opened"] >= 1
+
+
+def test_api_lists_alerts_with_filters(api, make_session):
+    halted = Agent(make_session("run-halted"))
+    halted_fires(halted)
+    detect(halted)
+    looping = Agent(make_session("run-loop"))
+    repetition_fires(looping)
+    detect(looping)
+    restore_checkpoint(halted.checkpoints[2], actor=Actor.system("test"))
+    detect(halted, now=halted.now + timedelta(minutes=5))
+
+    everything = api.get("/alerts").json()
+    assert {(a["session"], a["kind"]) for a in everything} >= {
+        ("run-halted", "halted"),
+        ("run-loop", "repetition"),
+    }
+    [loop] = api.get("/alerts", {"session": "run-loop", "kind": "repetition"}).json()
+    assert loop["state"] == "open" and loop["last_good"] == looping.checkpoints[9].pk
+    resolved = api.get("/alerts", {"state": "resolved"}).json()
+    assert [(a["session"], a["kind"]) for a in resolved] == [("run-halted", "halted")]
+    assert all(a["session"] == "run-loop" for a in api.get("/alerts", {"state": "open"}).json())
+
+
+def test_an_ordinary_checkpoint_schedules_no_detection(
+    make_session, make_checkpoint, django_capture_on_commit_callbacks
+):
+    """Detection after ingest costs nothing on the normal path: only alarming arrivals trigger it."""
+    session = make_session()
+    with django_capture_on_commit_callbacks() as callbacks:
+        make_checkpoint(session, {"step": 1})
+    assert callbacks == []

@@ -1,0 +1,340 @@
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from checkpoints import store
+from checkpoints.models import (
+    AgentSession,
+    AuditEvent,
+    Checkpoint,
+    DriftAlert,
+    JobRun,
+    JobRunStatus,
+    RetentionPolicy,
+)
+from checkpoints.retention import apply_retention, describe, plan_retention
+from checkpoints.services import Actor, fork_session, pin_checkpoint, restore_checkpoint
+
+pytestmark = pytest.mark.django_db
+
+
+def set_policy(kind: str, **fields) -> None:
+    """Small custom rules keep the tests fast; every other field goes back to its blank default."""
+    blank = {"keep_last": None, "max_age": None, "keep_first": False, "keep_latest_per_name": False}
+    blank |= {"until_operation_done": False, "keep_last_scope": "session", "enabled": True}
+    RetentionPolicy.objects.update_or_create(project=None, kind=kind, defaults=blank | fields)
+
+
+def seqs(session: AgentSession) -> list[int]:
+    return list(Checkpoint.objects.filter(session=session).order_by("seq").values_list("seq", flat=True))
+
+
+def steps(make_checkpoint, session, count: int, *, kind: str = "step", name=None, **fields) -> list[Checkpoint]:
+    return [
+        make_checkpoint(session, {"i": i, "kind": kind}, kind=kind, name=name(i) if name else f"s{i}", **fields)
+        for i in range(count)
+    ]
+
+
+def test_default_policies_are_installed_and_described(db):
+    policies = {p.kind: p for p in RetentionPolicy.objects.filter(project=None)}
+    assert set(policies) == {"routine", "pre_operation", "recovery", "step", "imported", "manual"}
+    assert describe(policies["routine"]) == "keep the last 3 per agent"
+    assert describe(policies["pre_operation"]) == "keep until its operation is done"
+    assert describe(policies["recovery"]) == "keep for 7 days"
+    assert describe(policies["step"]) == (
+        "keep the last 100 per session, plus the session's first checkpoint, plus the latest of each name"
+    )
+
+
+def test_routine_keeps_the_last_three_per_agent_across_sessions(make_session, make_checkpoint):
+    start = timezone.now() - timedelta(hours=10)
+    first, second = make_session("a"), make_session("b")
+    other_agent = make_session("c", agent="agent-other")
+    made = []
+    for i in range(8):  # interleaved in time across the agent's two sessions
+        session = first if i % 2 == 0 else second
+        made.append(make_checkpoint(session, {"r": i}, kind="routine", created_at=start + timedelta(minutes=i)))
+    for i in range(4):
+        make_checkpoint(other_agent, {"r": i}, kind="routine", created_at=start + timedelta(minutes=i))
+    make_checkpoint(first, {"tail": 1}, name="tail")  # heads are protected: make them steps
+    make_checkpoint(second, {"tail": 2}, name="tail")
+    make_checkpoint(other_agent, {"tail": 3}, name="tail")
+
+    result = apply_retention()
+
+    remaining = set(Checkpoint.objects.filter(kind="routine", session__in=[first, second]).values_list("pk", flat=True))
+    assert remaining == {made[5].pk, made[6].pk, made[7].pk}
+    assert Checkpoint.objects.filter(kind="routine", session=other_agent).count() == 3
+    assert result["by_kind"] == {"routine": 6}
+
+
+def test_routine_scope_session_keeps_the_last_n_of_each_session(make_session, make_checkpoint):
+    set_policy("routine", keep_last=2, keep_last_scope="session")
+    first, second = make_session("a"), make_session("b")
+    for session in (first, second):
+        steps(make_checkpoint, session, 4, kind="routine")
+        make_checkpoint(session, {"end": 1}, name="end")
+    apply_retention()
+    assert seqs(first) == seqs(second) == [3, 4, 5]
+
+
+def test_pre_operation_checkpoints_go_only_once_their_operation_is_done(make_session, make_checkpoint):
+    session = make_session()
+    done = make_checkpoint(session, {"a": 1}, kind="pre_operation", operation_id="op-1")
+    pending = make_checkpoint(session, {"a": 2}, kind="pre_operation", operation_id="op-2")
+    make_checkpoint(session, {"a": 3}, name="after")
+    assert apply_retention()["deleted"] == 0
+
+    Checkpoint.objects.filter(pk=done.pk).update(operation_done=True)
+    result = apply_retention()
+
+    assert result["by_kind"] == {"pre_operation": 1}
+    assert not Checkpoint.objects.filter(pk=done.pk).exists()
+    assert Checkpoint.objects.filter(pk=pending.pk).exists()
+
+
+def test_recovery_checkpoints_go_after_seven_days(make_session, make_checkpoint):
+    session = make_session()
+    recovery = make_checkpoint(session, {"a": 1}, kind="recovery")
+    make_checkpoint(session, {"a": 2}, name="after")
+    now = timezone.now()
+    assert apply_retention(now=now + timedelta(days=6, hours=23))["deleted"] == 0
+    result = apply_retention(now=now + timedelta(days=7, minutes=1))
+    assert result["by_kind"] == {"recovery": 1}
+    assert not Checkpoint.objects.filter(pk=recovery.pk).exists()
+
+
+def test_recovery_expiry_follows_the_clock(make_session, make_checkpoint):
+    import time_machine
+
+    session = make_session()
+    recovery = make_checkpoint(session, {"a": 1}, kind="recovery")
+    make_checkpoint(session, {"a": 2}, name="after")
+    with time_machine.travel(timezone.now() + timedelta(days=8)):
+        apply_retention()
+    assert not Checkpoint.objects.filter(pk=recovery.pk).exists()
+
+
+def test_step_keeps_the_last_n_plus_the_first_and_the_latest_of_each_name(make_session, make_checkpoint):
+    set_policy("step", keep_last=5, keep_first=True, keep_latest_per_name=True)
+    session = make_session()
+    # seq 1..20; names cycle a, b, c, d except seq 3 is the only "setup"
+    for i in range(1, 21):
+        make_checkpoint(session, {"i": i}, name="setup" if i == 3 else "abcd"[i % 4])
+    apply_retention()
+    # first (1), setup (3), last 5 (16-20); the latest a/b/c/d (16, 17, 18, 19) are within the last 5
+    assert seqs(session) == [1, 3, 16, 17, 18, 19, 20]
+
+
+def test_latest_of_each_name_survives_beyond_the_last_n(make_session, make_checkpoint):
+    set_policy("step", keep_last=2, keep_latest_per_name=True)
+    session = make_session()
+    for name in ["plan", "plan", "code", "code", "test", "test", "x", "y"]:
+        make_checkpoint(session, {"n": name, "r": len(seqs(session))}, name=name)
+    apply_retention()
+    assert [c.name for c in Checkpoint.objects.filter(session=session).order_by("seq")] == [
+        "plan", "code", "test", "x", "y"
+    ]  # fmt: skip
+
+
+def test_kinds_without_a_policy_are_kept(make_session, make_checkpoint):
+    RetentionPolicy.objects.filter(kind="step").delete()
+    set_policy("manual", keep_last=1, enabled=False)
+    session = make_session()
+    steps(make_checkpoint, session, 5)
+    steps(make_checkpoint, session, 3, kind="manual")
+    assert apply_retention()["deleted"] == 0
+    assert len(seqs(session)) == 8
+
+
+def test_a_project_policy_overrides_the_global_one(project, other_project, make_session, make_checkpoint):
+    set_policy("step", keep_last=2)
+    RetentionPolicy.objects.create(project=project, kind="step", keep_last=4)
+    ours, theirs = make_session("ours"), make_session("theirs", in_project=other_project)
+    for session in (ours, theirs):
+        steps(make_checkpoint, session, 6)
+    apply_retention()
+    assert seqs(ours) == [3, 4, 5, 6]
+    assert seqs(theirs) == [5, 6]
+
+
+def test_protected_checkpoints_survive(make_session, make_checkpoint):
+    set_policy("step", keep_last=1)
+    session = make_session()
+    made = steps(make_checkpoint, session, 12)
+    pinned, fork_source, restore_target, last_good, alert_checkpoint, resolved_last_good = made[1:7]
+    pin_checkpoint(pinned, actor=Actor.system("test"))
+    fork = fork_session(fork_source, actor=Actor.system("test"))
+    restore_checkpoint(restore_target, actor=Actor.system("test"))
+    DriftAlert.objects.create(
+        session=session, kind="stall", message="stuck", last_good=last_good, checkpoint=alert_checkpoint
+    )
+    DriftAlert.objects.create(
+        session=session, kind="loop", message="old", state="resolved", last_good=resolved_last_good
+    )
+    make_checkpoint(session, {"after": 1}, name="after")  # the newest: the one kept by keep_last=1
+
+    apply_retention()
+
+    kept = set(Checkpoint.objects.filter(session=session).values_list("pk", flat=True))
+    for survivor in (pinned, fork_source, restore_target, last_good, alert_checkpoint):
+        assert survivor.pk in kept, survivor
+    assert resolved_last_good.pk not in kept  # a resolved alert protects nothing
+    assert made[0].pk not in kept and made[7].pk not in kept
+    session.refresh_from_db()
+    assert session.head_id in kept
+    assert AgentSession.objects.get(pk=fork.pk).forked_from_id == fork_source.pk
+
+
+def test_the_head_survives_even_when_the_rules_would_delete_it(make_session, make_checkpoint):
+    set_policy("routine", keep_last=0, keep_last_scope="session")
+    session = make_session()
+    made = steps(make_checkpoint, session, 3, kind="routine")
+    apply_retention()
+    assert list(Checkpoint.objects.filter(session=session).values_list("pk", flat=True)) == [made[-1].pk]
+
+
+def test_children_of_deleted_checkpoints_are_re_pointed_to_the_nearest_kept_ancestor(make_session, make_checkpoint):
+    set_policy("step", keep_last=2, keep_first=True)
+    set_policy("routine", keep_last=5, keep_last_scope="session")
+    session = make_session()
+    first = make_checkpoint(session, {"i": 0}, name="first")
+    steps(make_checkpoint, session, 3)  # deleted
+    routine = make_checkpoint(session, {"r": 1}, kind="routine")  # kept, its parent is deleted
+    steps(make_checkpoint, session, 2)  # deleted
+    last = steps(make_checkpoint, session, 2)  # kept
+
+    result = apply_retention(batch_size=2)  # several batches: each re-points the children it orphans
+
+    assert result["deleted"] == 5
+    routine.refresh_from_db()
+    assert routine.parent_id == first.pk
+    assert Checkpoint.objects.get(pk=last[0].pk).parent_id == routine.pk
+    assert Checkpoint.objects.get(pk=last[1].pk).parent_id == last[0].pk
+    # still a tree: every parent exists and belongs to the session
+    kept = dict(Checkpoint.objects.filter(session=session).values_list("pk", "parent_id"))
+    assert all(parent is None or parent in kept for parent in kept.values())
+    assert sum(parent is None for parent in kept.values()) == 1
+
+
+def test_a_dry_run_deletes_nothing_and_matches_the_real_run(make_session, make_checkpoint):
+    set_policy("step", keep_last=1, keep_first=True)
+    set_policy("manual", keep_last=1)
+    start = timezone.now() - timedelta(days=30)
+    sessions = [make_session(f"run-{i}", agent=f"agent-{i % 2}") for i in range(3)]
+    for session in sessions:
+        for i in range(15):
+            kind = ["step", "routine", "recovery", "pre_operation", "manual"][i % 5]
+            make_checkpoint(
+                session,
+                {"s": session.pk, "i": i},
+                kind=kind,
+                name=f"n{i % 2}",
+                created_at=start + timedelta(hours=i),
+                operation_id="op" if kind == "pre_operation" else "",
+            )
+    Checkpoint.objects.filter(kind="pre_operation", seq__lt=10).update(operation_done=True)
+    total = Checkpoint.objects.count()
+
+    preview = apply_retention(dry_run=True)
+    plan = plan_retention()
+    assert Checkpoint.objects.count() == total
+    assert not AuditEvent.objects.filter(action="retention").exists()
+
+    result = apply_retention(batch_size=4)
+
+    assert preview == result
+    assert plan.as_dict() == result
+    assert result["deleted"] + result["kept"] == total
+    assert Checkpoint.objects.count() == result["kept"]
+    assert set(result["checkpoints"]).isdisjoint(Checkpoint.objects.values_list("pk", flat=True))
+    assert set(result["by_kind"]) == {"step", "routine", "recovery", "pre_operation", "manual"}
+    assert apply_retention(dry_run=True)["deleted"] == 0  # a second run has nothing left to do
+
+
+def test_a_run_writes_one_audit_event_with_the_counts(make_session, make_checkpoint):
+    set_policy("step", keep_last=2)
+    session = make_session()
+    steps(make_checkpoint, session, 5)
+    apply_retention()
+    event = AuditEvent.objects.get(action="retention")
+    assert event.actor == "retention"
+    assert event.details == {"deleted": 3, "kept": 2, "by_kind": {"step": 3}}
+
+
+def test_kept_states_still_load_after_deletion(make_session, make_checkpoint):
+    set_policy("step", keep_last=3)
+    session = make_session()
+    # each state builds on the previous one, so the stored chunks are shared with deleted checkpoints
+    for i in range(10):
+        make_checkpoint(session, {"messages": [f"message {j}" for j in range(i * 5)], "i": i}, name=f"s{i}")
+    apply_retention()
+    store.cache.clear()
+    for checkpoint in Checkpoint.objects.filter(session=session):
+        state = store.load_state(bytes(checkpoint.root))
+        assert state["i"] == checkpoint.seq - 1
+        assert len(state["messages"]) == (checkpoint.seq - 1) * 5
+
+
+def test_the_preview_lists_at_most_200_ids(make_session, make_checkpoint):
+    set_policy("step", keep_last=1)
+    session = make_session()
+    from checkpoints.services import CheckpointInput, ingest_checkpoints
+
+    ingest_checkpoints([(session, [CheckpointInput(state={"i": i}, name="s") for i in range(230)])])
+    result = apply_retention(dry_run=True)
+    assert result["deleted"] == 229 and len(result["checkpoints"]) == 200
+
+
+def test_command_json_prints_only_the_counts_and_records_the_run(make_session, make_checkpoint):
+    set_policy("step", keep_last=2)
+    session = make_session()
+    steps(make_checkpoint, session, 6)
+    out = StringIO()
+
+    call_command("apply_retention", "--dry-run", "--json", stdout=out)
+
+    assert json.loads(out.getvalue()) == {"deleted": 4, "kept": 2, "by_kind": {"step": 4}}
+    assert len(seqs(session)) == 6
+    run = JobRun.objects.get(job="retention")
+    assert run.dry_run and run.triggered_by == "command" and run.status == JobRunStatus.SUCCEEDED
+
+    out = StringIO()
+    call_command("apply_retention", "--json", stdout=out)
+    assert json.loads(out.getvalue()) == {"deleted": 4, "kept": 2, "by_kind": {"step": 4}}
+    assert seqs(session) == [5, 6]
+    assert JobRun.objects.filter(job="retention", dry_run=False, result__deleted=4).exists()
+
+
+def test_command_prints_a_summary(make_session, make_checkpoint):
+    set_policy("step", keep_last=1)
+    steps(make_checkpoint, make_session(), 3)
+    out = StringIO()
+    call_command("apply_retention", "--dry-run", stdout=out)
+    assert out.getvalue().strip() == "Would delete 2 checkpoints (step: 2); kept 1."
+
+
+def test_the_task_records_a_job_run_and_an_audit_event(make_session, make_checkpoint):
+    from checkpoints.tasks import apply_retention as task
+
+    set_policy("step", keep_last=1)
+    steps(make_checkpoint, make_session(), 3)
+    result = task.delay(triggered_by="test").get()
+    assert result["deleted"] == 2
+    run = JobRun.objects.get(job="retention")
+    assert run.triggered_by == "test" and run.result["deleted"] == 2 and run.finished_at
+    assert AuditEvent.objects.filter(action="retention", details__deleted=2).exists()
+
+
+def test_planning_reads_a_bounded_number_of_queries(big_session, django_assert_max_num_queries):
+    with django_assert_max_num_queries(8):
+        plan = plan_retention()
+    assert plan.deleted > 0
+    assert plan.deleted + plan.kept == Checkpoint.objects.count()

@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+from checkpoints.models import JobRun
+
+JOBS = reverse("dashboard:jobs")
+
+
+def _gc_task() -> PeriodicTask:
+    return PeriodicTask.objects.get(task="checkpoints.tasks.collect_garbage")
+
+
+def test_signed_out_users_are_sent_to_sign_in(client, db):
+    assert client.get(JOBS).status_code == 302
+
+
+def test_users_without_a_role_are_refused(client, nobody):
+    client.force_login(nobody)
+    assert client.get(JOBS).status_code == 403
+    assert client.post(reverse("dashboard:job_run", args=[_gc_task().pk])).status_code == 403
+
+
+def test_viewers_see_schedules_and_runs_but_no_run_button(client, bob):
+    JobRun.objects.create(
+        job="gc",
+        status="succeeded",
+        triggered_by="beat",
+        started_at=timezone.now() - timedelta(seconds=3),
+        finished_at=timezone.now(),
+        result={"marked": 12, "deleted": 4, "bytes_freed": 2048},
+    )
+    client.force_login(bob)
+    response = client.get(JOBS)
+    assert response.status_code == 200
+    html = response.content.decode()
+    for name in ("Apply retention", "Take routine checkpoints", "Detect drift", "Collect unreferenced chunks"):
+        assert name in html
+    assert "deleted: 4" in html and "bytes freed: 2048" in html
+    assert "Run now" not in html
+    assert f'href="{JOBS}"' in html  # the nav link
+    assert client.post(reverse("dashboard:job_run", args=[_gc_task().pk])).status_code == 403
+
+
+def test_next_run_is_last_run_plus_interval_or_due(client, alice):
+    task = _gc_task()
+    client.force_login(alice)
+    PeriodicTask.objects.filter(pk=task.pk).update(last_run_at=None)
+    row = client.get(JOBS).content.decode().split(f'id="job-{task.pk}"')[1].split("</tr>")[0]
+    assert "due" in row
+    last = timezone.now() - timedelta(hours=1)
+    PeriodicTask.objects.filter(pk=task.pk).update(last_run_at=last)
+    row = client.get(JOBS).content.decode().split(f'id="job-{task.pk}"')[1].split("</tr>")[0]
+    assert timezone.localtime(last + timedelta(days=1)).strftime("%Y-%m-%d %H:%M") in row
+
+
+def test_operator_run_now_queues_the_task_and_its_run_is_recorded(client, alice, django_capture_on_commit_callbacks):
+    client.force_login(alice)
+    assert "Run now" in client.get(JOBS).content.decode()
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = client.post(reverse("dashboard:job_run", args=[_gc_task().pk]))
+    assert response.status_code == 302 and response.url == JOBS
+    assert len(callbacks) == 1
+    run = JobRun.objects.get(job="gc")
+    assert run.status == "succeeded" and run.triggered_by == "console:alice"
+    page = client.get(JOBS).content.decode()
+    assert "Queued" in page and "console:alice" in page
+
+
+def test_run_now_sends_no_triggered_by_to_tasks_that_do_not_take_it(client, alice, django_capture_on_commit_callbacks):
+    task = PeriodicTask.objects.filter(task="checkpoints.tasks.scan_watched_sources").first()
+    if task is None:
+        interval, _ = IntervalSchedule.objects.get_or_create(every=1, period="minutes")
+        task = PeriodicTask.objects.create(
+            name="Scan", task="checkpoints.tasks.scan_watched_sources", interval=interval
+        )
+    client.force_login(alice)
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(reverse("dashboard:job_run", args=[task.pk]))
+    assert JobRun.objects.get(job="watched_sources").triggered_by == "beat"
+
+
+def test_run_now_needs_post_and_csrf(alice):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+    url = reverse("dashboard:job_run", args=[_gc_task().pk])
+    assert client.get(url).status_code == 405
+    assert client.post(url).status_code == 403
+    assert not JobRun.objects.exists()
+
+
+@pytest.mark.parametrize("extra", [0, 20])
+def test_the_page_costs_a_fixed_number_of_queries(client, alice, django_assert_max_num_queries, extra):
+    interval, _ = IntervalSchedule.objects.get_or_create(every=10, period="minutes")
+    for n in range(extra):
+        PeriodicTask.objects.create(name=f"extra {n}", task="checkpoints.tasks.detect_drift", interval=interval)
+    for job in ("gc", "retention", "drift_detection"):
+        for _ in range(5):
+            JobRun.objects.create(job=job, status="succeeded", finished_at=timezone.now(), result={"n": 1})
+    client.force_login(alice)
+    with django_assert_max_num_queries(8):
+        assert client.get(JOBS).status_code == 200

@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from checkpoints.models import Checkpoint, JobRun, JobRunStatus, RetentionPolicy
+
+URL = "/retention/"
+
+
+@pytest.fixture
+def doomed(make_session, make_checkpoint):
+    """A session where a step policy of keep_last=2 deletes the three oldest checkpoints."""
+    RetentionPolicy.objects.filter(project=None, kind="step").update(
+        keep_last=2, keep_first=False, keep_latest_per_name=False
+    )
+    session = make_session("trimmed")
+    for i in range(5):
+        make_checkpoint(session, {"i": i}, name=f"step-{i}")
+    return session
+
+
+def test_the_route_is_named_retention():
+    assert reverse("dashboard:retention") == URL
+
+
+def test_signed_out_users_are_sent_to_sign_in(client, db):
+    response = client.get(URL)
+    assert response.status_code == 302 and "/login" in response["Location"]
+
+
+def test_users_without_a_role_get_403(client, nobody):
+    client.force_login(nobody)
+    assert client.get(URL).status_code == 403
+    assert client.post(URL).status_code == 403
+
+
+def test_wrong_method_is_405(client, alice):
+    client.force_login(alice)
+    assert client.put(URL).status_code == 405
+    assert client.delete(URL).status_code == 405
+
+
+def test_viewer_sees_policies_and_preview_but_no_run_button(client, bob, doomed):
+    client.force_login(bob)
+    response = client.get(URL)
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "keep the last 2 per session" in html
+    assert "keep the last 3 per agent" in html  # routine default
+    assert re.search(r'stat-value">3</span><span class="stat-label">to delete', html)
+    assert re.search(r'stat-value">3</span><span class="stat-label">step', html)
+    for checkpoint in Checkpoint.objects.filter(session=doomed, seq__lte=3):
+        assert reverse("dashboard:checkpoint_detail", args=[checkpoint.pk]) in html
+    assert reverse("dashboard:session_detail", args=[doomed.pk]) in html
+    assert "Run now" not in html
+    assert 'aria-current="page">Retention' in html
+    assert Checkpoint.objects.filter(session=doomed).count() == 5  # the preview deletes nothing
+
+
+def test_viewer_cannot_run_retention(client, bob, doomed, django_capture_on_commit_callbacks):
+    client.force_login(bob)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = client.post(URL)
+    assert response.status_code == 403
+    assert not callbacks
+    assert not JobRun.objects.exists()
+    assert Checkpoint.objects.filter(session=doomed).count() == 5
+
+
+def test_operator_run_now_queues_a_run_and_records_it(client, alice, doomed, django_capture_on_commit_callbacks):
+    client.force_login(alice)
+    assert "Run now" in client.get(URL).content.decode()
+
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = client.post(URL)
+
+    assert response.status_code == 302 and response["Location"] == URL
+    assert len(callbacks) == 1
+    run = JobRun.objects.get(job="retention")
+    assert run.triggered_by == "console:alice" and not run.dry_run and run.status == JobRunStatus.SUCCEEDED
+    assert run.result["deleted"] == 3
+    assert list(Checkpoint.objects.filter(session=doomed).values_list("seq", flat=True)) == [4, 5]
+
+    page = client.get(URL).content.decode()
+    assert "Retention run queued" in page
+    assert "console:alice" in page and "Nothing to delete." in page
+    assert re.search(r"<td>3</td>\s*<td>2</td>", page)  # the run's deleted and kept counts
+
+
+def test_run_now_requires_a_csrf_token(alice, doomed, django_capture_on_commit_callbacks):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        assert client.post(URL).status_code == 403
+    assert not callbacks and not JobRun.objects.exists()
+
+    page = client.get(URL).content.decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert client.post(URL, {"csrfmiddlewaretoken": token}).status_code == 302
+    assert JobRun.objects.filter(job="retention", triggered_by="console:alice").exists()
+
+
+def test_page_shows_runs_from_the_command_and_skipped_runs(client, bob, db):
+    JobRun.objects.create(job="retention", triggered_by="beat", status=JobRunStatus.SKIPPED, result={"reason": "x"})
+    JobRun.objects.create(job="gc", triggered_by="beat")
+    client.force_login(bob)
+    html = client.get(URL).content.decode()
+    assert "status-skipped" in html and "status-running" not in html
+
+
+def test_page_query_count_is_bounded_on_a_big_session(client, bob, big_session, django_assert_max_num_queries):
+    client.force_login(bob)
+    with django_assert_max_num_queries(16):
+        response = client.get(URL)
+    assert response.status_code == 200
+    assert "and " in response.content.decode()  # more doomed checkpoints than the preview lists
