@@ -1,102 +1,556 @@
+"""The admin site, for manual clean-up: browse everything, fix by hand, delete only what is not protected.
+
+Big tables (checkpoints, chunks, audit events) never get a full COUNT(*) (`CappedCountPaginator`), never a
+million-row <select> (raw-id widgets), never a facet count or a date hierarchy (a DISTINCT over the table).
+Every action goes through a service that writes the audit row, with the admin user as the actor.
+"""
+
 from __future__ import annotations
 
-from django.contrib import admin
+from functools import cached_property
+from typing import Any
 
-from . import models
+import orjson
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import ShowFacets
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db import connection
+from django.db.models import Count, QuerySet
+from django.db.models.functions import Length
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from . import cleanup, models, store
+from .jobs import run_job
+from .retention import apply_retention, describe, plan_retention
+from .services import Actor, acknowledge_alert, pin_checkpoint, record_audit, resolve_alert
+
+STATE_PREVIEW_BYTES = 20_000
+
+
+class CappedCountPaginator(Paginator):
+    """Counts at most `cap` rows (a LIMITed subquery); past that, an unfiltered PostgreSQL table uses the
+    planner's estimate (pg_class.reltuples) and anything else reports the cap."""
+
+    cap = 10_000
+
+    @cached_property
+    def count(self) -> int:
+        queryset = self.object_list
+        capped = queryset.order_by().values("pk")[: self.cap + 1].count()
+        if capped <= self.cap or queryset.query.where or connection.vendor != "postgresql":
+            return min(capped, self.cap)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [queryset.model._meta.db_table]
+            )
+            row = cursor.fetchone()
+        return max(int(row[0]) if row else 0, self.cap)
+
+
+class BigTableAdmin(admin.ModelAdmin):
+    paginator = CappedCountPaginator
+    show_full_result_count = False
+    show_facets = ShowFacets.NEVER
+
+
+def _actor(request: HttpRequest) -> Actor:
+    return Actor.for_user(request.user)  # type: ignore[arg-type]
+
+
+def _names(labels: list[str], limit: int = 20) -> str:
+    more = len(labels) - limit
+    return ", ".join(labels[:limit]) + (f" and {more} more" if more > 0 else "")
+
+
+def _report(modeladmin: admin.ModelAdmin, request: HttpRequest, result: cleanup.Deletion, what: str) -> None:
+    modeladmin.message_user(request, f"Deleted {len(result.deleted)} {what}.", messages.SUCCESS)
+    if result.refused:
+        modeladmin.message_user(
+            request,
+            f"Refused {len(result.refused)} protected checkpoint{'s' * (len(result.refused) != 1)} (pinned, a "
+            f"session head, a fork source, a restore target or an unresolved alert's checkpoint): "
+            f"{_names(result.refused)}.",
+            messages.WARNING,
+        )
 
 
 @admin.register(models.Project)
 class ProjectAdmin(admin.ModelAdmin):
     list_display = ["slug", "name", "created_at"]
     search_fields = ["slug", "name"]
+    date_hierarchy = "created_at"
 
 
 @admin.register(models.AgentSession)
 class AgentSessionAdmin(admin.ModelAdmin):
-    list_display = ["external_id", "project", "agent", "status", "last_seq", "updated_at"]
-    list_filter = ["status", "project"]
+    list_display = ["external_id", "project", "agent", "title", "status", "last_seq", "updated_at", "checkpoints_link"]
+    list_filter = ["status", "project", "agent", "source_format", ("updated_at", admin.DateFieldListFilter)]
     search_fields = ["external_id", "title", "agent"]
     raw_id_fields = ["project", "head", "forked_from"]
-    readonly_fields = ["last_seq", "restore_generation", "live_root"]
+    readonly_fields = ["last_seq", "restore_generation", "live_state_at", "created_at", "updated_at"]
+    exclude = ["live_root"]
+    list_select_related = ["project"]
+    date_hierarchy = "updated_at"
     show_full_result_count = False
+    show_facets = ShowFacets.NEVER
+    actions = ["archive_sessions", "purge_sessions", "clear_recovery"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[models.AgentSession]:
+        return super().get_queryset(request).defer("metadata", "live_root")
+
+    @admin.display(description="checkpoints")
+    def checkpoints_link(self, session: models.AgentSession) -> str:
+        url = reverse("admin:checkpoints_checkpoint_changelist")
+        return format_html('<a href="{}?session__id__exact={}">checkpoints</a>', url, session.pk)
+
+    @admin.action(description="Archive selected sessions")
+    def archive_sessions(self, request: HttpRequest, queryset: QuerySet[models.AgentSession]) -> None:
+        archived = [
+            str(s) for s in queryset.select_related("project") if cleanup.archive_session(s, actor=_actor(request))
+        ]
+        self.message_user(request, f"Archived {len(archived)} session{'s' * (len(archived) != 1)}: {_names(archived)}.")
+
+    @admin.action(description="Purge selected sessions (delete them with their checkpoints)…")
+    def purge_sessions(self, request: HttpRequest, queryset: QuerySet[models.AgentSession]) -> HttpResponse | None:
+        sessions = list(queryset.select_related("project").order_by("pk"))
+        if request.POST.get("post") != "yes":
+            counts = dict(
+                models.Checkpoint.objects.filter(session__in=sessions)
+                .order_by()
+                .values_list("session_id")
+                .annotate(n=Count("pk"))
+            )
+            context = {
+                **self.admin_site.each_context(request),
+                "title": "Purge sessions?",
+                "opts": self.model._meta,
+                "sessions": [(s, counts.get(s.pk, 0)) for s in sessions],
+                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            }
+            return TemplateResponse(request, "admin/checkpoints/purge_confirm.html", context)
+        total = sum(cleanup.purge_session(s, actor=_actor(request)) for s in sessions)
+        self.message_user(
+            request,
+            f"Purged {len(sessions)} session{'s' * (len(sessions) != 1)} ({_names([str(s) for s in sessions])}) "
+            f"and {total} checkpoints.",
+        )
+        return None
+
+    @admin.action(description="Clear recovery checkpoints of selected sessions")
+    def clear_recovery(self, request: HttpRequest, queryset: QuerySet[models.AgentSession]) -> None:
+        result = cleanup.Deletion()
+        for session in queryset.select_related("project"):
+            result.extend(cleanup.clear_recovery_checkpoints(session, actor=_actor(request)))
+        _report(self, request, result, "recovery checkpoints")
 
 
 @admin.register(models.Checkpoint)
-class CheckpointAdmin(admin.ModelAdmin):
-    list_display = [
-        "session",
-        "seq",
-        "name",
+class CheckpointAdmin(BigTableAdmin):
+    list_display = ["id", "session", "seq", "name", "kind", "status", "pinned", "step", "created_at", "raw_bytes"]
+    list_display_links = ["id", "seq"]
+    list_filter = [
         "kind",
         "status",
         "pinned",
+        "session__project",
+        "session__agent",
+        ("created_at", admin.DateFieldListFilter),
+    ]
+    search_fields = ["name", "=session__external_id"]
+    raw_id_fields = ["session", "parent"]
+    list_select_related = ["session__project"]
+    ordering = ["-id"]  # newest first, straight off the primary key
+    fields = [
+        "session",
+        "seq",
+        "parent",
+        "name",
+        "kind",
+        "status",
+        "status_reason",
+        "step",
+        "phase",
+        "pinned",
         "created_at",
+        "received_at",
         "raw_bytes",
         "stored_bytes",
+        "operation_id",
+        "operation_done",
+        "expires_at",
+        "idempotency_key",
+        "metadata",
+        "root_hex",
+        "state_hash_hex",
+        "state",
     ]
-    list_filter = ["kind", "status", "pinned"]
-    search_fields = ["name", "session__external_id"]
-    raw_id_fields = ["session", "parent"]
-    readonly_fields = ["root", "state_hash", "raw_bytes", "stored_bytes"]
-    list_select_related = ["session__project"]
-    show_full_result_count = False
+    readonly_fields = fields
+    actions = ["pin", "unpin", "delete_safely"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[models.Checkpoint]:
+        return super().get_queryset(request).defer("metadata", "status_reason", "root", "state_hash")
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
+        queryset = models.Checkpoint.objects.select_related("session__project")
+        try:
+            return queryset.get(pk=int(object_id))
+        except (ValueError, models.Checkpoint.DoesNotExist):
+            return None
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # replaced by delete_safely, which refuses protected checkpoints
+        return actions
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # checkpoints come from agents and imports
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # immutable: pin and unpin are actions
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and cleanup.is_protected(obj):
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def delete_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> HttpResponse:
+        checkpoint = self.get_object(request, object_id)
+        if checkpoint is not None and cleanup.is_protected(checkpoint):
+            self.message_user(
+                request,
+                f"Refused: {checkpoint.session} {checkpoint} is protected (pinned, a session head, a fork source, "
+                f"a restore target or an unresolved alert's checkpoint).",
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(reverse("admin:checkpoints_checkpoint_change", args=[checkpoint.pk]))
+        return super().delete_view(request, object_id, extra_context)
+
+    def delete_model(self, request: HttpRequest, obj: models.Checkpoint) -> None:
+        cleanup.delete_checkpoints([obj.pk], actor=_actor(request))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[models.Checkpoint]) -> None:
+        cleanup.delete_checkpoints(list(queryset.values_list("pk", flat=True)), actor=_actor(request))
+
+    @admin.display(description="root")
+    def root_hex(self, checkpoint: models.Checkpoint) -> str:
+        return checkpoint.root_hex
+
+    @admin.display(description="state hash")
+    def state_hash_hex(self, checkpoint: models.Checkpoint) -> str:
+        return checkpoint.state_hash_hex
+
+    @admin.display(description="state (read-only)")
+    def state(self, checkpoint: models.Checkpoint) -> str:
+        try:
+            data = store.load_state_json(bytes(checkpoint.root))
+        except store.StateNotFound:
+            return "(state missing from the store)"
+        text = orjson.dumps(orjson.loads(data), option=orjson.OPT_INDENT_2).decode()
+        note = ""
+        if len(text) > STATE_PREVIEW_BYTES:
+            note = f"\n… truncated: {len(text):,} characters in all; the full state is in the console and the API."
+            text = text[:STATE_PREVIEW_BYTES]
+        return format_html('<pre style="max-height:40em;overflow:auto">{}{}</pre>', text, note)
+
+    def _pin(self, request: HttpRequest, queryset: QuerySet[models.Checkpoint], pinned: bool) -> None:
+        changed = [
+            f"{c.session} {c}"
+            for c in queryset.select_related("session__project").exclude(pinned=pinned)
+            if pin_checkpoint(c, actor=_actor(request), pinned=pinned, reason="admin")
+        ]
+        verb = "Pinned" if pinned else "Unpinned"
+        self.message_user(request, f"{verb} {len(changed)} checkpoint{'s' * (len(changed) != 1)}: {_names(changed)}.")
+
+    @admin.action(description="Pin selected checkpoints")
+    def pin(self, request: HttpRequest, queryset: QuerySet[models.Checkpoint]) -> None:
+        self._pin(request, queryset, True)
+
+    @admin.action(description="Unpin selected checkpoints")
+    def unpin(self, request: HttpRequest, queryset: QuerySet[models.Checkpoint]) -> None:
+        self._pin(request, queryset, False)
+
+    @admin.action(description="Delete selected checkpoints (protected ones are refused)", permissions=["delete"])
+    def delete_safely(self, request: HttpRequest, queryset: QuerySet[models.Checkpoint]) -> None:
+        result = cleanup.delete_checkpoints(list(queryset.values_list("pk", flat=True)), actor=_actor(request))
+        _report(self, request, result, "checkpoints")
+
+
+@admin.register(models.Chunk)
+class ChunkAdmin(BigTableAdmin):
+    """Read-only: garbage collection is what deletes chunks."""
+
+    list_display = ["hash_hex", "raw_size", "stored_size", "is_patch", "created_at"]
+    list_display_links = None
+    list_filter = [("created_at", admin.DateFieldListFilter)]
+    ordering = ["-created_at"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[models.Chunk]:
+        return super().get_queryset(request).defer("data").annotate(stored=Length("data"))
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="hash")
+    def hash_hex(self, chunk: models.Chunk) -> str:
+        return bytes(chunk.hash).hex()
+
+    @admin.display(description="stored bytes")
+    def stored_size(self, chunk: Any) -> int:
+        return chunk.stored
+
+    @admin.display(description="patch", boolean=True)
+    def is_patch(self, chunk: models.Chunk) -> bool:
+        return chunk.base is not None
 
 
 @admin.register(models.Phase)
 class PhaseAdmin(admin.ModelAdmin):
-    list_display = ["session", "number", "name", "status", "retry_count"]
-    list_filter = ["status"]
+    list_display = ["session", "number", "name", "status", "retry_count", "started_at", "completed_at"]
+    list_filter = ["status", "session__project", "session__agent"]
+    search_fields = ["name", "=session__external_id"]
     raw_id_fields = ["session"]
+    list_select_related = ["session__project"]
+    show_full_result_count = False
 
 
 @admin.register(models.AgentOutput)
 class AgentOutputAdmin(admin.ModelAdmin):
     list_display = ["phase", "agent_name", "status", "model", "created_at"]
+    list_filter = ["status", ("created_at", admin.DateFieldListFilter)]
+    search_fields = ["agent_name", "model"]
     raw_id_fields = ["phase"]
+    list_select_related = ["phase"]
+    show_full_result_count = False
 
 
 @admin.register(models.PhaseFeedback)
 class PhaseFeedbackAdmin(admin.ModelAdmin):
-    list_display = ["phase", "action", "approved", "reviewer", "created_at"]
-    list_filter = ["action"]
+    list_display = ["phase", "action", "approved", "reviewer", "reviewer_name", "created_at"]
+    list_filter = ["action", "approved", ("created_at", admin.DateFieldListFilter)]
+    search_fields = ["reviewer_name", "comments"]
     raw_id_fields = ["phase", "reviewer"]
+    list_select_related = ["phase", "reviewer"]
+    show_full_result_count = False
 
 
 @admin.register(models.DriftAlert)
 class DriftAlertAdmin(admin.ModelAdmin):
-    list_display = ["session", "kind", "severity", "state", "opened_at"]
-    list_filter = ["kind", "severity", "state"]
+    list_display = ["id", "session", "kind", "severity", "state", "opened_at", "acknowledged_by", "resolved_at"]
+    list_filter = [
+        "state",
+        "kind",
+        "severity",
+        "session__project",
+        "session__agent",
+    ]
+    search_fields = ["message", "=session__external_id"]
     raw_id_fields = ["session", "checkpoint", "last_good", "acknowledged_by"]
+    list_select_related = ["session__project", "acknowledged_by"]
+    date_hierarchy = "opened_at"
+    show_full_result_count = False
+    actions = ["acknowledge", "resolve"]
+
+    @admin.action(description="Acknowledge selected alerts")
+    def acknowledge(self, request: HttpRequest, queryset: QuerySet[models.DriftAlert]) -> None:
+        alerts = list(queryset.filter(state=models.AlertState.OPEN).select_related("session__project"))
+        for alert in alerts:
+            acknowledge_alert(alert, actor=_actor(request))
+        self.message_user(request, f"Acknowledged {len(alerts)} alert{'s' * (len(alerts) != 1)}.")
+
+    @admin.action(description="Resolve selected alerts")
+    def resolve(self, request: HttpRequest, queryset: QuerySet[models.DriftAlert]) -> None:
+        alerts = list(queryset.unresolved().select_related("session__project"))
+        for alert in alerts:
+            resolve_alert(alert, actor=_actor(request), reason="admin")
+        self.message_user(request, f"Resolved {len(alerts)} alert{'s' * (len(alerts) != 1)}.")
+
+
+class RetentionPolicyForm(forms.ModelForm):
+    class Meta:
+        model = models.RetentionPolicy
+        fields = [
+            "project",
+            "kind",
+            "enabled",
+            "keep_last",
+            "keep_last_scope",
+            "max_age",
+            "keep_first",
+            "keep_latest_per_name",
+            "until_operation_done",
+        ]
+        help_texts = {
+            "project": "Leave empty for the global policy of this kind; a project's policy overrides the global one.",
+            "kind": "The checkpoint kind this policy applies to. A kind with no policy is kept forever.",
+            "keep_last": "Keep the newest N checkpoints of this kind (empty: no such rule; 0: keep none by count).",
+            "keep_last_scope": "Count the newest N per session (by seq) or per agent across its sessions in a "
+            "project (by creation time).",
+            "max_age": "Keep checkpoints younger than this (e.g. '7 00:00:00' for 7 days). Empty: no age rule.",
+            "keep_first": "Always keep each session's first checkpoint.",
+            "keep_latest_per_name": "Always keep each session's newest checkpoint of every name.",
+            "until_operation_done": "Keep checkpoints whose operation has not finished (pre_operation).",
+            "enabled": "A disabled policy deletes nothing. A checkpoint kept by no rule is deleted, except pinned "
+            "ones, session heads, fork sources, restore targets and unresolved alerts' checkpoints.",
+        }
 
 
 @admin.register(models.RetentionPolicy)
 class RetentionPolicyAdmin(admin.ModelAdmin):
-    list_display = ["kind", "project", "keep_last", "keep_last_scope", "max_age", "enabled"]
-    list_filter = ["kind", "enabled"]
+    form = RetentionPolicyForm
+    list_display = ["kind", "project", "rules", "enabled"]
+    list_filter = ["kind", "enabled", "project"]
+    raw_id_fields = ["project"]
+    list_select_related = ["project"]
+    fieldsets = [
+        (None, {"fields": ["project", "kind", "enabled"]}),
+        (
+            "Keep rules",
+            {
+                "description": "A checkpoint of this kind is deleted when no rule below keeps it.",
+                "fields": [
+                    ("keep_last", "keep_last_scope"),
+                    "max_age",
+                    "keep_first",
+                    "keep_latest_per_name",
+                    "until_operation_done",
+                ],
+            },
+        ),
+    ]
+
+    @admin.display(description="rules")
+    def rules(self, policy: models.RetentionPolicy) -> str:
+        return describe(policy)
+
+    def get_urls(self) -> list[Any]:
+        run = path("run/", self.admin_site.admin_view(self.run_retention_view), name="checkpoints_retention_run")
+        return [run, *super().get_urls()]
+
+    def run_retention_view(self, request: HttpRequest) -> HttpResponse:
+        """GET: a dry run with the counts by kind; POST: run retention for real, as a recorded job."""
+        if not request.user.has_perm("checkpoints.delete_checkpoint"):
+            raise PermissionDenied
+        if request.method == "POST":
+            triggered_by = f"admin:{request.user.get_username()}"
+            run = run_job("retention", apply_retention, triggered_by=triggered_by)
+            record_audit(_actor(request), "run_retention", target="all projects", details=run.result)
+            if run.status == models.JobRunStatus.SKIPPED:
+                self.message_user(request, "Retention is already running; nothing done.", messages.WARNING)
+            else:
+                by_kind = ", ".join(f"{n} {kind}" for kind, n in run.result.get("by_kind", {}).items()) or "none"
+                self.message_user(
+                    request,
+                    f"Retention deleted {run.result['deleted']} checkpoints ({by_kind}); {run.result['kept']} kept.",
+                )
+            return HttpResponseRedirect(reverse("admin:checkpoints_retentionpolicy_changelist"))
+        plan = plan_retention()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Run retention now?",
+            "opts": self.model._meta,
+            "plan": plan,
+            "by_kind": sorted(plan.by_kind.items()),
+        }
+        return TemplateResponse(request, "admin/checkpoints/retention_confirm.html", context)
 
 
 @admin.register(models.ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
     list_display = ["name", "project", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
-    list_filter = ["project"]
-    readonly_fields = ["prefix", "token_hash", "last_used_at"]
+    list_filter = ["project", ("revoked_at", admin.EmptyFieldListFilter), ("created_at", admin.DateFieldListFilter)]
+    search_fields = ["name", "=prefix"]
+    list_select_related = ["project"]
+    fields = ["name", "project", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = ["project", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # tokens are created in the console, which shows the secret once
+
+    @admin.action(description="Revoke selected tokens")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[models.ApiToken]) -> None:
+        revoked = [str(t) for t in queryset.select_related("project") if cleanup.revoke_token(t, actor=_actor(request))]
+        self.message_user(request, f"Revoked {len(revoked)} token{'s' * (len(revoked) != 1)}: {_names(revoked)}.")
 
 
 @admin.register(models.AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
-    list_display = ["created_at", "actor", "action", "target"]
-    list_filter = ["action"]
-    search_fields = ["actor", "target", "reason"]
-    raw_id_fields = ["actor_user", "actor_token", "project", "session", "checkpoint"]
+class AuditEventAdmin(BigTableAdmin):
+    """Append-only: nothing here adds, changes or deletes an audit row."""
 
-    def has_change_permission(self, request, obj=None) -> bool:  # append-only
+    list_display = ["created_at", "actor", "action", "project", "target", "reason"]
+    list_filter = ["action", "project", ("created_at", admin.DateFieldListFilter)]
+    search_fields = ["=actor", "target"]
+    raw_id_fields = ["actor_user", "actor_token", "project", "session", "checkpoint"]
+    list_select_related = ["project"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 
 @admin.register(models.WatchedSource)
 class WatchedSourceAdmin(admin.ModelAdmin):
-    list_display = ["path", "format", "project", "enabled", "last_scan_at"]
-    list_filter = ["format", "enabled"]
+    list_display = ["path", "format", "project", "enabled", "last_scan_at", "last_error"]
+    list_filter = ["format", "enabled", "project"]
+    search_fields = ["path"]
+    raw_id_fields = ["project"]
+    list_select_related = ["project"]
+    readonly_fields = ["seen", "last_scan_at", "last_error"]
+
+
+@admin.register(models.ImportJob)
+class ImportJobAdmin(admin.ModelAdmin):
+    list_display = [
+        "original_name",
+        "project",
+        "status",
+        "imported",
+        "skipped",
+        "error_count",
+        "created_by",
+        "created_at",
+    ]
+    list_filter = ["status", "project", ("created_at", admin.DateFieldListFilter)]
+    search_fields = ["original_name"]
+    raw_id_fields = ["project", "created_by"]
+    list_select_related = ["project", "created_by"]
+    date_hierarchy = "created_at"
+    show_full_result_count = False
+
+
+@admin.register(models.JobRun)
+class JobRunAdmin(admin.ModelAdmin):
+    list_display = ["job", "status", "dry_run", "triggered_by", "started_at", "finished_at"]
+    list_filter = ["job", "status", "dry_run", ("started_at", admin.DateFieldListFilter)]
+    search_fields = ["triggered_by"]
+    date_hierarchy = "started_at"
+    show_full_result_count = False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(models.JobLock)
+class JobLockAdmin(admin.ModelAdmin):
+    """A stuck lock (a crashed worker) can be released here by clearing its holder."""
+
+    list_display = ["name", "holder", "expires_at"]

@@ -20,7 +20,7 @@ from ninja.renderers import BaseRenderer
 from ninja.security import HttpBearer
 from pydantic import ConfigDict
 
-from . import jsoncodec, services, store
+from . import jsoncodec, phases, services, store
 from .models import (
     AgentSession,
     AlertKind,
@@ -30,6 +30,8 @@ from .models import (
     CheckpointKind,
     CheckpointStatus,
     DriftAlert,
+    Phase,
+    PhaseStatus,
 )
 
 
@@ -497,6 +499,135 @@ def fork(request: HttpRequest, checkpoint_id: int, payload: ForkIn | None = None
     )
     session = AgentSession.objects.select_related("project", "head").get(pk=session.pk)
     return _json(session_dict(session), status=201)
+
+
+# ---- phases ----------------------------------------------------------------------------------
+
+
+class PhaseIn(Strict):
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    status: PhaseStatus | None = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    duration: float | None = Field(default=None, ge=0, description="Seconds.")
+    retry_count: int | None = Field(default=None, ge=0)
+    tokens_in: int | None = Field(default=None, ge=0)
+    tokens_out: int | None = Field(default=None, ge=0)
+    cost: float | None = Field(default=None, ge=0)
+    errors: list[Any] | None = None
+
+
+class PhaseOut(Schema):
+    session: str
+    number: int
+    name: str
+    status: str
+    started_at: datetime | None
+    completed_at: datetime | None
+    duration: float | None
+    retry_count: int
+    tokens_in: int
+    tokens_out: int
+    cost: float
+    errors: list[Any]
+
+
+class AgentOutputIn(Strict):
+    agent_name: str = Field(min_length=1, max_length=200)
+    status: str = Field(default="", max_length=50)
+    content: str = Field(default="", description="Markdown.")
+    model: str = Field(default="", max_length=200)
+    tokens_in: int = Field(default=0, ge=0)
+    tokens_out: int = Field(default=0, ge=0)
+    tools_used: list[str] = Field(default_factory=list)
+    duration: float | None = Field(default=None, ge=0, description="Seconds.")
+    error: str = ""
+
+
+class AgentOutputOut(Schema):
+    id: int
+    session: str
+    phase: int
+    agent_name: str
+    status: str
+    created_at: datetime
+
+
+class FeedbackOut(Schema):
+    session: str
+    phase: int
+    action: str
+    approved: bool
+    comments: str
+    requested_changes: list[str]
+    retry_count: int
+    reviewer: str
+    created_at: datetime
+
+
+def _phase(request: HttpRequest, external_id: str, number: int) -> Phase:
+    session = _session(request, external_id)
+    phase = Phase.objects.filter(session=session, number=number).first()
+    if phase is None:
+        raise HttpError(404, f"session {external_id!r} has no phase {number}")
+    phase.session = session
+    return phase
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
+
+
+def phase_dict(phase: Phase) -> dict[str, Any]:
+    fields = ("number", "name", "status", "started_at", "completed_at", "duration", "retry_count", "tokens_in")
+    data = {name: getattr(phase, name) for name in (*fields, "tokens_out", "errors")}
+    return {"session": phase.session.external_id, **data, "cost": float(phase.cost)}
+
+
+@api.put("/sessions/{external_id}/phases/{number}", response={200: PhaseOut, 201: PhaseOut, **ERRORS}, tags=["phases"])
+def report_phase(request: HttpRequest, external_id: str, number: int, payload: PhaseIn) -> Any:
+    """Create (201, `name` required) or update (200) a phase; only the fields sent change."""
+    _require_write(request)
+    session = _session(request, external_id)
+    fields = payload.model_dump(exclude_unset=True)
+    for name in ("started_at", "completed_at"):
+        if name in fields:
+            fields[name] = _aware(fields[name])  # agents' naive clocks are UTC
+    if any(value is None for name, value in fields.items() if name not in ("started_at", "completed_at", "duration")):
+        raise HttpError(422, "only started_at, completed_at and duration may be null")
+    phase, created = phases.report_phase(session, number, actor=_actor(request), **fields)
+    phase.session = session
+    return _json(phase_dict(phase), status=201 if created else 200)
+
+
+@api.post("/sessions/{external_id}/phases/{number}/outputs", response={201: AgentOutputOut, **ERRORS}, tags=["phases"])
+def add_phase_output(request: HttpRequest, external_id: str, number: int, payload: AgentOutputIn) -> Any:
+    """An agent's output for the phase (markdown), shown on the phase page."""
+    _require_write(request)
+    phase = _phase(request, external_id, number)
+    output = phases.add_agent_output(phase, actor=_actor(request), **payload.model_dump())
+    data = {"id": output.pk, "session": external_id, "phase": number, "agent_name": output.agent_name}
+    return _json({**data, "status": output.status, "created_at": output.created_at}, status=201)
+
+
+@api.get("/sessions/{external_id}/phases/{number}/feedback", response={200: FeedbackOut, **ERRORS}, tags=["phases"])
+def get_phase_feedback(request: HttpRequest, external_id: str, number: int) -> Any:
+    """The latest reviewer decision on the phase; 404 while there is none."""
+    phase = _phase(request, external_id, number)
+    latest = phase.feedback.order_by("-created_at", "-pk").first()
+    if latest is None:
+        raise HttpError(404, f"phase {number} of {external_id!r} has no feedback yet")
+    return {
+        "session": external_id,
+        "phase": number,
+        "action": latest.action,
+        "approved": latest.approved,
+        "comments": latest.comments,
+        "requested_changes": latest.requested_changes,
+        "retry_count": latest.retry_count,
+        "reviewer": latest.reviewer_name,
+        "created_at": latest.created_at,
+    }
 
 
 # ---- alerts ----------------------------------------------------------------------------------

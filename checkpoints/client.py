@@ -233,6 +233,78 @@ class CheckpointClient:
             totals["checkpoints"].extend(result["checkpoints"])
         return totals
 
+    # ---- phases and reviewers' feedback (Haytham style) --------------------------------------
+
+    def report_phase(
+        self,
+        session: str,
+        number: int,
+        name: str | None = None,
+        status: str | None = None,
+        started_at: When | None = None,
+        completed_at: When | None = None,
+        duration: float | None = None,
+        retry_count: int | None = None,
+        tokens_in: int | None = None,
+        tokens_out: int | None = None,
+        cost: float | None = None,
+        errors: list[Any] | None = None,
+    ) -> JSONDict:
+        """Create or update phase `number` (its `name` is needed the first time); only the fields given change."""
+        body = _without_none(
+            {
+                "name": name,
+                "status": status,
+                "started_at": _iso(started_at) if started_at is not None else None,
+                "completed_at": _iso(completed_at) if completed_at is not None else None,
+                "duration": duration,
+                "retry_count": retry_count,
+                "tokens_in": tokens_in,
+                "tokens_out": tokens_out,
+                "cost": cost,
+                "errors": errors,
+            }
+        )
+        return self._request("PUT", _path("sessions", session, "phases", number), body)
+
+    def add_phase_output(
+        self,
+        session: str,
+        number: int,
+        agent_name: str,
+        content: str = "",
+        status: str = "",
+        model: str = "",
+        tokens_in: int = 0,
+        tokens_out: int = 0,
+        tools_used: list[str] | None = None,
+        duration: float | None = None,
+        error: str = "",
+    ) -> JSONDict:
+        """An agent's markdown output for the phase; reviewers read it on the phase page."""
+        body = {
+            "agent_name": agent_name,
+            "content": content,
+            "status": status,
+            "model": model,
+            "tokens_in": tokens_in,
+            "tokens_out": tokens_out,
+            "tools_used": tools_used or [],
+            "error": error,
+        }
+        if duration is not None:
+            body["duration"] = duration
+        return self._request("POST", _path("sessions", session, "phases", number, "outputs"), body)
+
+    def get_phase_feedback(self, session: str, number: int) -> JSONDict | None:
+        """The latest review of the phase (`action`, `approved`, `comments`, `requested_changes`, …), or None yet."""
+        try:
+            return self._request("GET", _path("sessions", session, "phases", number, "feedback"))
+        except CheckpointAPIError as exc:
+            if exc.status == 404 and "no feedback" in str(exc.detail):
+                return None
+            raise
+
     # ---- plumbing ------------------------------------------------------------------------
 
     def _newest(self, session: str, **filters: Any) -> JSONDict | None:

@@ -208,7 +208,7 @@ def plan_retention(*, now: datetime | None = None) -> Plan:
     return plan
 
 
-def _still_protected() -> Q:
+def still_protected() -> Q:
     """Protections checked again at delete time: a checkpoint pinned, restored or forked since planning stays."""
     return (
         Q(pinned=True)
@@ -240,7 +240,7 @@ def _delete_batch(ids: list[int], repoint: dict[int, tuple[int, int | None]]) ->
         if moved:
             Checkpoint.objects.bulk_update(moved, ["parent"])
         doomed = list(
-            Checkpoint.objects.filter(pk__in=ids).exclude(_still_protected()).order_by("seq").values_list("id", "kind")
+            Checkpoint.objects.filter(pk__in=ids).exclude(still_protected()).order_by("seq").values_list("id", "kind")
         )
         if doomed:
             Checkpoint.objects.filter(pk__in=[pk for pk, _ in doomed]).only("pk").delete()

@@ -114,3 +114,34 @@ class UploadForm(forms.Form):
                 f"{filesizeformat(self.max_bytes)}. Import larger trees with manage.py import_checkpoints."
             )
         return upload
+
+
+class FeedbackForm(forms.Form):
+    """A reviewer's decision on a phase; the phase-dependent rules live in checkpoints.phases.record_feedback."""
+
+    action = forms.ChoiceField(
+        choices=[
+            ("approved", "Approve"),
+            ("retry_with_changes", "Request changes"),
+            ("skip_phase", "Skip phase"),
+            ("rejected", "Reject"),
+        ],
+        widget=forms.RadioSelect,
+    )
+    comments = forms.CharField(required=False, max_length=5000, strip=True, widget=forms.Textarea(attrs={"rows": 3}))
+    requested_changes = forms.CharField(
+        required=False,
+        max_length=10000,
+        widget=forms.Textarea(attrs={"rows": 4, "placeholder": "One change per line"}),
+        help_text="One change per line. Required when requesting changes.",
+    )
+
+    def clean_requested_changes(self) -> list[str]:
+        text = self.cleaned_data["requested_changes"]
+        return [line.strip() for line in text.splitlines() if line.strip()]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("action") == "retry_with_changes" and not data.get("requested_changes"):
+            self.add_error("requested_changes", "List at least one change, one per line.")
+        return data

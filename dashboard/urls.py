@@ -2,7 +2,20 @@ from __future__ import annotations
 
 from django.urls import path
 
-from .views import actions, alerts, audit, checkpoint, compare, imports, jobs, overview, retention, sessions, timeline
+from .views import (
+    actions,
+    alerts,
+    audit,
+    checkpoint,
+    compare,
+    imports,
+    jobs,
+    overview,
+    phases,
+    retention,
+    sessions,
+    timeline,
+)
 
 app_name = "dashboard"
 
@@ -12,6 +25,8 @@ urlpatterns = [
     path("sessions/<int:pk>/", timeline.session_detail, name="session_detail"),
     path("sessions/<int:pk>/undo/", actions.undo_restore, name="session_undo"),
     path("sessions/<int:pk>/export/", imports.session_export, name="session_export"),
+    path("sessions/<int:pk>/phases/<int:number>/", phases.phase_detail, name="phase_detail"),
+    path("sessions/<int:pk>/phases/<int:number>/feedback/", phases.phase_feedback, name="phase_feedback"),
     path("checkpoints/<int:pk>/", checkpoint.checkpoint_detail, name="checkpoint_detail"),
     path("checkpoints/<int:pk>/tree/", checkpoint.checkpoint_subtree, name="checkpoint_subtree"),
     path("checkpoints/<int:pk>/download/", checkpoint.checkpoint_download, name="checkpoint_download"),

@@ -9,7 +9,8 @@ from django.http import HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from checkpoints.models import AgentSession, AuditEvent, Checkpoint, DriftAlert, SessionStatus
+from checkpoints.models import AgentSession, AuditEvent, Checkpoint, DriftAlert, Phase, SessionStatus
+from checkpoints.phases import waiting_for_approval
 
 from .audit import with_short_targets
 from .common import HtmxHttpRequest, console, render_page
@@ -17,6 +18,7 @@ from .common import HtmxHttpRequest, console, render_page
 STALE_AFTER = timedelta(minutes=30)  # the routine checkpoint interval: a quiet active session has stopped
 ATTENTION_ROWS = 10
 RECENT_ACTIONS = 8
+APPROVAL_ROWS = 8
 REFRESH_SECONDS = 30
 
 
@@ -30,6 +32,8 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
         since=timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
     )
     attention = list(sessions.needing_attention(stale_before=now - STALE_AFTER)[: ATTENTION_ROWS + 1])
+    waiting = waiting_for_approval(Phase.objects.filter(session__in=sessions)).select_related("session__project")
+    approvals = list(waiting.order_by("completed_at", "pk")[: APPROVAL_ROWS + 1])
     context = {
         "now": now,
         "refresh_seconds": REFRESH_SECONDS,
@@ -39,6 +43,8 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
         "ratio": totals["raw_bytes"] / totals["stored_bytes"] if totals["stored_bytes"] else None,
         "attention": attention[:ATTENTION_ROWS],
         "more_attention": len(attention) > ATTENTION_ROWS,
+        "approvals": approvals[:APPROVAL_ROWS],
+        "more_approvals": len(approvals) > APPROVAL_ROWS,
         "actions": with_short_targets(
             AuditEvent.objects.filter(Q(session__isnull=True) | Q(session__in=sessions))
             .select_related("session__project")

@@ -11,6 +11,7 @@ from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
 from checkpoints.models import AgentSession, Checkpoint, Project, SessionStatus
+from checkpoints.phases import sessions_waiting_for_approval
 
 from .common import HtmxHttpRequest, console, render_page
 from .pagination import keyset_page
@@ -40,6 +41,7 @@ class SessionFilterForm(forms.Form):
     agent = forms.ChoiceField(required=False)
     status = forms.ChoiceField(required=False, choices=[("", "Any status"), *SessionStatus.choices])
     alert = forms.BooleanField(required=False, label="Has open alert")
+    waiting = forms.BooleanField(required=False, label="Waiting for approval")
     sort = forms.ChoiceField(required=False, choices=[(key, label) for key, (label, _) in SORTS.items()])
 
     def __init__(self, *args: Any, sessions: QuerySet[AgentSession], **kwargs: Any) -> None:
@@ -63,6 +65,8 @@ class SessionFilterForm(forms.Form):
             sessions = sessions.filter(status=data["status"])
         if data.get("alert"):
             sessions = sessions.with_open_alert()
+        if data.get("waiting"):
+            sessions = sessions_waiting_for_approval(sessions)
         return sessions
 
     @property
@@ -71,7 +75,7 @@ class SessionFilterForm(forms.Form):
 
     @property
     def narrowed(self) -> bool:
-        return any(self.cleaned_data.get(name) for name in ("q", "project", "agent", "status", "alert"))
+        return any(self.cleaned_data.get(name) for name in ("q", "project", "agent", "status", "alert", "waiting"))
 
 
 def attach_sparklines(sessions: list[AgentSession]) -> None:

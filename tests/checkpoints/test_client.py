@@ -430,3 +430,47 @@ def test_client_file_works_on_its_own(tmp_path):
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "http://x"
+
+
+# ---- phases and reviewers' feedback ---------------------------------------------------------------
+
+
+def test_an_agent_reports_a_phase_and_reads_the_reviewers_decision(cp, run):
+    from checkpoints.models import Phase
+    from checkpoints.phases import record_feedback
+    from checkpoints.services import Actor
+
+    created = cp.report_phase(run, 1, name="Concept Expansion", status="in_progress", started_at=T0)
+    assert (created["number"], created["status"], created["started_at"][:19]) == (
+        1,
+        "in_progress",
+        "2026-04-01T12:00:00",
+    )
+    output = cp.add_phase_output(
+        run, 1, "concept_expansion", "## Idea\n- fridge", status="completed", tools_used=["web"]
+    )
+    assert output["agent_name"] == "concept_expansion" and output["phase"] == 1
+    done = cp.report_phase(run, 1, status="completed", completed_at=T0 + timedelta(minutes=5), cost=0.01)
+    assert (done["name"], done["status"], done["cost"]) == ("Concept Expansion", "completed", 0.01)
+    assert cp.get_phase_feedback(run, 1) is None
+
+    phase = Phase.objects.get(session__external_id=run, number=1)
+    record_feedback(
+        phase, actor=Actor.system("reviewer"), action="retry_with_changes", requested_changes=["Name a persona"]
+    )
+    feedback = cp.get_phase_feedback(run, 1)
+    assert (feedback["action"], feedback["approved"], feedback["retry_count"]) == ("retry_with_changes", False, 1)
+    assert feedback["requested_changes"] == ["Name a persona"]
+
+
+def test_phase_calls_raise_for_unknown_phases_and_read_only_tokens(cp, run, live_server, project):
+    with pytest.raises(CheckpointAPIError) as missing:
+        cp.get_phase_feedback(run, 4)
+    assert missing.value.status == 404 and "no phase 4" in str(missing.value.detail)
+    with pytest.raises(CheckpointAPIError) as unnamed:
+        cp.report_phase(run, 4, status="pending")
+    assert unnamed.value.status == 422
+    reader = CheckpointClient(live_server.url, create_api_token(project, name="ro", read_only=True)[1], timeout=10)
+    with pytest.raises(CheckpointAPIError) as refused:
+        reader.report_phase(run, 1, name="Concept")
+    assert refused.value.status == 403

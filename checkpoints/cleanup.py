@@ -1,0 +1,167 @@
+"""Manual clean-up (the admin site): deleting checkpoints by hand, archiving and purging sessions, revoking tokens.
+
+Deletion never touches a protected checkpoint: the protections are retention's own (`retention.still_protected`):
+pinned, a session's head, a fork source, a restore target, an unresolved alert's `last_good` or `checkpoint`.
+Each function is one transaction and records its AuditEvent in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from .models import AgentSession, ApiToken, Checkpoint, CheckpointKind, SessionStatus
+from .retention import still_protected
+from .services import Actor, record_audit
+
+BATCH_SIZE = 500
+
+
+@dataclass
+class Deletion:
+    """What a clean-up deleted and what it refused, as `project/session #seq name` labels."""
+
+    deleted: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+    def extend(self, other: Deletion) -> None:
+        self.deleted.extend(other.deleted)
+        self.refused.extend(other.refused)
+
+
+def _label(checkpoint: Checkpoint) -> str:
+    return f"{checkpoint.session} {checkpoint}"
+
+
+def protected_ids(ids: Iterable[int]) -> set[int]:
+    return set(Checkpoint.objects.filter(pk__in=list(ids)).filter(still_protected()).values_list("pk", flat=True))
+
+
+def is_protected(checkpoint: Checkpoint) -> bool:
+    return bool(protected_ids([checkpoint.pk]))
+
+
+@transaction.atomic
+def delete_checkpoints(ids: Iterable[int], *, actor: Actor, reason: str = "") -> Deletion:
+    """Delete the given checkpoints except the protected ones, which are refused.
+
+    1. Read the checkpoints; the protected ones are refused.
+    2. Kept children of deleted checkpoints move to their nearest kept ancestor (the timeline stays a tree).
+    3. Delete, checking the protections again in the DELETE's own query.
+    4. One `delete_checkpoints` audit row per session, naming what was deleted and refused.
+    """
+    rows = list(
+        Checkpoint.objects.filter(pk__in=list(ids))
+        .select_related("session__project")
+        .only("id", "seq", "name", "kind", "parent_id", "session__external_id", "session__project__slug")
+        .order_by("session_id", "seq")
+    )
+    protected = protected_ids(row.pk for row in rows)
+    doomed = {row.pk: row.parent_id for row in rows if row.pk not in protected}
+    if doomed:
+
+        def kept_ancestor(pk: int | None) -> int | None:
+            while pk is not None and pk in doomed:
+                pk = doomed[pk]
+            return pk
+
+        children = Checkpoint.objects.filter(parent_id__in=list(doomed)).exclude(pk__in=list(doomed))
+        moved = [
+            Checkpoint(pk=pk, parent_id=kept_ancestor(parent)) for pk, parent in children.values_list("pk", "parent_id")
+        ]
+        if moved:
+            Checkpoint.objects.bulk_update(moved, ["parent"])
+        gone = set(
+            Checkpoint.objects.filter(pk__in=list(doomed)).exclude(still_protected()).values_list("pk", flat=True)
+        )
+        Checkpoint.objects.filter(pk__in=list(gone)).delete()
+    else:
+        gone = set()
+
+    result = Deletion()
+    by_session: dict[int, list[Checkpoint]] = {}
+    for row in rows:
+        by_session.setdefault(row.session_id, []).append(row)
+        (result.deleted if row.pk in gone else result.refused).append(_label(row))
+    for session_rows in by_session.values():
+        session = session_rows[0].session
+        deleted = [row.seq for row in session_rows if row.pk in gone]
+        refused = [row.seq for row in session_rows if row.pk not in gone]
+        record_audit(
+            actor,
+            "delete_checkpoints",
+            session=session,
+            target=f"{session}: {len(deleted)} checkpoint{'s' * (len(deleted) != 1)}",
+            reason=reason,
+            details={"deleted_seqs": deleted, "refused_seqs": refused},
+        )
+    return result
+
+
+def clear_recovery_checkpoints(session: AgentSession, *, actor: Actor) -> Deletion:
+    """Recovery checkpoints are kept "until manually cleared": this is the clearing (protected ones stay)."""
+    ids = list(
+        Checkpoint.objects.filter(session=session, kind=CheckpointKind.RECOVERY)
+        .order_by("seq")
+        .values_list("pk", flat=True)
+    )
+    result = Deletion()
+    for start in range(0, len(ids), BATCH_SIZE):
+        result.extend(delete_checkpoints(ids[start : start + BATCH_SIZE], actor=actor, reason="clear recovery"))
+    return result
+
+
+@transaction.atomic
+def archive_session(session: AgentSession, *, actor: Actor, now: datetime | None = None) -> bool:
+    """Mark a session archived; returns False when it already was."""
+    now = now or timezone.now()
+    changed = (
+        AgentSession.objects.filter(pk=session.pk)
+        .exclude(status=SessionStatus.ARCHIVED)
+        .update(status=SessionStatus.ARCHIVED, updated_at=now)
+    )
+    if changed:
+        session.status = SessionStatus.ARCHIVED
+        record_audit(actor, "archive_session", session=session, now=now)
+    return bool(changed)
+
+
+@transaction.atomic
+def purge_session(session: AgentSession, *, actor: Actor) -> int:
+    """Delete a session with its checkpoints, phases and alerts; returns how many checkpoints went.
+
+    References into the session (forks of its checkpoints, audit rows) are cleared with UPDATEs first, so the
+    checkpoints are deleted in batches without Django collecting a million rows. Chunks are left to GC.
+    """
+    checkpoints = Checkpoint.objects.filter(session=session)
+    count = checkpoints.count()
+    record_audit(
+        actor,
+        "purge_session",
+        project=session.project,
+        target=str(session),
+        details={"session_id": session.pk, "external_id": session.external_id, "checkpoints": count},
+    )
+    AgentSession.objects.filter(pk=session.pk).update(head=None, forked_from=None)
+    AgentSession.objects.filter(forked_from__session=session).update(forked_from=None)
+    checkpoints.exclude(parent=None).update(parent=None)
+    ids = list(checkpoints.order_by("seq").values_list("pk", flat=True))
+    for start in range(0, len(ids), BATCH_SIZE):
+        Checkpoint.objects.filter(pk__in=ids[start : start + BATCH_SIZE]).delete()
+    AgentSession.objects.filter(pk=session.pk).delete()
+    return count
+
+
+@transaction.atomic
+def revoke_token(token: ApiToken, *, actor: Actor, now: datetime | None = None) -> bool:
+    """Revoke an API token; returns False when it was revoked already."""
+    now = now or timezone.now()
+    changed = ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=now)
+    if changed:
+        token.revoked_at = now
+        record_audit(actor, "revoke_token", project=token.project, target=str(token), now=now)
+    return bool(changed)

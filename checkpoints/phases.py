@@ -1,0 +1,241 @@
+"""Phased workflows: what agents report about their phases, and the reviewers' decisions on them.
+
+A reviewer's decision (PhaseFeedback) is what the agent polls for before it moves on; it is kept as
+history, audited, and for sessions imported from Haytham-style folders with write-back also written to
+the phase's `user_feedback.md`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import nh3
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.utils import timezone
+from django.utils.safestring import SafeString, mark_safe
+from markdown_it import MarkdownIt
+
+from .models import AgentOutput, AgentSession, FeedbackAction, Phase, PhaseFeedback, PhaseStatus, SourceFormat
+from .services import Actor, CheckpointError, InvalidState, record_audit
+
+log = logging.getLogger(__name__)
+
+
+class FeedbackRefused(CheckpointError):
+    """The decision is not allowed for this phase (not completed, invalid, no changes listed…)."""
+
+
+# ---- validation --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    label: str
+    ok: bool
+    detail: str = ""
+
+
+def validate_phase(phase: Phase, outputs: Sequence[AgentOutput]) -> list[Check]:
+    """The checklist of a phase checkpoint, like the source system's: required fields and sections present."""
+    empty = [output.agent_name for output in outputs if not output.content.strip()]
+    failed = [output.agent_name for output in outputs if output.error]
+    return [
+        Check("Phase has a name", bool(phase.name.strip())),
+        Check("Status is completed", phase.status == PhaseStatus.COMPLETED, f"status is {phase.status}"),
+        Check(
+            "Start and completion times recorded",
+            phase.started_at is not None and phase.completed_at is not None,
+            "missing " + " and ".join(n for n, v in (("start", phase.started_at), ("end", phase.completed_at)) if not v)
+            if phase.started_at is None or phase.completed_at is None
+            else "",
+        ),
+        Check("Has agent outputs", bool(outputs), "no agent reported an output"),
+        Check("Every output has content", bool(outputs) and not empty, "empty: " + ", ".join(empty) if empty else ""),
+        Check("No agent errors", not failed, "failed: " + ", ".join(failed) if failed else ""),
+        Check("No phase errors", not phase.errors, f"{len(phase.errors)} error(s)" if phase.errors else ""),
+    ]
+
+
+def is_valid(checks: Sequence[Check]) -> bool:
+    return all(check.ok for check in checks)
+
+
+# ---- markdown ----------------------------------------------------------------------------------
+
+_markdown = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable(["table", "strikethrough"])
+_ATTRIBUTES = {"a": {"href", "title"}, "code": {"class"}, "th": {"align", "style"}, "td": {"align", "style"}}
+
+
+def render_markdown(text: str) -> SafeString:
+    """Agent output as HTML: raw HTML in the markdown is escaped, and the result is sanitised again."""
+    html = _markdown.render(text or "")
+    return mark_safe(nh3.clean(html, attributes=_ATTRIBUTES, link_rel="noopener noreferrer nofollow"))  # noqa: S308
+
+
+# ---- reads -------------------------------------------------------------------------------------
+
+
+def waiting_for_approval(phases: QuerySet[Phase]) -> QuerySet[Phase]:
+    """Completed phases without a decision made since they completed."""
+    later = PhaseFeedback.objects.filter(phase=OuterRef("pk")).filter(
+        Q(created_at__gte=OuterRef("completed_at")) | Q(phase__completed_at__isnull=True)
+    )
+    return phases.filter(status=PhaseStatus.COMPLETED).filter(~Exists(later))
+
+
+def sessions_waiting_for_approval(sessions: QuerySet[AgentSession]) -> QuerySet[AgentSession]:
+    waiting = waiting_for_approval(Phase.objects.filter(session=OuterRef("pk")))
+    return sessions.filter(Exists(waiting))
+
+
+# ---- writes ------------------------------------------------------------------------------------
+
+PHASE_FIELDS = (
+    "name", "status", "started_at", "completed_at", "duration", "retry_count", "tokens_in", "tokens_out", "cost",
+    "errors",
+)  # fmt: skip
+
+
+@transaction.atomic
+def report_phase(session: AgentSession, number: int, *, actor: Actor, **fields: Any) -> tuple[Phase, bool]:
+    """Create or update a phase from what the agent reports; only the given fields change."""
+    unknown = set(fields) - set(PHASE_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown phase fields: {', '.join(sorted(unknown))}")
+    phase = Phase.objects.select_for_update().filter(session=session, number=number).first()
+    created = phase is None
+    if phase is None:
+        if not fields.get("name"):
+            raise InvalidState(f"phase {number} is new: its name is required")
+        phase = Phase(session=session, number=number)
+    for name, value in fields.items():
+        setattr(phase, name, Decimal(str(value)) if name == "cost" else value)
+    phase.save()
+    record_audit(
+        actor,
+        "phase_reported",
+        session=session,
+        target=str(phase),
+        details={"number": number, "status": phase.status, "created": created},
+    )
+    return phase, created
+
+
+@transaction.atomic
+def add_agent_output(phase: Phase, *, actor: Actor, **fields: Any) -> AgentOutput:
+    output = AgentOutput.objects.create(phase=phase, **fields)
+    record_audit(
+        actor,
+        "phase_output_added",
+        session=phase.session,
+        target=f"{phase}: {output.agent_name}",
+        details={"phase": phase.number, "output": output.pk, "status": output.status},
+    )
+    return output
+
+
+def _refusal(phase: Phase, action: str, requested_changes: Sequence[str]) -> str | None:
+    if action not in FeedbackAction.values:
+        return f"unknown action {action!r}"
+    if action == FeedbackAction.RETRY_WITH_CHANGES and not requested_changes:
+        return "requesting changes needs at least one requested change"
+    if action == FeedbackAction.APPROVED:
+        if phase.status != PhaseStatus.COMPLETED:
+            return f"phase {phase.number} has not completed (status {phase.status}); it cannot be approved yet"
+        failing = [check.label for check in validate_phase(phase, list(phase.outputs.all())) if not check.ok]
+        if failing:
+            return f"phase {phase.number} fails validation ({'; '.join(failing)}); it cannot be approved"
+    return None
+
+
+@transaction.atomic
+def record_feedback(
+    phase: Phase,
+    *,
+    actor: Actor,
+    action: str,
+    comments: str = "",
+    requested_changes: Sequence[str] = (),
+    now: datetime | None = None,
+) -> PhaseFeedback:
+    """Record a reviewer's decision on a phase.
+
+    1. Lock the phase and refuse what the rules forbid (FeedbackRefused).
+    2. "retry_with_changes" counts a retry and marks the phase requires_retry; "skip_phase" marks it skipped.
+    3. Keep the decision (history) with the phase's retry count, and audit it.
+    4. After commit, write it to the phase's user_feedback.md when the session writes back to Haytham.
+    """
+    now = now or timezone.now()
+    phase = Phase.objects.select_for_update().select_related("session__project").get(pk=phase.pk)
+    changes = [change.strip() for change in requested_changes if change.strip()]
+    refusal = _refusal(phase, action, changes)
+    if refusal:
+        raise FeedbackRefused(refusal)
+    if action == FeedbackAction.RETRY_WITH_CHANGES:
+        phase.retry_count += 1
+        phase.status = PhaseStatus.REQUIRES_RETRY
+        phase.save(update_fields=["retry_count", "status"])
+    elif action == FeedbackAction.SKIP_PHASE:
+        phase.status = PhaseStatus.SKIPPED
+        phase.save(update_fields=["status"])
+    feedback = PhaseFeedback.objects.create(
+        phase=phase,
+        reviewed=True,
+        approved=action == FeedbackAction.APPROVED,
+        comments=comments.strip(),
+        requested_changes=changes,
+        action=action,
+        retry_count=phase.retry_count,
+        reviewer=actor.user,
+        reviewer_name=actor.label,
+        created_at=now,
+    )
+    record_audit(
+        actor,
+        "phase_feedback",
+        session=phase.session,
+        target=str(phase),
+        reason=comments.strip()[:500],
+        details={"phase": phase.number, "action": action, "requested_changes": changes, "feedback": feedback.pk},
+        now=now,
+    )
+    session = phase.session
+    if session.write_back and session.source_format == SourceFormat.HAYTHAM and session.source_path:
+        transaction.on_commit(lambda: write_feedback_back(feedback.pk))
+    return feedback
+
+
+def write_feedback_back(feedback_id: int) -> list[Path]:
+    """Write a decision to its phase's user_feedback.md, atomically, keeping the previous file.
+
+    Called after the decision commits. Failure is audited, never raised: the decision itself stands.
+    """
+    from .formats import haytham
+
+    feedback = PhaseFeedback.objects.select_related("phase__session__project").get(pk=feedback_id)
+    phase, session = feedback.phase, feedback.phase.session
+    actor = Actor.system("write-back")
+    try:
+        folder = haytham._session_folder(session, Path(session.source_path)) / haytham._phase_dir(phase, None)
+        folder.mkdir(parents=True, exist_ok=True)
+        text = haytham._render_feedback(feedback, phase.name).encode("utf-8")
+        written = haytham._replace(folder / haytham.FEEDBACK, text, timezone.now())
+    except Exception as exc:  # a full disk or a vanished folder must not undo the decision
+        log.exception("write-back of phase feedback %s failed", feedback_id)
+        record_audit(actor, "write_back_failed", session=session, target=str(phase), details={"error": str(exc)})
+        return []
+    record_audit(
+        actor,
+        "write_back",
+        session=session,
+        target=str(phase),
+        details={"files": [str(path) for path in written], "format": session.source_format},
+    )
+    return written

@@ -1,0 +1,69 @@
+"""A phase of a phased workflow: its facts, agent outputs, validation checklist, and the reviewers' decisions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import trigger_client_event
+
+from checkpoints.models import Phase
+from checkpoints.phases import FeedbackRefused, is_valid, record_feedback, render_markdown, validate_phase
+from checkpoints.services import Actor
+
+from ..forms import FeedbackForm
+from .common import APPROVE, HtmxHttpRequest, console, get_session_for_user, render_page
+
+
+def _get_phase_for_user(request: HtmxHttpRequest, pk: int, number: int) -> Phase:
+    session = get_session_for_user(request, pk)
+    phase = get_object_or_404(Phase, session=session, number=number)
+    phase.session = session
+    return phase
+
+
+def _context(request: HtmxHttpRequest, phase: Phase, form: FeedbackForm | None = None) -> dict[str, Any]:
+    outputs = list(phase.outputs.all())
+    for output in outputs:
+        output.html = render_markdown(output.content)
+    checks = validate_phase(phase, outputs)
+    return {
+        "session": phase.session,
+        "phase": phase,
+        "outputs": outputs,
+        "checks": checks,
+        "valid": is_valid(checks),
+        "history": list(phase.feedback.select_related("reviewer").order_by("-created_at", "-pk")),
+        "can_review": request.user.has_perm(APPROVE),
+        "form": form or FeedbackForm(),
+    }
+
+
+@require_GET
+@console()
+def phase_detail(request: HtmxHttpRequest, pk: int, number: int) -> HttpResponse:
+    phase = _get_phase_for_user(request, pk, number)
+    return render_page(request, "dashboard/phase_detail.html", _context(request, phase), "phase-review")
+
+
+@require_POST
+@console(APPROVE)
+def phase_feedback(request: HtmxHttpRequest, pk: int, number: int) -> HttpResponse:
+    phase = _get_phase_for_user(request, pk, number)
+    form = FeedbackForm(request.POST)
+    if form.is_valid():
+        try:
+            feedback = record_feedback(phase, actor=Actor.for_user(request.user), **form.cleaned_data)
+        except FeedbackRefused as exc:
+            form.add_error(None, str(exc))
+        else:
+            if not request.htmx:
+                messages.success(request, f"Phase {phase.number}: {feedback.get_action_display()} recorded.")
+                return redirect("dashboard:phase_detail", pk=pk, number=number)
+            phase.refresh_from_db()
+            response = render_page(request, "dashboard/phase_detail.html", _context(request, phase), "phase-review")
+            return trigger_client_event(response, "phase-reviewed", {"phase": phase.number, "action": feedback.action})
+    return render_page(request, "dashboard/phase_detail.html", _context(request, phase, form), "phase-review")
