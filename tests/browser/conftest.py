@@ -65,3 +65,19 @@ def sign_in(page, live_server):
         page.wait_for_url(f"{live_server.url}/")
 
     return sign
+
+
+@pytest.fixture
+def looks(page, screenshot):
+    """Shoot the page at the default width, at a 1024 px laptop width, and in dark mode."""
+
+    def shoot(name: str) -> None:
+        screenshot(name)
+        page.set_viewport_size({"width": 1024, "height": 768})
+        screenshot(f"{name}-1024")
+        page.emulate_media(color_scheme="dark")
+        screenshot(f"{name}-dark")
+        page.emulate_media(color_scheme="light")
+        page.set_viewport_size({"width": 1366, "height": 860})
+
+    return shoot

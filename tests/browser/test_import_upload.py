@@ -33,18 +33,9 @@ def ares_zip(tmp_path: Path) -> Path:
     return archive
 
 
-def looks(page, screenshot, name: str) -> None:
-    """The page as shot at the default width, at a 1024 px laptop width, and in dark mode."""
-    screenshot(name)
-    page.set_viewport_size({"width": 1024, "height": 768})
-    screenshot(f"{name}-1024")
-    page.emulate_media(color_scheme="dark")
-    screenshot(f"{name}-dark")
-    page.emulate_media(color_scheme="light")
-    page.set_viewport_size({"width": 1366, "height": 860})
-
-
-def test_operator_uploads_an_archive_and_sees_the_report(page, live_server, sign_in, alice, tmp_path, screenshot):
+def test_operator_uploads_an_archive_and_sees_the_report(
+    looks, page, live_server, sign_in, alice, tmp_path, screenshot
+):
     sign_in(alice)
     page.get_by_role("link", name="Import").click()
     expect(page.get_by_role("heading", name="Import checkpoints")).to_be_visible()
@@ -59,7 +50,7 @@ def test_operator_uploads_an_archive_and_sees_the_report(page, live_server, sign
     assert job.status == ImportJobStatus.DONE and job.imported > 0
     expect(progress.locator(".import-counts")).to_contain_text(str(job.imported))
     expect(progress.get_by_role("link", name="sess-a")).to_be_visible()
-    looks(page, screenshot, "import-job")
+    looks("import-job")
 
     page.get_by_role("link", name="sess-a").click()
     expect(page.get_by_label("Download as")).to_have_value("ares")  # the format it came in
@@ -71,7 +62,7 @@ def test_operator_uploads_an_archive_and_sees_the_report(page, live_server, sign
 
     page.goto(f"{live_server.url}{reverse('dashboard:import_upload')}")
     expect(page.get_by_role("link", name="ares-runs.zip")).to_be_visible()
-    looks(page, screenshot, "import-upload")
+    looks("import-upload")
 
 
 def test_a_dangerous_archive_is_refused_on_the_form(page, live_server, sign_in, alice, tmp_path, screenshot):

@@ -18,18 +18,7 @@ def demo(db):
     call_command("seed_demo", "--small", verbosity=0)
 
 
-def looks(page, screenshot, name: str) -> None:
-    """The page as shot at the default width, at a 1024 px laptop width, and in dark mode."""
-    screenshot(name)
-    page.set_viewport_size({"width": 1024, "height": 768})
-    screenshot(f"{name}-1024")
-    page.emulate_media(color_scheme="dark")
-    screenshot(f"{name}-dark")
-    page.emulate_media(color_scheme="light")
-    page.set_viewport_size({"width": 1366, "height": 860})
-
-
-def test_operator_compares_two_checkpoints(page, live_server, sign_in, alice, demo, screenshot):
+def test_operator_compares_two_checkpoints(looks, page, live_server, sign_in, alice, demo, screenshot):
     session = AgentSession.objects.get(external_id="patchwright-batch-ingest")
     a = Checkpoint.objects.get(session=session, seq=2)
     b = Checkpoint.objects.get(session=session, seq=12)
@@ -38,14 +27,14 @@ def test_operator_compares_two_checkpoints(page, live_server, sign_in, alice, de
     expect(page.get_by_role("heading", name="Compare checkpoints")).to_be_visible()
     expect(page.locator(".compare-side-a")).to_contain_text(f"#{a.seq}")
     expect(page.locator("#diff-summary")).to_contain_text("changed")
-    looks(page, screenshot, "compare")
+    looks("compare")
     page.get_by_role("link", name="Swap A and B").click()
     expect(page).to_have_url(re.compile(rf"a={b.pk}&b={a.pk}"))
     expect(page.locator(".compare-side-a")).to_contain_text(f"#{b.seq}")
 
 
 def test_compare_shows_long_texts_side_by_side(
-    page, live_server, sign_in, alice, make_session, make_checkpoint, screenshot
+    looks, page, live_server, sign_in, alice, make_session, make_checkpoint, screenshot
 ):
     session = make_session()
     plan = [f"{i}. step {i} of the plan: read the logs, find the failing job, rerun it" for i in range(1, 40)]
@@ -59,7 +48,7 @@ def test_compare_shows_long_texts_side_by_side(
     expect(lines.locator("ins").first).to_contain_text("skip")
     expect(lines.locator("ins").last).to_have_text("40. write the incident report")
     expect(lines).to_contain_text("unchanged lines")
-    looks(page, screenshot, "compare-lines")
+    looks("compare-lines")
 
 
 def test_restore_preview_opens_as_a_modal_over_a_page(page, live_server, sign_in, alice, demo, screenshot):
@@ -81,7 +70,7 @@ def test_restore_preview_opens_as_a_modal_over_a_page(page, live_server, sign_in
     assert page.url.endswith("/alerts/")
 
 
-def test_operator_restores_with_a_preview_then_undoes(page, live_server, sign_in, alice, demo, screenshot):
+def test_operator_restores_with_a_preview_then_undoes(looks, page, live_server, sign_in, alice, demo, screenshot):
     alert = DriftAlert.objects.select_related("session").get(kind="repetition")
     session, target = alert.session, alert.last_good
     head_before = session.head_id
@@ -90,7 +79,7 @@ def test_operator_restores_with_a_preview_then_undoes(page, live_server, sign_in
     page.locator(f"#alert-{alert.pk}").get_by_role("link", name="Restore last good").click()
     expect(page.get_by_role("heading", name=re.compile(rf"Restore to #{target.seq}"))).to_be_visible()
     expect(page.get_by_text("tool calls the agent will no longer remember").first).to_be_visible()
-    looks(page, screenshot, "restore-preview")
+    looks("restore-preview")
     page.get_by_label("Reason").fill("looping on get_order")
     page.get_by_role("button", name="Restore", exact=True).click()
     page.wait_for_url(re.compile(rf"/sessions/{session.pk}/$"))
@@ -104,14 +93,14 @@ def test_operator_restores_with_a_preview_then_undoes(page, live_server, sign_in
     assert session.head.parent_id == head_before and session.restore_generation == 2
 
 
-def test_operator_forks_and_lands_on_the_new_session(page, live_server, sign_in, alice, demo, screenshot):
+def test_operator_forks_and_lands_on_the_new_session(looks, page, live_server, sign_in, alice, demo, screenshot):
     session = AgentSession.objects.get(external_id="scout-agent-memory")
     source = Checkpoint.objects.get(session=session, seq=6)
     sign_in(alice)
     page.goto(f"{live_server.url}/checkpoints/{source.pk}/fork/")
     title = page.get_by_label("Title")
     expect(title).to_have_value(re.compile(r"^Fork of .* at #6$"))
-    looks(page, screenshot, "fork")
+    looks("fork")
     title.fill("Memory survey, second attempt")
     page.get_by_role("button", name="Fork", exact=True).click()
     fork = AgentSession.objects.filter(forked_from=source)
@@ -120,12 +109,12 @@ def test_operator_forks_and_lands_on_the_new_session(page, live_server, sign_in,
     assert fork.get().title == "Memory survey, second attempt"
 
 
-def test_operator_acknowledges_an_alert(page, live_server, sign_in, alice, demo, screenshot):
+def test_operator_acknowledges_an_alert(looks, page, live_server, sign_in, alice, demo, screenshot):
     alert = DriftAlert.objects.get(kind="stalled")
     sign_in(alice)
     page.goto(f"{live_server.url}/alerts/")
     expect(page.get_by_role("heading", name="Drift alerts")).to_be_visible()
-    looks(page, screenshot, "alerts")
+    looks("alerts")
     row = page.locator(f"#alert-{alert.pk}")
     row.get_by_role("button", name="Acknowledge").click()
     expect(page.locator(f"#alert-{alert.pk}")).to_contain_text("by alice")
