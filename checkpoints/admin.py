@@ -52,6 +52,19 @@ class CappedCountPaginator(Paginator):
         return max(int(row[0]) if row else 0, self.cap)
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows nobody edits by hand: audit events are append-only, chunks belong to the store and GC."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 class BigTableAdmin(admin.ModelAdmin):
     paginator = CappedCountPaginator
     show_full_result_count = False
@@ -281,7 +294,7 @@ class CheckpointAdmin(BigTableAdmin):
 
 
 @admin.register(models.Chunk)
-class ChunkAdmin(BigTableAdmin):
+class ChunkAdmin(ReadOnlyAdmin, BigTableAdmin):
     """Read-only: garbage collection is what deletes chunks."""
 
     list_display = ["hash_hex", "raw_size", "stored_size", "is_patch", "created_at"]
@@ -291,15 +304,6 @@ class ChunkAdmin(BigTableAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[models.Chunk]:
         return super().get_queryset(request).defer("data").annotate(stored=Length("data"))
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="hash")
     def hash_hex(self, chunk: models.Chunk) -> str:
@@ -485,7 +489,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(models.AuditEvent)
-class AuditEventAdmin(BigTableAdmin):
+class AuditEventAdmin(ReadOnlyAdmin, BigTableAdmin):
     """Append-only: nothing here adds, changes or deletes an audit row."""
 
     list_display = ["created_at", "actor", "action", "project", "target", "reason"]
@@ -493,15 +497,6 @@ class AuditEventAdmin(BigTableAdmin):
     search_fields = ["=actor", "target"]
     raw_id_fields = ["actor_user", "actor_token", "project", "session", "checkpoint"]
     list_select_related = ["project"]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(models.WatchedSource)
