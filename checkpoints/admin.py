@@ -24,7 +24,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from . import cleanup, models, store
+from . import cleanup, jsoncodec, models, store
 from .jobs import run_job
 from .retention import apply_retention, describe, plan_retention
 from .services import Actor, acknowledge_alert, pin_checkpoint, record_audit, resolve_alert
@@ -263,7 +263,7 @@ class CheckpointAdmin(BigTableAdmin):
             data = store.load_state_json(bytes(checkpoint.root))
         except store.StateNotFound:
             return "(state missing from the store)"
-        text = orjson.dumps(orjson.loads(data), option=orjson.OPT_INDENT_2).decode()
+        text = jsoncodec.dumps(jsoncodec.loads(data), option=orjson.OPT_INDENT_2).decode()
         note = ""
         if len(text) > STATE_PREVIEW_BYTES:
             note = f"\n… truncated: {len(text):,} characters in all; the full state is in the console and the API."
@@ -471,12 +471,12 @@ class RetentionPolicyAdmin(admin.ModelAdmin):
 
 @admin.register(models.ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ["name", "project", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
+    list_display = ["name", "project", "prefix", "scopes", "created_at", "last_used_at", "revoked_at", "expires_at"]
     list_filter = ["project", ("revoked_at", admin.EmptyFieldListFilter), ("created_at", admin.DateFieldListFilter)]
     search_fields = ["name", "=prefix"]
     list_select_related = ["project"]
-    fields = ["name", "project", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
-    readonly_fields = ["project", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
+    fields = ["name", "project", "prefix", "scopes", "created_at", "last_used_at", "revoked_at", "expires_at"]
+    readonly_fields = ["project", "prefix", "scopes", "created_at", "last_used_at", "revoked_at", "expires_at"]
     actions = ["revoke"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -6,21 +6,23 @@ Bad input gets a 4xx with {"detail": …} and writes nothing.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any, Literal
+from collections.abc import Callable
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 import orjson
 from django.conf import settings
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
-from ninja import Field, NinjaAPI, Query, Schema
-from ninja.errors import HttpError
+from ninja import Field, NinjaAPI, Path, Query, Schema
+from ninja.errors import HttpError, ValidationError
 from ninja.parser import Parser
 from ninja.renderers import BaseRenderer
 from ninja.security import HttpBearer
-from pydantic import ConfigDict
+from ninja.throttling import BaseThrottle, SimpleRateThrottle
+from pydantic import AfterValidator, ConfigDict, model_validator
 
-from . import jsoncodec, phases, services, store
+from . import jsoncodec, limits, phases, services, store
 from .models import (
     AgentSession,
     AlertKind,
@@ -35,28 +37,52 @@ from .models import (
 )
 
 
-class PayloadTooLarge(Exception):
-    pass
-
-
 class StrictJSONParser(Parser):
-    """orjson, with NaN/Infinity refused, big integers kept exact, and the body size capped."""
+    """orjson, with NaN/Infinity refused, big integers kept exact; `read_api_body` has capped the size."""
 
     def parse_body(self, request: HttpRequest) -> Any:
-        limit = settings.CHECKPOINT_MAX_BODY_BYTES
-        if int(request.META.get("CONTENT_LENGTH") or 0) > limit or len(request.body) > limit:
-            raise PayloadTooLarge(f"request body is larger than {limit} bytes")
         data = jsoncodec.loads(request.body)
         if not isinstance(data, dict):
             raise jsoncodec.InvalidJSON("the request body must be a JSON object")
         return data
 
 
+def read_api_body(get_response: Callable[[HttpRequest], HttpResponse]) -> Callable[[HttpRequest], HttpResponse]:
+    """Middleware: API bodies are read here under the API's own limit (CHECKPOINT_MAX_BODY_BYTES).
+
+    Django's `request.body` would apply the console forms' DATA_UPLOAD_MAX_MEMORY_SIZE, and agents'
+    states are larger than forms. What is read is kept where `request.body` finds it.
+    """
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        if request.path_info.startswith(API_PATH) and request.method in ("POST", "PUT", "PATCH"):
+            limit = settings.CHECKPOINT_MAX_BODY_BYTES
+            length = request.META.get("CONTENT_LENGTH") or "0"
+            if not (length.isascii() and length.isdigit()):
+                return _error(400, "the Content-Length header is not a number")
+            if int(length) > limit:
+                return _error(413, f"request body is larger than {limit} bytes")
+            body = request.read(limit + 1)
+            if len(body) > limit:
+                return _error(413, f"request body is larger than {limit} bytes")
+            request._body = body  # noqa: SLF001 - where HttpRequest.body keeps what it read
+        return get_response(request)
+
+    return middleware
+
+
+API_PATH = "/api/"
+
+
+def _error(status: int, detail: str) -> HttpResponse:
+    return HttpResponse(orjson.dumps({"detail": detail}), status=status, content_type="application/json")
+
+
 class ORJSONRenderer(BaseRenderer):
     media_type = "application/json"
 
     def render(self, request: HttpRequest, data: Any, *, response_status: int) -> bytes:
-        return orjson.dumps(data, default=_json_default)
+        return jsoncodec.dumps(data, default=_json_default)
 
 
 def _json_default(value: Any) -> Any:
@@ -66,8 +92,43 @@ def _json_default(value: Any) -> Any:
 
 
 class TokenAuth(HttpBearer):
+    """A usable (not revoked, not expired) token of the project; `scope` is checked before the body is read."""
+
+    def __init__(self, scope: str = "read") -> None:
+        super().__init__()
+        self.scope = scope
+
     def authenticate(self, request: HttpRequest, token: str) -> ApiToken | None:
-        return services.authenticate_token(token)
+        found = services.authenticate_token(token)
+        if found is not None and not found.has_scope(self.scope):
+            raise HttpError(403, "this token is read-only")
+        return found
+
+
+WRITE = TokenAuth("write")
+
+
+class TokenRateThrottle(BaseThrottle):
+    """Requests per token when API_RATE_LIMIT is set (e.g. "600/min"), counted in the shared cache."""
+
+    def allow_request(self, request: HttpRequest) -> bool:
+        self.window: _TokenWindow | None = None
+        if not settings.API_RATE_LIMIT:
+            return True
+        self.window = _TokenWindow(settings.API_RATE_LIMIT)
+        return self.window.allow_request(request)
+
+    def wait(self) -> float | None:
+        return self.window.wait() if self.window else None
+
+
+class _TokenWindow(SimpleRateThrottle):
+    scope = "token"
+
+    def get_cache_key(self, request: HttpRequest) -> str:
+        token = getattr(request, "auth", None)
+        ident = f"{token.pk}" if isinstance(token, ApiToken) else self.get_ident(request)
+        return self.cache_format % {"scope": self.scope, "ident": ident}
 
 
 api = NinjaAPI(
@@ -75,25 +136,60 @@ api = NinjaAPI(
     version="1",
     description="Store, browse, diff, restore and fork the checkpoints of long-running agents.",
     auth=TokenAuth(),
+    throttle=TokenRateThrottle(),
     parser=StrictJSONParser(),
     renderer=ORJSONRenderer(),
     urls_namespace="api",
 )
 
+MAX_ERRORS = 20
+
 
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     cause = exc.__cause__
-    if isinstance(cause, PayloadTooLarge):
-        return api.create_response(request, {"detail": str(cause)}, status=413)
     if isinstance(cause, jsoncodec.InvalidJSON):
-        return api.create_response(request, {"detail": str(cause)}, status=400)
+        return _invalid_json(request, cause)
     return api.create_response(request, {"detail": exc.message}, status=exc.status_code)
+
+
+def _invalid_json(request: HttpRequest, exc: jsoncodec.InvalidJSON) -> HttpResponse:
+    if exc.path is None:
+        return api.create_response(request, {"detail": str(exc)}, status=400)
+    error = {"type": "value_error", "loc": ["body", *exc.path], "msg": str(exc)}
+    return api.create_response(request, {"detail": [error]}, status=422)
+
+
+@api.exception_handler(ValidationError)
+def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    """Field errors without the values sent (they may be huge), the first MAX_ERRORS of them and a count."""
+    errors = [
+        {key: _short(value) for key, value in error.items() if key in ("type", "loc", "msg")}
+        for error in exc.errors[:MAX_ERRORS]
+    ]
+    body: dict[str, Any] = {"detail": errors}
+    if len(exc.errors) > MAX_ERRORS:
+        body["error_count"] = len(exc.errors)
+    return api.create_response(request, body, status=422)
+
+
+def _short(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > 300:
+        return value[:299] + "…"
+    if isinstance(value, list | tuple):
+        return [_short(part) for part in value[:20]]
+    return value
 
 
 @api.exception_handler(services.InvalidState)
 def _invalid_state(request: HttpRequest, exc: services.InvalidState) -> HttpResponse:
     return api.create_response(request, {"detail": f"invalid state: {exc}"}, status=422)
+
+
+@api.exception_handler(services.InvalidInput)
+def _invalid_input(request: HttpRequest, exc: services.InvalidInput) -> HttpResponse:
+    error = {"type": "value_error", "loc": ["body", exc.field], "msg": str(exc)}
+    return api.create_response(request, {"detail": [error]}, status=422)
 
 
 @api.exception_handler(services.CheckpointError)
@@ -105,19 +201,62 @@ def _domain_error(request: HttpRequest, exc: services.CheckpointError) -> HttpRe
 
 
 class Strict(Schema):
+    """Unknown fields are refused, with one error for all of them (not one each: a body may hold millions)."""
+
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = [key for key in data if key not in cls.model_fields]
+            if unknown:
+                named = ", ".join(repr(key[:50]) for key in unknown[:10])
+                more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+                raise ValueError(f"unknown field(s): {named}{more}")
+        return data
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters (U+0000): identifiers are used in URLs and file names")
+    return value
+
+
+def _in_time_range(value: datetime) -> datetime:
+    try:
+        return limits.as_utc(value)
+    except limits.OutOfRange as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _json_value(value: Any) -> Any:
+    try:
+        jsoncodec.check_value(value, max_depth=settings.CHECKPOINT_MAX_DEPTH)
+    except jsoncodec.InvalidJSON as exc:
+        raise ValueError(str(exc)) from None
+    return value
 
 
 # A session id is one URL path segment: "/" would make it unreachable.
-EXTERNAL_ID = r"^[^/]+$"
+Identifier = Annotated[str, AfterValidator(_no_nul)]
+ExternalId = Annotated[Identifier, Field(min_length=1, max_length=200, pattern=r"^[^/]+$")]
+Timestamp = Annotated[datetime, AfterValidator(_in_time_range), Field(description=f"ISO 8601, {limits.TIME_RANGE}.")]
+Int32 = Annotated[int, Field(ge=limits.INT32_MIN, le=limits.INT32_MAX)]
+Count32 = Annotated[int, Field(ge=0, le=limits.INT32_MAX)]
+Count64 = Annotated[int, Field(ge=0, le=limits.INT64_MAX)]
+JSONObject = Annotated[dict[str, Any], AfterValidator(_json_value)]
+JSONList = Annotated[list[Any], AfterValidator(_json_value)]
+Reason = Annotated[str, Field(max_length=500)]  # the console's restore and resolve forms take as much
+LongText = Annotated[str, Field(max_length=100_000)]
 
 
 class SessionIn(Strict):
-    external_id: str = Field(min_length=1, max_length=200, pattern=EXTERNAL_ID)
-    agent: str = Field(min_length=1, max_length=200)
+    external_id: ExternalId
+    agent: Identifier = Field(min_length=1, max_length=200)
     title: str | None = Field(default=None, max_length=300)
-    execution_mode: str | None = Field(default=None, max_length=50)
-    metadata: dict[str, Any] | None = None
+    execution_mode: Identifier | None = Field(default=None, max_length=50)
+    metadata: JSONObject | None = None
 
 
 class CheckpointIn(Strict):
@@ -125,23 +264,20 @@ class CheckpointIn(Strict):
     kind: CheckpointKind = CheckpointKind.STEP
     state: Any = Field(description="Any JSON document: the agent's state at this point.")
     status: CheckpointStatus = CheckpointStatus.COMPLETED
-    status_reason: str = ""
-    step: int | None = None
-    phase: int | None = None
-    created_at: datetime | None = None
-    idempotency_key: str = Field(default="", max_length=200)
-    operation_id: str = Field(default="", max_length=200)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    status_reason: LongText = ""
+    step: Int32 | None = Field(default=None, description="May be negative (LangGraph's input checkpoint is -1).")
+    phase: Int32 | None = None
+    created_at: Timestamp | None = Field(default=None, description="Without an offset, UTC.")
+    idempotency_key: Identifier = Field(default="", max_length=200)
+    operation_id: Identifier = Field(default="", max_length=200)
+    metadata: JSONObject = Field(default_factory=dict)
 
     def to_input(self) -> services.CheckpointInput:
-        fields = self.model_dump(exclude={"session"})
-        if fields["created_at"] is not None and fields["created_at"].tzinfo is None:
-            fields["created_at"] = fields["created_at"].replace(tzinfo=UTC)  # agents' naive clocks are UTC
-        return services.CheckpointInput(**fields)
+        return services.CheckpointInput(**self.model_dump(exclude={"session"}))
 
 
 class BatchCheckpointIn(CheckpointIn):
-    session: str = Field(min_length=1, max_length=200, description="The session's external id.")
+    session: ExternalId = Field(description="The session's external id.")
 
 
 class BatchIn(Strict):
@@ -149,12 +285,12 @@ class BatchIn(Strict):
 
 
 class RestoreIn(Strict):
-    reason: str = ""
+    reason: Reason = ""
 
 
 class ForkIn(Strict):
     title: str = Field(default="", max_length=300)
-    external_id: str = Field(default="", max_length=200, pattern=r"^[^/]*$")
+    external_id: Identifier = Field(default="", max_length=200, pattern=r"^[^/]*$")
 
 
 class LiveStateIn(Strict):
@@ -265,7 +401,9 @@ class Detail(Schema):
     detail: Any
 
 
-ERRORS = {400: Detail, 401: Detail, 403: Detail, 404: Detail, 409: Detail, 413: Detail, 422: Detail}
+ERRORS = {400: Detail, 401: Detail, 403: Detail, 404: Detail, 409: Detail, 413: Detail, 422: Detail, 429: Detail}
+CheckpointId = Annotated[int, Path(ge=1, le=limits.INT64_MAX)]
+PhaseNumber = Annotated[int, Path(ge=0, le=limits.INT32_MAX)]
 
 # ---- helpers ---------------------------------------------------------------------------------
 
@@ -316,11 +454,6 @@ def _actor(request: HttpRequest) -> services.Actor:
     return services.Actor.for_token(_token(request))
 
 
-def _require_write(request: HttpRequest) -> None:
-    if not _token(request).has_scope("write"):
-        raise HttpError(403, "this token is read-only")
-
-
 def _session(request: HttpRequest, external_id: str) -> AgentSession:
     project = _token(request).project
     session = (
@@ -342,7 +475,7 @@ def _checkpoint(request: HttpRequest, checkpoint_id: int) -> Checkpoint:
 
 
 def _json(data: dict[str, Any], status: int = 200) -> HttpResponse:
-    return HttpResponse(orjson.dumps(data, default=_json_default), status=status, content_type="application/json")
+    return HttpResponse(jsoncodec.dumps(data, default=_json_default), status=status, content_type="application/json")
 
 
 def _with_state(data: dict[str, Any], root: bytes) -> HttpResponse:
@@ -354,10 +487,9 @@ def _with_state(data: dict[str, Any], root: bytes) -> HttpResponse:
 # ---- sessions --------------------------------------------------------------------------------
 
 
-@api.post("/sessions", response={200: SessionOut, 201: SessionOut, **ERRORS}, tags=["sessions"])
+@api.post("/sessions", response={200: SessionOut, 201: SessionOut, **ERRORS}, tags=["sessions"], auth=WRITE)
 def create_or_update_session(request: HttpRequest, payload: SessionIn) -> Any:
     """Create a session, or update the given fields of an existing one (200)."""
-    _require_write(request)
     session, created = services.upsert_session(_token(request).project, **payload.model_dump())
     session = AgentSession.objects.select_related("project", "head").get(pk=session.pk)
     return _json(session_dict(session), status=201 if created else 200)
@@ -391,10 +523,9 @@ def resume(request: HttpRequest, external_id: str) -> Any:
     return _with_state(data, session.head.root)
 
 
-@api.put("/sessions/{external_id}/live-state", response={200: LiveStateOut, **ERRORS}, tags=["sessions"])
+@api.put("/sessions/{external_id}/live-state", response={200: LiveStateOut, **ERRORS}, tags=["sessions"], auth=WRITE)
 def put_live_state(request: HttpRequest, external_id: str, payload: LiveStateIn) -> Any:
     """Heartbeat with the agent's current state; routine checkpoints are taken from it."""
-    _require_write(request)
     session = services.record_live_state(_session(request, external_id), state=payload.state)
     return {"session": external_id, "received_at": session.live_state_at, "live_root": bytes(session.live_root).hex()}
 
@@ -406,19 +537,18 @@ def put_live_state(request: HttpRequest, external_id: str, payload: LiveStateIn)
     "/sessions/{external_id}/checkpoints",
     response={200: CheckpointOut, 201: CheckpointOut, **ERRORS},
     tags=["checkpoints"],
+    auth=WRITE,
 )
 def create_checkpoint(request: HttpRequest, external_id: str, payload: CheckpointIn) -> Any:
     """201 with the new checkpoint; 200 with the original when the idempotency key was seen before."""
-    _require_write(request)
     session = _session(request, external_id)
     checkpoint, created = services.create_checkpoint(session, payload.to_input())
     return _json(checkpoint_dict(checkpoint, external_id), status=201 if created else 200)
 
 
-@api.post("/checkpoints/batch", response={201: BatchOut, **ERRORS}, tags=["checkpoints"])
+@api.post("/checkpoints/batch", response={201: BatchOut, **ERRORS}, tags=["checkpoints"], auth=WRITE)
 def create_batch(request: HttpRequest, payload: BatchIn) -> Any:
     """Many checkpoints, for one or more existing sessions, in order: all are stored or none."""
-    _require_write(request)
     project = _token(request).project
     wanted = list(dict.fromkeys(item.session for item in payload.checkpoints))
     sessions = {s.external_id: s for s in AgentSession.objects.filter(project=project, external_id__in=wanted)}
@@ -442,8 +572,8 @@ def list_checkpoints(
     name: str | None = None,
     kind: CheckpointKind | None = None,
     status: CheckpointStatus | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: Timestamp | None = None,
+    until: Timestamp | None = None,
     cursor: str | None = Query(None, description="next_cursor of the previous page"),
     limit: int = Query(100, ge=1, le=1000),
     order: Literal["asc", "desc"] = "asc",
@@ -452,7 +582,7 @@ def list_checkpoints(
     session = _session(request, external_id)
     qs = Checkpoint.objects.for_session(session).filtered(name=name, kind=kind, status=status, since=since, until=until)
     if cursor:
-        if not cursor.isdigit():
+        if not (cursor.isascii() and cursor.isdigit() and len(cursor) <= 10):
             raise HttpError(400, "cursor is not one this API returned")
         qs = qs.filter(seq__gt=int(cursor)) if order == "asc" else qs.filter(seq__lt=int(cursor))
     rows = list(qs.order_by("seq" if order == "asc" else "-seq").values(*_CHECKPOINT_FIELDS)[: limit + 1])
@@ -462,7 +592,7 @@ def list_checkpoints(
 
 
 @api.get("/checkpoints/{checkpoint_id}", response={200: CheckpointDetailOut, **ERRORS}, tags=["checkpoints"])
-def get_checkpoint(request: HttpRequest, checkpoint_id: int) -> Any:
+def get_checkpoint(request: HttpRequest, checkpoint_id: CheckpointId) -> Any:
     checkpoint = _checkpoint(request, checkpoint_id)
     return _with_state(checkpoint_dict(checkpoint, checkpoint.session.external_id), checkpoint.root)
 
@@ -472,26 +602,26 @@ def get_checkpoint(request: HttpRequest, checkpoint_id: int) -> Any:
     response={200: dict[str, Any], **ERRORS},
     tags=["checkpoints"],
 )
-def diff_checkpoints(request: HttpRequest, checkpoint_id: int, other_id: int) -> Any:
+def diff_checkpoints(request: HttpRequest, checkpoint_id: CheckpointId, other_id: CheckpointId) -> Any:
     """Structural diff from the first checkpoint to the second (they may be in different sessions)."""
     a, b = _checkpoint(request, checkpoint_id), _checkpoint(request, other_id)
     return _json({"from": a.pk, "to": b.pk, **services.diff_checkpoints(a, b).as_dict()})
 
 
-@api.post("/checkpoints/{checkpoint_id}/restore", response={201: CheckpointOut, **ERRORS}, tags=["checkpoints"])
-def restore(request: HttpRequest, checkpoint_id: int, payload: RestoreIn | None = None) -> Any:
+@api.post(
+    "/checkpoints/{checkpoint_id}/restore", response={201: CheckpointOut, **ERRORS}, tags=["checkpoints"], auth=WRITE
+)
+def restore(request: HttpRequest, checkpoint_id: CheckpointId, payload: RestoreIn | None = None) -> Any:
     """Restore: a new head sharing this checkpoint's state; nothing is deleted."""
-    _require_write(request)
     checkpoint = _checkpoint(request, checkpoint_id)
     reason = payload.reason if payload else ""
     restored = services.restore_checkpoint(checkpoint, actor=_actor(request), reason=reason)
     return _json(checkpoint_dict(restored, checkpoint.session.external_id), status=201)
 
 
-@api.post("/checkpoints/{checkpoint_id}/fork", response={201: SessionOut, **ERRORS}, tags=["checkpoints"])
-def fork(request: HttpRequest, checkpoint_id: int, payload: ForkIn | None = None) -> Any:
+@api.post("/checkpoints/{checkpoint_id}/fork", response={201: SessionOut, **ERRORS}, tags=["checkpoints"], auth=WRITE)
+def fork(request: HttpRequest, checkpoint_id: CheckpointId, payload: ForkIn | None = None) -> Any:
     """A new session whose first checkpoint shares this checkpoint's state."""
-    _require_write(request)
     checkpoint = _checkpoint(request, checkpoint_id)
     options = payload or ForkIn()
     session = services.fork_session(
@@ -507,14 +637,14 @@ def fork(request: HttpRequest, checkpoint_id: int, payload: ForkIn | None = None
 class PhaseIn(Strict):
     name: str | None = Field(default=None, min_length=1, max_length=200)
     status: PhaseStatus | None = None
-    started_at: datetime | None = None
-    completed_at: datetime | None = None
+    started_at: Timestamp | None = None
+    completed_at: Timestamp | None = None
     duration: float | None = Field(default=None, ge=0, description="Seconds.")
-    retry_count: int | None = Field(default=None, ge=0)
-    tokens_in: int | None = Field(default=None, ge=0)
-    tokens_out: int | None = Field(default=None, ge=0)
-    cost: float | None = Field(default=None, ge=0)
-    errors: list[Any] | None = None
+    retry_count: Count32 | None = None
+    tokens_in: Count64 | None = None
+    tokens_out: Count64 | None = None
+    cost: float | None = Field(default=None, ge=0, le=limits.COST_MAX)
+    errors: JSONList | None = None
 
 
 class PhaseOut(Schema):
@@ -533,15 +663,15 @@ class PhaseOut(Schema):
 
 
 class AgentOutputIn(Strict):
-    agent_name: str = Field(min_length=1, max_length=200)
+    agent_name: Identifier = Field(min_length=1, max_length=200)
     status: str = Field(default="", max_length=50)
-    content: str = Field(default="", description="Markdown.")
+    content: str = Field(default="", max_length=1_000_000, description="Markdown.")
     model: str = Field(default="", max_length=200)
-    tokens_in: int = Field(default=0, ge=0)
-    tokens_out: int = Field(default=0, ge=0)
-    tools_used: list[str] = Field(default_factory=list)
+    tokens_in: Count64 = 0
+    tokens_out: Count64 = 0
+    tools_used: list[Annotated[str, Field(max_length=200)]] = Field(default_factory=list, max_length=1000)
     duration: float | None = Field(default=None, ge=0, description="Seconds.")
-    error: str = ""
+    error: LongText = ""
 
 
 class AgentOutputOut(Schema):
@@ -574,25 +704,22 @@ def _phase(request: HttpRequest, external_id: str, number: int) -> Phase:
     return phase
 
 
-def _aware(moment: datetime | None) -> datetime | None:
-    return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
-
-
 def phase_dict(phase: Phase) -> dict[str, Any]:
     fields = ("number", "name", "status", "started_at", "completed_at", "duration", "retry_count", "tokens_in")
     data = {name: getattr(phase, name) for name in (*fields, "tokens_out", "errors")}
     return {"session": phase.session.external_id, **data, "cost": float(phase.cost)}
 
 
-@api.put("/sessions/{external_id}/phases/{number}", response={200: PhaseOut, 201: PhaseOut, **ERRORS}, tags=["phases"])
-def report_phase(request: HttpRequest, external_id: str, number: int, payload: PhaseIn) -> Any:
+@api.put(
+    "/sessions/{external_id}/phases/{number}",
+    response={200: PhaseOut, 201: PhaseOut, **ERRORS},
+    tags=["phases"],
+    auth=WRITE,
+)
+def report_phase(request: HttpRequest, external_id: str, number: PhaseNumber, payload: PhaseIn) -> Any:
     """Create (201, `name` required) or update (200) a phase; only the fields sent change."""
-    _require_write(request)
     session = _session(request, external_id)
     fields = payload.model_dump(exclude_unset=True)
-    for name in ("started_at", "completed_at"):
-        if name in fields:
-            fields[name] = _aware(fields[name])  # agents' naive clocks are UTC
     if any(value is None for name, value in fields.items() if name not in ("started_at", "completed_at", "duration")):
         raise HttpError(422, "only started_at, completed_at and duration may be null")
     phase, created = phases.report_phase(session, number, actor=_actor(request), **fields)
@@ -600,10 +727,14 @@ def report_phase(request: HttpRequest, external_id: str, number: int, payload: P
     return _json(phase_dict(phase), status=201 if created else 200)
 
 
-@api.post("/sessions/{external_id}/phases/{number}/outputs", response={201: AgentOutputOut, **ERRORS}, tags=["phases"])
-def add_phase_output(request: HttpRequest, external_id: str, number: int, payload: AgentOutputIn) -> Any:
+@api.post(
+    "/sessions/{external_id}/phases/{number}/outputs",
+    response={201: AgentOutputOut, **ERRORS},
+    tags=["phases"],
+    auth=WRITE,
+)
+def add_phase_output(request: HttpRequest, external_id: str, number: PhaseNumber, payload: AgentOutputIn) -> Any:
     """An agent's output for the phase (markdown), shown on the phase page."""
-    _require_write(request)
     phase = _phase(request, external_id, number)
     output = phases.add_agent_output(phase, actor=_actor(request), **payload.model_dump())
     data = {"id": output.pk, "session": external_id, "phase": number, "agent_name": output.agent_name}
@@ -611,7 +742,7 @@ def add_phase_output(request: HttpRequest, external_id: str, number: int, payloa
 
 
 @api.get("/sessions/{external_id}/phases/{number}/feedback", response={200: FeedbackOut, **ERRORS}, tags=["phases"])
-def get_phase_feedback(request: HttpRequest, external_id: str, number: int) -> Any:
+def get_phase_feedback(request: HttpRequest, external_id: str, number: PhaseNumber) -> Any:
     """The latest reviewer decision on the phase; 404 while there is none."""
     phase = _phase(request, external_id, number)
     latest = phase.feedback.order_by("-created_at", "-pk").first()

@@ -14,12 +14,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-import orjson
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from . import store
+from . import jsoncodec, store
 from .models import (
     AgentSession,
     AlertKind,
@@ -161,7 +160,7 @@ def _failed(call: dict[str, Any]) -> bool:
 
 def _action(call: dict[str, Any]) -> tuple[str, bytes]:
     name = call.get("tool_name") or call.get("name") or call.get("tool") or ""
-    return str(name), orjson.dumps(call.get("arguments"), option=orjson.OPT_SORT_KEYS)
+    return str(name), jsoncodec.canonical(call.get("arguments"))  # arguments may hold integers beyond 64 bits
 
 
 def _before(rows: list[Row], index: int) -> Row | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import orjson
@@ -23,7 +24,14 @@ def _may_hold_big_integers(data: bytes) -> bool:
 
 
 class InvalidJSON(ValueError):
-    """The document is not JSON this product accepts (syntax, NaN/Infinity, non-string keys, depth)."""
+    """The document is not JSON this product accepts (syntax, NaN/Infinity, non-string keys, depth).
+
+    `path` locates the offending value when the syntax was fine (keys and list indexes from the root).
+    """
+
+    def __init__(self, message: str, *, path: list[str | int] | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 def encode(value: Any) -> tuple[bytes, bool]:
@@ -38,6 +46,27 @@ def encode(value: Any) -> tuple[bytes, bool]:
     except (TypeError, ValueError) as exc:
         raise InvalidJSON(f"not JSON-serialisable: {exc}") from exc
     return text.encode("utf-8", "strict"), True
+
+
+def dumps(value: Any, *, default: Any = None, option: int | None = None) -> bytes:
+    """JSON for people and clients: orjson, with integers beyond 64 bits written exactly (as the store keeps them)."""
+    try:
+        return orjson.dumps(value, default=default, option=option)
+    except orjson.JSONEncodeError as exc:
+        if "64-bit" not in str(exc):
+            raise
+    return orjson.dumps(_big_ints_as_fragments(value), default=default, option=option)
+
+
+def _big_ints_as_fragments(value: Any) -> Any:
+    kind = type(value)
+    if kind is int and not -(2**63) <= value < 2**64:
+        return orjson.Fragment(str(value).encode())
+    if kind is dict:
+        return {key: _big_ints_as_fragments(item) for key, item in value.items()}
+    if kind is list or kind is tuple:
+        return [_big_ints_as_fragments(item) for item in value]
+    return value
 
 
 def canonical(value: Any) -> bytes:
@@ -64,11 +93,45 @@ def loads(data: bytes | str, *, exact: bool | None = None) -> Any:
     try:
         if not exact:
             return orjson.loads(data)
-        return json.loads(data, parse_constant=_reject_constant, parse_float=_finite_float)
+        value = json.loads(data, parse_constant=_reject_constant, parse_float=_finite_float)
     except InvalidJSON:
         raise
     except (ValueError, RecursionError, UnicodeDecodeError) as exc:
-        raise InvalidJSON(f"malformed JSON: {exc}") from exc
+        if not exact and "surrogate" in str(exc):
+            value = loads(data, exact=True)  # the standard library reads lone surrogates: find where
+        else:
+            raise InvalidJSON(f"malformed JSON: {exc}") from exc
+    if exact and _SURROGATE_ESCAPE.search(data):  # orjson refuses lone surrogates itself
+        _refuse_lone_surrogates(value)
+    return value
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _refuse_lone_surrogates(value: Any) -> None:
+    """Pairs became characters when parsed; a lone half cannot be stored as UTF-8 (I-JSON refuses it too)."""
+    stack: list[tuple[Any, list[str | int]]] = [(value, [])]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            if _has_surrogate(item):
+                raise InvalidJSON("a lone surrogate (\\ud800–\\udfff) is not a character", path=path)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if _has_surrogate(key):
+                    raise InvalidJSON("a lone surrogate (\\ud800–\\udfff) is not a character", path=[*path, key])
+                stack.append((child, [*path, key]))
+        elif isinstance(item, list):
+            stack.extend((child, [*path, index]) for index, child in enumerate(item))
 
 
 def check_value(value: Any, *, max_depth: int, depth: int = 0) -> None:

@@ -10,6 +10,9 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from . import limits
+from .fields import SafeCharField, SafeJSONField, SafeTextField
+
 
 class Project(models.Model):
     slug = models.SlugField(max_length=100, unique=True)
@@ -111,11 +114,11 @@ class AgentSession(models.Model):
     """One agent run. Named so as not to clash with django.contrib.sessions."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="sessions", db_index=False)
-    external_id = models.CharField(max_length=200, help_text="The agent's own session id, unique per project.")
-    agent = models.CharField(max_length=200, db_index=True)
-    title = models.CharField(max_length=300, blank=True)
+    external_id = SafeCharField(max_length=200, help_text="The agent's own session id, unique per project.")
+    agent = SafeCharField(max_length=200, db_index=True)
+    title = SafeCharField(max_length=300, blank=True)
     status = models.CharField(max_length=20, choices=SessionStatus.choices, default=SessionStatus.ACTIVE)
-    execution_mode = models.CharField(max_length=50, blank=True)
+    execution_mode = SafeCharField(max_length=50, blank=True)
     head = models.ForeignKey(
         "Checkpoint",
         null=True,
@@ -134,7 +137,7 @@ class AgentSession(models.Model):
         max_length=32, null=True, blank=True, help_text="Store address of the latest live state sent."
     )
     live_state_at = models.DateTimeField(null=True, blank=True)
-    metadata = models.JSONField(default=dict, blank=True)
+    metadata = SafeJSONField(default=dict, blank=True)
     source_path = models.CharField(max_length=1000, blank=True, help_text="The folder this session was imported from.")
     source_format = models.CharField(max_length=20, choices=SourceFormat.choices, blank=True)
     write_back = models.BooleanField(
@@ -259,10 +262,10 @@ class Checkpoint(models.Model):
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="checkpoints", db_index=False)
     seq = models.PositiveIntegerField()
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
-    name = models.CharField(max_length=200, blank=True)
+    name = SafeCharField(max_length=200, blank=True)
     kind = models.CharField(max_length=20, choices=CheckpointKind.choices, default=CheckpointKind.STEP)
     status = models.CharField(max_length=20, choices=CheckpointStatus.choices, default=CheckpointStatus.COMPLETED)
-    status_reason = models.TextField(blank=True)
+    status_reason = SafeTextField(blank=True)
     step = models.IntegerField(null=True, blank=True)
     phase = models.IntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now, help_text="The agent's clock.")
@@ -272,11 +275,11 @@ class Checkpoint(models.Model):
     raw_bytes = models.BigIntegerField(default=0, help_text="Size of the state as canonical JSON.")
     stored_bytes = models.BigIntegerField(default=0, help_text="New compressed bytes this checkpoint added.")
     pinned = models.BooleanField(default=False)
-    operation_id = models.CharField(max_length=200, blank=True)
+    operation_id = SafeCharField(max_length=200, blank=True)
     operation_done = models.BooleanField(default=False)
     expires_at = models.DateTimeField(null=True, blank=True)
-    idempotency_key = models.CharField(max_length=200, blank=True)
-    metadata = models.JSONField(default=dict, blank=True)
+    idempotency_key = SafeCharField(max_length=200, blank=True)
+    metadata = SafeJSONField(default=dict, blank=True)
 
     objects = CheckpointQuerySet.as_manager()
 
@@ -289,6 +292,11 @@ class Checkpoint(models.Model):
                 fields=["session", "idempotency_key"],
                 condition=~Q(idempotency_key=""),
                 name="checkpoint_idempotency_per_session",
+            ),
+            # every reader (psycopg, Python, the jobs) can load it, whatever offset the agent sent
+            models.CheckConstraint(
+                condition=Q(created_at__gte=limits.EARLIEST, created_at__lt=limits.LATEST),
+                name="checkpoint_created_at_in_range",
             ),
         ]
         indexes = [
@@ -347,7 +355,7 @@ class PhaseStatus(models.TextChoices):
 class Phase(models.Model):
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="phases", db_index=False)
     number = models.PositiveIntegerField()
-    name = models.CharField(max_length=200)
+    name = SafeCharField(max_length=200)
     status = models.CharField(max_length=20, choices=PhaseStatus.choices, default=PhaseStatus.PENDING)
     started_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
@@ -356,12 +364,21 @@ class Phase(models.Model):
     tokens_in = models.PositiveBigIntegerField(default=0)
     tokens_out = models.PositiveBigIntegerField(default=0)
     cost = models.DecimalField(max_digits=12, decimal_places=6, default=0)
-    errors = models.JSONField(default=list, blank=True)
-    metadata = models.JSONField(default=dict, blank=True)
+    errors = SafeJSONField(default=list, blank=True)
+    metadata = SafeJSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["session", "number"]
-        constraints = [models.UniqueConstraint(fields=["session", "number"], name="phase_number_per_session")]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "number"], name="phase_number_per_session"),
+            models.CheckConstraint(
+                condition=(
+                    Q(started_at__isnull=True) | Q(started_at__gte=limits.EARLIEST, started_at__lt=limits.LATEST)
+                )
+                & (Q(completed_at__isnull=True) | Q(completed_at__gte=limits.EARLIEST, completed_at__lt=limits.LATEST)),
+                name="phase_times_in_range",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"Phase {self.number}: {self.name}"
@@ -369,16 +386,16 @@ class Phase(models.Model):
 
 class AgentOutput(models.Model):
     phase = models.ForeignKey(Phase, on_delete=models.CASCADE, related_name="outputs")
-    agent_name = models.CharField(max_length=200)
-    status = models.CharField(max_length=50, blank=True)
-    content = models.TextField(blank=True, help_text="Markdown.")
-    model = models.CharField(max_length=200, blank=True)
+    agent_name = SafeCharField(max_length=200)
+    status = SafeCharField(max_length=50, blank=True)
+    content = SafeTextField(blank=True, help_text="Markdown.")
+    model = SafeCharField(max_length=200, blank=True)
     tokens_in = models.PositiveBigIntegerField(default=0)
     tokens_out = models.PositiveBigIntegerField(default=0)
-    tools_used = models.JSONField(default=list, blank=True)
+    tools_used = SafeJSONField(default=list, blank=True)
     duration = models.FloatField(null=True, blank=True, help_text="Seconds.")
-    error = models.TextField(blank=True)
-    error_details = models.JSONField(default=dict, blank=True)
+    error = SafeTextField(blank=True)
+    error_details = SafeJSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -401,12 +418,12 @@ class PhaseFeedback(models.Model):
     phase = models.ForeignKey(Phase, on_delete=models.CASCADE, related_name="feedback", db_index=False)
     reviewed = models.BooleanField(default=True)
     approved = models.BooleanField(default=False)
-    comments = models.TextField(blank=True)
-    requested_changes = models.JSONField(default=list, blank=True)
+    comments = SafeTextField(blank=True)
+    requested_changes = SafeJSONField(default=list, blank=True)
     action = models.CharField(max_length=30, choices=FeedbackAction.choices)
     retry_count = models.PositiveIntegerField(default=0)
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    reviewer_name = models.CharField(max_length=200, blank=True)
+    reviewer_name = SafeCharField(max_length=200, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -459,8 +476,8 @@ class DriftAlert(models.Model):
     checkpoint = models.ForeignKey(Checkpoint, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     kind = models.CharField(max_length=30, choices=AlertKind.choices)
     severity = models.CharField(max_length=20, choices=AlertSeverity.choices, default=AlertSeverity.WARNING)
-    message = models.TextField()
-    evidence = models.JSONField(default=dict, blank=True)
+    message = SafeTextField()
+    evidence = SafeJSONField(default=dict, blank=True)
     state = models.CharField(max_length=20, choices=AlertState.choices, default=AlertState.OPEN)
     opened_at = models.DateTimeField(default=timezone.now)
     acknowledged_by = models.ForeignKey(
@@ -531,8 +548,10 @@ class RetentionPolicy(models.Model):
 
 
 class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
-    def usable(self) -> ApiTokenQuerySet:
-        return self.filter(revoked_at__isnull=True)
+    def usable(self, *, now: datetime | None = None) -> ApiTokenQuerySet:
+        """Neither revoked nor expired."""
+        unexpired = Q(expires_at__isnull=True) | Q(expires_at__gt=now or timezone.now())
+        return self.filter(unexpired, revoked_at__isnull=True)
 
 
 class ApiToken(models.Model):
@@ -546,6 +565,7 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="After this the token gets 401; empty: never.")
 
     objects = ApiTokenQuerySet.as_manager()
 
@@ -563,14 +583,14 @@ class AuditEvent(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     actor_token = models.ForeignKey(ApiToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    actor = models.CharField(max_length=200, help_text="Who, as shown: a username, token:<name> or system.")
+    actor = SafeCharField(max_length=200, help_text="Who, as shown: a username, token:<name> or system.")
     action = models.CharField(max_length=50)
     project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     session = models.ForeignKey(AgentSession, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     checkpoint = models.ForeignKey(Checkpoint, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    target = models.CharField(max_length=300, blank=True)
-    reason = models.TextField(blank=True)
-    details = models.JSONField(default=dict, blank=True)
+    target = SafeCharField(max_length=300, blank=True)
+    reason = SafeTextField(blank=True)
+    details = SafeJSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -597,7 +617,7 @@ class WatchedSource(models.Model):
     enabled = models.BooleanField(default=True)
     seen = models.JSONField(default=dict, blank=True, help_text="File path → (size, mtime) already imported.")
     last_scan_at = models.DateTimeField(null=True, blank=True)
-    last_error = models.TextField(blank=True)
+    last_error = SafeTextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -619,13 +639,13 @@ class ImportJob(models.Model):
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="import_jobs")
     archive = models.CharField(max_length=1000, help_text="Where the upload is kept until imported.")
-    original_name = models.CharField(max_length=300)
+    original_name = SafeCharField(max_length=300)
     status = models.CharField(max_length=20, choices=ImportJobStatus.choices, default=ImportJobStatus.QUEUED)
     imported = models.PositiveIntegerField(default=0)
     skipped = models.PositiveIntegerField(default=0)
     error_count = models.PositiveIntegerField(default=0)
-    report = models.JSONField(default=dict, blank=True)
-    error = models.TextField(blank=True)
+    report = SafeJSONField(default=dict, blank=True)
+    error = SafeTextField(blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -663,8 +683,8 @@ class JobRun(models.Model):
     triggered_by = models.CharField(max_length=200, default="beat")
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
-    result = models.JSONField(default=dict, blank=True)
-    error = models.TextField(blank=True)
+    result = SafeJSONField(default=dict, blank=True)
+    error = SafeTextField(blank=True)
 
     objects = JobRunQuerySet.as_manager()
 

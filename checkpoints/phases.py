@@ -22,8 +22,9 @@ from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 
+from . import limits
 from .models import AgentOutput, AgentSession, FeedbackAction, Phase, PhaseFeedback, PhaseStatus, SourceFormat
-from .services import Actor, CheckpointError, InvalidState, record_audit
+from .services import Actor, CheckpointError, InvalidInput, InvalidState, check_json_field, record_audit
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,31 @@ PHASE_FIELDS = (
 )  # fmt: skip
 
 
+_INT_RANGES = {
+    "retry_count": (0, limits.INT32_MAX),
+    "tokens_in": (0, limits.INT64_MAX),
+    "tokens_out": (0, limits.INT64_MAX),
+}
+
+
+def _check_phase_fields(fields: dict[str, Any]) -> None:
+    """The API's schema checks these; importers and other callers get the same refusals."""
+    for name, value in fields.items():
+        if value is None:
+            continue
+        try:
+            if name in ("started_at", "completed_at"):
+                fields[name] = limits.as_utc(value)
+            elif name in _INT_RANGES:
+                limits.check_int(value, low=_INT_RANGES[name][0], high=_INT_RANGES[name][1])
+            elif name == "cost" and not 0 <= value <= limits.COST_MAX:
+                raise limits.OutOfRange(f"must be between 0 and {limits.COST_MAX}")
+        except limits.OutOfRange as exc:
+            raise InvalidInput(name, str(exc)) from None
+    if "errors" in fields:
+        check_json_field("errors", fields["errors"])
+
+
 @transaction.atomic
 def report_phase(session: AgentSession, number: int, *, actor: Actor, **fields: Any) -> tuple[Phase, bool]:
     """Create or update a phase from what the agent reports; only the given fields change."""
@@ -115,6 +141,7 @@ def report_phase(session: AgentSession, number: int, *, actor: Actor, **fields: 
         if not fields.get("name"):
             raise InvalidState(f"phase {number} is new: its name is required")
         phase = Phase(session=session, number=number)
+    _check_phase_fields(fields)
     for name, value in fields.items():
         setattr(phase, name, Decimal(str(value)) if name == "cost" else value)
     phase.save()

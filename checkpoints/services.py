@@ -11,15 +11,15 @@ import secrets
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Count, Max, Min, OuterRef, Subquery, Sum
 from django.utils import timezone
 
-from . import store
+from . import jsoncodec, limits, store
 from .diff import Diff, diff_states
 from .jsoncodec import InvalidJSON
 from .models import (
@@ -47,6 +47,18 @@ class InvalidState(CheckpointError):
     pass
 
 
+class InvalidInput(CheckpointError):
+    """A field's value is outside what can be stored (a time out of range, a step beyond 32 bits…)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class IdempotencyConflict(CheckpointError):
+    """An idempotency key seen before came with a different checkpoint."""
+
+
 class NothingToUndo(CheckpointError):
     pass
 
@@ -72,6 +84,9 @@ class Actor:
         return cls(label=f"token:{token.name}", token=token)
 
 
+TARGET_MAX = AuditEvent._meta.get_field("target").max_length
+
+
 def record_audit(
     actor: Actor,
     action: str,
@@ -94,7 +109,7 @@ def record_audit(
         project=project,
         session=session,
         checkpoint=checkpoint,
-        target=target or (str(checkpoint) if checkpoint else str(session) if session else ""),
+        target=(target or (str(checkpoint) if checkpoint else str(session) if session else ""))[:TARGET_MAX],
         reason=reason,
         details=details or {},
         created_at=now or timezone.now(),
@@ -124,6 +139,8 @@ def upsert_session(
     With `merge_metadata` the given keys are added to the stored ones (an incremental import must
     not drop what an earlier one recorded); otherwise they replace them.
     """
+    if metadata is not None:
+        check_json_field("metadata", metadata)
     if merge_metadata and metadata:
         stored = AgentSession.objects.filter(project=project, external_id=external_id).values_list(
             "metadata", flat=True
@@ -137,8 +154,18 @@ def upsert_session(
     return session, created
 
 
-def create_api_token(project: Project, *, name: str, read_only: bool = False) -> tuple[ApiToken, str]:
+@transaction.atomic
+def create_api_token(
+    project: Project,
+    *,
+    name: str,
+    read_only: bool = False,
+    expires_in: timedelta | None = None,
+    actor: Actor | None = None,
+    now: datetime | None = None,
+) -> tuple[ApiToken, str]:
     """Return the token row and its secret; the secret is shown once and only its hash is kept."""
+    now = now or timezone.now()
     prefix = secrets.token_hex(4)
     secret = f"cpk_{prefix}_{secrets.token_urlsafe(32)}"
     token = ApiToken.objects.create(
@@ -147,7 +174,18 @@ def create_api_token(project: Project, *, name: str, read_only: bool = False) ->
         prefix=prefix,
         token_hash=hash_token(secret),
         scopes=["read"] if read_only else ["read", "write"],
+        created_at=now,
+        expires_at=now + expires_in if expires_in else None,
     )
+    if actor is not None:
+        expires = token.expires_at.isoformat() if token.expires_at else None
+        record_audit(
+            actor,
+            "token_created",
+            project=project,
+            target=str(token),
+            details={"scopes": token.scopes, "expires_at": expires},
+        )
     return token, secret
 
 
@@ -157,11 +195,10 @@ def hash_token(secret: str) -> str:
 
 
 def authenticate_token(secret: str, *, now: datetime | None = None) -> ApiToken | None:
-    token = ApiToken.objects.usable().select_related("project").filter(token_hash=hash_token(secret)).first()
-    if token is not None:
-        now = now or timezone.now()
-        if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
-            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    now = now or timezone.now()
+    token = ApiToken.objects.usable(now=now).select_related("project").filter(token_hash=hash_token(secret)).first()
+    if token is not None and (token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60):
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
     return token
 
 
@@ -209,6 +246,7 @@ def ingest_checkpoints(
     now = now or timezone.now()
     results: list[tuple[Checkpoint, bool]] = []
     repeats: list[tuple[int, int]] = []
+    inputs: dict[int, CheckpointInput] = {}  # the first item of each idempotency key, by position
     with transaction.atomic():
         batch = store.ChunkBatch()
         planned: list[tuple[AgentSession, list[tuple[int, CheckpointInput, store.Saved]]]] = []
@@ -218,15 +256,20 @@ def ingest_checkpoints(
             new: list[tuple[int, CheckpointInput, store.Saved]] = []
             first_with_key: dict[str, int] = {}
             for item in items:
+                _check_input(item)
                 if item.idempotency_key in existing:
+                    _check_same_checkpoint(existing[item.idempotency_key], item)
                     results.append((existing[item.idempotency_key], False))
                     continue
                 if item.idempotency_key in first_with_key:  # repeated within this batch
-                    repeats.append((len(results), first_with_key[item.idempotency_key]))
+                    first = first_with_key[item.idempotency_key]
+                    _check_same_input(inputs[first], item)
+                    repeats.append((len(results), first))
                     results.append((None, False))  # type: ignore[arg-type]
                     continue
                 if item.idempotency_key:
                     first_with_key[item.idempotency_key] = len(results)
+                    inputs[len(results)] = item
                 try:
                     saved = store.save_state(item.state, base=base, batch=batch)
                 except InvalidJSON as exc:
@@ -250,6 +293,63 @@ def ingest_checkpoints(
     for position, first in repeats:
         results[position] = (results[first][0], False)
     return results
+
+
+def _check_input(item: CheckpointInput) -> None:
+    """What the API's schema checks, for every other caller too (importers, commands)."""
+    try:
+        if item.created_at is not None:
+            item.created_at = limits.as_utc(item.created_at)
+    except limits.OutOfRange as exc:
+        raise InvalidInput("created_at", str(exc)) from None
+    for name in ("step", "phase"):
+        try:
+            limits.check_int(getattr(item, name))
+        except limits.OutOfRange as exc:
+            raise InvalidInput(name, str(exc)) from None
+    check_json_field("metadata", item.metadata)
+
+
+def check_json_field(name: str, value: Any) -> None:
+    """A JSON column's value: plain JSON (any text, any integer) nested no deeper than the states may be."""
+    try:
+        jsoncodec.check_value(value, max_depth=settings.CHECKPOINT_MAX_DEPTH)
+    except InvalidJSON as exc:
+        raise InvalidInput(name, str(exc)) from None
+
+
+_COMPARED = ("name", "kind", "status", "status_reason", "step", "phase", "operation_id", "metadata")
+
+
+def _state_digest(state: Any) -> bytes:
+    try:
+        return store.digest(jsoncodec.encode(state)[0])
+    except InvalidJSON as exc:
+        raise InvalidState(str(exc)) from exc
+
+
+def _check_same_checkpoint(existing: Checkpoint, item: CheckpointInput) -> None:
+    """A retry must repeat its request: a different checkpoint under a used key is refused, not dropped."""
+    differ = [name for name in _COMPARED if getattr(existing, name) != getattr(item, name)]
+    if item.created_at is not None and item.created_at != existing.created_at:
+        differ.append("created_at")
+    if _state_digest(item.state) != bytes(existing.state_hash):
+        differ.append("state")
+    if differ:
+        raise IdempotencyConflict(
+            f"idempotency key {item.idempotency_key!r} was used for checkpoint #{existing.seq} with a different "
+            f"{', '.join(differ)}; send a new key for a new checkpoint"
+        )
+
+
+def _check_same_input(first: CheckpointInput, item: CheckpointInput) -> None:
+    differ = [name for name in (*_COMPARED, "created_at") if getattr(first, name) != getattr(item, name)]
+    if _state_digest(first.state) != _state_digest(item.state):
+        differ.append("state")
+    if differ:
+        raise IdempotencyConflict(
+            f"idempotency key {item.idempotency_key!r} appears twice in the batch with a different {', '.join(differ)}"
+        )
 
 
 def _alarming(item: CheckpointInput, saved: store.Saved) -> bool:
@@ -291,6 +391,7 @@ def _insert_checkpoints(
     results: list[tuple[int, Checkpoint, bool]] = []
     for position, item, saved in new:
         if item.idempotency_key and item.idempotency_key in taken:
+            _check_same_checkpoint(taken[item.idempotency_key], item)
             results.append((position, taken[item.idempotency_key], False))
             continue
         seq += 1
@@ -422,7 +523,22 @@ def undo_restore(session: AgentSession, *, actor: Actor, reason: str = "") -> Ch
     return restore_checkpoint(target, actor=actor, reason=reason or f"undo restore #{head.seq}")
 
 
-@transaction.atomic
+EXTERNAL_ID_MAX = AgentSession._meta.get_field("external_id").max_length
+TITLE_MAX = AgentSession._meta.get_field("title").max_length
+
+
+def _fork_id(source: AgentSession, number: int) -> str:
+    suffix = f"-fork-{number}"
+    return source.external_id[: EXTERNAL_ID_MAX - len(suffix)] + suffix
+
+
+def _fork_title(source: AgentSession, checkpoint: Checkpoint) -> str:
+    suffix = f" at #{checkpoint.seq}"
+    name = source.title or source.external_id
+    room = TITLE_MAX - len("Fork of ") - len(suffix)
+    return f"Fork of {name if len(name) <= room else name[: room - 1] + '…'}{suffix}"
+
+
 def fork_session(
     checkpoint: Checkpoint,
     *,
@@ -431,22 +547,38 @@ def fork_session(
     external_id: str = "",
     now: datetime | None = None,
 ) -> AgentSession:
-    """A new session starting from `checkpoint`; its first checkpoint shares the stored state (O(1))."""
+    """A new session starting from `checkpoint`; its first checkpoint shares the stored state (O(1)).
+
+    Without an id the fork is named `<source>-fork-<n>`; when a concurrent fork takes the name first,
+    the next number is tried.
+    """
+    source = checkpoint.session
+    if external_id:
+        try:
+            return _fork(checkpoint, actor=actor, title=title, external_id=external_id, now=now)
+        except IntegrityError:
+            raise CheckpointError(f"a session {external_id!r} already exists in {source.project}") from None
+    number = AgentSession.objects.filter(project=source.project, forked_from__session=source).count() + 1
+    for _ in range(100):
+        candidate = _fork_id(source, number)
+        if not AgentSession.objects.filter(project=source.project, external_id=candidate).exists():
+            try:
+                return _fork(checkpoint, actor=actor, title=title, external_id=candidate, now=now)
+            except IntegrityError:
+                pass  # taken by a concurrent fork since the check
+        number += 1
+    raise CheckpointError(f"no free fork id after {candidate!r}; name the fork")
+
+
+@transaction.atomic  # a savepoint when nested: a taken id leaves the caller's transaction usable
+def _fork(checkpoint: Checkpoint, *, actor: Actor, title: str, external_id: str, now: datetime | None) -> AgentSession:
     now = now or timezone.now()
     source = checkpoint.session
-    if not external_id:
-        forks = AgentSession.objects.filter(project=source.project, forked_from__session=source).count()
-        external_id = f"{source.external_id}-fork-{forks + 1}"
-        while AgentSession.objects.filter(project=source.project, external_id=external_id).exists():
-            forks += 1
-            external_id = f"{source.external_id}-fork-{forks + 1}"
-    elif AgentSession.objects.filter(project=source.project, external_id=external_id).exists():
-        raise CheckpointError(f"a session {external_id!r} already exists in {source.project}")
     fork = AgentSession.objects.create(
         project=source.project,
         external_id=external_id,
         agent=source.agent,
-        title=title or f"Fork of {source.title or source.external_id} at #{checkpoint.seq}",
+        title=title or _fork_title(source, checkpoint),
         execution_mode=source.execution_mode,
         forked_from=checkpoint,
         last_seq=1,
@@ -458,7 +590,7 @@ def fork_session(
     first = Checkpoint.objects.create(
         session=fork,
         seq=1,
-        name=f"fork of {source.external_id} #{checkpoint.seq}",
+        name=f"fork of {source.external_id} #{checkpoint.seq}"[: Checkpoint._meta.get_field("name").max_length],
         kind=CheckpointKind.FORK,
         status=CheckpointStatus.COMPLETED,
         step=checkpoint.step,

@@ -66,6 +66,7 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "checkpoints.api.read_api_body",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -172,6 +173,18 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.request": {"level": "ERROR"}},
 }
+
+# The shared cache (API rate limits): CACHE_URL, else the Redis broker, else files under var/ (one host).
+CACHE_URL = os.environ.get("CACHE_URL") or (
+    os.environ.get("CELERY_BROKER_URL", "") if os.environ.get("CELERY_BROKER_URL", "").startswith("redis") else ""
+)
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+    if CACHE_URL
+    else {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(VAR_DIR / "cache")}
+}
+# Requests per API token, e.g. "600/min" (s, min, hour, day); empty: no limit.
+API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "")
 
 # Checkpoint store limits (bad input beyond these gets a 4xx and writes nothing).
 CHECKPOINT_MAX_DEPTH = env_int("CHECKPOINT_MAX_DEPTH", 200)

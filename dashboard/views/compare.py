@@ -16,6 +16,7 @@ import orjson
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
+from checkpoints import jsoncodec
 from checkpoints.diff import Diff, DiffEntry
 from checkpoints.services import diff_checkpoints
 
@@ -109,7 +110,7 @@ def present_value(value: Any) -> Value:
     if isinstance(value, str) and "\n" in value:
         text = value  # multi-line text reads better unquoted
     else:
-        text = orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
+        text = jsoncodec.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
     size = len(text)
     clipped = size > VALUE_MAX
     text = text[:VALUE_MAX] if clipped else text

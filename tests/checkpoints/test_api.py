@@ -112,7 +112,7 @@ def test_create_returns_201_and_the_checkpoint(session, api):
 
 def test_repeating_an_idempotency_key_returns_the_original_with_200(session, api):
     first = create(api, {"n": 1}, idempotency_key="k1")
-    again = create(api, {"n": 999}, idempotency_key="k1")
+    again = create(api, {"n": 1}, idempotency_key="k1")
     assert (first.status_code, again.status_code) == (201, 200)
     assert again.json()["id"] == first.json()["id"]
     assert Checkpoint.objects.count() == 1

@@ -103,11 +103,20 @@ def test_created_checkpoint_reads_back_with_the_same_state(cp, run):
 
 def test_repeating_an_idempotency_key_returns_the_original(cp, run):
     first = cp.create(run, {"a": 1}, idempotency_key="step-1")
-    again = cp.create(run, {"a": 2}, idempotency_key="step-1")
+    again = cp.create(run, {"a": 1}, idempotency_key="step-1")
 
     assert again["id"] == first["id"]
     assert cp.get_session(run)["checkpoint_count"] == 1
     assert cp.get(first["id"])["state"] == {"a": 1}
+
+
+def test_reusing_an_idempotency_key_for_another_state_raises_409(cp, run):
+    cp.create(run, {"a": 1}, idempotency_key="step-1")
+    with pytest.raises(CheckpointAPIError) as refused:
+        cp.create(run, {"a": 2}, idempotency_key="step-1")
+
+    assert refused.value.status == 409
+    assert "different state" in refused.value.detail
 
 
 def test_session_id_with_a_space_is_one_path_segment(cp):

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import re
+from datetime import timedelta
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from checkpoints import services
 
@@ -14,19 +16,32 @@ class Command(BaseCommand):
         parser.add_argument("--project", required=True, help="project slug")
         parser.add_argument("--name", required=True, help="what the token is for, e.g. the agent's name")
         parser.add_argument("--read-only", action="store_true", help="the token can read but not write")
+        parser.add_argument(
+            "--expires-in", type=_duration, help="e.g. 90d, 12h or 30m; after that the token gets 401 (default: never)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         project = services.get_or_create_project(options["project"])
-        token, secret = services.create_api_token(project, name=options["name"], read_only=options["read_only"])
-        services.record_audit(
-            services.Actor.system("create_api_token"),
-            "token_created",
-            project=project,
-            target=str(token),
-            details={"scopes": token.scopes},
+        token, secret = services.create_api_token(
+            project,
+            name=options["name"],
+            read_only=options["read_only"],
+            expires_in=options["expires_in"],
+            actor=services.Actor.system("create_api_token"),
         )
+        expiry = f", expires {token.expires_at:%Y-%m-%d %H:%M} UTC" if token.expires_at else ""
         self.stderr.write(
-            f"Token {token.name!r} for project {project.slug!r} ({', '.join(token.scopes)}). "
+            f"Token {token.name!r} for project {project.slug!r} ({', '.join(token.scopes)}{expiry}). "
             "It is shown once; only its hash is stored."
         )
         self.stdout.write(secret)
+
+
+_UNITS = {"d": "days", "h": "hours", "m": "minutes"}
+
+
+def _duration(text: str) -> timedelta:
+    match = re.fullmatch(r"(\d{1,6})([dhm])", text.strip())
+    if not match:
+        raise CommandError(f"--expires-in {text!r}: use a number and d, h or m, e.g. 90d")
+    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
