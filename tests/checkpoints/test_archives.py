@@ -87,3 +87,61 @@ def test_other_file_types_are_refused(tmp_path):
     archive.write_bytes(b"x")
     with pytest.raises(UnsafeArchive, match="only .zip"):
         extract(archive, tmp_path / "out")
+
+
+# ---- regressions from issue #9 (item 6) -----------------------------------------------------------
+
+import struct  # noqa: E402
+
+
+def patch_zip(archive: Path, *, method: int | None = None, flags: int = 0) -> Path:
+    """Rewrite each member's compression method and/or set flag bits in both its headers, as another tool might."""
+    data = bytearray(archive.read_bytes())
+    with zipfile.ZipFile(archive) as zipped:
+        infos, position = zipped.infolist(), zipped.start_dir
+    for info in infos:
+        struct.pack_into("<H", data, info.header_offset + 6, info.flag_bits | flags)
+        if method is not None:
+            struct.pack_into("<H", data, info.header_offset + 8, method)
+    while data[position : position + 4] == b"PK\x01\x02":
+        struct.pack_into("<H", data, position + 8, struct.unpack_from("<H", data, position + 8)[0] | flags)
+        if method is not None:
+            struct.pack_into("<H", data, position + 10, method)
+        name, extra, comment = struct.unpack_from("<HHH", data, position + 28)
+        position += 46 + name + extra + comment
+    archive.write_bytes(bytes(data))
+    return archive
+
+
+def test_200_members_of_exactly_one_mib_in_a_small_zip_are_refused_before_anything_is_written(tmp_path):
+    archive = make_zip(tmp_path / "bomb.zip", {f"f{n}.json": bytes(1024 * 1024) for n in range(200)})
+    assert archive.stat().st_size < 300_000  # ≈ 930× once unpacked
+    out = tmp_path / "out"
+    with pytest.raises(UnsafeArchive, match="bomb"):
+        extract(archive, out)
+    assert not out.exists() or not any(out.rglob("*"))
+
+
+def test_a_zip_member_with_compression_method_99_is_refused_with_a_sentence(tmp_path):
+    archive = patch_zip(make_zip(tmp_path / "aes.zip", {"a.json": b"{}"}), method=99)
+    with pytest.raises(UnsafeArchive, match="compression method"):
+        extract(archive, tmp_path / "out")
+
+
+def test_a_file_and_a_folder_of_the_same_name_are_refused(tmp_path):
+    archive = make_zip(tmp_path / "clash.zip", {"a": b"{}", "a/b": b"{}"})
+    with pytest.raises(UnsafeArchive, match="both a file and a folder"):
+        extract(archive, tmp_path / "out")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*"))
+
+
+def test_a_tar_refusal_never_shows_a_server_path(tmp_path):
+    def add(tarred):  # type: ignore[no-untyped-def]
+        file_member(tarred, "a", b"{}")
+        file_member(tarred, "a/b", b"{}")
+        file_member(tarred, "x" * 300, b"{}")
+
+    out = tmp_path / "out"
+    with pytest.raises(UnsafeArchive) as refused:
+        extract(make_tar(tmp_path / "paths.tar.gz", add), out)
+    assert str(tmp_path) not in str(refused.value) and "out/" not in str(refused.value)

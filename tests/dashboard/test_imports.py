@@ -508,3 +508,77 @@ def test_download_of_an_unknown_session_is_404(client, alice):
 def test_user_without_a_role_cannot_download(client, nobody, ares_session):
     client.force_login(nobody)
     assert client.get(export_url(ares_session, "ares")).status_code == 403
+
+
+# ---- regressions from issue #9 (item 6) -----------------------------------------------------------
+
+import os  # noqa: E402
+import struct  # noqa: E402
+import sys  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+
+_WRITES: list[list[str]] = []  # the open recorders; an audit hook cannot be removed, so it is added once
+
+
+def _record_writes(event: str, args: tuple) -> None:  # type: ignore[type-arg]
+    if _WRITES and event == "open" and isinstance(args[0], str | bytes | os.PathLike):
+        mode, flags = args[1], args[2]
+        if (mode and set(str(mode)) & set("wxa+")) or (not mode and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)):
+            _WRITES[-1].append(os.fsdecode(args[0]))
+
+
+sys.addaudithook(_record_writes)
+
+
+@pytest.fixture
+def files_written() -> Iterator[list[str]]:
+    """Every file this process opens for writing while the test runs (Python's audit hook: no mock)."""
+    _WRITES.append([])
+    yield _WRITES[-1]
+    _WRITES.pop()
+
+
+def test_a_zip_of_200_members_of_one_mib_is_refused_on_the_form(client, alice, tmp_path, var_dir):
+    archive = write_zip(tmp_path / "bomb.zip", {f"f{n}.json": bytes(1024 * 1024) for n in range(200)})
+    client.force_login(alice)
+    response = upload(client, archive)
+    assert response.status_code == 200
+    assert "bomb" in response.content.decode()
+    assert not ImportJob.objects.exists()
+    assert uploads(var_dir) == []
+
+
+@pytest.mark.parametrize(
+    ("members", "message"),
+    [({"a": b"{}", "a/b": b"{}"}, "both a file and a folder"), ({"a.json": b"{}"}, "compression method")],
+)
+def test_a_file_folder_clash_or_method_99_is_a_form_error_not_a_500(client, alice, tmp_path, members, message):
+    archive = write_zip(tmp_path / "odd.zip", members)
+    if "a.json" in members:
+        data = bytearray(archive.read_bytes())
+        struct.pack_into("<H", data, 8, 99)  # the only local header
+        struct.pack_into("<H", data, data.rindex(b"PK\x01\x02") + 10, 99)  # the only central directory entry
+        archive.write_bytes(bytes(data))
+    client.force_login(alice)
+    response = upload(client, archive)
+    assert response.status_code == 200
+    assert message in response.content.decode()
+    assert not ImportJob.objects.exists()
+
+
+def test_an_accepted_upload_is_unpacked_once_by_the_task_and_not_while_checking(
+    client, alice, tmp_path, var_dir, files_written, django_capture_on_commit_callbacks
+):
+    archive = zip_folder(ARES, tmp_path / "runs.zip")
+    members = len(zipfile.ZipFile(archive).namelist())
+    client.force_login(alice)
+    with django_capture_on_commit_callbacks() as callbacks:
+        upload(client, archive)
+    job = ImportJob.objects.get()
+    assert [path for path in files_written if path.startswith(str(var_dir))] == [job.archive]  # the upload only
+    files_written.clear()
+    for callback in callbacks:
+        callback()
+    unpacked = [path for path in files_written if path.startswith(str(var_dir))]
+    assert len(unpacked) == len(set(unpacked)) == members
+    assert ImportJob.objects.get().status == ImportJobStatus.DONE
