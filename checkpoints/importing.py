@@ -69,11 +69,13 @@ def import_path(
     write_back: bool = False,
     record_source: bool = True,
     progress: Callable[[ImportReport], None] | None = None,
+    label: str | None = None,
 ) -> ImportReport:
     """Import a file or a folder tree. A dry run reads and stores everything, then rolls it all back.
 
     Each session remembers the folder and format it came from (unless `record_source` is off, as for
     a temporary folder); with `write_back`, a restore of it is also written back there in that format.
+    `label` names the source in the audit log instead of its path (an upload's name, not a temporary folder).
     """
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
@@ -96,7 +98,7 @@ def import_path(
                 actor,
                 "import",
                 project=project,
-                target=str(path),
+                target=label or str(path),
                 details={"imported": report.imported, "skipped": report.skipped, "errors": len(report.errors)},
             )
     return report

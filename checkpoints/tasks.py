@@ -21,7 +21,13 @@ from .models import ImportJob, ImportJobStatus
 
 @shared_task(acks_late=True, time_limit=3600, soft_time_limit=3500)
 def import_archive(job_id: int) -> dict[str, object]:
-    """Unpack an uploaded archive and import it, keeping the job's counts current for the progress bar."""
+    """Unpack an uploaded archive once and import it, keeping the job's counts current for the progress bar.
+
+    The upload's index was checked while the operator waited; `extract` checks it again (the stored
+    file is what gets unpacked) and counts the real bytes, so a lying header fails the job with its
+    sentence and nothing is imported. A redelivered message finds the job done and changes nothing;
+    one for a job whose worker died imports again, and the idempotency keys add nothing twice.
+    """
     claimed = ImportJob.objects.filter(pk=job_id, status=ImportJobStatus.QUEUED).update(
         status=ImportJobStatus.RUNNING, started_at=timezone.now()
     )
@@ -29,6 +35,7 @@ def import_archive(job_id: int) -> dict[str, object]:
     if not claimed and job.status != ImportJobStatus.RUNNING:
         return job.report  # done already: a redelivered message changes nothing
     actor = services.Actor.for_user(job.created_by) if job.created_by else services.Actor.system("upload")
+    archive = Path(job.archive)
     workdir = Path(tempfile.mkdtemp(prefix="import-", dir=settings.VAR_DIR))
 
     def progress(report: ImportReport) -> None:
@@ -37,19 +44,20 @@ def import_archive(job_id: int) -> dict[str, object]:
         )
 
     try:
-        extract(Path(job.archive), workdir)
-        report = import_path(workdir, project=job.project, actor=actor, record_source=False, progress=progress)
-    except (UnsafeArchive, OSError) as exc:
-        ImportJob.objects.filter(pk=job_id).update(
-            status=ImportJobStatus.FAILED, error=str(exc), finished_at=timezone.now()
+        extract(archive, workdir)
+        report = import_path(
+            workdir, project=job.project, actor=actor, record_source=False, progress=progress, label=job.original_name
         )
-        Path(job.archive).unlink(missing_ok=True)
-        return {"error": str(exc)}
+    except (UnsafeArchive, OSError) as exc:
+        message = str(exc) if isinstance(exc, UnsafeArchive) else f"The import stopped: {exc.strerror or 'I/O error'}."
+        ImportJob.objects.filter(pk=job_id).update(
+            status=ImportJobStatus.FAILED, error=message, finished_at=timezone.now()
+        )
+        archive.unlink(missing_ok=True)
+        return {"error": message}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    result = report.as_dict()
-    for error in result["errors"]:  # paths inside the temporary folder mean nothing to the uploader
-        error["path"] = error["path"].replace(str(workdir) + "/", "")
+    result = _without_folder(report.as_dict(), workdir)
     ImportJob.objects.filter(pk=job_id).update(
         status=ImportJobStatus.DONE,
         imported=report.imported,
@@ -58,7 +66,15 @@ def import_archive(job_id: int) -> dict[str, object]:
         report=result,
         finished_at=timezone.now(),
     )
-    Path(job.archive).unlink(missing_ok=True)
+    archive.unlink(missing_ok=True)
+    return result
+
+
+def _without_folder(result: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The report with the temporary folder cut from its paths and messages: it means nothing to the uploader."""
+    for error in result["errors"]:
+        for key in ("path", "error"):
+            error[key] = error[key].replace(f"{folder}/", "").replace(str(folder), "the archive")
     return result
 
 

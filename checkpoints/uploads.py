@@ -1,17 +1,21 @@
-"""Uploaded archives of checkpoint files: kept, checked while the operator waits, then imported by a task."""
+"""Uploaded archives of checkpoint files: kept, checked while the operator waits, then imported by a task.
+
+The check reads the archive's index only (`archives.check`: nothing is unpacked), so a refusal comes
+back at once; the `import_archive` task then unpacks that same stored file exactly once, running the
+same check again first and counting the real bytes it writes. Unpacking while the operator waits
+would write every byte twice and keep a web process busy for what a worker is there for.
+"""
 
 from __future__ import annotations
 
 import secrets
-import shutil
-import tempfile
 from pathlib import Path
 
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 
-from .archives import UnsafeArchive, archive_suffix, extract
+from .archives import UnsafeArchive, archive_suffix, check
 from .models import ImportJob
 from .services import Actor, get_or_create_project, record_audit
 from .tasks import import_archive
@@ -19,16 +23,20 @@ from .tasks import import_archive
 
 def queue_import(upload: UploadedFile, *, project_slug: str, actor: Actor) -> ImportJob:
     """Keep the upload, refuse it if unpacking it is unsafe (UnsafeArchive), else queue its import job."""
-    archive = _save_upload(upload)
     try:
-        _check_archive(archive)
+        archive = _save_upload(upload)
+    except OSError as exc:  # a full disk, say: the operator gets a sentence, not a server error
+        raise UnsafeArchive(f"The server could not store the upload: {exc.strerror or 'write failed'}.") from None
+    try:
+        index = check(archive)
         with transaction.atomic():
             project = get_or_create_project(project_slug)
             name = Path(upload.name or archive.name).name[:300]
             job = ImportJob.objects.create(
                 project=project, archive=str(archive), original_name=name, created_by=actor.user
             )
-            record_audit(actor, "upload", project=project, target=name, details={"job": job.pk, "bytes": upload.size})
+            details = {"job": job.pk, "bytes": upload.size, "files": len(index.files), "unpacked": index.declared_bytes}
+            record_audit(actor, "upload", project=project, target=name, details=details)
             transaction.on_commit(lambda: import_archive.delay(job.pk))
     except BaseException:
         archive.unlink(missing_ok=True)
@@ -45,13 +53,3 @@ def _save_upload(upload: UploadedFile) -> Path:
         for chunk in upload.chunks():
             out.write(chunk)
     return path
-
-
-def _check_archive(archive: Path) -> None:
-    """A dry run of the task's unpacking, into a scratch folder that is removed again."""
-    scratch = Path(tempfile.mkdtemp(prefix="upload-check-", dir=settings.VAR_DIR))
-    try:
-        if extract(archive, scratch) == 0:
-            raise UnsafeArchive("refused: the archive holds no files")
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)

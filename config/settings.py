@@ -206,6 +206,12 @@ DRIFT_STATE_MAX_BYTES = env_int("DRIFT_STATE_MAX_BYTES", 8 * 1024 * 1024)  # con
 DRIFT_ROUTINE_GRACE_MINUTES = env_int("DRIFT_ROUTINE_GRACE_MINUTES", 5)
 ROUTINE_INTERVAL_MINUTES = env_int("ROUTINE_INTERVAL_MINUTES", 30)
 IMPORT_UPLOAD_MAX_BYTES = env_int("IMPORT_UPLOAD_MAX_BYTES", 512 * 1024 * 1024)
+# Uploaded archives (checkpoints/archives.py), checked from their index before anything is unpacked.
+IMPORT_ARCHIVE_MAX_BYTES = env_int("IMPORT_ARCHIVE_MAX_BYTES", 2 * 1024**3)  # unpacked, all members together
+IMPORT_ARCHIVE_MAX_RATIO = env_int("IMPORT_ARCHIVE_MAX_RATIO", 100)  # unpacked ÷ packed: archive, and zip member
+IMPORT_ARCHIVE_MAX_MEMBERS = env_int("IMPORT_ARCHIVE_MAX_MEMBERS", 100_000)  # files and folders
+IMPORT_ARCHIVE_MAX_DEPTH = env_int("IMPORT_ARCHIVE_MAX_DEPTH", 32)  # folders above one member
+IMPORT_ARCHIVE_MAX_NAME_LENGTH = env_int("IMPORT_ARCHIVE_MAX_NAME_LENGTH", 1024)  # characters in one member's path
 # Storage GC never deletes chunks younger than this (ingest writes chunks before the checkpoint row).
 GC_GRACE_MINUTES = env_int("GC_GRACE_MINUTES", 60)
 

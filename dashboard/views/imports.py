@@ -1,9 +1,10 @@
 """Uploading archives of checkpoint files, following their import jobs, and downloading a session in a format.
 
-An upload is unpacked once into a scratch folder before anything is queued, so a dangerous archive
-(path traversal, links, too many files, too big, a zip bomb) is refused while the operator waits, with
-`archives.extract`'s own message. The import itself runs as the `import_archive` Celery task; its job
-page polls a partial every second until the job is finished.
+An upload's index is checked before anything is queued (`archives.check`, which unpacks nothing), so a
+dangerous or unreadable archive (path traversal, links, clashing names, too many members or bytes, a
+compression bomb, an encrypted or damaged zip) is refused on the form while the operator waits, with
+the check's own sentence. The `import_archive` Celery task then unpacks that stored file once and
+imports it; its job page polls a partial every second until the job is finished.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from django_htmx.http import HttpResponseStopPolling
 
 from checkpoints import formats
-from checkpoints.archives import UnsafeArchive
+from checkpoints.archives import Limits, UnsafeArchive
 from checkpoints.models import AgentSession, ImportJob, Project
 from checkpoints.services import Actor, record_audit
 from checkpoints.uploads import queue_import
@@ -59,6 +60,7 @@ def import_upload(request: HtmxHttpRequest) -> HttpResponse:
         "project_slugs": Project.objects.values_list("slug", flat=True),
         "jobs": ImportJob.objects.select_related("project", "created_by")[:RECENT_JOBS],
         "format_names": formats.NAMES,
+        "limits": Limits.from_settings(),
     }
     return render(request, "dashboard/import_upload.html", context)
 

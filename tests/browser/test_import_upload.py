@@ -12,6 +12,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from checkpoints.models import ImportJob, ImportJobStatus
+from tests.checkpoints.archive_kit import make_zip, patch_zip
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -111,3 +112,28 @@ def test_job_page_polls_until_the_job_finishes(page, live_server, sign_in, alice
     finished_at = len(polls)
     page.wait_for_timeout(2500)
     assert len(polls) == finished_at  # polling stopped
+
+
+def test_a_bomb_is_refused_on_the_form_and_a_forged_zip_fails_its_job_with_a_sentence(
+    page, live_server, sign_in, alice, tmp_path, screenshot
+):
+    bomb = make_zip(tmp_path / "bomb.zip", {f"f{n}.json": bytes(1024 * 1024) for n in range(200)})
+    sign_in(alice)
+    page.goto(f"{live_server.url}{reverse('dashboard:import_upload')}")
+    page.get_by_label("Archive").set_input_files(bomb)
+    page.get_by_role("button", name="Upload and import").click()
+    expect(page.get_by_role("alert")).to_contain_text(
+        "× its compressed size, more than the limit of 100× (a zip bomb?)"
+    )
+    screenshot("import-refused-bomb")
+    assert not ImportJob.objects.exists()
+
+    forged = patch_zip(ares_zip(tmp_path), size=lambda n: n // 2)  # the index passes; the data holds more
+    page.get_by_label("Archive").set_input_files(forged)
+    page.get_by_role("button", name="Upload and import").click()
+    expect(page.get_by_role("heading", name="Import failed")).to_be_visible()
+    expect(page.get_by_role("alert")).to_have_text(
+        "Refused: the zip archive is damaged or truncated and cannot be read."
+    )
+    screenshot("import-failed-forged")
+    assert ImportJob.objects.get().status == ImportJobStatus.FAILED

@@ -1,19 +1,40 @@
 from __future__ import annotations
 
 import io
+import json
+import os
+import shutil
+import sys
 import tarfile
+import tempfile
 import zipfile
+from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
+import hypothesis
 import pytest
-from django.test import Client
+from django.test import Client, TestCase, override_settings
 from django.urls import reverse
 from django.utils import timezone
+from hypothesis import HealthCheck, given
+from hypothesis import strategies as st
 
 from checkpoints import formats
 from checkpoints.importing import import_path
 from checkpoints.models import AgentSession, AuditEvent, Checkpoint, ImportJob, ImportJobStatus, Project
 from checkpoints.services import Actor, get_or_create_project
+from checkpoints.tasks import import_archive
+from tests.checkpoints.archive_kit import (
+    SMALL,
+    hostile_archives,
+    make_tar,
+    make_zip,
+    patch_zip,
+    plausible_archives,
+    tar_entry,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ARES = FIXTURES / "ares"
@@ -244,47 +265,24 @@ def test_upload_is_queued_only_when_the_transaction_commits(client, alice, tmp_p
     assert Path(job.archive).name != "runs.zip" and job.archive.endswith(".zip")
 
 
-def write_zip(path: Path, members: dict[str, bytes]) -> Path:
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zipped:
-        for name, data in members.items():
-            zipped.writestr(name, data)
-    return path
-
-
-def write_tar(path: Path, *members: tarfile.TarInfo, data: bytes = b"{}") -> Path:
-    with tarfile.open(path, "w:gz") as tarred:
-        for info in members:
-            tarred.addfile(info, io.BytesIO(data) if info.isfile() else None)
-    return path
-
-
-def tar_member(name: str, **fields) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.size = fields.pop("size", 2)
-    for key, value in fields.items():
-        setattr(info, key, value)
-    return info
-
-
 def traversal_zip(tmp_path: Path) -> Path:
-    return write_zip(tmp_path / "evil.zip", {"ok.json": b"{}", "../evil.json": b"{}"})
+    return make_zip(tmp_path / "evil.zip", {"ok.json": b"{}", "../evil.json": b"{}"})
 
 
 def absolute_tar(tmp_path: Path) -> Path:
-    return write_tar(tmp_path / "evil.tar.gz", tar_member("/etc/evil.json"))
+    return make_tar(tmp_path / "evil.tar.gz", ("/etc/evil.json", b"{}"))
 
 
 def symlink_tar(tmp_path: Path) -> Path:
-    link = tar_member("runs/passwd.json", type=tarfile.SYMTYPE, linkname="/etc/passwd", size=0)
-    return write_tar(tmp_path / "links.tgz", link)
+    return make_tar(tmp_path / "links.tgz", tar_entry("runs/passwd.json", tarfile.SYMTYPE, linkname="/etc/passwd"))
 
 
 def zip_bomb(tmp_path: Path) -> Path:
-    return write_zip(tmp_path / "bomb.zip", {"zeros.json": bytes(8 * 1024 * 1024)})
+    return make_zip(tmp_path / "bomb.zip", {"zeros.json": bytes(8 * 1024 * 1024)})
 
 
 def tar_bomb(tmp_path: Path) -> Path:
-    return write_tar(tmp_path / "bomb.tar.gz", tar_member("zeros.json", size=8 * 1024 * 1024), data=bytes(8 * 1024**2))
+    return make_tar(tmp_path / "bomb.tar.gz", ("zeros.json", bytes(8 * 1024 * 1024)))
 
 
 def corrupt_zip(tmp_path: Path) -> Path:
@@ -300,7 +298,7 @@ def corrupt_tar(tmp_path: Path) -> Path:
 
 
 def empty_zip(tmp_path: Path) -> Path:
-    return write_zip(tmp_path / "empty.zip", {})
+    return make_zip(tmp_path / "empty.zip", {})
 
 
 def wrong_extension(tmp_path: Path) -> Path:
@@ -315,10 +313,10 @@ def wrong_extension(tmp_path: Path) -> Path:
         (traversal_zip, "&#x27;../evil.json&#x27; would be written outside the upload folder"),
         (absolute_tar, "&#x27;/etc/evil.json&#x27; would be written outside the upload folder"),
         (symlink_tar, "&#x27;runs/passwd.json&#x27; is a link"),
-        (zip_bomb, "(zip bomb?)"),
+        (zip_bomb, "(a zip bomb?)"),
         (tar_bomb, "(a compression bomb?)"),
-        (corrupt_zip, "not a readable zip archive"),
-        (corrupt_tar, "not a readable tar archive"),
+        (corrupt_zip, "this file is not a zip archive, or it is truncated"),
+        (corrupt_tar, "this file is not a gzip-compressed tar archive"),
         (empty_zip, "the archive holds no files"),
         (wrong_extension, "runs.rar is not an archive"),
     ],
@@ -508,3 +506,185 @@ def test_download_of_an_unknown_session_is_404(client, alice):
 def test_user_without_a_role_cannot_download(client, nobody, ares_session):
     client.force_login(nobody)
     assert client.get(export_url(ares_session, "ares")).status_code == 403
+
+
+# ---- regressions from issue #9 (item 6) and the archive boundary ----------------------------------
+
+_WRITES: list[list[str]] = []  # the open recorders; an audit hook cannot be removed, so it is added once
+
+
+def _record_writes(event: str, args: tuple[Any, ...]) -> None:
+    if _WRITES and event == "open" and isinstance(args[0], str | bytes | os.PathLike):
+        mode, flags = args[1], args[2]
+        if (mode and set(str(mode)) & set("wxa+")) or (not mode and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)):
+            _WRITES[-1].append(os.fsdecode(args[0]))
+
+
+@pytest.fixture
+def files_written() -> Iterator[list[str]]:
+    """Every file this process opens for writing while the test runs (Python's audit hook: no mock)."""
+    if not hasattr(sys, "_archive_test_hook"):
+        sys.addaudithook(_record_writes)
+        sys._archive_test_hook = True  # type: ignore[attr-defined]
+    _WRITES.append([])
+    yield _WRITES[-1]
+    _WRITES.pop()
+
+
+def test_a_zip_of_200_members_of_one_mib_is_refused_on_the_form(client, alice, tmp_path, var_dir):
+    archive = make_zip(tmp_path / "bomb.zip", {f"f{n}.json": bytes(1024 * 1024) for n in range(200)})
+    client.force_login(alice)
+    response = upload(client, archive)
+    assert response.status_code == 200
+    assert "× its compressed size, more than the limit of 100× (a zip bomb?)" in response.content.decode()
+    assert not ImportJob.objects.exists()
+    assert uploads(var_dir) == []
+
+
+@pytest.mark.parametrize(
+    ("make_archive", "message"),
+    [
+        (lambda p: make_zip(p / "clash.zip", {"a": b"{}", "a/b": b"{}"}), "both a file and a folder"),
+        (lambda p: patch_zip(make_zip(p / "aes.zip", {"a.json": b"{}"}), method=99), "(method 99)"),
+        (lambda p: patch_zip(make_zip(p / "aes.zip", {"a.json": b"{}"}), method=99, flags=1), "is encrypted"),
+        (lambda p: make_tar(p / "clash.tar.gz", ("a", b"{}"), ("a/b", b"{}")), "both a file and a folder"),
+        (lambda p: make_tar(p / "long.tar.gz", ("x" * 300, b"{}")), "longer than 255 bytes"),
+    ],
+)
+def test_clashes_encryption_and_unknown_methods_are_form_errors_not_500s(
+    client, alice, tmp_path, var_dir, make_archive, message
+):
+    client.force_login(alice)
+    response = upload(client, make_archive(tmp_path))
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert message in html and 'role="alert"' in html
+    assert str(var_dir) not in html and str(tmp_path) not in html
+    assert not ImportJob.objects.exists()
+    assert uploads(var_dir) == []
+
+
+def test_an_accepted_upload_is_unpacked_once_by_the_task_and_not_while_checking(
+    client, alice, tmp_path, var_dir, files_written, django_capture_on_commit_callbacks
+):
+    archive = zip_folder(ARES, tmp_path / "runs.zip")
+    members = len(zipfile.ZipFile(archive).namelist())
+    client.force_login(alice)
+    with django_capture_on_commit_callbacks() as callbacks:
+        upload(client, archive)
+    job = ImportJob.objects.get()
+    assert [path for path in files_written if path.startswith(str(var_dir))] == [job.archive]  # the upload only
+    files_written.clear()
+    for callback in callbacks:
+        callback()
+    unpacked = [path for path in files_written if path.startswith(str(var_dir))]
+    assert len(unpacked) == len(set(unpacked)) == members
+    assert ImportJob.objects.get().status == ImportJobStatus.DONE
+
+
+def queued_job(client, alice, archive: Path) -> ImportJob:
+    """Upload `archive` and return its job, queued and not yet run."""
+    client.force_login(alice)
+    assert upload(client, archive).status_code == 302
+    return ImportJob.objects.get()
+
+
+def test_a_lying_header_found_while_unpacking_fails_the_job_with_a_sentence_and_imports_nothing(
+    client, alice, tmp_path, var_dir
+):
+    """The index says 100 bytes; the data holds more. The check cannot know, the unpacking stops."""
+    archive = patch_zip(zip_folder(ARES, tmp_path / "runs.zip"), size=lambda n: n // 2)
+    job = queued_job(client, alice, archive)
+    result = import_archive(job.pk)
+    job.refresh_from_db()
+    assert (job.status, job.error) == ("failed", "Refused: the zip archive is damaged or truncated and cannot be read.")
+    assert result == {"error": job.error}
+    assert not Checkpoint.objects.exists() and not AgentSession.objects.exists()
+    assert not AuditEvent.objects.filter(action="import").exists()
+    assert list(var_dir.iterdir()) == [var_dir / "uploads"] and uploads(var_dir) == []  # no folder, no upload left
+    html = client.get(job_url(job)).content.decode()
+    assert "Import failed" in html and "damaged or truncated" in html and str(var_dir) not in html
+
+
+def test_a_redelivered_import_task_imports_nothing_twice(client, alice, tmp_path):
+    job = queued_job(client, alice, zip_folder(ARES, tmp_path / "runs.zip"))
+    first = import_archive(job.pk)
+    count = Checkpoint.objects.count()
+    assert first["imported"] == count > 0
+    assert import_archive(job.pk) == first  # the message again, after the job finished
+    assert Checkpoint.objects.count() == count
+    assert AuditEvent.objects.filter(action="import").count() == 1
+
+
+def test_a_job_whose_worker_died_imports_again_without_duplicates(client, alice, tmp_path):
+    archive = zip_folder(ARES, tmp_path / "runs.zip")
+    job = queued_job(client, alice, archive)
+    kept = Path(job.archive).read_bytes()
+    import_archive(job.pk)
+    count = Checkpoint.objects.count()
+    Path(job.archive).write_bytes(kept)  # as if the worker died after importing, before finishing the job
+    ImportJob.objects.filter(pk=job.pk).update(status=ImportJobStatus.RUNNING)
+    import_archive(job.pk)
+    job.refresh_from_db()
+    assert job.status == ImportJobStatus.DONE
+    assert (job.imported, job.skipped) == (0, count)
+    assert Checkpoint.objects.count() == count
+
+
+def test_the_import_report_and_audit_name_the_upload_not_a_server_folder(client, alice, tmp_path, var_dir):
+    folder = tmp_path / "runs"
+    shutil.copytree(ARES, folder / "ares")
+    (folder / "ares" / "sess-z_latest.json").write_text("sess-z_9.json")  # points to a file that is not there
+    (folder / "notes.txt").write_text("not a checkpoint")
+    job = queued_job(client, alice, zip_folder(folder, tmp_path / "runs.zip"))
+    import_archive(job.pk)
+    job.refresh_from_db()
+    assert job.status == ImportJobStatus.DONE and job.error_count == 2
+    report = json.dumps(job.report)
+    assert "sess-z_latest.json" in report and "notes.txt" in report
+    assert str(var_dir) not in report and "import-" not in report
+    assert AuditEvent.objects.get(action="import").target == "runs.zip"
+    html = client.get(job_url(job)).content.decode()
+    assert "runs/ares/sess-z_latest.json" in html and str(var_dir) not in html
+
+
+@hypothesis.settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+@given(spec=st.one_of(hostile_archives, plausible_archives))
+def test_generated_hostile_uploads_are_refused_on_the_form_or_imported_without_a_server_error(
+    client, alice, tmp_path, var_dir, spec
+):
+    """Never a 5xx or an exception, nothing written outside VAR_DIR, no server path in any message,
+    nothing imported (no job, no session, no audit row) for a refused archive."""
+    example = Path(tempfile.mkdtemp(dir=tmp_path))
+    try:
+        upload_generated(client, alice, spec.build(example), tmp_path, var_dir)
+    finally:
+        shutil.rmtree(example)
+    assert {path.name for path in tmp_path.iterdir()} == {"var"}  # nothing written beside it
+
+
+def upload_generated(client: Client, alice: Any, archive: Path, tmp_path: Path, var_dir: Path) -> None:
+    before = {model: model.objects.count() for model in (ImportJob, AgentSession, Checkpoint, AuditEvent)}
+    limits = {f"IMPORT_ARCHIVE_{key.upper()}": value for key, value in asdict(SMALL).items()}
+    client.force_login(alice)
+    with override_settings(**limits), TestCase.captureOnCommitCallbacks(execute=True):
+        response = upload(client, archive)
+    html = response.content.decode()
+    assert str(var_dir) not in html and str(tmp_path) not in html
+    if response.status_code == 200:
+        hypothesis.event("refused on the form")
+        assert 'role="alert"' in html  # the form's error: "Refused: …", or Django's "The submitted file is empty."
+        assert {model: model.objects.count() for model in before} == before
+    else:
+        assert response.status_code == 302
+        job = ImportJob.objects.latest("pk")
+        hypothesis.event(f"accepted, then {job.status}")
+        assert job.status in (ImportJobStatus.DONE, ImportJobStatus.FAILED)
+        assert str(var_dir) not in job.error + json.dumps(job.report)
+        if job.status == ImportJobStatus.FAILED:
+            assert job.error.startswith("Refused: ")
+            assert Checkpoint.objects.count() == before[Checkpoint]
+    assert uploads(var_dir) == []
+    assert sorted(path.name for path in var_dir.iterdir()) in ([], ["uploads"])  # no unpacked folder left
