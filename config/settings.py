@@ -195,6 +195,10 @@ ROUTINE_INTERVAL_MINUTES = env_int("ROUTINE_INTERVAL_MINUTES", 30)
 IMPORT_UPLOAD_MAX_BYTES = env_int("IMPORT_UPLOAD_MAX_BYTES", 512 * 1024 * 1024)
 # Storage GC never deletes chunks younger than this (ingest writes chunks before the checkpoint row).
 GC_GRACE_MINUTES = env_int("GC_GRACE_MINUTES", 60)
+# A running job refreshes its heartbeat (and its lock) this often; a run silent for longer than the
+# staleness threshold has lost its worker: it is marked failed and its lock is free.
+JOB_HEARTBEAT_SECONDS = env_int("JOB_HEARTBEAT_SECONDS", 30)
+JOB_STALE_AFTER_SECONDS = env_int("JOB_STALE_AFTER_SECONDS", 120)
 
 # Celery: Redis in production and CI; `make run` uses kombu's filesystem transport (no server).
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")

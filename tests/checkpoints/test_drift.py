@@ -279,7 +279,8 @@ def test_no_false_alarm_on_a_healthy_500_step_session(make_session):
     agent.flush()
     assert agent.session.last_seq > 500
     assert detect(agent) == set()
-    assert drift.detect_all(now=agent.now) == {"sessions": 1, "opened": 0, "resolved": 0}
+    result = drift.detect_all(now=agent.now)
+    assert result == {"sessions_done": 1, "opened": 0, "resolved": 0, "errors": [], "error_count": 0}
 
 
 # ---- alerts: dedupe, resolve, last_good ------------------------------------------------------------
@@ -390,7 +391,7 @@ def test_detect_drift_command_runs_the_job_and_prints_a_summary(make_session, ca
     out = capsys.readouterr().out
     assert "Checked 1 active sessions" in out
     run = JobRun.objects.get(job="drift_detection")
-    assert (run.triggered_by, run.status, run.result["sessions"]) == ("command", "succeeded", 1)
+    assert (run.triggered_by, run.status, run.result["sessions_done"]) == ("command", "succeeded", 1)
     assert run.result["opened"] >= 1
 
 

@@ -155,7 +155,7 @@ def test_a_vanished_watched_folder_raises_an_alert_and_clears_it_when_back(db, t
     )
     scan_watched_sources()
     folder.rename(tree / "ares-moved")
-    assert scan_watched_sources() == {"scanned": 1, "imported": 0}
+    assert scan_watched_sources() == {"scanned": 1, "imported": 0, "sources_done": 1, "errors": [], "error_count": 0}
     alerts = DriftAlert.objects.filter(kind="source_missing", state="open")
     assert alerts.count() == AgentSession.objects.filter(project=source.project).count() == 3
     source.refresh_from_db()
