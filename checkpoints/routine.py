@@ -21,7 +21,11 @@ ROUTINE_BATCH = 20  # sessions per savepoint: few, since each holds its session'
 
 
 def take_routine_checkpoints(now: datetime | None = None) -> dict[str, Any]:
-    """Both passes go through `jobs.each_batch`: a session whose data breaks them is named in `errors`."""
+    """Checkpoint the changed live states, then alert on (or clear) missed heartbeats.
+
+    Both passes take sessions in batches (`jobs.each_batch`): one whose data breaks them is named in the
+    result's `errors` and gets no routine checkpoint; the others are processed all the same.
+    """
     now = now or timezone.now()
     limits = drift.Limits.from_settings()
     failures = Failures()
