@@ -255,6 +255,8 @@ class _Importer:
         Session by session, each in its own transaction: one whose stored rows cannot be read is reported.
         """
         for external_id, session in self.sessions.items():
+            if external_id in self.report.failed_sessions:
+                continue
             try:
                 with transaction.atomic():
                     self._finish_session(external_id, session)
