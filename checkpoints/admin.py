@@ -457,6 +457,13 @@ class RetentionPolicyAdmin(admin.ModelAdmin):
                     request,
                     f"Retention deleted {run.result['deleted']} checkpoints ({by_kind}); {run.result['kept']} kept.",
                 )
+                if run.result["error_count"]:
+                    failed = ", ".join(error["session"] for error in run.result["errors"])
+                    self.message_user(
+                        request,
+                        f"{run.result['error_count']} session(s) could not be processed and were skipped: {failed}.",
+                        messages.WARNING,
+                    )
             return HttpResponseRedirect(reverse("admin:checkpoints_retentionpolicy_changelist"))
         plan = plan_retention()
         context = {

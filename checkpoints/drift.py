@@ -2,14 +2,17 @@
 
 Each detector takes a `Recent` (the newest checkpoints as light rows, states loaded only on demand), the clock
 and the `Limits`, and returns findings. `sync_alerts` turns findings into alerts: one unresolved alert per
-(session, kind), updated while the condition holds and resolved when it clears. Cheap detectors run after each
-ingest; the time-based ones (and all the others again) in the `drift_detection` beat job and `detect_drift`.
+(session, kind), updated while the condition holds and resolved when it clears; opening, escalating and resolving
+each write an AuditEvent (actor `system:drift`) in the same transaction. Cheap detectors run after each ingest;
+the time-based ones (and all the others again) in the `drift_detection` beat job and `detect_drift`, which go on
+past a session whose data breaks a detector and name it in the run's errors.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,6 +22,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from . import jsoncodec, store
+from .jobs import Failures, each_batch
 from .models import (
     AgentSession,
     AlertKind,
@@ -38,6 +42,9 @@ COPIES = {CheckpointKind.ROUTINE, CheckpointKind.PRE_OPERATION, CheckpointKind.R
 # A fresh start: the cycle and running-time counters begin again after one of these.
 RESETS = [CheckpointKind.RECOVERY, CheckpointKind.RESTORE, CheckpointKind.FORK]
 BAD = {CheckpointStatus.FAILED, CheckpointStatus.HALTED}
+SEVERITY_RANK = {AlertSeverity.INFO: 0, AlertSeverity.WARNING: 1, AlertSeverity.CRITICAL: 2}
+DETECTOR_ACTOR = "system:drift"
+DETECT_BATCH = 100  # sessions per savepoint in detect_all
 
 
 @dataclass(frozen=True)
@@ -427,12 +434,29 @@ def run_detectors(recent: Recent, now: datetime, limits: Limits, kinds: Iterable
 # ---- alerts --------------------------------------------------------------------------------------
 
 
+def audit_alert(alert: DriftAlert, action: str, *, actor: str, reason: str, now: datetime, **details: Any) -> None:
+    """The AuditEvent of a detector's change to an alert: `alert_opened`, `alert_escalated` or `alert_resolved`."""
+    from .services import Actor, record_audit
+
+    record_audit(
+        Actor.system(actor),
+        action,
+        session=alert.session,
+        target=f"{alert.kind} alert #{alert.pk}",
+        reason=reason,
+        details={"alert_id": alert.pk, "kind": alert.kind, "severity": alert.severity, "message": alert.message}
+        | details,
+        now=now,
+    )
+
+
 def sync_alerts(
     session: AgentSession, findings: list[Finding], *, kinds: Iterable[str], now: datetime
 ) -> tuple[int, int]:
     """Open, update or resolve the session's alerts of `kinds` (only those evaluated); returns (opened, resolved).
 
     An alert keeps the `last_good` it opened with: later runs see a window that starts after the drift began.
+    Opening, a rise in severity and resolving are audited in the transaction that makes the change.
     """
     found = {finding.kind: finding for finding in findings}
     kinds = set(kinds) | set(found)
@@ -449,22 +473,49 @@ def sync_alerts(
         alert = existing.get(kind)
         if alert is not None:
             extra = {"last_good_id": last_good} if alert.last_good_id is None else {}
-            DriftAlert.objects.filter(pk=alert.pk).update(**fields, **extra)
+            previous = alert.severity
+            escalated = SEVERITY_RANK.get(finding.severity, 0) > SEVERITY_RANK.get(previous, 0)
+            with transaction.atomic() if escalated else nullcontext():
+                DriftAlert.objects.filter(pk=alert.pk).update(**fields, **extra)
+                if escalated:
+                    alert.session, alert.severity, alert.message = session, finding.severity, finding.message
+                    reason = f"{previous} → {finding.severity}: {finding.message}"
+                    audit_alert(
+                        alert,
+                        "alert_escalated",
+                        actor=DETECTOR_ACTOR,
+                        reason=reason,
+                        now=now,
+                        previous_severity=previous,
+                    )
             continue
         try:
             with transaction.atomic():
-                DriftAlert.objects.create(session=session, kind=kind, opened_at=now, last_good_id=last_good, **fields)
+                alert = DriftAlert.objects.create(
+                    session=session, kind=kind, opened_at=now, last_good_id=last_good, **fields
+                )
+                audit_alert(alert, "alert_opened", actor=DETECTOR_ACTOR, reason=finding.message, now=now)
             opened += 1
         except IntegrityError:  # a concurrent run (ingest and beat) opened it first
             DriftAlert.objects.unresolved().filter(session=session, kind=kind).update(**fields)
     for kind, alert in existing.items():
         if kind not in found:
-            resolved += (
-                DriftAlert.objects.filter(pk=alert.pk)
-                .exclude(state=AlertState.RESOLVED)
-                .update(state=AlertState.RESOLVED, resolved_at=now)
-            )
+            alert.session = session
+            resolved += resolve_by_detector(alert, actor=DETECTOR_ACTOR, reason="the condition cleared", now=now)
     return opened, resolved
+
+
+def resolve_by_detector(alert: DriftAlert, *, actor: str, reason: str, now: datetime) -> int:
+    """Resolve `alert` unless someone already did, auditing it in the same transaction; returns 1 if it resolved."""
+    with transaction.atomic():
+        changed = (
+            DriftAlert.objects.filter(pk=alert.pk)
+            .exclude(state=AlertState.RESOLVED)
+            .update(state=AlertState.RESOLVED, resolved_at=now)
+        )
+        if changed:
+            audit_alert(alert, "alert_resolved", actor=actor, reason=reason, now=now)
+    return changed
 
 
 # ---- running -------------------------------------------------------------------------------------
@@ -514,17 +565,30 @@ def detect_session(
     return sync_alerts(session, run_detectors(recent, now, limits, kinds), kinds=kinds, now=now)
 
 
-def detect_all(now: datetime | None = None) -> dict[str, int]:
-    """Every detector over every active session (the `drift_detection` job and `manage.py detect_drift`)."""
+def detect_all(now: datetime | None = None) -> dict[str, Any]:
+    """Every detector over every active session (the `drift_detection` job and `manage.py detect_drift`).
+
+    Sessions go DETECT_BATCH at a time through `jobs.each_batch`: a session whose data breaks a detector is
+    named in the result's `errors`, its alerts left as they were, and the others are checked all the same.
+    """
     now = now or timezone.now()
     limits = Limits.from_settings()
-    totals = {"sessions": 0, "opened": 0, "resolved": 0}
-    for session in AgentSession.objects.active().defer("metadata", "live_root").iterator(chunk_size=200):
-        opened, resolved = detect_session(session, now=now, limits=limits)
-        totals["sessions"] += 1
+    failures = Failures()
+
+    def detect_batch(batch: list[int]) -> tuple[int, int]:
+        opened = resolved = 0
+        for session in AgentSession.objects.filter(pk__in=batch).defer("metadata", "live_root"):
+            session_opened, session_resolved = detect_session(session, now=now, limits=limits)
+            opened += session_opened
+            resolved += session_resolved
+        return opened, resolved
+
+    active = AgentSession.objects.active().order_by("pk").values_list("pk", flat=True)
+    totals = {"opened": 0, "resolved": 0}
+    for opened, resolved in each_batch(active.iterator(chunk_size=1000), detect_batch, failures, size=DETECT_BATCH):
         totals["opened"] += opened
         totals["resolved"] += resolved
-    return totals
+    return {**totals, **failures.as_dict()}
 
 
 def detect_after_ingest(session_ids: list[int]) -> None:

@@ -20,6 +20,7 @@ from django.db.models import Max
 
 from . import formats, services
 from .formats.base import CheckpointRecord, PhaseRecord, Problem, SessionRecord
+from .jobs import concerns_the_whole_run, describe_error, savepoint
 from .models import AgentOutput, AgentSession, Checkpoint, Phase, PhaseFeedback, Project
 
 BATCH = 200
@@ -31,12 +32,20 @@ class ImportReport:
     skipped: int = 0
     errors: list[dict[str, str]] = field(default_factory=list)
     sessions: list[str] = field(default_factory=list)
+    failed_sessions: list[str] = field(default_factory=list)  # whose stored rows broke the import (also in errors)
 
     def as_dict(self) -> dict[str, Any]:
         return {"imported": self.imported, "skipped": self.skipped, "errors": self.errors, "sessions": self.sessions}
 
     def problem(self, path: Any, error: str) -> None:
         self.errors.append({"path": str(path), "error": error})
+
+    def session_failed(self, external_id: str, exc: Exception, *, step: str) -> None:
+        if concerns_the_whole_run(exc):
+            raise exc
+        self.problem(f"session {external_id}", f"not {step}: {describe_error(exc)}")
+        if external_id not in self.failed_sessions:
+            self.failed_sessions.append(external_id)
 
 
 def idempotency_key(fmt: str, key: str) -> str:
@@ -173,14 +182,11 @@ class _Importer:
         session = self.sessions[external_id]
         inputs = [self._input(record) for record in records]
         try:
-            results = services.ingest_checkpoints([(session, inputs)])
-        except services.InvalidState:  # find the bad one(s): the others still go in
-            results = []
-            for record, item in zip(records, inputs, strict=True):
-                try:
-                    results += services.ingest_checkpoints([(session, [item])])
-                except services.InvalidState as exc:
-                    self.report.problem(record.source_path or record.key, f"invalid state: {exc}")
+            with savepoint():
+                results = self._ingest(session, records, inputs)
+        except Exception as exc:  # the session's stored rows broke, not these files: skip it, import the others
+            self.report.session_failed(external_id, exc, step="imported")
+            return
         for _, created in results:
             if created:
                 self.report.imported += 1
@@ -191,6 +197,20 @@ class _Importer:
                 self.heads[external_id] = idempotency_key(self.fmt, record.key)
         if self.progress:
             self.progress(self.report)
+
+    def _ingest(
+        self, session: AgentSession, records: list[CheckpointRecord], inputs: list[services.CheckpointInput]
+    ) -> list[tuple[Checkpoint, bool]]:
+        try:
+            return services.ingest_checkpoints([(session, inputs)])
+        except services.InvalidState:  # find the bad one(s): the others still go in
+            results = []
+            for record, item in zip(records, inputs, strict=True):
+                try:
+                    results += services.ingest_checkpoints([(session, [item])])
+                except services.InvalidState as exc:
+                    self.report.problem(record.source_path or record.key, f"invalid state: {exc}")
+            return results
 
     def flush_all(self) -> None:
         for external_id in list(self.pending):
@@ -231,24 +251,34 @@ class _Importer:
                     **{**values, "phase": phase, **({"created_at": created_at} if created_at else {})}
                 )
 
-    @transaction.atomic
     def finish(self) -> None:
-        """Heads named by the source, fork links, statuses, and when each session was last heard of."""
-        for external_id, key in self.heads.items():
-            session = self.sessions[external_id]
-            head = Checkpoint.objects.filter(session=session, idempotency_key=key).first()
-            if head:
-                AgentSession.objects.filter(pk=session.pk).update(head=head)
-        for external_id, (source_session, source_key) in self.forks.items():
-            session = self.sessions[external_id]
+        """Heads named by the source, fork links, statuses, and when each session was last heard of.
+
+        Session by session, each in its own transaction: one whose stored rows cannot be read is reported.
+        """
+        for external_id, session in self.sessions.items():
+            if external_id in self.report.failed_sessions:
+                continue
+            try:
+                with transaction.atomic():
+                    self._finish_session(external_id, session)
+            except Exception as exc:
+                self.report.session_failed(external_id, exc, step="finished")
+
+    def _finish_session(self, external_id: str, session: AgentSession) -> None:
+        key = self.heads.get(external_id)
+        head = Checkpoint.objects.filter(session=session, idempotency_key=key).first() if key else None
+        if head:
+            AgentSession.objects.filter(pk=session.pk).update(head=head)
+        if external_id in self.forks:
+            source_session, source_key = self.forks[external_id]
             source = Checkpoint.objects.filter(
                 session__project=session.project, session__external_id=source_session, idempotency_key=source_key
             ).first()
             if source:
                 AgentSession.objects.filter(pk=session.pk).update(forked_from=source)
-        for external_id, status in self.statuses.items():
-            AgentSession.objects.filter(pk=self.sessions[external_id].pk).update(status=status)
-        for session in self.sessions.values():
-            latest = Checkpoint.objects.filter(session=session).aggregate(latest=Max("created_at"))["latest"]
-            if latest:
-                AgentSession.objects.filter(pk=session.pk).update(last_seen_at=latest, updated_at=latest)
+        if external_id in self.statuses:
+            AgentSession.objects.filter(pk=session.pk).update(status=self.statuses[external_id])
+        latest = Checkpoint.objects.filter(session=session).aggregate(latest=Max("created_at"))["latest"]
+        if latest:
+            AgentSession.objects.filter(pk=session.pk).update(last_seen_at=latest, updated_at=latest)

@@ -667,6 +667,7 @@ class JobRunStatus(models.TextChoices):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     SKIPPED = "skipped"  # another run held the job's lock
+    SUCCEEDED_WITH_ERRORS = "succeeded_with_errors"  # done, but some sessions (listed in its result) failed
 
 
 class JobRunQuerySet(models.QuerySet["JobRun"]):
@@ -678,10 +679,12 @@ class JobRun(models.Model):
     """One run of a background job (retention, routine checkpoints, drift detection, GC…): when, what, how many."""
 
     job = models.CharField(max_length=50)
-    status = models.CharField(max_length=20, choices=JobRunStatus.choices, default=JobRunStatus.RUNNING)
+    status = models.CharField(max_length=30, choices=JobRunStatus.choices, default=JobRunStatus.RUNNING)
     dry_run = models.BooleanField(default=False)
     triggered_by = models.CharField(max_length=200, default="beat")
+    worker = models.CharField(max_length=200, blank=True, help_text="host:pid:token of the process running it.")
     started_at = models.DateTimeField(default=timezone.now)
+    heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Refreshed while the worker is alive.")
     finished_at = models.DateTimeField(null=True, blank=True)
     result = SafeJSONField(default=dict, blank=True)
     error = SafeTextField(blank=True)
@@ -693,6 +696,8 @@ class JobRun(models.Model):
         indexes = [
             # Jobs page: each job's latest runs
             models.Index(fields=["job", "-started_at"], name="jobrun_job_started"),
+            # run_job: runs still marked running whose worker stopped responding
+            models.Index(fields=["heartbeat_at"], condition=Q(status="running"), name="jobrun_running_heartbeat"),
         ]
 
     def __str__(self) -> str:
@@ -701,6 +706,10 @@ class JobRun(models.Model):
     @property
     def duration(self) -> float | None:
         return (self.finished_at - self.started_at).total_seconds() if self.finished_at else None
+
+    @property
+    def last_sign_of_life(self) -> datetime:
+        return self.heartbeat_at or self.started_at
 
 
 class JobLock(models.Model):

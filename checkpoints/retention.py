@@ -12,7 +12,9 @@ A project's policy for a kind overrides the global one; a disabled policy, a pol
 policy deletes nothing. Whatever the rules say, a pinned checkpoint, a session's head, a fork source, a restore
 target and an unresolved alert's `last_good` (and its `checkpoint`) are never deleted.
 
-Chunks are left alone: garbage collection sweeps the ones no checkpoint references any more.
+Chunks are left alone: garbage collection sweeps the ones no checkpoint references any more. A session whose rows
+cannot be read or deleted (bad data from before, a bug) is named in the result's `errors` and left as it was; the
+other sessions are processed all the same (`jobs.each_batch`).
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from .jobs import Failures, contained, each_batch
 from .models import AgentSession, Checkpoint, CheckpointKind, DriftAlert, RetentionPolicy, RetentionScope
 
 PREVIEW_SIZE = 200
+PLAN_BATCH = 50  # sessions planned per savepoint
 
 # (id, seq, name, kind, created_at, operation_done, pinned, parent_id): all retention reads of a checkpoint
 Row = tuple[int, int, str, str, datetime, bool, bool, int | None]
@@ -53,6 +57,7 @@ class Plan:
     kept: int = 0
     by_kind: Counter[str] = field(default_factory=Counter)
     checkpoints: list[int] = field(default_factory=list)  # the first PREVIEW_SIZE ids to delete
+    failures: Failures = field(default_factory=Failures)  # sessions that could not be planned or applied
 
     def add(self, session_plan: SessionPlan) -> None:
         self.deleted += len(session_plan.delete)
@@ -68,6 +73,7 @@ class Plan:
             "kept": self.kept,
             "by_kind": dict(sorted(self.by_kind.items())),
             "checkpoints": list(self.checkpoints),
+            **self.failures.as_dict(),
         }
 
 
@@ -111,11 +117,16 @@ class _Rules:
                 self.global_[policy.kind] = policy
             else:
                 self.project[(policy.project_id, policy.kind)] = policy
+        alerts = DriftAlert.objects.unresolved().order_by()
         self.protected: set[int] = set(
-            AgentSession.objects.filter(forked_from__isnull=False).values_list("forked_from_id", flat=True)
+            AgentSession.objects.filter(forked_from__isnull=False)
+            .order_by()
+            .values_list("forked_from_id", flat=True)
+            .union(
+                alerts.filter(last_good__isnull=False).values_list("last_good_id", flat=True),
+                alerts.filter(checkpoint__isnull=False).values_list("checkpoint_id", flat=True),
+            )
         )
-        for last_good, checkpoint in DriftAlert.objects.unresolved().values_list("last_good_id", "checkpoint_id"):
-            self.protected.update(pk for pk in (last_good, checkpoint) if pk)
         self._agent_keep: dict[tuple[int, str, str], set[int]] = {}
 
     def policy(self, project_id: int, kind: str) -> RetentionPolicy | None:
@@ -193,17 +204,26 @@ def _plan_session(rules: _Rules, session_id: int, project_id: int, agent: str, h
     return SessionPlan(session_id=session_id, total=len(rows), delete=ordered, kinds=kinds, repoint=repoint)
 
 
-def iter_session_plans(*, now: datetime | None = None) -> Iterator[SessionPlan]:
-    """One session at a time, so memory holds one session's ids, never a whole store's states."""
+def iter_session_plans(*, failures: Failures, now: datetime | None = None) -> Iterator[SessionPlan]:
+    """Sessions planned PLAN_BATCH at a time, so memory holds a few sessions' ids, never a whole store's states.
+
+    A session whose rows cannot be read is recorded in `failures` and yields no plan: nothing of it is deleted.
+    """
     rules = _Rules(now or timezone.now())
     sessions = AgentSession.objects.order_by("pk").values_list("pk", "project_id", "agent", "head_id")
-    for session_id, project_id, agent, head_id in sessions.iterator(chunk_size=1000):
-        yield _plan_session(rules, session_id, project_id, agent, head_id)
+
+    def plan_batch(batch: list[tuple[int, int, str, int | None]]) -> list[SessionPlan]:
+        return [_plan_session(rules, *session) for session in batch]
+
+    for plans in each_batch(
+        sessions.iterator(chunk_size=1000), plan_batch, failures, size=PLAN_BATCH, key=lambda session: session[0]
+    ):
+        yield from plans
 
 
 def plan_retention(*, now: datetime | None = None) -> Plan:
     plan = Plan()
-    for session_plan in iter_session_plans(now=now):
+    for session_plan in iter_session_plans(now=now, failures=plan.failures):
         plan.add(session_plan)
     return plan
 
@@ -220,15 +240,20 @@ def still_protected() -> Q:
     )
 
 
-def _apply_session(session_plan: SessionPlan, *, batch_size: int) -> SessionPlan:
-    """Delete a session's planned checkpoints in batches; returns what was really deleted."""
+def _apply_session(session_plan: SessionPlan, *, batch_size: int, failures: Failures) -> SessionPlan:
+    """Delete a session's planned checkpoints in batches; returns what was really deleted.
+
+    A batch that fails is rolled back whole and recorded in `failures`; the batches before it stay done (each
+    left the timeline a tree), the ones after it are not tried.
+    """
     done: list[int] = []
     kinds: Counter[str] = Counter()
-    for start in range(0, len(session_plan.delete), batch_size):
-        batch = session_plan.delete[start : start + batch_size]
-        deleted = _delete_batch(batch, session_plan.repoint)
-        done.extend(pk for pk, _ in deleted)
-        kinds.update(kind for _, kind in deleted)
+    with contained(session_plan.session_id, failures):
+        for start in range(0, len(session_plan.delete), batch_size):
+            batch = session_plan.delete[start : start + batch_size]
+            deleted = _delete_batch(batch, session_plan.repoint)
+            done.extend(pk for pk, _ in deleted)
+            kinds.update(kind for _, kind in deleted)
     return SessionPlan(session_plan.session_id, session_plan.total, done, kinds, session_plan.repoint)
 
 
@@ -255,23 +280,26 @@ def apply_retention(*, dry_run: bool = False, now: datetime | None = None, batch
        their nearest kept ancestor (the timeline stays a tree), then delete the batch, checking the protections
        again so a checkpoint pinned or restored meanwhile survives.
     3. One `retention` audit row with the counts.
+
+    A session that fails in step 1 or 2 is named in the result's `errors` (with `error_count` and
+    `sessions_done`); the run goes on with the others.
     """
     from .services import Actor, record_audit
 
     now = now or timezone.now()
     plan = Plan()
-    for session_plan in iter_session_plans(now=now):
+    for session_plan in iter_session_plans(now=now, failures=plan.failures):
         if dry_run or not session_plan.delete:
             plan.add(session_plan)
             continue
-        plan.add(_apply_session(session_plan, batch_size=batch_size))
+        plan.add(_apply_session(session_plan, batch_size=batch_size, failures=plan.failures))
     result = plan.as_dict()
     if not dry_run:
         record_audit(
             Actor.system("retention"),
             "retention",
             target="all projects",
-            details={key: result[key] for key in ("deleted", "kept", "by_kind")},
+            details={key: result[key] for key in ("deleted", "kept", "by_kind", "error_count")},
             now=now,
         )
     return result

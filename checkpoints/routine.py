@@ -8,31 +8,55 @@ heartbeat is older than the interval get a `missed_routine` alert, resolved when
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django.db.models import Q
 from django.utils import timezone
 
 from . import drift, jsoncodec, services, store
+from .jobs import Failures, each_batch
 from .models import AgentSession, AlertKind, CheckpointKind, DriftAlert, SessionStatus
 
+ROUTINE_BATCH = 20  # sessions per savepoint: few, since each holds its session's row lock until the batch ends
 
-def take_routine_checkpoints(now: datetime | None = None) -> dict[str, int]:
+
+def take_routine_checkpoints(now: datetime | None = None) -> dict[str, Any]:
+    """Checkpoint the changed live states, then alert on (or clear) missed heartbeats.
+
+    Both passes take sessions in batches (`jobs.each_batch`): one whose data breaks them is named in the
+    result's `errors` and gets no routine checkpoint; the others are processed all the same.
+    """
     now = now or timezone.now()
     limits = drift.Limits.from_settings()
-    taken = missed = 0
-    active = AgentSession.objects.active().select_related("head").defer("metadata", "head__metadata")
-    for session in active.filter(live_root__isnull=False, live_state_at__isnull=False).iterator(chunk_size=200):
-        taken += _take_routine_checkpoint(session, now=now)
+    failures = Failures()
+    active = AgentSession.objects.active()
+    live = (
+        active.filter(live_root__isnull=False, live_state_at__isnull=False).order_by("pk").values_list("pk", flat=True)
+    )
+
+    def take_batch(batch: list[int]) -> int:
+        sessions = active.filter(pk__in=batch).select_related("head").defer("metadata", "head__metadata")
+        return sum(_take_routine_checkpoint(session, now=now) for session in sessions)
+
+    taken = sum(each_batch(live.iterator(chunk_size=1000), take_batch, failures, size=ROUTINE_BATCH))
+
     # Silent active sessions get the alert; sessions holding one are looked at again, to resolve it.
     stale_before = now - limits.routine_interval - limits.routine_grace
     silent = Q(last_seen_at__lt=stale_before) | Q(last_seen_at__isnull=True, created_at__lt=stale_before)
     alerted = DriftAlert.objects.unresolved().filter(kind=AlertKind.MISSED_ROUTINE).values("session")
     candidates = AgentSession.objects.filter((Q(status=SessionStatus.ACTIVE) & silent) | Q(pk__in=alerted))
-    for session in candidates.defer("metadata", "live_root"):
-        drift.detect_session(session, kinds=[AlertKind.MISSED_ROUTINE], now=now, limits=limits)
-        heartbeat = session.last_seen_at or session.created_at
-        missed += session.status == SessionStatus.ACTIVE and heartbeat < stale_before
-    return {"taken": taken, "missed": missed}
+
+    def check_batch(batch: list[int]) -> int:
+        missed = 0
+        for session in AgentSession.objects.filter(pk__in=batch).defer("metadata", "live_root"):
+            drift.detect_session(session, kinds=[AlertKind.MISSED_ROUTINE], now=now, limits=limits)
+            heartbeat = session.last_seen_at or session.created_at
+            missed += session.status == SessionStatus.ACTIVE and heartbeat < stale_before
+        return missed
+
+    ids = candidates.order_by("pk").values_list("pk", flat=True).iterator(chunk_size=1000)
+    missed = sum(each_batch(ids, check_batch, failures, size=drift.DETECT_BATCH))
+    return {"taken": taken, "missed": missed, **failures.as_dict()}
 
 
 def _take_routine_checkpoint(session: AgentSession, *, now: datetime) -> bool:

@@ -99,14 +99,14 @@ def record_audit(
     details: dict[str, Any] | None = None,
     now: datetime | None = None,
 ) -> AuditEvent:
-    if project is None and session is not None:
-        project = session.project
+    # the session's project by id: a job auditing many sessions does not load each one's project
+    project_id = project.pk if project is not None else session.project_id if session is not None else None
     return AuditEvent.objects.create(
         actor_user=actor.user,
         actor_token=actor.token,
         actor=actor.label,
         action=action,
-        project=project,
+        project_id=project_id,
         session=session,
         checkpoint=checkpoint,
         target=(target or (str(checkpoint) if checkpoint else str(session) if session else ""))[:TARGET_MAX],

@@ -5,13 +5,17 @@ from __future__ import annotations
 import os
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from . import services
+from . import drift, services
 from .importing import ImportReport, import_path
-from .models import AgentSession, AlertKind, AlertSeverity, AlertState, DriftAlert, WatchedSource
+from .jobs import Failures, contained
+from .models import AgentSession, AlertKind, AlertSeverity, DriftAlert, WatchedSource
+
+WATCH_ACTOR = "system:watch"
 
 
 def signature(folder: Path) -> dict[str, list[int]]:
@@ -44,7 +48,9 @@ def scan_source(source: WatchedSource, *, now: datetime | None = None) -> Import
         folder, fmt=source.format, project=source.project, actor=services.Actor.system(f"watch:{source.pk}")
     )
     errors = "; ".join(f"{e['path']}: {e['error']}" for e in report.errors[:20])
-    WatchedSource.objects.filter(pk=source.pk).update(seen=current, last_scan_at=now, last_error=errors)
+    # A session whose stored rows broke its import is tried again next scan: its files stay unseen.
+    seen = source.seen if report.failed_sessions else current
+    WatchedSource.objects.filter(pk=source.pk).update(seen=seen, last_scan_at=now, last_error=errors)
     return report
 
 
@@ -58,7 +64,7 @@ def _folder_missing(source: WatchedSource, now: datetime) -> None:
     WatchedSource.objects.filter(pk=source.pk).update(last_scan_at=now, last_error=message)
     for session in _sessions_from(source):
         if not DriftAlert.objects.filter(session=session, kind=AlertKind.SOURCE_MISSING).unresolved().exists():
-            DriftAlert.objects.create(
+            alert = DriftAlert.objects.create(
                 session=session,
                 kind=AlertKind.SOURCE_MISSING,
                 severity=AlertSeverity.WARNING,
@@ -66,19 +72,39 @@ def _folder_missing(source: WatchedSource, now: datetime) -> None:
                 evidence={"folder": source.path, "format": source.format},
                 opened_at=now,
             )
+            drift.audit_alert(alert, "alert_opened", actor=WATCH_ACTOR, reason=message, now=now)
 
 
 def _folder_back(source: WatchedSource, now: datetime) -> None:
     sessions = _sessions_from(source)
-    DriftAlert.objects.filter(session__in=sessions, kind=AlertKind.SOURCE_MISSING).unresolved().update(
-        state=AlertState.RESOLVED, resolved_at=now
-    )
+    gone = DriftAlert.objects.filter(session__in=sessions, kind=AlertKind.SOURCE_MISSING).unresolved()
+    for alert in gone.select_related("session"):
+        drift.resolve_by_detector(alert, actor=WATCH_ACTOR, reason=f"the watched folder {source.path} is back", now=now)
 
 
-def scan_all() -> dict[str, int]:
+class SessionsNotImported(Exception):
+    """Some sessions of a folder could not take its files (their stored rows broke); the others were imported."""
+
+    def __init__(self, report: ImportReport) -> None:
+        failed = report.failed_sessions
+        first = next(e["error"] for e in report.errors if e["path"].startswith("session "))
+        super().__init__(f"{len(failed)} session(s) not imported, tried again next scan: {', '.join(failed)} ({first})")
+
+
+def _source_label(pk: int) -> str:
+    return WatchedSource.objects.filter(pk=pk).values_list("path", flat=True).first() or f"watched folder #{pk}"
+
+
+def scan_all() -> dict[str, Any]:
+    """Scan every enabled folder; one whose import fails is named in the result's `errors`, the others go on."""
+    failures = Failures(unit="source", label=_source_label)
     scanned = imported = 0
-    for source in WatchedSource.objects.filter(enabled=True).select_related("project"):
-        report = scan_source(source)
+    for source in WatchedSource.objects.filter(enabled=True).select_related("project").order_by("pk"):
         scanned += 1
-        imported += report.imported if report else 0
-    return {"scanned": scanned, "imported": imported}
+        report = None
+        with contained(source.pk, failures):
+            report = scan_source(source)
+            imported += report.imported if report else 0
+        if report and report.failed_sessions:
+            failures.record(source.pk, SessionsNotImported(report))
+    return {"scanned": scanned, "imported": imported, **failures.as_dict()}

@@ -214,6 +214,10 @@ IMPORT_ARCHIVE_MAX_DEPTH = env_int("IMPORT_ARCHIVE_MAX_DEPTH", 32)  # folders ab
 IMPORT_ARCHIVE_MAX_NAME_LENGTH = env_int("IMPORT_ARCHIVE_MAX_NAME_LENGTH", 1024)  # characters in one member's path
 # Storage GC never deletes chunks younger than this (ingest writes chunks before the checkpoint row).
 GC_GRACE_MINUTES = env_int("GC_GRACE_MINUTES", 60)
+# A running job refreshes its heartbeat (and its lock) this often; a run silent for longer than the
+# staleness threshold has lost its worker: it is marked failed and its lock is free.
+JOB_HEARTBEAT_SECONDS = env_int("JOB_HEARTBEAT_SECONDS", 30)
+JOB_STALE_AFTER_SECONDS = env_int("JOB_STALE_AFTER_SECONDS", 120)
 
 # Celery: Redis in production and CI; `make run` uses kombu's filesystem transport (no server).
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")

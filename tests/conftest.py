@@ -185,6 +185,46 @@ def nobody(db, django_user_model):
 
 
 @pytest.fixture
+def poison():
+    """Makes every checkpoint of a session unreadable, as a bad row written before the API checked would.
+
+    Its `created_at` becomes a value the database keeps but the driver cannot read back: PostgreSQL keeps
+    `0001-01-01 00:00:00+14` as a BC timestamp psycopg refuses (the range check of migration 0009 is lifted
+    for the test, as on an install from before it); SQLite keeps a date that does not exist.
+    """
+    from checkpoints.models import Checkpoint
+
+    table = connection.ops.quote_name(Checkpoint._meta.db_table)
+    lifted: list[bool] = []
+
+    def apply(session: Any) -> None:
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql" and not lifted:
+                cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # no ALTER TABLE with deferred checks pending
+                cursor.execute(f"ALTER TABLE {table} DROP CONSTRAINT {RANGE_CHECK}")
+                cursor.execute("SET CONSTRAINTS ALL DEFERRED")
+                lifted.append(True)
+            cursor.execute(
+                f"UPDATE {table} SET created_at = %s WHERE session_id = %s", [UNREADABLE[connection.vendor], session.pk]
+            )
+        with pytest.raises(Exception):  # noqa: B017 - whatever the driver raises, reading the session now fails
+            list(Checkpoint.objects.filter(session=session))
+
+    yield apply
+    if lifted:  # NOT VALID: kept for new rows; a transactional test's rows are flushed after this
+        with connection.cursor() as cursor:
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            cursor.execute(
+                f"ALTER TABLE {table} ADD CONSTRAINT {RANGE_CHECK} CHECK (created_at >= '1970-01-01T00:00:00Z'"
+                " AND created_at < '9000-01-01T00:00:00Z') NOT VALID"
+            )
+
+
+RANGE_CHECK = "checkpoint_created_at_in_range"
+UNREADABLE = {"postgresql": "0001-01-01 00:00:00+14", "sqlite": "2024-02-30 00:00:00"}
+
+
+@pytest.fixture
 def big_session(project):
     """A session of 3,000 checkpoints (with a restore in the middle), for query-count bounds."""
     from checkpoints.services import Actor, CheckpointInput, ingest_checkpoints, restore_checkpoint, upsert_session

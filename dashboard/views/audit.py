@@ -16,6 +16,9 @@ from .common import HtmxHttpRequest, console, render_page
 from .pagination import keyset_page
 
 ORDER = ("-created_at", "-pk")
+# "Who" choices that group actors: the system (jobs, detectors, commands) acts with neither a user nor a token.
+SYSTEM = Q(actor_user__isnull=True, actor_token__isnull=True)
+ACTOR_GROUPS = {"@people": ("People and API tokens", ~SYSTEM), "@system": ("The system (jobs, detectors)", SYSTEM)}
 
 
 def with_short_targets(events: Iterable[AuditEvent]) -> list[AuditEvent]:
@@ -41,7 +44,8 @@ class AuditFilterForm(forms.Form):
         if wanted.isdigit():  # a link from a session that has no events yet still selects it
             audited |= Q(pk=int(wanted))
         choices = sessions.filter(audited).select_related("project").order_by("project__slug", "external_id")
-        self.fields["actor"].choices = [("", "Anyone"), *((actor, actor) for actor in actors)]
+        groups = [(value, label) for value, (label, _) in ACTOR_GROUPS.items()]
+        self.fields["actor"].choices = [("", "Anyone"), *groups, *((actor, actor) for actor in actors)]
         self.fields["action"].choices = [("", "Any action"), *((action, action) for action in actions)]
         self.fields["session"].choices = [("", "Any session"), *((s.pk, str(s)) for s in choices)]
 
@@ -49,8 +53,11 @@ class AuditFilterForm(forms.Form):
         """Apply the valid filters; an invalid one is shown as an error and ignored."""
         self.is_valid()
         for name in ("actor", "action", "session"):
-            if self.cleaned_data.get(name) not in (None, ""):
-                events = events.filter(**{name: self.cleaned_data[name]})
+            value = self.cleaned_data.get(name)
+            if value in ACTOR_GROUPS:
+                events = events.filter(ACTOR_GROUPS[value][1])
+            elif value not in (None, ""):
+                events = events.filter(**{name: value})
         return events
 
     @property

@@ -13,6 +13,7 @@ from django.shortcuts import get_object_or_404, render
 from django.utils.cache import patch_vary_headers
 from django_htmx.middleware import HtmxDetails
 
+from checkpoints.jobs import ERRORS_KEPT
 from checkpoints.models import AgentSession, Checkpoint, DriftAlert
 
 VIEW = "checkpoints.view_agentsession"
@@ -69,3 +70,19 @@ def render_page(
     if partial:
         patch_vary_headers(response, ["HX-Request"])  # the page and its fragment share one URL
     return response
+
+
+def job_failures(result: dict[str, Any], user: Any) -> dict[str, Any] | None:
+    """A job result's failed sessions (or folders) as the console lists them, or None when none failed.
+
+    Only the sessions of projects the user may see are named; the others count among the unlisted.
+    """
+    count = result.get("error_count")
+    if not count:
+        return None
+    errors = result.get("errors", [])
+    named = [error["id"] for error in errors if "session" in error]
+    visible = set(AgentSession.objects.visible_to(user).filter(pk__in=named).values_list("pk", flat=True))
+    shown = [error for error in errors if "session" not in error or error["id"] in visible]
+    unit = "folder" if "sources_done" in result else "session"
+    return {"count": count, "unit": unit, "shown": shown, "hidden": count - len(shown), "kept": ERRORS_KEPT}

@@ -17,10 +17,11 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django_celery_beat.models import PeriodicTask
 
-from checkpoints.models import JobRun
+from checkpoints.jobs import stale_after
+from checkpoints.models import JobRun, JobRunStatus
 
 from .alerts import evidence_summary
-from .common import OPERATE, VIEW, HtmxHttpRequest, console, render_page
+from .common import OPERATE, VIEW, HtmxHttpRequest, console, job_failures, render_page
 
 # task → the JobRun.job name run_job records it under (checkpoints/tasks.py)
 JOB_FOR_TASK = {
@@ -30,6 +31,8 @@ JOB_FOR_TASK = {
     "checkpoints.tasks.collect_garbage": "gc",
     "checkpoints.tasks.scan_watched_sources": "watched_sources",
 }
+# not among a run's counts: failures are listed apart; retention's preview ids mean nothing here
+NOT_SUMMED_UP = {"errors", "error_count", "checkpoints"}
 
 
 def _latest_runs(jobs: set[str]) -> dict[str, JobRun]:
@@ -54,12 +57,20 @@ def _schedule_text(task: PeriodicTask) -> str:
     return "—"
 
 
+def _summary(run: JobRun) -> str:
+    """The run's counts (its failures are listed apart), or its error."""
+    if run.error:
+        return evidence_summary(run.error)
+    return evidence_summary({key: value for key, value in run.result.items() if key not in NOT_SUMMED_UP})
+
+
 @console(VIEW)
 @require_GET
 def job_list(request: HtmxHttpRequest) -> HttpResponse:
     now = timezone.now()
     tasks = list(PeriodicTask.objects.select_related("interval", "crontab", "solar", "clocked").order_by("name"))
     runs = _latest_runs({JOB_FOR_TASK[t.task] for t in tasks if t.task in JOB_FOR_TASK})
+    silent_since = now - stale_after()
     rows = []
     for task in tasks:
         run = runs.get(JOB_FOR_TASK.get(task.task, ""))
@@ -68,7 +79,9 @@ def job_list(request: HtmxHttpRequest) -> HttpResponse:
                 "task": task,
                 "schedule": _schedule_text(task),
                 "run": run,
-                "summary": evidence_summary(run.result if run.error == "" else run.error) if run else "",
+                "summary": _summary(run) if run else "",
+                "failed": job_failures(run.result, request.user) if run else None,
+                "silent": bool(run and run.status == JobRunStatus.RUNNING and run.last_sign_of_life < silent_since),
                 "next_run": _next_run(task, now),
                 "computable": task.interval is not None,
             }

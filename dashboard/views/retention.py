@@ -13,7 +13,7 @@ from checkpoints import tasks
 from checkpoints.models import Checkpoint, JobRun
 from checkpoints.retention import describe, plan_retention, policies_in_force
 
-from .common import OPERATE, VIEW, HtmxHttpRequest, console, render_page
+from .common import OPERATE, VIEW, HtmxHttpRequest, console, job_failures, render_page
 
 PREVIEW_ROWS = 50
 RUNS_SHOWN = 20
@@ -34,6 +34,7 @@ def retention(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "policies": [(policy, describe(policy)) for policy in policies_in_force()],
         "plan": plan,
+        "failed": job_failures(plan.failures.as_dict(), request.user),
         "by_kind": sorted(plan.by_kind.items()),
         "preview": preview,
         "more": plan.deleted - min(plan.deleted, PREVIEW_ROWS),

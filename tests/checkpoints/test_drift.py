@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 
 from checkpoints import drift
-from checkpoints.models import AgentSession, AlertKind, AlertState, DriftAlert, JobRun
+from checkpoints.models import AgentSession, AlertKind, AlertState, AuditEvent, DriftAlert, JobRun
 from checkpoints.services import Actor, CheckpointInput, ingest_checkpoints, restore_checkpoint
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -279,7 +279,8 @@ def test_no_false_alarm_on_a_healthy_500_step_session(make_session):
     agent.flush()
     assert agent.session.last_seq > 500
     assert detect(agent) == set()
-    assert drift.detect_all(now=agent.now) == {"sessions": 1, "opened": 0, "resolved": 0}
+    result = drift.detect_all(now=agent.now)
+    assert result == {"sessions_done": 1, "opened": 0, "resolved": 0, "errors": [], "error_count": 0}
 
 
 # ---- alerts: dedupe, resolve, last_good ------------------------------------------------------------
@@ -309,6 +310,53 @@ def test_alert_resolves_itself_when_the_condition_clears(make_session):
     alert.refresh_from_db()
     assert alert.state == AlertState.RESOLVED
     assert alert.resolved_at == later
+
+
+def test_the_detector_audits_the_alerts_it_opens_and_resolves(make_session):
+    agent = Agent(make_session())
+    halted_fires(agent)
+    drift.detect_session(agent.session, now=agent.now)
+    alert = DriftAlert.objects.get(session=agent.session, kind=AlertKind.HALTED)
+    opened = AuditEvent.objects.get(action="alert_opened")
+    assert (opened.actor, opened.actor_user, opened.actor_token) == ("system:drift", None, None)
+    assert (opened.session, opened.project_id, opened.created_at) == (
+        agent.session,
+        agent.session.project_id,
+        agent.now,
+    )
+    assert opened.target == f"halted alert #{alert.pk}" and opened.reason == alert.message
+    assert opened.details == {"alert_id": alert.pk, "kind": "halted", "severity": "critical", "message": alert.message}
+
+    drift.detect_session(agent.session, now=agent.now)  # still halted: updated, nothing new to audit
+    assert AuditEvent.objects.filter(actor="system:drift").count() == 1
+
+    restore_checkpoint(alert.last_good, actor=Actor.system("test"), now=agent.now)
+    later = agent.now + timedelta(minutes=1)
+    drift.detect_session(agent.session, now=later)
+    resolved = AuditEvent.objects.get(action="alert_resolved")
+    assert (resolved.actor, resolved.session, resolved.created_at) == ("system:drift", agent.session, later)
+    assert resolved.reason == "the condition cleared" and resolved.details["kind"] == "halted"
+
+
+def test_a_rise_in_severity_is_audited_as_an_escalation(make_session):
+    agent = Agent(make_session())
+    halted_fires(agent)
+    DriftAlert.objects.create(session=agent.session, kind=AlertKind.HALTED, severity="info", message="was minor")
+    drift.detect_session(agent.session, now=agent.now)
+    escalated = AuditEvent.objects.get(action="alert_escalated")
+    assert escalated.details["previous_severity"] == "info" and escalated.details["severity"] == "critical"
+    assert escalated.reason.startswith("info → critical: ")
+    assert DriftAlert.objects.get().severity == "critical"
+    assert not AuditEvent.objects.filter(action="alert_opened").exists()
+
+
+def test_an_alert_opened_right_after_ingest_is_audited(make_session, django_capture_on_commit_callbacks):
+    session = make_session()
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest_checkpoints([(session, [CheckpointInput(state={"x": 1}, status="failed", status_reason="boom")])])
+    alert = DriftAlert.objects.get(session=session, kind=AlertKind.FAILED)
+    event = AuditEvent.objects.get(action="alert_opened", session=session)
+    assert event.details["alert_id"] == alert.pk and "boom" in event.reason
 
 
 def test_acknowledged_alert_is_updated_not_reopened(make_session):
@@ -390,7 +438,7 @@ def test_detect_drift_command_runs_the_job_and_prints_a_summary(make_session, ca
     out = capsys.readouterr().out
     assert "Checked 1 active sessions" in out
     run = JobRun.objects.get(job="drift_detection")
-    assert (run.triggered_by, run.status, run.result["sessions"]) == ("command", "succeeded", 1)
+    assert (run.triggered_by, run.status, run.result["sessions_done"]) == ("command", "succeeded", 1)
     assert run.result["opened"] >= 1
 
 

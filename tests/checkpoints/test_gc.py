@@ -173,3 +173,19 @@ def test_ingest_while_gc_runs_then_every_state_reads_back(project, make_session)
     for session in sessions:
         session.refresh_from_db()
         assert store.load_state(bytes(session.live_root)) == live_states[session.pk]
+
+
+def test_a_chunk_it_cannot_parse_stops_gc_before_any_delete(make_session):
+    """What such a node references is unknown: sweeping would delete what it keeps alive, so nothing goes."""
+    session = make_session()
+    _ingest(session, [_state(0)])
+    store.save_state(_state(0, "orphan"))
+    _age_everything()
+    root = bytes(Checkpoint.objects.get(session=session).root)
+    Chunk.objects.filter(hash=root).update(data=b"\x00not a zstd frame")
+    before = _hashes()
+
+    with pytest.raises(Exception):  # noqa: B017 - whichever error zstd raises on the bad frame
+        gc.collect_garbage(grace=HOUR)
+
+    assert _hashes() == before

@@ -155,7 +155,7 @@ def test_a_vanished_watched_folder_raises_an_alert_and_clears_it_when_back(db, t
     )
     scan_watched_sources()
     folder.rename(tree / "ares-moved")
-    assert scan_watched_sources() == {"scanned": 1, "imported": 0}
+    assert scan_watched_sources() == {"scanned": 1, "imported": 0, "sources_done": 1, "errors": [], "error_count": 0}
     alerts = DriftAlert.objects.filter(kind="source_missing", state="open")
     assert alerts.count() == AgentSession.objects.filter(project=source.project).count() == 3
     source.refresh_from_db()
@@ -165,3 +165,6 @@ def test_a_vanished_watched_folder_raises_an_alert_and_clears_it_when_back(db, t
     (tree / "ares-moved").rename(folder)
     scan_watched_sources()
     assert DriftAlert.objects.filter(kind="source_missing", state="open").count() == 0
+    audited = AuditEvent.objects.filter(actor="system:watch", details__kind="source_missing")
+    assert sorted(audited.values_list("action", flat=True)) == ["alert_opened"] * 3 + ["alert_resolved"] * 3
+    assert audited.filter(action="alert_resolved", reason__contains="is back").count() == 3

@@ -266,7 +266,7 @@ def test_a_run_writes_one_audit_event_with_the_counts(make_session, make_checkpo
     apply_retention()
     event = AuditEvent.objects.get(action="retention")
     assert event.actor == "retention"
-    assert event.details == {"deleted": 3, "kept": 2, "by_kind": {"step": 3}}
+    assert event.details == {"deleted": 3, "kept": 2, "by_kind": {"step": 3}, "error_count": 0}
 
 
 def test_kept_states_still_load_after_deletion(make_session, make_checkpoint):
@@ -293,7 +293,7 @@ def test_the_preview_lists_at_most_200_ids(make_session, make_checkpoint):
     assert result["deleted"] == 229 and len(result["checkpoints"]) == 200
 
 
-def test_command_json_prints_only_the_counts_and_records_the_run(make_session, make_checkpoint):
+def test_command_json_prints_the_counts_without_the_preview_and_records_the_run(make_session, make_checkpoint):
     set_policy("step", keep_last=2)
     session = make_session()
     steps(make_checkpoint, session, 6)
@@ -301,14 +301,15 @@ def test_command_json_prints_only_the_counts_and_records_the_run(make_session, m
 
     call_command("apply_retention", "--dry-run", "--json", stdout=out)
 
-    assert json.loads(out.getvalue()) == {"deleted": 4, "kept": 2, "by_kind": {"step": 4}}
+    counts = {"deleted": 4, "kept": 2, "by_kind": {"step": 4}, "sessions_done": 1, "error_count": 0, "errors": []}
+    assert json.loads(out.getvalue()) == counts
     assert len(seqs(session)) == 6
     run = JobRun.objects.get(job="retention")
     assert run.dry_run and run.triggered_by == "command" and run.status == JobRunStatus.SUCCEEDED
 
     out = StringIO()
     call_command("apply_retention", "--json", stdout=out)
-    assert json.loads(out.getvalue()) == {"deleted": 4, "kept": 2, "by_kind": {"step": 4}}
+    assert json.loads(out.getvalue()) == counts
     assert seqs(session) == [5, 6]
     assert JobRun.objects.filter(job="retention", dry_run=False, result__deleted=4).exists()
 

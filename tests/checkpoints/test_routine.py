@@ -21,19 +21,26 @@ def started(make_session, make_checkpoint, external_id: str = "run-1") -> AgentS
     return session
 
 
+def routine(now: datetime) -> dict[str, int]:
+    """The job's counts; every session in these tests is healthy, so none may fail."""
+    result = take_routine_checkpoints(now=now)
+    assert (result["error_count"], result["errors"]) == (0, [])
+    return {key: result[key] for key in ("taken", "missed")}
+
+
 def test_a_changed_live_state_is_checkpointed_once(make_session, make_checkpoint):
     session = started(make_session, make_checkpoint)
     live = {**STATE, "step": 8, "task": {"progress": 45}}
     record_live_state(session, state=live, now=T0 + timedelta(minutes=10))
 
-    assert take_routine_checkpoints(now=T0 + timedelta(minutes=30)) == {"taken": 1, "missed": 0}
+    assert routine(T0 + timedelta(minutes=30)) == {"taken": 1, "missed": 0}
     session.refresh_from_db()
     head = session.head
     assert (head.kind, head.name, head.step, head.seq) == ("routine", "routine", 8, 2)
     assert store.load_state(bytes(head.root)) == live
     assert session.last_seen_at == T0 + timedelta(minutes=10)  # the job's checkpoint is no heartbeat
 
-    assert take_routine_checkpoints(now=T0 + timedelta(minutes=31)) == {"taken": 0, "missed": 0}
+    assert routine(T0 + timedelta(minutes=31)) == {"taken": 0, "missed": 0}
     assert Checkpoint.objects.filter(session=session).count() == 2
 
 
@@ -55,7 +62,7 @@ def test_sessions_that_are_not_active_get_no_routine_checkpoint(make_session, ma
     session = started(make_session, make_checkpoint)
     record_live_state(session, state={"step": 9}, now=T0 + timedelta(minutes=10))
     AgentSession.objects.filter(pk=session.pk).update(status="completed")
-    assert take_routine_checkpoints(now=T0 + timedelta(minutes=20)) == {"taken": 0, "missed": 0}
+    assert routine(T0 + timedelta(minutes=20)) == {"taken": 0, "missed": 0}
 
 
 def test_a_stale_heartbeat_opens_missed_routine_and_a_fresh_one_resolves_it(make_session, make_checkpoint):
@@ -63,7 +70,7 @@ def test_a_stale_heartbeat_opens_missed_routine_and_a_fresh_one_resolves_it(make
     quiet = started(make_session, make_checkpoint, "run-2")
     record_live_state(quiet, state=STATE, now=T0 + timedelta(hours=2))
 
-    assert take_routine_checkpoints(now=T0 + timedelta(hours=2)) == {"taken": 0, "missed": 1}
+    assert routine(T0 + timedelta(hours=2)) == {"taken": 0, "missed": 1}
     alert = DriftAlert.objects.get(kind=AlertKind.MISSED_ROUTINE)
     assert (alert.session_id, alert.state) == (session.pk, AlertState.OPEN)
     assert alert.last_good_id == session.head_id
@@ -72,7 +79,7 @@ def test_a_stale_heartbeat_opens_missed_routine_and_a_fresh_one_resolves_it(make
     assert DriftAlert.objects.filter(kind=AlertKind.MISSED_ROUTINE).count() == 1  # deduplicated
 
     record_live_state(session, state=STATE, now=T0 + timedelta(hours=2, minutes=10))
-    assert take_routine_checkpoints(now=T0 + timedelta(hours=2, minutes=11)) == {"taken": 0, "missed": 0}
+    assert routine(T0 + timedelta(hours=2, minutes=11)) == {"taken": 0, "missed": 0}
     alert.refresh_from_db()
     assert alert.state == AlertState.RESOLVED
     assert alert.resolved_at == T0 + timedelta(hours=2, minutes=11)

@@ -2,20 +2,22 @@
 
 These tests start `celery -A config worker -B` as a subprocess (a new process group, always killed
 by the fixture's finalizer), point it at the test database and Redis db of REDIS_URL, and watch
-what a scheduled job records.
+what a scheduled job records. The workers beat every second and count as dead after 5 silent
+seconds (JOB_HEARTBEAT_SECONDS, JOB_STALE_AFTER_SECONDS).
 
 What an operator sees after a worker is killed mid-run (second test): the killed run's JobRun stays
-`running` with no result and no finish time (on the Jobs page: "running…" with no duration); the
-job's JobLock row still names the dead worker until its ttl passes (run_job's default: one hour),
-so runs in between are recorded as `skipped`; after that the next scheduled run claims the lock and
-succeeds. Nothing of the killed run is half-applied: GC deletes in batches, each its own
-transaction, so a kill rolls back at most the batch in flight.
+`running` until its heartbeat is older than the staleness threshold; its lock, renewed by each
+heartbeat for that threshold only, is free by then at the latest. The next run of a job marks the
+killed run failed ("The worker … stopped responding …"), frees its lock and runs. Nothing of the
+killed run is half-applied: GC deletes in batches, each its own transaction, so a kill rolls back
+at most the batch in flight.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -36,6 +38,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(tra
 
 ROOT = Path(__file__).resolve().parents[2]
 GC_TASK = "checkpoints.tasks.collect_garbage"
+HEARTBEAT_SECONDS, STALE_AFTER_SECONDS = 1, 5
 
 
 def _database_url() -> str:
@@ -66,6 +69,8 @@ class Worker:
             DATABASE_URL=_database_url(),
             CELERY_BROKER_URL=os.environ["REDIS_URL"],
             DJANGO_SETTINGS_MODULE="config.settings",
+            JOB_HEARTBEAT_SECONDS=str(HEARTBEAT_SECONDS),
+            JOB_STALE_AFTER_SECONDS=str(STALE_AFTER_SECONDS),
         )
         command = [sys.executable, "-m", "celery", "-A", "config", "worker", "-B"]
         command += ["--scheduler", "django_celery_beat.schedulers:DatabaseScheduler", "-l", "info"]
@@ -133,7 +138,7 @@ def test_beat_schedules_gc_and_a_real_worker_runs_it(worker):
     assert not JobLock.objects.filter(name="gc").exclude(holder="").exists()
 
 
-def test_a_worker_killed_mid_run_leaves_nothing_half_done(worker):
+def test_a_killed_workers_run_is_marked_failed_its_lock_freed_and_the_next_run_succeeds(worker):
     chunks = _garbage()
     _schedule_gc_every_second()
     table = connection.ops.quote_name(Chunk._meta.db_table)
@@ -148,29 +153,39 @@ def test_a_worker_killed_mid_run_leaves_nothing_half_done(worker):
             what="a GC run in progress",
             log=first.log,
         )
-        time.sleep(1)  # it is now waiting on the table inside collect_garbage
+        _wait(  # blocked on the table, the run still beats: a waiting worker is alive
+            lambda: JobRun.objects.filter(pk=killed.pk, heartbeat_at__gt=killed.heartbeat_at).exists(),
+            timeout=10,
+            what="a heartbeat of the blocked run",
+            log=first.log,
+        )
         first.kill()
-    lock = JobLock.objects.get(name="gc")
-    assert lock.holder and lock.expires_at > timezone.now()
+        killed_at = time.monotonic()
     killed.refresh_from_db()
+    lock = JobLock.objects.get(name="gc")
+    assert lock.holder == killed.worker
+    # the lock outlives the last heartbeat by the staleness threshold, not by an hour
+    assert lock.expires_at - killed.heartbeat_at <= timedelta(seconds=STALE_AFTER_SECONDS + 1)
     assert killed.status == JobRunStatus.RUNNING and killed.result == {} and killed.finished_at is None
     assert Chunk.objects.count() == chunks  # the killed run deleted nothing
 
     second = worker()
     _wait(
-        lambda: JobRun.objects.filter(job="gc", status=JobRunStatus.SKIPPED).exists(),
+        lambda: JobRun.objects.filter(pk=killed.pk, status=JobRunStatus.FAILED).exists(),
         timeout=60,
-        what="a run skipped while the dead worker's lock is unexpired",
+        what="the killed run marked failed",
         log=second.log,
     )
-    assert not JobRun.objects.filter(job="gc", status=JobRunStatus.SUCCEEDED).exists()
-    JobLock.objects.filter(name="gc").update(expires_at=timezone.now() - timedelta(seconds=1))  # its ttl passes
     done = _wait(
-        lambda: JobRun.objects.filter(job="gc", status=JobRunStatus.SUCCEEDED).first(),
+        lambda: JobRun.objects.filter(job="gc", status=JobRunStatus.SUCCEEDED).order_by("started_at").first(),
         timeout=60,
-        what="a succeeded GC run after the lock expired",
+        what="a succeeded GC run after the killed one",
         log=second.log,
     )
-    assert done.result["deleted"] == chunks
+    recovered_in = time.monotonic() - killed_at
     killed.refresh_from_db()
-    assert killed.status == JobRunStatus.RUNNING and killed.finished_at is None  # what the operator sees
+    assert re.match(rf"The worker {re.escape(killed.worker)} stopped responding: no heartbeat since ", killed.error)
+    assert killed.finished_at is not None
+    assert done.result["deleted"] == chunks and Chunk.objects.count() == 0
+    assert done.started_at >= killed.heartbeat_at + timedelta(seconds=STALE_AFTER_SECONDS)
+    assert recovered_in < 60, f"the next run succeeded {recovered_in:.1f} s after the kill"

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.urls import reverse
 
+from checkpoints.drift import detect_session
 from checkpoints.services import Actor, fork_session, pin_checkpoint, record_audit, restore_checkpoint
 from tests.dashboard.test_session_list import add_sessions
 
@@ -68,6 +69,20 @@ def test_filters_by_actor_action_and_session(client, bob, alice, make_session, m
     for name, label in (("actor", "Who"), ("action", "Action"), ("session", "Session")):
         assert f'<label for="id_{name}">{label}</label><select name="{name}" id="id_{name}">' in html
     assert 'method="get"' in html and 'hx-target="#audit-results"' in html and 'hx-push-url="true"' in html
+
+
+def test_detector_events_are_shown_and_filter_apart_as_the_systems(client, bob, alice, make_session, make_checkpoint):
+    session = make_session("looping")
+    make_checkpoint(session, {"a": 1}, status="halted", status_reason="loop detector tripped")
+    detect_session(session)
+    pin_checkpoint(session.head, actor=Actor.for_user(alice), reason="alice pins")
+    client.force_login(bob)
+    html = client.get(URL).content.decode()
+    assert "system:drift" in html and "alert_opened" in html and "loop detector tripped" in html
+    assert '<option value="@system">' in html and '<option value="@people">' in html
+    assert [event.action for event in client.get(URL, {"actor": "@system"}).context["page"].rows] == ["alert_opened"]
+    assert reasons(client.get(URL, {"actor": "@people"})) == ["alice pins"]
+    assert len(client.get(URL, {"actor": "system:drift"}).context["page"].rows) == 1
 
 
 def test_a_link_from_a_session_without_events_selects_it(client, bob, make_session):

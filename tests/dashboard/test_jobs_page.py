@@ -107,3 +107,41 @@ def test_the_page_costs_a_fixed_number_of_queries(client, alice, django_assert_m
     client.force_login(alice)
     with django_assert_max_num_queries(8):
         assert client.get(JOBS).status_code == 200
+
+
+def test_a_run_with_failed_sessions_names_the_ones_the_user_may_see(client, bob, make_session):
+    bad = make_session("bad")
+    JobRun.objects.create(
+        job="retention",
+        status="succeeded_with_errors",
+        started_at=timezone.now() - timedelta(seconds=3),
+        finished_at=timezone.now(),
+        result={
+            "deleted": 7,
+            "kept": 3,
+            "sessions_done": 12,
+            "error_count": 3,
+            "errors": [
+                {"session": "acme/bad", "id": bad.pk, "error": "DataError: timestamp too small (before year 1)"},
+                {"session": "acme/deleted-since", "id": bad.pk + 1000, "error": "ValueError: day is out of range"},
+            ],
+        },
+    )
+    client.force_login(bob)
+    html = client.get(JOBS).content.decode()
+    assert "succeeded with errors" in html
+    assert "3 sessions failed and were left out" in html
+    assert f'href="{reverse("dashboard:session_detail", args=[bad.pk])}">acme/bad</a>' in html
+    assert "timestamp too small" in html and "deleted-since" not in html  # a session gone or not visible
+    assert "2 more not listed" in html
+    assert "deleted: 7" in html and "sessions done: 12" in html and "error count" not in html
+
+
+def test_a_run_whose_worker_went_silent_shows_it_is_not_responding(client, bob, settings):
+    silent = timezone.now() - timedelta(seconds=settings.JOB_STALE_AFTER_SECONDS + 60)
+    JobRun.objects.create(job="gc", started_at=silent, heartbeat_at=silent, worker="host:1:abc")
+    JobRun.objects.create(job="drift_detection", heartbeat_at=timezone.now(), worker="host:2:def")
+    client.force_login(bob)
+    html = client.get(JOBS).content.decode()
+    assert html.count("not responding since") == 1
+    assert "running…" in html  # the drift run beats: it is simply running

@@ -119,3 +119,18 @@ def test_page_query_count_is_bounded_on_a_big_session(client, bob, big_session, 
         response = client.get(URL)
     assert response.status_code == 200
     assert "and " in response.content.decode()  # more doomed checkpoints than the preview lists
+
+
+def test_the_preview_plans_the_other_sessions_and_names_one_it_cannot_read(
+    client, bob, doomed, make_session, make_checkpoint, poison
+):
+    bad = make_session("unreadable")
+    for i in range(4):
+        make_checkpoint(bad, {"i": i}, name=f"step-{i}")
+    poison(bad)
+    client.force_login(bob)
+    response = client.get(URL)
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert response.context["plan"].deleted == 3  # the doomed session's plan, complete
+    assert "1 session failed and was left out" in html and "acme/unreadable" in html

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from checkpoints.drift import detect_all
 from checkpoints.jobs import run_job
@@ -10,7 +10,10 @@ from checkpoints.models import JobRunStatus
 
 
 class Command(BaseCommand):
-    help = "Run every drift detector over the active sessions now, and print what changed."
+    help = (
+        "Run every drift detector over the active sessions now, and print what changed. "
+        "Exits with status 1 when some sessions could not be checked (the others were)."
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         run = run_job("drift_detection", detect_all, triggered_by="command")
@@ -20,7 +23,11 @@ class Command(BaseCommand):
         result = run.result
         self.stdout.write(
             self.style.SUCCESS(
-                f"Checked {result['sessions']} active sessions: "
+                f"Checked {result['sessions_done']} active sessions: "
                 f"{result['opened']} alerts opened, {result['resolved']} resolved."
             )
         )
+        for error in result["errors"]:
+            self.stderr.write(f"session {error['session']} failed: {error['error']}")
+        if result["error_count"]:
+            raise CommandError(f"{result['error_count']} session(s) could not be checked; their alerts are unchanged.")
