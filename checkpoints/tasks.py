@@ -55,6 +55,13 @@ def import_archive(job_id: int) -> dict[str, object]:
         )
         archive.unlink(missing_ok=True)
         return {"error": message}
+    except Exception:
+        # A bug, not the archive: the job must not stay "running" for ever; the traceback goes to the log.
+        message = "The import stopped on an internal error (it was logged); what was imported before it stays."
+        ImportJob.objects.filter(pk=job_id).update(
+            status=ImportJobStatus.FAILED, error=message, finished_at=timezone.now()
+        )
+        raise
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     result = _without_folder(report.as_dict(), workdir)

@@ -606,6 +606,20 @@ def test_a_lying_header_found_while_unpacking_fails_the_job_with_a_sentence_and_
     assert "Import failed" in html and "damaged or truncated" in html and str(var_dir) not in html
 
 
+def test_a_bug_during_the_import_fails_the_job_instead_of_leaving_it_running(client, alice, tmp_path, monkeypatch):
+    job = queued_job(client, alice, zip_folder(ARES, tmp_path / "runs.zip"))
+
+    def broken(*args, **kwargs):  # fault injection: stands for any bug below the task
+        raise KeyError("a bug")
+
+    monkeypatch.setattr("checkpoints.tasks.import_path", broken)
+    with pytest.raises(KeyError):
+        import_archive(job.pk)
+    job.refresh_from_db()
+    assert job.status == ImportJobStatus.FAILED and job.finished_at is not None
+    assert job.error.startswith("The import stopped on an internal error")
+
+
 def test_a_redelivered_import_task_imports_nothing_twice(client, alice, tmp_path):
     job = queued_job(client, alice, zip_folder(ARES, tmp_path / "runs.zip"))
     first = import_archive(job.pk)
