@@ -78,9 +78,9 @@ class RequestBodyLimitMiddleware:
 
 
 def too_large(request: HttpRequest, declared: int, limit: int) -> HttpResponse:
+    if request.path_info.startswith(API_PREFIX):  # the API's own wording for the same refusal
+        return JsonResponse({"detail": f"request body is larger than {limit} bytes"}, status=413)
     message = f"The request body ({declared:,} bytes) is larger than this address accepts ({limit:,} bytes)."
-    if request.path_info.startswith(API_PREFIX):
-        return JsonResponse({"detail": message}, status=413)
     return render(request, "413.html", {"message": message}, status=413)
 
 

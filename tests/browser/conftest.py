@@ -43,7 +43,8 @@ def browser_context_args(browser_context_args: dict[str, Any]) -> dict[str, Any]
 
 CSP_LISTENER = """
 document.addEventListener("securitypolicyviolation", (e) => window.reportCspViolation(
-  `${e.violatedDirective} blocked ${e.blockedURI || "inline"} at ${e.sourceFile}:${e.lineNumber} ${e.sample}`));
+  `${e.violatedDirective} blocked ${e.blockedURI || "inline"} at ${e.sourceFile}:${e.lineNumber} ${e.sample}` +
+  (e.target && e.target.outerHTML ? ` on ${e.target.outerHTML.slice(0, 160)}` : "")));
 """
 
 
