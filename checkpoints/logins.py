@@ -49,7 +49,7 @@ def reset_login_attempts(attempts: Iterable[AccessAttempt], *, actor: Actor) -> 
     record_audit(
         actor,
         "login_unlocked",
-        target=", ".join(sorted({row.username or "" for row in rows}))[:300],
+        target=", ".join(sorted({row.username for row in rows if row.username}))[:300],
         details={
             "count": len(rows),
             "attempts": [{"username": row.username, "ip": row.ip_address} for row in rows[:SHOWN]],
