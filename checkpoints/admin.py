@@ -11,6 +11,8 @@ from functools import cached_property
 from typing import Any
 
 import orjson
+from axes.admin import AccessAttemptAdmin
+from axes.models import AccessAttempt
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import ShowFacets
@@ -26,6 +28,7 @@ from django.utils.html import format_html
 
 from . import cleanup, jsoncodec, models, store
 from .jobs import run_job
+from .logins import reset_login_attempts
 from .retention import apply_retention, describe, plan_retention
 from .services import Actor, acknowledge_alert, pin_checkpoint, record_audit, resolve_alert
 
@@ -205,6 +208,9 @@ class CheckpointAdmin(BigTableAdmin):
     readonly_fields = fields
     actions = ["pin", "unpin", "delete_safely"]
 
+    class Media:
+        css = {"all": ["console/admin.css"]}  # the state preview's box: no inline styles under the CSP
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[models.Checkpoint]:
         return super().get_queryset(request).defer("metadata", "status_reason", "root", "state_hash")
 
@@ -268,7 +274,7 @@ class CheckpointAdmin(BigTableAdmin):
         if len(text) > STATE_PREVIEW_BYTES:
             note = f"\n… truncated: {len(text):,} characters in all; the full state is in the console and the API."
             text = text[:STATE_PREVIEW_BYTES]
-        return format_html('<pre style="max-height:40em;overflow:auto">{}{}</pre>', text, note)
+        return format_html('<pre class="state-preview">{}{}</pre>', text, note)
 
     def _pin(self, request: HttpRequest, queryset: QuerySet[models.Checkpoint], pinned: bool) -> None:
         changed = [
@@ -556,3 +562,17 @@ class JobLockAdmin(admin.ModelAdmin):
     """A stuck lock (a crashed worker) can be released here by clearing its holder."""
 
     list_display = ["name", "holder", "expires_at"]
+
+
+admin.site.unregister(AccessAttempt)
+
+
+@admin.register(AccessAttempt)
+class LoginAttemptAdmin(AccessAttemptAdmin):
+    """django-axes' failed sign-in counters: deleting rows lifts the lockouts they caused, audited."""
+
+    def delete_model(self, request: HttpRequest, obj: AccessAttempt) -> None:
+        reset_login_attempts([obj], actor=_actor(request))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[AccessAttempt]) -> None:
+        reset_login_attempts(queryset, actor=_actor(request))

@@ -48,24 +48,18 @@ class StrictJSONParser(Parser):
 
 
 def read_api_body(get_response: Callable[[HttpRequest], HttpResponse]) -> Callable[[HttpRequest], HttpResponse]:
-    """Middleware: API bodies are read here under the API's own limit (CHECKPOINT_MAX_BODY_BYTES).
-
-    Django's `request.body` would apply the console forms' DATA_UPLOAD_MAX_MEMORY_SIZE, and agents'
-    states are larger than forms. What is read is kept where `request.body` finds it.
+    """Middleware: API bodies are read here, within CHECKPOINT_MAX_BODY_BYTES (RequestBodyLimitMiddleware
+    refused larger ones), not through `request.body`, which holds them to the console forms' smaller
+    DATA_UPLOAD_MAX_MEMORY_SIZE: agents' states are larger than forms. What is read is kept where
+    `request.body` finds it.
     """
 
     def middleware(request: HttpRequest) -> HttpResponse:
         if request.path_info.startswith(API_PATH) and request.method in ("POST", "PUT", "PATCH"):
-            limit = settings.CHECKPOINT_MAX_BODY_BYTES
             length = request.META.get("CONTENT_LENGTH") or "0"
             if not (length.isascii() and length.isdigit()):
                 return _error(400, "the Content-Length header is not a number")
-            if int(length) > limit:
-                return _error(413, f"request body is larger than {limit} bytes")
-            body = request.read(limit + 1)
-            if len(body) > limit:
-                return _error(413, f"request body is larger than {limit} bytes")
-            request._body = body  # noqa: SLF001 - where HttpRequest.body keeps what it read
+            request._body = request.read(settings.CHECKPOINT_MAX_BODY_BYTES)  # noqa: SLF001 - HttpRequest.body's own slot
         return get_response(request)
 
     return middleware

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -57,21 +58,26 @@ INSTALLED_APPS = [
     "template_partials",
     "django_celery_beat",
     "ninja",
+    "axes",
     "checkpoints",
     "dashboard",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Before anything reads the body: the CSRF check reads (and spools) forms and uploads.
+    "config.security.RequestBodyLimitMiddleware",
     "checkpoints.api.read_api_body",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -124,6 +130,10 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out login before any password check
+    "django.contrib.auth.backends.ModelBackend",
+]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard:overview"
 LOGOUT_REDIRECT_URL = "login"
@@ -157,14 +167,50 @@ CSRF_COOKIE_SECURE = HTTPS
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if HTTPS else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
 SECURE_HSTS_PRELOAD = HTTPS
-if env_bool("BEHIND_PROXY", False):
+# Behind a reverse proxy: trust its X-Forwarded-Proto, and take the client's address from X-Forwarded-For,
+# PROXY_COUNT entries from the right (the ones our own proxies appended; anything left of them is the client's say).
+BEHIND_PROXY = env_bool("BEHIND_PROXY", False)
+PROXY_COUNT = env_int("PROXY_COUNT", 1)
+if BEHIND_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 12 * 60 * 60)
+SESSION_EXPIRE_AT_BROWSER_CLOSE = env_bool("SESSION_EXPIRE_AT_BROWSER_CLOSE", False)
 X_FRAME_OPTIONS = "DENY"
 
-# Request bodies: the API enforces its own limit (CHECKPOINT_MAX_BODY_BYTES) and answers 413.
-DATA_UPLOAD_MAX_MEMORY_SIZE = None
+# Content-Security-Policy: scripts and styles only from our own static files, no inline code of either kind.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],  # the API docs' icons are data: URIs
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+
+# Request bodies, refused with 413 before they are read (config.security.RequestBodyLimitMiddleware): the API
+# takes up to CHECKPOINT_MAX_BODY_BYTES, the console's import upload IMPORT_UPLOAD_MAX_BYTES from a signed-in
+# user, everything else DATA_UPLOAD_MAX_MEMORY_SIZE. Uploaded files past FILE_UPLOAD_MAX_MEMORY_SIZE go to a
+# temporary file rather than memory.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 2_621_440)
+DATA_UPLOAD_MAX_NUMBER_FIELDS = env_int("DATA_UPLOAD_MAX_NUMBER_FIELDS", 1000)
+FILE_UPLOAD_MAX_MEMORY_SIZE = env_int("FILE_UPLOAD_MAX_MEMORY_SIZE", 2_621_440)
+
+# Login throttling (django-axes): LOGIN_FAILURE_LIMIT failed sign-ins for one username, or from one address,
+# lock that username or address for LOGIN_COOLOFF_MINUTES. Counters live in the database, shared by every process.
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 10)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+# Attempts during a lockout neither count nor extend it: the lock ends when the page says it does.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_CLIENT_IP_CALLABLE = "config.security.client_ip"
+AXES_LOCKOUT_CALLABLE = "config.security.login_locked_out"
 
 LOGGING = {
     "version": 1,

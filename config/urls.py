@@ -6,7 +6,10 @@ from django.urls import include, path
 
 from checkpoints.api import api
 
+from .views import favicon
+
 urlpatterns = [
+    path("favicon.ico", favicon),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),

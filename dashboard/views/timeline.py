@@ -139,6 +139,7 @@ class Cell:
     up: bool = False
     down: bool = False
     node: str = ""  # "", "dot", "head", "restore", "run"
+    segments: list[str] = field(default_factory=list)  # pieces of elbows crossing this lane (CSS classes)
 
     @property
     def css(self) -> str:
@@ -151,13 +152,23 @@ class Cell:
 
 @dataclass
 class Elbow:
+    """The line from the middle of lane `start` to the middle of lane `start + span`, where a branch leaves.
+
+    It is drawn as one piece per lane it crosses, by class: the Content-Security-Policy allows no inline
+    styles, so no lane can be positioned with a style attribute.
+    """
+
     lane: int  # the branch's lane (its colour)
     start: int  # leftmost lane it spans
     span: int
 
-    @property
-    def css(self) -> str:
-        return f"elbow c{self.lane % LANE_COLOURS}"
+    def segments(self) -> list[tuple[int, str]]:
+        colour = f"c{self.lane % LANE_COLOURS}"
+        end = self.start + self.span
+        return [
+            (lane, f"elbow {'from' if lane == self.start else 'to' if lane == end else 'through'} {colour}")
+            for lane in range(self.start, end + 1)
+        ]
 
 
 @dataclass
@@ -185,9 +196,8 @@ class Layout:
     def branch_of(self, seq: int) -> Branch | None:
         return next((b for b in self.branches if b.lo <= seq <= b.hi), None)
 
-    def graph(self, seq: int, node: str) -> tuple[list[Cell], list[Elbow], Branch | None]:
+    def graph(self, seq: int, node: str) -> tuple[list[Cell], Branch | None]:
         cells = [Cell(lane) for lane in range(self.lanes)]
-        elbows: list[Elbow] = []
         own = self.branch_of(seq)
         for branch in self.branches:
             cell = cells[branch.lane]
@@ -200,9 +210,10 @@ class Layout:
             elif branch.attach == seq:
                 cell.up = True
                 if own is not None and own.lane != branch.lane:
-                    start = min(own.lane, branch.lane)
-                    elbows.append(Elbow(branch.lane, start, abs(own.lane - branch.lane)))
-        return cells, elbows, own
+                    elbow = Elbow(branch.lane, min(own.lane, branch.lane), abs(own.lane - branch.lane))
+                    for lane, css in elbow.segments():
+                        cells[lane].segments.append(css)
+        return cells, own
 
 
 # ---- rows -------------------------------------------------------------------------------------------
@@ -212,7 +223,6 @@ class Layout:
 class Row:
     checkpoint: Checkpoint
     cells: list[Cell]
-    elbows: list[Elbow]
     main: bool
     is_head: bool = False
     previous_id: int | None = None
@@ -234,6 +244,11 @@ class Page:
     older: int | None  # `before` for the older page
     at_newest: bool
     query: str = ""  # this page's position, kept by the no-JavaScript links that expand a run
+
+    @property
+    def lane_slots(self) -> range:
+        """One empty slot per lane in the header: they give the graph column its width."""
+        return range(self.lanes)
 
     @property
     def top(self) -> int | None:
@@ -270,14 +285,13 @@ def _build_rows(
     def row(checkpoint: Checkpoint) -> Row:
         is_head = checkpoint.pk == session.head_id
         node = "head" if is_head else "restore" if checkpoint.kind == CheckpointKind.RESTORE else "dot"
-        cells, elbows, own = layout.graph(checkpoint.seq, node)
+        cells, own = layout.graph(checkpoint.seq, node)
         previous = checkpoint.parent_id
         if checkpoint.kind == CheckpointKind.RESTORE and checkpoint.seq - 1 in by_seq:
             previous = by_seq[checkpoint.seq - 1].pk  # what the restore changed: the head it replaced
         return Row(
             checkpoint,
             cells,
-            elbows,
             main=own.main if own else True,
             is_head=is_head,
             previous_id=previous,
@@ -318,11 +332,11 @@ def _same_run(checkpoints: list[Checkpoint], j: int, layout: Layout) -> bool:
 
 
 def _run_row(run: list[Checkpoint], layout: Layout) -> Row:
-    top_cells, _, own = layout.graph(run[0].seq, "run")
-    bottom_cells, _, _ = layout.graph(run[-1].seq, "run")
+    top_cells, own = layout.graph(run[0].seq, "run")
+    bottom_cells, _ = layout.graph(run[-1].seq, "run")
     if own is not None:
         top_cells[own.lane].down = bottom_cells[own.lane].down
-    return Row(run[0], top_cells, [], main=own.main if own else True, run=run)
+    return Row(run[0], top_cells, main=own.main if own else True, run=run)
 
 
 def timeline_page(

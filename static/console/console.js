@@ -34,3 +34,20 @@
     items().forEach((el) => el.classList.toggle("is-selected", el === row));
   });
 })();
+
+// Dialogs opened by htmx (the restore preview): [data-close="<id>"] links and Escape inside a
+// [data-close-on-escape] element remove the dialog; without JavaScript the links go back to the page.
+(function () {
+  document.addEventListener("click", function (event) {
+    const link = event.target.closest && event.target.closest("[data-close]");
+    const dialog = link && document.getElementById(link.dataset.close);
+    if (!dialog) return;
+    event.preventDefault();
+    dialog.remove();
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Escape") return;
+    const dialog = event.target.closest && event.target.closest("[data-close-on-escape]");
+    if (dialog) dialog.remove();
+  });
+})();

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,27 @@ def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[s
 @pytest.fixture(scope="session")
 def browser_context_args(browser_context_args: dict[str, Any]) -> dict[str, Any]:
     return {**browser_context_args, "viewport": {"width": 1366, "height": 860}}
+
+
+CSP_LISTENER = """
+document.addEventListener("securitypolicyviolation", (e) => window.reportCspViolation(
+  `${e.violatedDirective} blocked ${e.blockedURI || "inline"} at ${e.sourceFile}:${e.lineNumber} ${e.sample}` +
+  (e.target && e.target.outerHTML ? ` on ${e.target.outerHTML.slice(0, 160)}` : "")));
+"""
+
+
+@pytest.fixture(autouse=True)
+def csp_violations(request: pytest.FixtureRequest) -> Iterator[list[str]]:
+    """Every browser test fails on a Content-Security-Policy violation in any page it visits."""
+    if "page" not in request.fixturenames:
+        yield []
+        return
+    page = request.getfixturevalue("page")
+    found: list[str] = []
+    page.expose_function("reportCspViolation", lambda violation: found.append(violation))
+    page.add_init_script(CSP_LISTENER)
+    yield found
+    assert found == [], f"Content-Security-Policy violations: {found}"
 
 
 @pytest.fixture

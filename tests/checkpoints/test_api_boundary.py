@@ -398,13 +398,6 @@ def test_a_read_only_token_is_refused_before_its_body_is_read(session, read_only
     assert response.json() == {"detail": "this token is read-only"}
 
 
-def test_an_api_body_beyond_the_form_limit_still_reaches_the_api(session, api, settings):
-    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
-    state = {"blob": "x" * 5_000_000}
-    response = api.post("/sessions/run-1/checkpoints", {"state": state})
-    assert response.status_code == 201, response.content[:200]
-
-
 def test_a_non_numeric_content_length_gets_400(session, api):
     response = api.client.post(
         "/api/v1/sessions/run-1/checkpoints",

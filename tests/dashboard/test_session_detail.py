@@ -108,7 +108,8 @@ def test_restore_draws_the_abandoned_checkpoints_as_a_side_branch(client, bob, r
     for seq in (7, 3, 2, 1):
         assert "side branch" not in row_html(html, seq)
     assert "restored by #7" in row_html(html, 3)
-    assert 'class="elbow c1"' in row_html(html, 3)  # the side lane grows out of #3
+    assert 'class="elbow from c1"' in row_html(html, 3)  # the side lane grows out of #3
+    assert 'class="elbow to c1"' in row_html(html, 3)
     assert 'class="lane c0 down node-head"' in row_html(html, 7)  # the restore is the head
     assert 'class="lane c0 up down"' in row_html(html, 6)  # the head's line passes beside the side branch
     assert 'class="lane c1 down node-dot"' in row_html(html, 6)  # the side branch's newest end
