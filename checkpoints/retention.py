@@ -24,10 +24,10 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from .models import AgentSession, Checkpoint, CheckpointKind, DriftAlert, RetentionPolicy, RetentionScope
+from .models import AgentSession, Checkpoint, CheckpointKind, DriftAlert, Project, RetentionPolicy, RetentionScope
 
 PREVIEW_SIZE = 200
 
@@ -92,11 +92,12 @@ def describe(policy: RetentionPolicy) -> str:
     return "".join([text, *(f", plus {rule.removeprefix('keep ')}" for rule in rules[1:])])
 
 
-def policies_in_force() -> list[RetentionPolicy]:
-    """Global policies first, then each project's overrides."""
-    return list(
-        RetentionPolicy.objects.select_related("project").order_by(F("project__slug").asc(nulls_first=True), "kind")
-    )
+def policies_in_force(*, projects: QuerySet[Project] | None = None) -> list[RetentionPolicy]:
+    """Global policies first, then each project's overrides (of `projects` only, when given)."""
+    policies = RetentionPolicy.objects.select_related("project")
+    if projects is not None:
+        policies = policies.filter(Q(project__isnull=True) | Q(project__in=projects))
+    return list(policies.order_by(F("project__slug").asc(nulls_first=True), "kind"))
 
 
 class _Rules:
@@ -193,17 +194,22 @@ def _plan_session(rules: _Rules, session_id: int, project_id: int, agent: str, h
     return SessionPlan(session_id=session_id, total=len(rows), delete=ordered, kinds=kinds, repoint=repoint)
 
 
-def iter_session_plans(*, now: datetime | None = None) -> Iterator[SessionPlan]:
-    """One session at a time, so memory holds one session's ids, never a whole store's states."""
+def iter_session_plans(
+    *, now: datetime | None = None, sessions: QuerySet[AgentSession] | None = None
+) -> Iterator[SessionPlan]:
+    """One session at a time (of `sessions`, default all), so memory holds one session's ids, never a whole
+    store's states."""
     rules = _Rules(now or timezone.now())
-    sessions = AgentSession.objects.order_by("pk").values_list("pk", "project_id", "agent", "head_id")
-    for session_id, project_id, agent, head_id in sessions.iterator(chunk_size=1000):
+    rows = (AgentSession.objects.all() if sessions is None else sessions).order_by("pk")
+    for session_id, project_id, agent, head_id in rows.values_list("pk", "project_id", "agent", "head_id").iterator(
+        chunk_size=1000
+    ):
         yield _plan_session(rules, session_id, project_id, agent, head_id)
 
 
-def plan_retention(*, now: datetime | None = None) -> Plan:
+def plan_retention(*, now: datetime | None = None, sessions: QuerySet[AgentSession] | None = None) -> Plan:
     plan = Plan()
-    for session_plan in iter_session_plans(now=now):
+    for session_plan in iter_session_plans(now=now, sessions=sessions):
         plan.add(session_plan)
     return plan
 

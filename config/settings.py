@@ -123,6 +123,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Permissions come from project memberships (staff: their groups, in every project); see checkpoints/access.py.
+AUTHENTICATION_BACKENDS = ["checkpoints.access.ProjectRoleBackend"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard:overview"
 LOGOUT_REDIRECT_URL = "login"

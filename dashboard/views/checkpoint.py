@@ -23,8 +23,7 @@ from checkpoints import store
 from checkpoints.diff import format_path
 from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, Phase
 
-from .common import HtmxHttpRequest, console, get_checkpoint_for_user, render_page
-from .timeline import parse_int
+from .common import HtmxHttpRequest, console, get_checkpoint_for_user, parse_int, render_page
 
 CHILD_CAP = 50  # entries one expansion shows; "show more" loads the next ones
 INLINE_NODES = 250  # nodes rendered with the page before subtrees load on demand

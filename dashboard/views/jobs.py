@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_celery_beat.models import PeriodicTask
 
 from checkpoints.models import JobRun
+from checkpoints.roles import ALL_PROJECTS, in_every_project
 
 from .alerts import evidence_summary
 from .common import OPERATE, VIEW, HtmxHttpRequest, console, render_page
@@ -60,6 +61,7 @@ def job_list(request: HtmxHttpRequest) -> HttpResponse:
     now = timezone.now()
     tasks = list(PeriodicTask.objects.select_related("interval", "crontab", "solar", "clocked").order_by("name"))
     runs = _latest_runs({JOB_FOR_TASK[t.task] for t in tasks if t.task in JOB_FOR_TASK})
+    system_figures = in_every_project(request.user, VIEW)  # a run's counts and errors span every project
     rows = []
     for task in tasks:
         run = runs.get(JOB_FOR_TASK.get(task.task, ""))
@@ -68,12 +70,17 @@ def job_list(request: HtmxHttpRequest) -> HttpResponse:
                 "task": task,
                 "schedule": _schedule_text(task),
                 "run": run,
-                "summary": evidence_summary(run.result if run.error == "" else run.error) if run else "",
+                "summary": _summary(run) if run and system_figures else "",
                 "next_run": _next_run(task, now),
                 "computable": task.interval is not None,
             }
         )
-    return render_page(request, "dashboard/jobs.html", {"rows": rows})
+    context = {"rows": rows, "system_figures": system_figures, "can_run": request.user.has_perm(OPERATE, ALL_PROJECTS)}
+    return render_page(request, "dashboard/jobs.html", context)
+
+
+def _summary(run: JobRun) -> str:
+    return evidence_summary(run.result if run.error == "" else run.error)
 
 
 def _takes_triggered_by(name: str) -> bool:
@@ -89,7 +96,7 @@ def _queue(name: str, kwargs: dict[str, Any]) -> None:
         current_app.send_task(name, kwargs=kwargs)
 
 
-@console(OPERATE)
+@console(OPERATE, everywhere=True)  # a job runs for every project at once
 @require_POST
 def job_run(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     task = get_object_or_404(PeriodicTask, pk=pk)

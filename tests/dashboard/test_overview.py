@@ -62,6 +62,28 @@ def test_counts_active_sessions_open_alerts_checkpoints_today_and_storage(client
     assert "storage used for" in html and "of states" in html
 
 
+def test_counts_totals_attention_and_actions_cover_only_the_users_projects(
+    client, bob, make_session, make_checkpoint, other_project
+):
+    ours = make_session("ours")
+    make_checkpoint(ours, {"n": 1})
+    theirs = make_session("theirs", in_project=other_project)
+    for i in range(4):
+        make_checkpoint(theirs, {"items": list(range(i * 100))})
+    DriftAlert.objects.create(session=theirs, kind="stalled", message="their alert")
+    record_audit(Actor.system("x"), "pin", session=theirs, reason="their action")
+    client.force_login(bob)
+    response = client.get(URL)
+    assert response.context["counts"] == {"total": 1, "active": 1}
+    assert response.context["open_alerts"] == 0
+    totals = response.context["totals"]
+    assert totals["created_since"] == 1
+    assert totals["stored_bytes"] == Checkpoint.objects.get(session=ours).stored_bytes
+    assert attention(response) == []
+    html = response.content.decode()
+    assert "their alert" not in html and "their action" not in html and "globex" not in html
+
+
 def test_sessions_needing_attention_come_first_alerts_then_failures_then_silence(client, bob, make_session):
     now = timezone.now()
     alerting, failed, halted, silent, healthy, done = (

@@ -128,7 +128,8 @@ def test_empty_console_says_how_sessions_arrive(client, bob):
 # ---- filters, search, sort ------------------------------------------------------------------------
 
 
-def test_filters_by_project_agent_and_status(client, bob, make_session, other_project):
+def test_filters_by_project_agent_and_status(client, bob, make_session, other_project, grant):
+    grant(bob, other_project, "viewer")
     make_session("a", agent="scout")
     make_session("b", agent="etl")
     failed = make_session("c", agent="etl")
@@ -139,6 +140,18 @@ def test_filters_by_project_agent_and_status(client, bob, make_session, other_pr
     assert sorted(shown(client.get(URL, {"agent": "etl"}))) == ["b", "c", "d"]
     assert sorted(shown(client.get(URL, {"agent": "etl", "status": "failed"}))) == ["c"]
     assert sorted(shown(client.get(URL, {"project": "acme", "agent": "etl", "status": "active"}))) == ["b"]
+
+
+def test_lists_counts_and_offers_only_the_users_projects(client, bob, make_session, other_project):
+    make_session("a", agent="scout")
+    make_session("secret-run", agent="secret-agent", in_project=other_project)
+    client.force_login(bob)
+    response = client.get(URL)
+    html = response.content.decode()
+    assert shown(response) == ["a"] and response.context["total"] == 1
+    assert "secret" not in html and "globex" not in html  # not in the rows, the agent or the project choices
+    response = client.get(URL, {"project": "globex"})
+    assert "Project: Select a valid choice" in response.content.decode() and shown(response) == ["a"]
 
 
 def test_has_open_alert_ignores_acknowledged_and_resolved_alerts(client, bob, make_session):
