@@ -75,12 +75,6 @@ class ProjectRoleBackend(ModelBackend):
         return getattr(user, _CACHE)
 
 
-def forget_permissions(user: Any) -> None:
-    """Drop what the backends cached on this user object, after its roles changed."""
-    for name in (_CACHE, "_perm_cache", "_user_perm_cache", "_group_perm_cache"):
-        user.__dict__.pop(name, None)
-
-
 # ---- granting and taking back roles (the admin's membership forms call these) -----------------------------
 
 

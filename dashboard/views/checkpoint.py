@@ -121,7 +121,7 @@ def parse_path(raw: str) -> list[str | int]:
     """A JSON list of object keys (strings) and array indexes (integers)."""
     try:
         path = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[…" nested past the parser's limit
         raise BadPath('path must be a JSON list, e.g. ["messages", 3]') from exc
     if not isinstance(path, list):
         raise BadPath('path must be a JSON list, e.g. ["messages", 3]')

@@ -7,63 +7,16 @@ not know makes the walk fail: a view added later has to say here what it address
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 from django.test import Client
 from django.urls import URLPattern, reverse
 from django_celery_beat.models import PeriodicTask
 
-from checkpoints.models import (
-    AgentSession,
-    AuditEvent,
-    Checkpoint,
-    DriftAlert,
-    ImportJob,
-    ImportJobStatus,
-    Phase,
-    PhaseFeedback,
-    PhaseStatus,
-    RetentionPolicy,
-)
-from checkpoints.services import Actor, pin_checkpoint, record_audit, restore_checkpoint
+from checkpoints.models import AgentSession, AuditEvent, Checkpoint, DriftAlert, PhaseFeedback
 from dashboard.urls import urlpatterns
+from tests.dashboard.conftest import World
 
 MARK = "zq-hidden"  # in every name of project B ("globex"): none of it may show to a member of A only
-
-
-@dataclass
-class World:
-    session: AgentSession
-    checkpoint: Checkpoint
-    alert: DriftAlert
-    phase: Phase
-    job: ImportJob
-
-
-def _world(project, make_session, make_checkpoint, tag: str) -> World:
-    session = make_session(f"{tag}-run", agent=f"{tag}-agent")
-    AgentSession.objects.filter(pk=session.pk).update(title=f"{tag} title")
-    checkpoints = [
-        make_checkpoint(session, {"messages": [{"role": "user", "content": f"{tag} {i}"}]}, name=f"{tag}_{i}", step=i)
-        for i in range(1, 6)
-    ]
-    restore_checkpoint(checkpoints[0], actor=Actor.system(f"{tag}-restorer"), reason=f"{tag} reason")
-    pin_checkpoint(checkpoints[1], actor=Actor.system(f"{tag}-pinner"))
-    record_audit(Actor.system(f"{tag}-uploader"), "upload", project=session.project, target=f"{tag}.zip")
-    alert = DriftAlert.objects.create(
-        session=session, kind="failed", severity="critical", message=f"{tag} alert", last_good=checkpoints[0]
-    )
-    phase = Phase.objects.create(session=session, number=1, name=f"{tag} phase", status=PhaseStatus.COMPLETED)
-    job = ImportJob.objects.create(
-        project=session.project,
-        archive="/nowhere.zip",
-        original_name=f"{tag}.zip",
-        status=ImportJobStatus.DONE,
-        report={"imported": 3, "skipped": 0, "errors": [], "sessions": [f"{tag}-run"]},
-    )
-    session.refresh_from_db()
-    return World(session, checkpoints[-1], alert, phase, job)
 
 
 @pytest.fixture
@@ -73,18 +26,9 @@ def member(alice, project, grant):
 
 
 @pytest.fixture
-def worlds(project, other_project, make_session, make_checkpoint) -> tuple[World, World]:
+def worlds(project, other_project, make_world) -> tuple[World, World]:
     """Project A ("acme", where alice operates) and project B ("globex"), each with one of everything."""
-    RetentionPolicy.objects.filter(project=None, kind="step").update(
-        keep_last=1, keep_first=False, keep_latest_per_name=False
-    )  # so both projects have checkpoints (#3, #4) in the retention preview
-    ours = _world(project, make_session, make_checkpoint, "ours")
-
-    def in_b(external_id: str = "run-1", *, agent: str = "agent-7") -> AgentSession:
-        return make_session(external_id, agent=agent, in_project=other_project)
-
-    theirs = _world(other_project, in_b, make_checkpoint, MARK)
-    return ours, theirs
+    return make_world(project, "ours"), make_world(other_project, MARK)
 
 
 def _patterns() -> list[URLPattern]:

@@ -61,6 +61,19 @@ def test_viewer_sees_policies_and_preview_but_no_run_button(client, bob, doomed)
     assert Checkpoint.objects.filter(session=doomed).count() == 5  # the preview deletes nothing
 
 
+def test_preview_and_policies_cover_only_the_users_projects(
+    client, bob, doomed, other_project, make_checkpoint, make_session
+):
+    theirs = make_session("theirs-run", in_project=other_project)
+    for i in range(5):
+        make_checkpoint(theirs, {"i": i}, name=f"theirs-{i}")
+    RetentionPolicy.objects.create(project=other_project, kind="routine", keep_last=9)
+    client.force_login(bob)
+    html = client.get(URL).content.decode()
+    assert re.search(r'stat-value">3</span><span class="stat-label">to delete', html)  # ours only, not 6
+    assert "theirs" not in html and "globex" not in html and "keep the last 9" not in html
+
+
 def test_viewer_cannot_run_retention(client, bob, doomed, django_capture_on_commit_callbacks):
     client.force_login(bob)
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
