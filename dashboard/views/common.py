@@ -37,6 +37,8 @@ def console(
         @wraps(view)
         def checked(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             if not request.user.has_perm(permission, ALL_PROJECTS if everywhere else None):
+                if not request.user.has_perm(VIEW):
+                    raise PermissionDenied("You are not a member of any project yet: an admin can add you to one.")
                 where = " in every project" if everywhere else ""
                 raise PermissionDenied(f"Your role does not allow this{where} ({permission.split('.')[1]}).")
             request.console_permission = permission

@@ -43,12 +43,14 @@ def import_upload(request: HtmxHttpRequest) -> HttpResponse:
     operated = Project.objects.allowing(request.user, OPERATE).order_by("slug")
     may_create = request.user.has_perm(OPERATE, ALL_PROJECTS)
     jobs = ImportJob.objects.visible_to(request.user, OPERATE)
+    projects = list(operated.values_list("slug", flat=True))
+    first = "imported" if may_create else projects[0] if len(projects) == 1 else ""
     form = UploadForm(
         request.POST if posted else None,
         request.FILES if posted else None,
-        initial={"project": jobs.values_list("project__slug", flat=True).first() or ("imported" if may_create else "")},
+        initial={"project": jobs.values_list("project__slug", flat=True).first() or first},
         max_bytes=max_bytes,
-        projects=list(operated.values_list("slug", flat=True)),
+        projects=projects,
         may_create=may_create,
     )
     if posted and form.is_valid():

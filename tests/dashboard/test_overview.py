@@ -28,7 +28,9 @@ def test_signed_out_visitor_is_sent_to_sign_in(client, db):
 
 def test_user_without_a_role_is_refused(client, nobody):
     client.force_login(nobody)
-    assert client.get(URL).status_code == 403
+    response = client.get(URL)
+    assert response.status_code == 403
+    assert "not a member of any project yet" in response.content.decode()
 
 
 def test_post_is_not_allowed(client, bob):

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import base64
+import json
 from datetime import timedelta
 
 import pytest
@@ -235,6 +237,23 @@ def test_a_damaged_cursor_shows_the_first_page(client, bob, project):
     response = client.get(URL, {"sort": "title", "after": "not-a-cursor"})
     assert response.status_code == 200
     assert shown(response)[0] == "run-000"
+
+
+@pytest.mark.parametrize(
+    ("sort", "value", "pk", "rows"),
+    [
+        ("title", "run-010\x00", 1, 25),  # PostgreSQL text cannot hold NUL: the first page
+        ("created", "0001-01-01T00:00:00+14:00", 1, 25),  # before year 1 in UTC: the first page
+        ("activity", "2026-01-01T00:00:00", 2**64, 25),  # no such id: the first page
+        ("activity", "2000-01-01T00:00:00+23:59", 1, 0),  # an offset PostgreSQL refuses, read in UTC: older rows
+    ],
+)
+def test_a_cursor_the_database_cannot_compare_as_sent_gets_an_answer(client, bob, project, sort, value, pk, rows):
+    add_sessions(project, 30)
+    client.force_login(bob)
+    cursor = base64.urlsafe_b64encode(json.dumps([value, pk]).encode()).decode()
+    response = client.get(URL, {"sort": sort, "after": cursor})
+    assert response.status_code == 200 and len(shown(response)) == rows
 
 
 def test_filters_are_kept_across_pages(client, bob, project):
