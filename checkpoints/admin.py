@@ -16,6 +16,8 @@ from axes.models import AccessAttempt
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import ShowFacets
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connection
@@ -27,6 +29,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from . import cleanup, jsoncodec, models, store
+from .access import revoke_membership, save_membership
 from .jobs import run_job
 from .logins import reset_login_attempts
 from .retention import apply_retention, describe, plan_retention
@@ -95,11 +98,79 @@ def _report(modeladmin: admin.ModelAdmin, request: HttpRequest, result: cleanup.
         )
 
 
+class MembershipsAudited(admin.ModelAdmin):
+    """Roles granted, changed or taken back here (inline or not) go through the access services: audited."""
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if isinstance(obj, models.ProjectMembership):
+            save_membership(obj, actor=_actor(request))
+        else:
+            super().save_model(request, obj, form, change)
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        if isinstance(obj, models.ProjectMembership):
+            revoke_membership(obj, actor=_actor(request))
+        else:
+            super().delete_model(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        if queryset.model is models.ProjectMembership:
+            for membership in queryset.select_related("user", "project"):
+                revoke_membership(membership, actor=_actor(request))
+        else:
+            super().delete_queryset(request, queryset)
+
+    def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: bool) -> None:
+        if formset.model is not models.ProjectMembership:
+            return super().save_formset(request, form, formset, change)
+        memberships = formset.save(commit=False)
+        for membership in formset.deleted_objects:
+            revoke_membership(membership, actor=_actor(request))
+        for membership in memberships:
+            save_membership(membership, actor=_actor(request))
+
+
+class MembershipInline(admin.TabularInline):
+    model = models.ProjectMembership
+    extra = 1
+    fields = ["user", "role", "created_at"]
+    readonly_fields = ["created_at"]
+    autocomplete_fields = ["user"]
+    verbose_name = "member"
+    verbose_name_plural = "members (who sees this project, and with which role; staff see every project)"
+
+
+class UserMembershipInline(MembershipInline):
+    fields = ["project", "role", "created_at"]
+    autocomplete_fields = ["project"]
+    verbose_name = "project role"
+    verbose_name_plural = "project roles (the projects this person sees; staff see every project with their groups)"
+
+
 @admin.register(models.Project)
-class ProjectAdmin(admin.ModelAdmin):
+class ProjectAdmin(MembershipsAudited):
     list_display = ["slug", "name", "created_at"]
     search_fields = ["slug", "name"]
     date_hierarchy = "created_at"
+    inlines = [MembershipInline]
+
+
+@admin.register(models.ProjectMembership)
+class ProjectMembershipAdmin(MembershipsAudited):
+    list_display = ["user", "project", "role", "created_at"]
+    list_filter = ["role", "project"]
+    search_fields = ["user__username", "project__slug"]
+    autocomplete_fields = ["user", "project"]
+    list_select_related = ["user", "project"]
+
+
+User = get_user_model()
+admin.site.unregister(User)
+
+
+@admin.register(User)
+class ConsoleUserAdmin(MembershipsAudited, UserAdmin):
+    inlines = [*UserAdmin.inlines, UserMembershipInline]
 
 
 @admin.register(models.AgentSession)

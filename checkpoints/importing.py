@@ -19,6 +19,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from . import formats, services
+from .access import may_import_into
 from .formats.base import CheckpointRecord, PhaseRecord, Problem, SessionRecord
 from .jobs import concerns_the_whole_run, describe_error, savepoint
 from .models import AgentOutput, AgentSession, Checkpoint, Phase, PhaseFeedback, Project
@@ -92,7 +93,7 @@ def import_path(
         formats.get(fmt)  # an unknown name fails before anything is read
     report = ImportReport()
     with transaction.atomic() if dry_run else nullcontext():
-        importer = _Importer(project, report, progress, write_back)
+        importer = _Importer(project, report, progress, write_back, actor)
         for name, source in sources(path, fmt, report):
             importer.fmt = name
             importer.folder = (source if source.is_dir() else source.parent) if record_source else None
@@ -115,9 +116,15 @@ def import_path(
 
 class _Importer:
     def __init__(
-        self, project: Project, report: ImportReport, progress: Callable[[ImportReport], None] | None, write_back: bool
+        self,
+        project: Project,
+        report: ImportReport,
+        progress: Callable[[ImportReport], None] | None,
+        write_back: bool,
+        actor: services.Actor,
     ):
         self.project = project
+        self.actor = actor
         self.report = report
         self.progress = progress
         self.write_back = write_back
@@ -144,8 +151,22 @@ class _Importer:
             self.flush(record.session)
             self._phase(record)
 
+    def _project_of(self, record: SessionRecord) -> Project:
+        """The project the files name, where the importing user may import (an operator there); else ours."""
+        if not record.project or record.project == self.project.slug:
+            return self.project
+        user = self.actor.user
+        if user is not None and not may_import_into(user, record.project):
+            self.report.problem(
+                record.folder or record.external_id,
+                f"names project {record.project!r}, where {user.get_username()} is not an operator: "
+                f"imported into {self.project.slug} instead",
+            )
+            return self.project
+        return services.get_or_create_project(record.project)
+
     def _session(self, record: SessionRecord) -> AgentSession:
-        project = services.get_or_create_project(record.project) if record.project else self.project
+        project = self._project_of(record)
         session, _ = services.upsert_session(
             project,
             external_id=record.external_id,

@@ -12,6 +12,19 @@ from django.utils import timezone
 
 from . import limits
 from .fields import SafeCharField, SafeJSONField, SafeTextField
+from .roles import VIEW_SESSIONS, in_every_project, roles_granting
+
+
+class ProjectQuerySet(models.QuerySet["Project"]):
+    def allowing(self, user: Any, permission: str = VIEW_SESSIONS) -> ProjectQuerySet:
+        """The projects where `user` holds `permission`: every one for superusers and for staff whose groups
+        grant it, else those where one of the user's memberships grants it (any role sees its project)."""
+        if in_every_project(user, permission):
+            return self
+        if not user.is_active:
+            return self.none()
+        memberships = ProjectMembership.objects.filter(user=user, role__in=roles_granting(permission))
+        return self.filter(pk__in=memberships.values("project_id"))
 
 
 class Project(models.Model):
@@ -19,11 +32,55 @@ class Project(models.Model):
     name = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
+    objects = ProjectQuerySet.as_manager()
+
     class Meta:
         ordering = ["slug"]
 
     def __str__(self) -> str:
         return self.slug
+
+
+class ProjectScopedQuerySet(models.QuerySet[Any]):
+    """Rows that belong to a project through `project_path`; `visible_to` keeps those of the user's projects."""
+
+    project_path = "project"
+
+    def visible_to(self, user: Any, permission: str = VIEW_SESSIONS) -> Any:
+        """Rows of the projects where `user` holds `permission` (by default: may see them)."""
+        if in_every_project(user, permission):
+            return self
+        return self.filter(**{f"{self.project_path}__in": Project.objects.allowing(user, permission)})
+
+
+class ProjectRole(models.TextChoices):
+    VIEWER = "viewer", "viewer: browses"
+    OPERATOR = "operator", "operator: also restores, forks, pins, undoes, triages alerts and imports"
+    APPROVER = "approver", "approver: also reviews phases"
+
+
+class ProjectMembership(models.Model):
+    """A person's role in one project; it applies to that project's sessions and everything in them.
+
+    Roles are not a ladder (an operator does not approve phases, an approver does not restore), so someone
+    who does both holds two rows, one per role; any role lets them see the project.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships", db_index=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="project_memberships")
+    role = models.CharField(max_length=20, choices=ProjectRole.choices)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["project", "user", "role"]
+        constraints = [
+            # one row per (project, user, role); also serves "the members of a project" (the admin's inline)
+            models.UniqueConstraint(fields=["project", "user", "role"], name="membership_role_per_project_user"),
+            models.CheckConstraint(condition=Q(role__in=ProjectRole.values), name="membership_role_known"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} as {self.role} in {self.project}"
 
 
 class SourceFormat(models.TextChoices):
@@ -42,11 +99,7 @@ class SessionStatus(models.TextChoices):
     ARCHIVED = "archived"
 
 
-class AgentSessionQuerySet(models.QuerySet["AgentSession"]):
-    def visible_to(self, user: Any) -> AgentSessionQuerySet:
-        """Console users with the viewer permission see every project's sessions."""
-        return self if user.has_perm("checkpoints.view_agentsession") else self.none()
-
+class AgentSessionQuerySet(ProjectScopedQuerySet):
     def for_project(self, project: Project) -> AgentSessionQuerySet:
         return self.filter(project=project)
 
@@ -183,7 +236,9 @@ class CheckpointStatus(models.TextChoices):
     HALTED = "halted"
 
 
-class CheckpointQuerySet(models.QuerySet["Checkpoint"]):
+class CheckpointQuerySet(ProjectScopedQuerySet):
+    project_path = "session__project"
+
     def for_session(self, session: AgentSession) -> CheckpointQuerySet:
         return self.filter(session=session)
 
@@ -352,6 +407,10 @@ class PhaseStatus(models.TextChoices):
     REQUIRES_RETRY = "requires_retry"
 
 
+class PhaseQuerySet(ProjectScopedQuerySet):
+    project_path = "session__project"
+
+
 class Phase(models.Model):
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="phases", db_index=False)
     number = models.PositiveIntegerField()
@@ -366,6 +425,8 @@ class Phase(models.Model):
     cost = models.DecimalField(max_digits=12, decimal_places=6, default=0)
     errors = SafeJSONField(default=list, blank=True)
     metadata = SafeJSONField(default=dict, blank=True)
+
+    objects = PhaseQuerySet.as_manager()
 
     class Meta:
         ordering = ["session", "number"]
@@ -463,7 +524,9 @@ class AlertState(models.TextChoices):
     RESOLVED = "resolved"
 
 
-class DriftAlertQuerySet(models.QuerySet["DriftAlert"]):
+class DriftAlertQuerySet(ProjectScopedQuerySet):
+    project_path = "session__project"
+
     def unresolved(self) -> DriftAlertQuerySet:
         return self.exclude(state=AlertState.RESOLVED)
 
@@ -576,6 +639,11 @@ class ApiToken(models.Model):
         return scope in self.scopes
 
 
+class AuditEventQuerySet(ProjectScopedQuerySet):
+    """Events of a project count as that project's (with or without a session); events of no project
+    (a retention run over all projects, a deleted project's) are system-wide: staff see them."""
+
+
 class AuditEvent(models.Model):
     """Append-only record of every operator and agent action that changes state."""
 
@@ -592,6 +660,8 @@ class AuditEvent(models.Model):
     reason = SafeTextField(blank=True)
     details = SafeJSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+
+    objects = AuditEventQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -634,6 +704,10 @@ class ImportJobStatus(models.TextChoices):
     FAILED = "failed"
 
 
+class ImportJobQuerySet(ProjectScopedQuerySet):
+    pass
+
+
 class ImportJob(models.Model):
     """An uploaded archive of checkpoint files, imported by a Celery task; its report is kept."""
 
@@ -650,6 +724,8 @@ class ImportJob(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ImportJobQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]

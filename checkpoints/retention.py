@@ -26,11 +26,11 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from .jobs import Failures, contained, each_batch
-from .models import AgentSession, Checkpoint, CheckpointKind, DriftAlert, RetentionPolicy, RetentionScope
+from .models import AgentSession, Checkpoint, CheckpointKind, DriftAlert, Project, RetentionPolicy, RetentionScope
 
 PREVIEW_SIZE = 200
 PLAN_BATCH = 50  # sessions planned per savepoint
@@ -98,11 +98,12 @@ def describe(policy: RetentionPolicy) -> str:
     return "".join([text, *(f", plus {rule.removeprefix('keep ')}" for rule in rules[1:])])
 
 
-def policies_in_force() -> list[RetentionPolicy]:
-    """Global policies first, then each project's overrides."""
-    return list(
-        RetentionPolicy.objects.select_related("project").order_by(F("project__slug").asc(nulls_first=True), "kind")
-    )
+def policies_in_force(*, projects: QuerySet[Project] | None = None) -> list[RetentionPolicy]:
+    """Global policies first, then each project's overrides (of `projects` only, when given)."""
+    policies = RetentionPolicy.objects.select_related("project")
+    if projects is not None:
+        policies = policies.filter(Q(project__isnull=True) | Q(project__in=projects))
+    return list(policies.order_by(F("project__slug").asc(nulls_first=True), "kind"))
 
 
 class _Rules:
@@ -204,26 +205,30 @@ def _plan_session(rules: _Rules, session_id: int, project_id: int, agent: str, h
     return SessionPlan(session_id=session_id, total=len(rows), delete=ordered, kinds=kinds, repoint=repoint)
 
 
-def iter_session_plans(*, failures: Failures, now: datetime | None = None) -> Iterator[SessionPlan]:
-    """Sessions planned PLAN_BATCH at a time, so memory holds a few sessions' ids, never a whole store's states.
+def iter_session_plans(
+    *, failures: Failures, now: datetime | None = None, sessions: QuerySet[AgentSession] | None = None
+) -> Iterator[SessionPlan]:
+    """Sessions (of `sessions`, default all) planned PLAN_BATCH at a time, so memory holds a few sessions' ids,
+    never a whole store's states.
 
     A session whose rows cannot be read is recorded in `failures` and yields no plan: nothing of it is deleted.
     """
     rules = _Rules(now or timezone.now())
-    sessions = AgentSession.objects.order_by("pk").values_list("pk", "project_id", "agent", "head_id")
+    rows = (AgentSession.objects.all() if sessions is None else sessions).order_by("pk")
+    rows = rows.values_list("pk", "project_id", "agent", "head_id")
 
     def plan_batch(batch: list[tuple[int, int, str, int | None]]) -> list[SessionPlan]:
         return [_plan_session(rules, *session) for session in batch]
 
     for plans in each_batch(
-        sessions.iterator(chunk_size=1000), plan_batch, failures, size=PLAN_BATCH, key=lambda session: session[0]
+        rows.iterator(chunk_size=1000), plan_batch, failures, size=PLAN_BATCH, key=lambda session: session[0]
     ):
         yield from plans
 
 
-def plan_retention(*, now: datetime | None = None) -> Plan:
+def plan_retention(*, now: datetime | None = None, sessions: QuerySet[AgentSession] | None = None) -> Plan:
     plan = Plan()
-    for session_plan in iter_session_plans(now=now, failures=plan.failures):
+    for session_plan in iter_session_plans(now=now, failures=plan.failures, sessions=sessions):
         plan.add(session_plan)
     return plan
 

@@ -1,4 +1,10 @@
-"""The console's roles: Django groups an admin assigns to people (created by migration 0004)."""
+"""The console's roles and what each allows.
+
+A person holds a role *in a project* (`ProjectMembership`), and the role's permissions apply to that project's
+sessions, checkpoints, alerts, phases and import jobs only. Staff hold their roles as Django groups (created by
+migration 0004), which apply to every project; superusers may do everything. `checkpoints.access.ProjectRoleBackend`
+answers `user.has_perm(permission, obj)` from these rules.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,32 @@ ROLES = {
     "operator": [*VIEW, "operate_session", "triage_alert"],
     "approver": [*VIEW, "approve_phase"],
 }
+ROLE_PERMISSIONS = {role: frozenset(f"checkpoints.{codename}" for codename in names) for role, names in ROLES.items()}
+
+VIEW_SESSIONS = "checkpoints.view_agentsession"
+OPERATE = "checkpoints.operate_session"
+TRIAGE = "checkpoints.triage_alert"
+APPROVE = "checkpoints.approve_phase"
+
+
+class AllProjects:
+    """`user.has_perm(permission, ALL_PROJECTS)`: may the user do this in every project at once (run a job
+    for all projects, see system-wide figures)? Only staff's group roles and superusers answer yes."""
+
+    def __repr__(self) -> str:
+        return "ALL_PROJECTS"
+
+
+ALL_PROJECTS = AllProjects()
+
+
+def roles_granting(permission: str) -> list[str]:
+    return [role for role, permissions in ROLE_PERMISSIONS.items() if permission in permissions]
+
+
+def in_every_project(user: Any, permission: str) -> bool:
+    """True for a superuser, and for staff whose groups grant `permission`: they hold it in every project."""
+    return bool(user.is_active and user.has_perm(permission, ALL_PROJECTS))
 
 
 def ensure_roles(group_model: Any, permission_model: Any) -> None:

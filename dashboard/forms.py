@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django import forms
@@ -10,7 +10,7 @@ from django.template.defaultfilters import filesizeformat
 from django.utils.dateparse import parse_datetime
 
 from checkpoints.archives import ARCHIVE_SUFFIXES, archive_suffix
-from checkpoints.models import AlertKind, AlertSeverity, AlertState
+from checkpoints.models import AlertKind, AlertSeverity, AlertState, Project
 
 REASON_MAX = 500
 
@@ -57,6 +57,20 @@ class CompareForm(forms.Form):
 UNRESOLVED = "unresolved"
 
 
+def utc_datetime(text: str) -> datetime | None:
+    """An ISO 8601 time as an aware UTC datetime, or None for anything else: also for impossible dates
+    (month 13) and for times that leave Python's range once converted to UTC (year 1 at +14:00)."""
+    try:
+        moment = parse_datetime(text)
+        if moment is None:
+            return None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return moment.astimezone(UTC)
+    except (ValueError, OverflowError):
+        return None
+
+
 class AlertFilterForm(forms.Form):
     """The alert list's filters. Without a `state` parameter the list shows unresolved alerts."""
 
@@ -67,8 +81,8 @@ class AlertFilterForm(forms.Form):
         choices=[(UNRESOLVED, "Open or acknowledged"), *AlertState.choices, ("", "Any state")],
     )
     project = forms.ChoiceField(required=False, choices=[("", "Any project")])
-    session = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
-    after = forms.CharField(required=False, widget=forms.HiddenInput)
+    session = forms.IntegerField(required=False, min_value=1, max_value=2**63 - 1, widget=forms.HiddenInput)
+    after = forms.CharField(required=False, label="Page", widget=forms.HiddenInput)
 
     def __init__(self, data: Any, *, projects: list[tuple[str, str]]) -> None:
         if "state" not in data:
@@ -82,8 +96,8 @@ class AlertFilterForm(forms.Form):
         if not value:
             return None
         when, _, pk = value.rpartition("_")
-        opened_at = parse_datetime(when) if when else None
-        if opened_at is None or not pk.isdigit():
+        opened_at = utc_datetime(when)
+        if opened_at is None or not (pk.isascii() and pk.isdigit() and int(pk) < 2**63):
             raise forms.ValidationError("Not a page cursor.")
         return opened_at, int(pk)
 
@@ -100,9 +114,24 @@ class UploadForm(forms.Form):
         widget=forms.FileInput(attrs={"accept": ",".join(ARCHIVE_SUFFIXES)}),
     )
 
-    def __init__(self, *args: Any, max_bytes: int, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, max_bytes: int, projects: list[str], may_create: bool, **kwargs: Any) -> None:
+        """`projects`: where the uploader is an operator; `may_create`: whether a new name creates a project
+        (for those who operate every project), else the field is a choice among `projects`."""
         super().__init__(*args, **kwargs)
         self.max_bytes = max_bytes
+        self.projects = projects
+        self.may_create = may_create
+        if not may_create:
+            field = self.fields["project"]
+            field.widget = forms.Select(choices=[("", "Choose a project"), *((slug, slug) for slug in projects)])
+            field.help_text = "A project where you are an operator."
+
+    def clean_project(self) -> str:
+        slug = self.cleaned_data["project"]
+        if slug in self.projects or (self.may_create and not Project.objects.filter(slug=slug).exists()):
+            return slug
+        allowed = ", ".join(self.projects) or "none"
+        raise forms.ValidationError(f"You can import only into a project where you are an operator ({allowed}).")
 
     def clean_archive(self) -> Any:
         upload = self.cleaned_data["archive"]

@@ -147,41 +147,59 @@ def read_only_api(project) -> ApiClient:
 # ---- console users -------------------------------------------------------------------------------
 
 
-def _user_in(django_user_model, username: str, role: str | None):
-    from django.contrib.auth.models import Group, Permission
+def _user_in(django_user_model, username: str, *, is_staff: bool = False):
+    return django_user_model.objects.create_user(username, password=f"{username}-password-1", is_staff=is_staff)
 
-    from checkpoints.roles import ensure_roles
 
-    user = django_user_model.objects.create_user(username, password=f"{username}-password-1")
-    if role:
-        if not Group.objects.filter(name=role).exists():  # flushed by a transactional test
-            ensure_roles(Group, Permission)
-        user.groups.add(Group.objects.get(name=role))
+def _grant(user, project, role: str):
+    from checkpoints.models import ProjectMembership
+
+    ProjectMembership.objects.get_or_create(user=user, project=project, role=role)
     return user
 
 
 @pytest.fixture
-def alice(db, django_user_model):
-    """An operator: browses, restores, forks, pins, triages alerts."""
-    return _user_in(django_user_model, "alice", "operator")
+def grant():
+    """`grant(user, project, "operator")`: a role in one more project."""
+    return _grant
 
 
 @pytest.fixture
-def bob(db, django_user_model):
-    """A viewer: browses only."""
-    return _user_in(django_user_model, "bob", "viewer")
+def alice(project, django_user_model):
+    """An operator in `project`: browses, restores, forks, pins, triages alerts, imports."""
+    return _grant(_user_in(django_user_model, "alice"), project, "operator")
 
 
 @pytest.fixture
-def carol(db, django_user_model):
-    """An approver: browses and reviews phases."""
-    return _user_in(django_user_model, "carol", "approver")
+def bob(project, django_user_model):
+    """A viewer in `project`: browses only."""
+    return _grant(_user_in(django_user_model, "bob"), project, "viewer")
+
+
+@pytest.fixture
+def carol(project, django_user_model):
+    """An approver in `project`: browses and reviews phases."""
+    return _grant(_user_in(django_user_model, "carol"), project, "approver")
 
 
 @pytest.fixture
 def nobody(db, django_user_model):
-    """Signed in, but in no role."""
-    return _user_in(django_user_model, "nobody", None)
+    """Signed in, but a member of no project."""
+    return _user_in(django_user_model, "nobody")
+
+
+@pytest.fixture
+def staff_operator(db, django_user_model):
+    """Staff in the operator group: an operator in every project (also runs jobs for all of them)."""
+    from django.contrib.auth.models import Group, Permission
+
+    from checkpoints.roles import ensure_roles
+
+    if not Group.objects.filter(name="operator").exists():  # flushed by a transactional test
+        ensure_roles(Group, Permission)
+    user = _user_in(django_user_model, "olga", is_staff=True)
+    user.groups.add(Group.objects.get(name="operator"))
+    return user
 
 
 @pytest.fixture

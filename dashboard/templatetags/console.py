@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -50,8 +51,24 @@ def hexdigest(value: Any) -> str:
     return bytes(value).hex() if value is not None else ""
 
 
+@dataclass(frozen=True)
+class _UserOn:
+    user: Any
+    obj: Any
+
+
+@register.filter
+def on(user: Any, obj: Any) -> _UserOn:
+    """`user|on:checkpoint|can:"operate"`: asks `can` about the project `checkpoint` belongs to."""
+    return _UserOn(user, obj)
+
+
 @register.filter
 def can(user: Any, action: str) -> bool:
-    """`{% if user|can:"operate" %}`: operate, triage or approve."""
+    """`{% if user|can:"operate" %}` (in at least one project) or `{% if user|on:obj|can:"operate" %}` (in
+    `obj`'s project): operate, triage or approve."""
     codename = {"operate": "operate_session", "triage": "triage_alert", "approve": "approve_phase"}[action]
-    return bool(user.has_perm(f"checkpoints.{codename}"))
+    obj = None
+    if isinstance(user, _UserOn):
+        user, obj = user.user, user.obj
+    return bool(user.has_perm(f"checkpoints.{codename}", obj))

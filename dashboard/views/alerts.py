@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
-from checkpoints.models import AgentSession, DriftAlert, Project
+from checkpoints.models import DriftAlert, Project
 from checkpoints.services import Actor, acknowledge_alert, resolve_alert
 
 from ..forms import UNRESOLVED, AlertFilterForm, ResolveForm
@@ -44,22 +44,22 @@ def _short(value: Any, width: int = 60) -> str:
 
 
 def _alerts(filters: dict[str, Any], request: HtmxHttpRequest) -> Any:
-    sessions = AgentSession.objects.visible_to(request.user)
-    alerts = DriftAlert.objects.filter(session__in=sessions).select_related(
+    alerts = DriftAlert.objects.visible_to(request.user).select_related(
         "session__project", "last_good", "acknowledged_by"
     )
     for name in ("kind", "severity"):
-        if filters[name]:
+        if filters.get(name):
             alerts = alerts.filter(**{name: filters[name]})
-    if filters["state"] == UNRESOLVED:
+    state = filters.get("state", UNRESOLVED)
+    if state == UNRESOLVED:
         alerts = alerts.unresolved()
-    elif filters["state"]:
-        alerts = alerts.filter(state=filters["state"])
-    if filters["project"]:
+    elif state:
+        alerts = alerts.filter(state=state)
+    if filters.get("project"):
         alerts = alerts.filter(session__project__slug=filters["project"])
-    if filters["session"]:
+    if filters.get("session"):
         alerts = alerts.filter(session_id=filters["session"])
-    if filters["after"]:
+    if filters.get("after"):
         opened_at, pk = filters["after"]
         alerts = alerts.filter(Q(opened_at__lt=opened_at) | Q(opened_at=opened_at, pk__lt=pk))
     return alerts.order_by("-opened_at", "-pk")
@@ -68,11 +68,9 @@ def _alerts(filters: dict[str, Any], request: HtmxHttpRequest) -> Any:
 @console(VIEW)
 @require_GET
 def alert_list(request: HtmxHttpRequest) -> HttpResponse:
-    projects = list(Project.objects.order_by("slug").values_list("slug", "slug"))
+    projects = list(Project.objects.allowing(request.user).order_by("slug").values_list("slug", "slug"))
     form = AlertFilterForm(request.GET, projects=projects)
-    if not form.is_valid():
-        form = AlertFilterForm({"state": form.data.get("state", UNRESOLVED)}, projects=projects)
-        form.is_valid()
+    form.is_valid()  # an invalid filter is shown as an error and ignored; the valid ones still apply
     page = list(_alerts(form.cleaned_data, request)[: PAGE_SIZE + 1])
     alerts, more = page[:PAGE_SIZE], len(page) > PAGE_SIZE
     for alert in alerts:
@@ -87,9 +85,9 @@ def alert_list(request: HtmxHttpRequest) -> HttpResponse:
         "alerts": alerts,
         "next_query": query.urlencode() if more else "",
         "first_query": first_query,
-        "paged": bool(form.cleaned_data["after"]),
-        "filtered": any(form.cleaned_data[name] for name in ("kind", "severity", "project")),
-        "state": form.cleaned_data["state"],
+        "paged": bool(form.cleaned_data.get("after")),
+        "filtered": any(form.cleaned_data.get(name) for name in ("kind", "severity", "project", "session")),
+        "state": form.cleaned_data.get("state", UNRESOLVED),
     }
     return render_page(request, "dashboard/alert_list.html", context, partial="alert-results")
 

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET
 
 from checkpoints.models import AgentSession, AuditEvent
 
-from .common import HtmxHttpRequest, console, render_page
+from .common import HtmxHttpRequest, console, parse_int, render_page
 from .pagination import keyset_page
 
 ORDER = ("-created_at", "-pk")
@@ -40,9 +40,9 @@ class AuditFilterForm(forms.Form):
         actors = events.order_by("actor").values_list("actor", flat=True).distinct()
         actions = events.order_by("action").values_list("action", flat=True).distinct()
         audited = Q(pk__in=events.values("session"))
-        wanted = self.data.get("session", "")
-        if wanted.isdigit():  # a link from a session that has no events yet still selects it
-            audited |= Q(pk=int(wanted))
+        wanted = parse_int(self.data.get("session"), below=2**63)
+        if wanted is not None:  # a link from a session that has no events yet still selects it
+            audited |= Q(pk=wanted)
         choices = sessions.filter(audited).select_related("project").order_by("project__slug", "external_id")
         groups = [(value, label) for value, (label, _) in ACTOR_GROUPS.items()]
         self.fields["actor"].choices = [("", "Anyone"), *groups, *((actor, actor) for actor in actors)]
@@ -69,7 +69,7 @@ class AuditFilterForm(forms.Form):
 @console()
 def audit_log(request: HtmxHttpRequest) -> HttpResponse:
     sessions = AgentSession.objects.visible_to(request.user)
-    events = AuditEvent.objects.filter(Q(session__isnull=True) | Q(session__in=sessions))
+    events = AuditEvent.objects.visible_to(request.user)
     form = AuditFilterForm(request.GET, events=events, sessions=sessions)
     page = keyset_page(
         form.filter(events).select_related("session__project"),

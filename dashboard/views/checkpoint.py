@@ -23,8 +23,7 @@ from checkpoints import store
 from checkpoints.diff import format_path
 from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, Phase
 
-from .common import HtmxHttpRequest, console, get_checkpoint_for_user, render_page
-from .timeline import parse_int
+from .common import HtmxHttpRequest, console, get_checkpoint_for_user, parse_int, render_page
 
 CHILD_CAP = 50  # entries one expansion shows; "show more" loads the next ones
 INLINE_NODES = 250  # nodes rendered with the page before subtrees load on demand
@@ -122,7 +121,7 @@ def parse_path(raw: str) -> list[str | int]:
     """A JSON list of object keys (strings) and array indexes (integers)."""
     try:
         path = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[…" nested past the parser's limit
         raise BadPath('path must be a JSON list, e.g. ["messages", 3]') from exc
     if not isinstance(path, list):
         raise BadPath('path must be a JSON list, e.g. ["messages", 3]')

@@ -14,26 +14,35 @@ from django.utils.cache import patch_vary_headers
 from django_htmx.middleware import HtmxDetails
 
 from checkpoints.jobs import ERRORS_KEPT
-from checkpoints.models import AgentSession, Checkpoint, DriftAlert
-
-VIEW = "checkpoints.view_agentsession"
-OPERATE = "checkpoints.operate_session"
-TRIAGE = "checkpoints.triage_alert"
-APPROVE = "checkpoints.approve_phase"
+from checkpoints.models import AgentSession, Checkpoint, DriftAlert, ImportJob, Phase
+from checkpoints.roles import ALL_PROJECTS, in_every_project
+from checkpoints.roles import APPROVE as APPROVE  # the views' permissions, re-exported
+from checkpoints.roles import OPERATE as OPERATE
+from checkpoints.roles import TRIAGE as TRIAGE
+from checkpoints.roles import VIEW_SESSIONS as VIEW
 
 
 class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
+    console_permission: str
 
 
-def console(permission: str = VIEW) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
-    """Sign-in required (redirect), then the role's permission (403 for anyone without it)."""
+def console(
+    permission: str = VIEW, *, everywhere: bool = False
+) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+    """Sign-in required (redirect), then the permission in at least one project (403 for anyone without it);
+    with `everywhere`, in every project at once (system-wide actions, for staff). The `get_…_for_user` lookups
+    check the same permission again in the project of the object the view acts on."""
 
     def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         @wraps(view)
-        def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            if not request.user.has_perm(permission):
-                raise PermissionDenied(f"Your role does not allow this ({permission.split('.')[1]}).")
+        def checked(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not request.user.has_perm(permission, ALL_PROJECTS if everywhere else None):
+                if not request.user.has_perm(VIEW):
+                    raise PermissionDenied("You are not a member of any project yet: an admin can add you to one.")
+                where = " in every project" if everywhere else ""
+                raise PermissionDenied(f"Your role does not allow this{where} ({permission.split('.')[1]}).")
+            request.console_permission = permission
             return view(request, *args, **kwargs)
 
         return login_required(checked)
@@ -41,21 +50,47 @@ def console(permission: str = VIEW) -> Callable[[Callable[..., HttpResponse]], C
     return decorate
 
 
-def get_session_for_user(request: HttpRequest, pk: int) -> AgentSession:
-    queryset = AgentSession.objects.visible_to(request.user).select_related("project", "head", "forked_from__session")
-    return get_object_or_404(queryset, pk=pk)
+def _get_for_user(request: HtmxHttpRequest, queryset: Any, **lookup: Any) -> Any:
+    """404 for anything outside the user's projects; 403 when their role in its project does not allow the
+    view's permission (an operator elsewhere who only views this project)."""
+    found = get_object_or_404(queryset.visible_to(request.user), **lookup)
+    permission = getattr(request, "console_permission", VIEW)
+    if not request.user.has_perm(permission, found):
+        raise PermissionDenied(f"Your role in this project does not allow this ({permission.split('.')[1]}).")
+    return found
 
 
-def get_checkpoint_for_user(request: HttpRequest, pk: int) -> Checkpoint:
-    sessions = AgentSession.objects.visible_to(request.user)
+def get_session_for_user(request: HtmxHttpRequest, pk: int) -> AgentSession:
+    queryset = AgentSession.objects.select_related("project", "head", "forked_from__session")
+    return _get_for_user(request, queryset, pk=pk)
+
+
+def get_checkpoint_for_user(request: HtmxHttpRequest, pk: int) -> Checkpoint:
     queryset = Checkpoint.objects.select_related("session__project", "session__head", "parent")
-    return get_object_or_404(queryset, pk=pk, session__in=sessions)
+    return _get_for_user(request, queryset, pk=pk)
 
 
-def get_alert_for_user(request: HttpRequest, pk: int) -> DriftAlert:
-    sessions = AgentSession.objects.visible_to(request.user)
+def get_alert_for_user(request: HtmxHttpRequest, pk: int) -> DriftAlert:
     queryset = DriftAlert.objects.select_related("session__project", "last_good", "checkpoint")
-    return get_object_or_404(queryset, pk=pk, session__in=sessions)
+    return _get_for_user(request, queryset, pk=pk)
+
+
+def get_phase_for_user(request: HtmxHttpRequest, session_pk: int, number: int) -> Phase:
+    queryset = Phase.objects.select_related("session__project", "session__head", "session__forked_from__session")
+    return _get_for_user(request, queryset, session_id=session_pk, number=number)
+
+
+def get_import_job_for_user(request: HtmxHttpRequest, pk: int) -> ImportJob:
+    return _get_for_user(request, ImportJob.objects.select_related("project", "created_by"), pk=pk)
+
+
+def parse_int(value: str | None, *, below: int = 2**31) -> int | None:
+    """A query parameter as a whole number 0 ≤ n < `below`, or None for anything else (also for digits that
+    are not ASCII, like '²', which `str.isdigit` accepts and `int` refuses)."""
+    if not value or len(value) > 20 or not (value.isascii() and value.isdigit()):
+        return None
+    number = int(value)
+    return number if number < below else None
 
 
 def render_page(
@@ -75,7 +110,8 @@ def render_page(
 def job_failures(result: dict[str, Any], user: Any) -> dict[str, Any] | None:
     """A job result's failed sessions (or folders) as the console lists them, or None when none failed.
 
-    Only the sessions of projects the user may see are named; the others count among the unlisted.
+    Someone who sees every project gets them all (the first ERRORS_KEPT named, the rest counted); anyone else
+    only the failures of sessions they may see: how many failed elsewhere, and which folders, is not theirs.
     """
     count = result.get("error_count")
     if not count:
@@ -83,6 +119,9 @@ def job_failures(result: dict[str, Any], user: Any) -> dict[str, Any] | None:
     errors = result.get("errors", [])
     named = [error["id"] for error in errors if "session" in error]
     visible = set(AgentSession.objects.visible_to(user).filter(pk__in=named).values_list("pk", flat=True))
+    if not in_every_project(user, VIEW):
+        shown = [error for error in errors if "session" in error and error["id"] in visible]
+        return {"count": len(shown), "unit": "session", "shown": shown, "hidden": 0} if shown else None
     shown = [error for error in errors if "session" not in error or error["id"] in visible]
     unit = "folder" if "sources_done" in result else "session"
     return {"count": count, "unit": unit, "shown": shown, "hidden": count - len(shown), "kept": ERRORS_KEPT}

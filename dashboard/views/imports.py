@@ -17,18 +17,19 @@ from typing import Any
 
 from django.conf import settings
 from django.http import FileResponse, HttpResponse, HttpResponseBadRequest
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 from django_htmx.http import HttpResponseStopPolling
 
 from checkpoints import formats
 from checkpoints.archives import Limits, UnsafeArchive
 from checkpoints.models import AgentSession, ImportJob, Project
+from checkpoints.roles import ALL_PROJECTS
 from checkpoints.services import Actor, record_audit
 from checkpoints.uploads import queue_import
 
 from ..forms import UploadForm
-from .common import OPERATE, HtmxHttpRequest, console, get_session_for_user, render_page
+from .common import OPERATE, HtmxHttpRequest, console, get_import_job_for_user, get_session_for_user, render_page
 
 RECENT_JOBS = 15
 ERRORS_SHOWN = 200  # rows of a report's error table; the count above it is the whole number
@@ -40,11 +41,18 @@ SESSIONS_SHOWN = 100
 def import_upload(request: HtmxHttpRequest) -> HttpResponse:
     max_bytes = settings.IMPORT_UPLOAD_MAX_BYTES
     posted = request.method == "POST"
+    operated = Project.objects.allowing(request.user, OPERATE).order_by("slug")
+    may_create = request.user.has_perm(OPERATE, ALL_PROJECTS)
+    jobs = ImportJob.objects.visible_to(request.user, OPERATE)
+    projects = list(operated.values_list("slug", flat=True))
+    first = "imported" if may_create else projects[0] if len(projects) == 1 else ""
     form = UploadForm(
         request.POST if posted else None,
         request.FILES if posted else None,
-        initial={"project": _last_project() or "imported"},
+        initial={"project": jobs.values_list("project__slug", flat=True).first() or first},
         max_bytes=max_bytes,
+        projects=projects,
+        may_create=may_create,
     )
     if posted and form.is_valid():
         data, actor = form.cleaned_data, Actor.for_user(request.user)
@@ -57,8 +65,8 @@ def import_upload(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "form": form,
         "max_bytes": max_bytes,
-        "project_slugs": Project.objects.values_list("slug", flat=True),
-        "jobs": ImportJob.objects.select_related("project", "created_by")[:RECENT_JOBS],
+        "project_slugs": form.projects if may_create else [],
+        "jobs": jobs.select_related("project", "created_by")[:RECENT_JOBS],
         "format_names": formats.NAMES,
         "limits": Limits.from_settings(),
     }
@@ -68,8 +76,8 @@ def import_upload(request: HtmxHttpRequest) -> HttpResponse:
 @console(OPERATE)
 @require_GET
 def import_job(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    job = get_object_or_404(ImportJob.objects.select_related("project", "created_by"), pk=pk)
-    context = {"job": job, **_report(job)}
+    job = get_import_job_for_user(request, pk)
+    context = {"job": job, **_report(job, request.user)}
     response = render_page(request, "dashboard/import_job.html", context, "import-progress")
     if job.finished and request.htmx:
         response.status_code = HttpResponseStopPolling.status_code  # 286: htmx swaps it in, then stops polling
@@ -93,18 +101,15 @@ def session_export(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 # ---- the work behind the views --------------------------------------------------------------------
 
 
-def _last_project() -> str | None:
-    return ImportJob.objects.values_list("project__slug", flat=True).first()
-
-
-def _report(job: ImportJob) -> dict[str, Any]:
-    """The finished job's report, ready to show: errors capped, sessions with links where they exist."""
+def _report(job: ImportJob, user: Any) -> dict[str, Any]:
+    """The finished job's report, ready to show: errors capped, sessions with links where the user sees them."""
     if not job.finished:
         return {}
     errors = job.report.get("errors", [])
     ids = job.report.get("sessions", [])[:SESSIONS_SHOWN]
     found: dict[str, AgentSession] = {}
-    for session in AgentSession.objects.filter(external_id__in=ids).select_related("project").order_by("pk"):
+    sessions = AgentSession.objects.visible_to(user).filter(external_id__in=ids).select_related("project")
+    for session in sessions.order_by("pk"):
         if session.external_id not in found or session.project_id == job.project_id:  # the job's project first
             found[session.external_id] = session
     elapsed = job.finished_at - job.started_at if job.finished_at and job.started_at else None

@@ -19,6 +19,7 @@ from django_celery_beat.models import PeriodicTask
 
 from checkpoints.jobs import stale_after
 from checkpoints.models import JobRun, JobRunStatus
+from checkpoints.roles import ALL_PROJECTS, in_every_project
 
 from .alerts import evidence_summary
 from .common import OPERATE, VIEW, HtmxHttpRequest, console, job_failures, render_page
@@ -71,6 +72,7 @@ def job_list(request: HtmxHttpRequest) -> HttpResponse:
     tasks = list(PeriodicTask.objects.select_related("interval", "crontab", "solar", "clocked").order_by("name"))
     runs = _latest_runs({JOB_FOR_TASK[t.task] for t in tasks if t.task in JOB_FOR_TASK})
     silent_since = now - stale_after()
+    system_figures = in_every_project(request.user, VIEW)  # a run's counts span every project
     rows = []
     for task in tasks:
         run = runs.get(JOB_FOR_TASK.get(task.task, ""))
@@ -79,14 +81,15 @@ def job_list(request: HtmxHttpRequest) -> HttpResponse:
                 "task": task,
                 "schedule": _schedule_text(task),
                 "run": run,
-                "summary": _summary(run) if run else "",
-                "failed": job_failures(run.result, request.user) if run else None,
+                "summary": _summary(run) if run and system_figures else "",
+                "failed": job_failures(run.result, request.user) if run else None,  # of the sessions they see
                 "silent": bool(run and run.status == JobRunStatus.RUNNING and run.last_sign_of_life < silent_since),
                 "next_run": _next_run(task, now),
                 "computable": task.interval is not None,
             }
         )
-    return render_page(request, "dashboard/jobs.html", {"rows": rows})
+    context = {"rows": rows, "system_figures": system_figures, "can_run": request.user.has_perm(OPERATE, ALL_PROJECTS)}
+    return render_page(request, "dashboard/jobs.html", context)
 
 
 def _takes_triggered_by(name: str) -> bool:
@@ -102,7 +105,7 @@ def _queue(name: str, kwargs: dict[str, Any]) -> None:
         current_app.send_task(name, kwargs=kwargs)
 
 
-@console(OPERATE)
+@console(OPERATE, everywhere=True)  # a job runs for every project at once
 @require_POST
 def job_run(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     task = get_object_or_404(PeriodicTask, pk=pk)

@@ -46,7 +46,7 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
         "approvals": approvals[:APPROVAL_ROWS],
         "more_approvals": len(approvals) > APPROVAL_ROWS,
         "actions": with_short_targets(
-            AuditEvent.objects.filter(Q(session__isnull=True) | Q(session__in=sessions))
+            AuditEvent.objects.visible_to(request.user)
             .select_related("session__project")
             .order_by("-created_at", "-pk")[:RECENT_ACTIONS]
         ),

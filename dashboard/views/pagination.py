@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import Model, Q, QuerySet
@@ -25,14 +26,26 @@ def _cursor(row: Model, column: str) -> str:
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
+def _storable(value: Any) -> Any:
+    """A cursor's value as the database can compare it: times in UTC (an offset of +23:59 is Python's, not
+    PostgreSQL's; year 1 at +14:00 is before year 1 in UTC and raises), text without NUL."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(value, str) and "\x00" in value:
+        raise ValueError("NUL in a cursor")
+    return value
+
+
 def _beyond(queryset: QuerySet[Any], order: tuple[str, str], cursor: str, *, backwards: bool) -> QuerySet[Any]:
     """Rows after the cursor's row in `order` (before it when `backwards`); a bad cursor raises ValueError."""
     column = order[0].lstrip("-")
     descending = order[0].startswith("-")
     try:
         value, pk = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        value = queryset.model._meta.get_field(column).to_python(value)
+        value = _storable(queryset.model._meta.get_field(column).to_python(value))
         pk = int(pk)
+        if not 0 < pk < 2**63:
+            raise ValueError(pk)
     except Exception as exc:  # any garbage in the URL: start from the first page
         raise ValueError(cursor) from exc
     op = "lt" if descending != backwards else "gt"

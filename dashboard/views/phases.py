@@ -6,7 +6,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, redirect
+from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
@@ -15,14 +15,7 @@ from checkpoints.phases import FeedbackRefused, is_valid, record_feedback, rende
 from checkpoints.services import Actor
 
 from ..forms import FeedbackForm
-from .common import APPROVE, HtmxHttpRequest, console, get_session_for_user, render_page
-
-
-def _get_phase_for_user(request: HtmxHttpRequest, pk: int, number: int) -> Phase:
-    session = get_session_for_user(request, pk)
-    phase = get_object_or_404(Phase, session=session, number=number)
-    phase.session = session
-    return phase
+from .common import APPROVE, HtmxHttpRequest, console, get_phase_for_user, render_page
 
 
 def _context(request: HtmxHttpRequest, phase: Phase, form: FeedbackForm | None = None) -> dict[str, Any]:
@@ -37,7 +30,7 @@ def _context(request: HtmxHttpRequest, phase: Phase, form: FeedbackForm | None =
         "checks": checks,
         "valid": is_valid(checks),
         "history": list(phase.feedback.select_related("reviewer").order_by("-created_at", "-pk")),
-        "can_review": request.user.has_perm(APPROVE),
+        "can_review": request.user.has_perm(APPROVE, phase),
         "form": form or FeedbackForm(),
     }
 
@@ -45,14 +38,14 @@ def _context(request: HtmxHttpRequest, phase: Phase, form: FeedbackForm | None =
 @require_GET
 @console()
 def phase_detail(request: HtmxHttpRequest, pk: int, number: int) -> HttpResponse:
-    phase = _get_phase_for_user(request, pk, number)
+    phase = get_phase_for_user(request, pk, number)
     return render_page(request, "dashboard/phase_detail.html", _context(request, phase), "phase-review")
 
 
 @require_POST
 @console(APPROVE)
 def phase_feedback(request: HtmxHttpRequest, pk: int, number: int) -> HttpResponse:
-    phase = _get_phase_for_user(request, pk, number)
+    phase = get_phase_for_user(request, pk, number)
     form = FeedbackForm(request.POST)
     if form.is_valid():
         try:

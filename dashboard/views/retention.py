@@ -10,8 +10,9 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_http_methods
 
 from checkpoints import tasks
-from checkpoints.models import Checkpoint, JobRun
+from checkpoints.models import AgentSession, Checkpoint, JobRun, Project
 from checkpoints.retention import describe, plan_retention, policies_in_force
+from checkpoints.roles import ALL_PROJECTS, in_every_project
 
 from .common import OPERATE, VIEW, HtmxHttpRequest, console, job_failures, render_page
 
@@ -24,7 +25,7 @@ RUNS_SHOWN = 20
 def retention(request: HtmxHttpRequest) -> HttpResponse:
     if request.method == "POST":
         return _run_now(request)
-    plan = plan_retention()
+    plan = plan_retention(sessions=AgentSession.objects.visible_to(request.user))
     preview = (
         Checkpoint.objects.filter(pk__in=plan.checkpoints[:PREVIEW_ROWS])
         .select_related("session__project")
@@ -32,21 +33,26 @@ def retention(request: HtmxHttpRequest) -> HttpResponse:
         .order_by("session__project__slug", "session__external_id", "seq")
     )
     context = {
-        "policies": [(policy, describe(policy)) for policy in policies_in_force()],
+        "policies": [
+            (policy, describe(policy)) for policy in policies_in_force(projects=Project.objects.allowing(request.user))
+        ],
         "plan": plan,
         "failed": job_failures(plan.failures.as_dict(), request.user),
         "by_kind": sorted(plan.by_kind.items()),
         "preview": preview,
         "more": plan.deleted - min(plan.deleted, PREVIEW_ROWS),
         "runs": JobRun.objects.for_job("retention")[:RUNS_SHOWN],
+        "system_figures": in_every_project(request.user, VIEW),  # a run's counts span every project
+        "can_run": request.user.has_perm(OPERATE, ALL_PROJECTS),
     }
     return render_page(request, "dashboard/retention.html", context)
 
 
 def _run_now(request: HtmxHttpRequest) -> HttpResponse:
-    """ "Run now": operators only; the task is queued once the request's transaction commits."""
-    if not request.user.has_perm(OPERATE):
-        raise PermissionDenied("Your role does not allow this (operate_session).")
+    """ "Run now": it runs for every project, so only for those who operate every project (staff operators);
+    the task is queued once the request's transaction commits."""
+    if not request.user.has_perm(OPERATE, ALL_PROJECTS):
+        raise PermissionDenied("Your role does not allow this in every project (operate_session).")
     by = f"console:{request.user.get_username()}"
     transaction.on_commit(lambda: tasks.apply_retention.delay(triggered_by=by))
     messages.success(request, "Retention run queued: it shows under Recorded runs.")

@@ -44,9 +44,11 @@ class SessionFilterForm(forms.Form):
     waiting = forms.BooleanField(required=False, label="Waiting for approval")
     sort = forms.ChoiceField(required=False, choices=[(key, label) for key, (label, _) in SORTS.items()])
 
-    def __init__(self, *args: Any, sessions: QuerySet[AgentSession], **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, sessions: QuerySet[AgentSession], projects: QuerySet[Project], **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
-        projects = Project.objects.order_by("slug").values_list("slug", flat=True)
+        projects = projects.order_by("slug").values_list("slug", flat=True)
         agents = sessions.order_by("agent").values_list("agent", flat=True).distinct()
         self.fields["project"].choices = [("", "All projects"), *((slug, slug) for slug in projects)]
         self.fields["agent"].choices = [("", "All agents"), *((agent, agent) for agent in agents)]
@@ -96,7 +98,7 @@ def attach_sparklines(sessions: list[AgentSession]) -> None:
 @console()
 def session_list(request: HtmxHttpRequest) -> HttpResponse:
     sessions = AgentSession.objects.visible_to(request.user)
-    form = SessionFilterForm(request.GET, sessions=sessions)
+    form = SessionFilterForm(request.GET, sessions=sessions, projects=Project.objects.allowing(request.user))
     matching = form.filter(sessions)
     page = keyset_page(
         matching.for_list(), form.order, after=request.GET.get("after", ""), before=request.GET.get("before", "")

@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET
 
 from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, CheckpointStatus, DriftAlert
 
-from .common import HtmxHttpRequest, console, get_session_for_user, render_page
+from .common import HtmxHttpRequest, console, get_session_for_user, parse_int, render_page
 
 PAGE_SIZE = 100  # checkpoints per timeline page
 RUN_MIN = 3  # this many consecutive routine checkpoints collapse into one row
@@ -51,15 +51,6 @@ def session_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if not request.htmx:
         context.update(session_overview(session))
     return render_page(request, "dashboard/session_detail.html", context, "timeline")
-
-
-def parse_int(value: str | None) -> int | None:
-    """A query parameter as a non-negative integer, or None for anything else."""
-    try:
-        number = int(value) if value else None
-    except ValueError:
-        return None
-    return number if number is not None and 0 <= number < 2**31 else None
 
 
 def _parse_range(value: str | None) -> tuple[int, int] | None:

@@ -77,9 +77,14 @@ def screenshot(page):
 
 @pytest.fixture
 def sign_in(page, live_server):
-    """Sign in through the real form as a user created by a fixture (password: <username>-password-1)."""
+    """Sign in through the real form as a user created by a fixture (password: <username>-password-1).
 
-    def sign(user) -> None:
+    Browser tests browse the demo projects: unless `everywhere` is off, the user first gets the roles they
+    hold (alice operator, bob viewer, carol approver) in every project that exists by then."""
+
+    def sign(user, *, everywhere: bool = True) -> None:
+        if everywhere:
+            _hold_roles_everywhere(user)
         page.goto(f"{live_server.url}/accounts/login/")
         page.get_by_label("Username").fill(user.username)
         page.get_by_label("Password").fill(f"{user.username}-password-1")
@@ -87,6 +92,20 @@ def sign_in(page, live_server):
         page.wait_for_url(f"{live_server.url}/")
 
     return sign
+
+
+def _hold_roles_everywhere(user) -> None:
+    from checkpoints.models import Project, ProjectMembership
+
+    roles = set(ProjectMembership.objects.filter(user=user).values_list("role", flat=True))
+    ProjectMembership.objects.bulk_create(
+        [
+            ProjectMembership(user=user, project=project, role=role)
+            for project in Project.objects.all()
+            for role in roles
+        ],
+        ignore_conflicts=True,
+    )
 
 
 @pytest.fixture

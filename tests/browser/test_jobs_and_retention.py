@@ -15,11 +15,11 @@ from checkpoints.models import AgentSession, JobRun
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_operator_previews_retention_and_runs_a_job(page, live_server, sign_in, alice, screenshot):
+def test_operator_previews_retention_and_runs_a_job(page, live_server, sign_in, staff_operator, screenshot):
     # transactional tests flush the rows data migrations installed: put the defaults back
     importlib.import_module("checkpoints.migrations.0008_default_retention_and_schedules").install(apps, None)
     call_command("seed_demo", "--small")
-    sign_in(alice)
+    sign_in(staff_operator)
     page.goto(f"{live_server.url}/retention/")
     expect(page.get_by_role("heading", name="Retention", exact=True)).to_be_visible()
     screenshot("retention")
@@ -28,7 +28,7 @@ def test_operator_previews_retention_and_runs_a_job(page, live_server, sign_in, 
     row = page.locator("tr", has_text="Detect drift")
     row.get_by_role("button", name="Run now").click()
     expect(page.get_by_role("status").first).to_be_visible()
-    assert JobRun.objects.filter(job="drift_detection", triggered_by="console:alice").exists()
+    assert JobRun.objects.filter(job="drift_detection", triggered_by="console:olga").exists()
     screenshot("jobs")
 
 

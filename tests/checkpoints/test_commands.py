@@ -5,7 +5,7 @@ from io import StringIO
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from checkpoints.models import ApiToken, AuditEvent, Project
+from checkpoints.models import AgentSession, ApiToken, AuditEvent, Project
 from checkpoints.services import authenticate_token
 
 
@@ -40,3 +40,15 @@ def test_bootstrap_creates_an_admin_once_and_prints_the_login(db):
     again, _ = run("bootstrap", "--no-demo")
     assert password not in again
     assert get_user_model().objects.count() == 1
+
+
+def test_the_printed_login_sees_every_demo_project(client, db):
+    call_command("seed_demo", "--small", stdout=StringIO(), stderr=StringIO())
+    out, _ = run("bootstrap", "--no-demo")
+    password = out.split("admin / ")[1].split()[0]
+    assert "sees every project" in out and "members" in out
+    assert client.login(username="admin", password=password)
+    html = client.get("/sessions/?sort=created").content.decode()
+    for project in Project.objects.all():
+        assert f'<option value="{project.slug}">' in html
+    assert client.get("/").context["counts"]["total"] == AgentSession.objects.count()

@@ -116,6 +116,23 @@ def test_actions_on_unknown_ids_are_404(client, alice, run):
     assert client.post(reverse("dashboard:session_undo", args=[999_999])).status_code == 404
 
 
+def test_actions_on_another_projects_checkpoints_are_404_and_change_nothing(
+    client, alice, make_session, make_checkpoint, other_project
+):
+    theirs = make_session("theirs", in_project=other_project)
+    first, second = make_checkpoint(theirs, state(1)), make_checkpoint(theirs, state(2))
+    restore_checkpoint(first, actor=Actor.system("test"))  # so there is a restore to undo
+    client.force_login(alice)
+    events = AuditEvent.objects.count()
+    assert client.get(restore_url(second)).status_code == 404
+    assert client.post(restore_url(second), {"reason": "mine now"}).status_code == 404
+    assert client.post(fork_url(second), {"title": "stolen"}).status_code == 404
+    assert client.post(pin_url(second), {"pinned": "1"}).status_code == 404
+    assert client.post(undo_url(theirs)).status_code == 404
+    assert AuditEvent.objects.count() == events
+    assert Checkpoint.objects.filter(session=theirs).count() == 3 and not Checkpoint.objects.get(pk=second.pk).pinned
+
+
 def test_actions_refuse_the_wrong_method(client, alice, run):
     session, checkpoints = run
     client.force_login(alice)

@@ -83,7 +83,8 @@ def test_viewer_sees_alerts_but_no_actions(client, bob, alert):
     assert '<th scope="col">Actions</th>' not in html
 
 
-def test_alert_list_filters_by_kind_severity_state_and_project(client, bob, alert, other_alert):
+def test_alert_list_filters_by_kind_severity_state_and_project(client, bob, alert, other_alert, grant):
+    grant(bob, other_alert.session.project, "viewer")
     client.force_login(bob)
     assert rows(client.get(LIST).content.decode()) == [str(other_alert.pk), str(alert.pk)]
     assert rows(client.get(LIST, {"kind": "failed"}).content.decode()) == [str(other_alert.pk)]
@@ -100,6 +101,39 @@ def test_alert_list_ignores_filters_it_does_not_know(client, bob, alert):
     client.force_login(bob)
     response = client.get(LIST, {"kind": "nonsense", "after": "garbage"})
     assert response.status_code == 200 and rows(response.content.decode()) == [str(alert.pk)]
+
+
+@pytest.mark.parametrize("state", ["bogus", "²", "open\x00", "x" * 5000])
+def test_an_invalid_state_is_shown_as_an_error_and_the_open_alerts_listed(client, bob, alert, state):
+    client.force_login(bob)
+    response = client.get(LIST, {"state": state})
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "State: Select a valid choice" in html and "The filter was ignored." in html
+    assert rows(html) == [str(alert.pk)]
+
+
+@pytest.mark.parametrize(
+    "after", ["2026-01-01T00:00:00+00:00_²", "2026-13-01T00:00:00_1", "0001-01-01T00:00:00+14:00_1"]
+)
+def test_a_damaged_page_cursor_is_shown_as_an_error_and_the_first_page_listed(client, bob, alert, after):
+    client.force_login(bob)
+    response = client.get(LIST, {"after": after})
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "Page: Not a page cursor." in html
+    assert rows(html) == [str(alert.pk)]
+
+
+def test_another_projects_alerts_are_not_listed_and_their_actions_are_404(client, alice, alert, other_alert):
+    client.force_login(alice)
+    html = client.get(LIST, {"state": ""}).content.decode()
+    assert rows(html) == [str(alert.pk)]
+    assert "globex" not in html  # not even in the project filter
+    assert client.post(ack_url(other_alert)).status_code == 404
+    assert client.post(resolve_url(other_alert), {"reason": "x"}).status_code == 404
+    other_alert.refresh_from_db()
+    assert other_alert.state == "open"
 
 
 def test_alert_list_for_htmx_is_the_results_fragment(client, bob, alert):

@@ -33,6 +33,32 @@ def test_post_is_not_allowed(client, bob):
     assert client.post(URL).status_code == 405
 
 
+def test_members_see_their_projects_events_and_staff_also_see_system_wide_ones(
+    client, bob, staff_operator, make_session, other_project, project
+):
+    ours, theirs = make_session("ours"), make_session("theirs", in_project=other_project)
+    record_audit(Actor.system("a"), "pin", session=ours, reason="ours, by session")
+    record_audit(Actor.system("a"), "upload", project=project, reason="ours, by project")
+    record_audit(Actor.system("a"), "pin", session=theirs, reason="theirs, by session")
+    record_audit(Actor.system("a"), "upload", project=other_project, reason="theirs, by project")
+    record_audit(Actor.system("retention"), "retention", target="all projects", reason="system-wide")
+    client.force_login(bob)
+    assert sorted(reasons(client.get(URL))) == ["ours, by project", "ours, by session"]
+    response = client.get(URL, {"session": theirs.pk})  # naming their session shows an error, not their events
+    assert "Select a valid choice" in response.content.decode() and "theirs" not in str(reasons(response))
+    client.force_login(staff_operator)
+    assert len(reasons(client.get(URL))) == 5
+
+
+def test_a_session_filter_of_unicode_digits_is_an_error_not_a_crash(client, bob, make_session):
+    make_session("ours")
+    client.force_login(bob)
+    for value in ("²", "١٢", "9" * 30, "1\x00"):
+        response = client.get(URL, {"session": value})
+        assert response.status_code == 200
+        assert "Session: Select a valid choice" in response.content.decode()
+
+
 # ---- the page -------------------------------------------------------------------------------------
 
 

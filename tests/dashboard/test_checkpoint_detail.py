@@ -85,6 +85,13 @@ def test_unknown_checkpoint_is_404(client, bob, name):
 
 
 @pytest.mark.parametrize("name", VIEWS)
+def test_another_projects_checkpoint_is_404(client, bob, make_session, make_checkpoint, other_project, name):
+    elsewhere = make_checkpoint(make_session("theirs", in_project=other_project), {"secret": 1})
+    client.force_login(bob)
+    assert client.get(url(elsewhere, name)).status_code == 404
+
+
+@pytest.mark.parametrize("name", VIEWS)
 def test_checkpoint_views_refuse_post(client, alice, checkpoint, name):
     client.force_login(alice)
     assert client.post(url(checkpoint, name)).status_code == 405

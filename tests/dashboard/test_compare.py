@@ -114,6 +114,15 @@ def test_compare_of_an_unknown_checkpoint_is_404(client, bob, pair):
     assert client.get(url(pair[0].pk, 999_999)).status_code == 404
 
 
+def test_compare_with_another_projects_checkpoint_is_404(
+    client, bob, pair, make_session, make_checkpoint, other_project
+):
+    elsewhere = make_checkpoint(make_session("theirs", in_project=other_project), {"secret": 1})
+    client.force_login(bob)
+    assert client.get(url(pair[0].pk, elsewhere.pk)).status_code == 404
+    assert client.get(url(elsewhere.pk, pair[0].pk)).status_code == 404
+
+
 def test_compare_refuses_post(client, bob, pair):
     client.force_login(bob)
     assert client.post(url(pair[0].pk, pair[1].pk)).status_code == 405

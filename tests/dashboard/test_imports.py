@@ -167,17 +167,66 @@ def test_unknown_job_is_404(client, alice):
     assert client.get(reverse("dashboard:import_job", args=[999_999])).status_code == 404
 
 
+def test_another_projects_job_and_session_download_are_404(client, alice, other_project, make_session):
+    theirs = ImportJob.objects.create(project=other_project, archive="/x.zip", original_name="theirs.zip")
+    session = make_session("theirs", in_project=other_project)
+    client.force_login(alice)
+    assert client.get(job_url(theirs)).status_code == 404
+    assert client.get(export_url(session, "ares")).status_code == 404
+    assert "theirs.zip" not in client.get(UPLOAD_URL).content.decode()
+    assert not AuditEvent.objects.filter(action="export").exists()
+
+
+def test_a_member_uploads_only_into_projects_they_operate(
+    client, alice, grant, other_project, tmp_path, var_dir, django_capture_on_commit_callbacks
+):
+    grant(alice, other_project, "viewer")
+    client.force_login(alice)
+    html = client.get(UPLOAD_URL).content.decode()
+    assert '<option value="acme"' in html and "globex" not in html  # a choice, of acme only
+    for slug in ("globex", "brand-new"):
+        response = upload(client, zip_folder(ARES, tmp_path / "runs.zip"), project=slug)
+        assert "You can import only into a project where you are an operator (acme)." in response.content.decode()
+    assert not ImportJob.objects.exists() and uploads(var_dir) == []
+    assert not Project.objects.filter(slug="brand-new").exists()
+
+
+def test_files_naming_a_project_the_uploader_does_not_operate_go_into_the_chosen_one(
+    client, alice, other_project, tmp_path, django_capture_on_commit_callbacks
+):
+    client.force_login(alice)
+    with django_capture_on_commit_callbacks(execute=True):
+        upload(client, zip_folder(FIXTURES / "haytham", tmp_path / "haytham.zip"), project="acme")
+    job = ImportJob.objects.get()
+    assert job.status == "done" and job.imported > 0
+    assert not Project.objects.filter(slug="project-123").exists()
+    assert set(AgentSession.objects.values_list("project__slug", flat=True)) == {"acme"}
+    assert any(
+        "names project 'project-123', where alice is not an operator" in e["error"] for e in job.report["errors"]
+    )
+
+
+def test_a_staff_operators_upload_follows_the_project_the_files_name(
+    client, staff_operator, tmp_path, django_capture_on_commit_callbacks
+):
+    client.force_login(staff_operator)
+    with django_capture_on_commit_callbacks(execute=True):
+        upload(client, zip_folder(FIXTURES / "haytham", tmp_path / "haytham.zip"), project="acme")
+    assert set(AgentSession.objects.values_list("project__slug", flat=True)) == {"project-123"}
+
+
 # ---- the upload page ----------------------------------------------------------------------------
 
 
-def test_upload_page_shows_the_form_projects_and_recent_jobs(client, alice, done_job, other_project):
+def test_upload_page_shows_the_form_projects_and_recent_jobs(client, alice, done_job, other_project, grant):
+    grant(alice, other_project, "operator")
     client.force_login(alice)
     response = client.get(UPLOAD_URL)
     html = response.content.decode()
     assert response.status_code == 200
     assert 'enctype="multipart/form-data"' in html
     assert "csrfmiddlewaretoken" in html
-    assert '<option value="globex">' in html  # existing projects to pick from
+    assert '<option value="globex">' in html  # the projects alice operates, to pick from
     assert 'value="acme"' in html  # the last job's project comes first
     assert "runs.zip" in html and job_url(done_job) in html
     assert "512.0\xa0MB" in html
@@ -231,9 +280,11 @@ def test_upload_writes_an_upload_and_an_import_audit_row(
     assert AuditEvent.objects.get(action="import").actor_user == alice
 
 
-def test_uploaded_tar_gz_is_imported(client, alice, tmp_path, django_capture_on_commit_callbacks):
+def test_uploaded_tar_gz_is_imported_into_a_new_project_by_a_staff_operator(
+    client, staff_operator, tmp_path, django_capture_on_commit_callbacks
+):
     expected = direct_import(ARES, "elsewhere")
-    client.force_login(alice)
+    client.force_login(staff_operator)
     with django_capture_on_commit_callbacks(execute=True):
         response = upload(client, tar_folder(ARES, tmp_path / "runs.tar.gz"), project="fresh-project")
     job = ImportJob.objects.get()

@@ -26,8 +26,8 @@ def test_users_without_a_role_are_refused(client, nobody):
     assert client.post(reverse("dashboard:job_run", args=[_gc_task().pk])).status_code == 403
 
 
-def test_viewers_see_schedules_and_runs_but_no_run_button(client, bob):
-    JobRun.objects.create(
+def _gc_run() -> JobRun:
+    return JobRun.objects.create(
         job="gc",
         status="succeeded",
         triggered_by="beat",
@@ -35,16 +35,37 @@ def test_viewers_see_schedules_and_runs_but_no_run_button(client, bob):
         finished_at=timezone.now(),
         result={"marked": 12, "deleted": 4, "bytes_freed": 2048},
     )
+
+
+def test_viewers_see_schedules_and_runs_but_no_run_button(client, bob):
+    _gc_run()
     client.force_login(bob)
     response = client.get(JOBS)
     assert response.status_code == 200
     html = response.content.decode()
     for name in ("Apply retention", "Take routine checkpoints", "Detect drift", "Collect unreferenced chunks"):
         assert name in html
-    assert "deleted: 4" in html and "bytes freed: 2048" in html
+    assert "status-succeeded" in html
     assert "Run now" not in html
     assert f'href="{JOBS}"' in html  # the nav link
     assert client.post(reverse("dashboard:job_run", args=[_gc_task().pk])).status_code == 403
+
+
+def test_a_runs_figures_span_every_project_so_only_staff_see_them(client, alice, staff_operator):
+    _gc_run()
+    client.force_login(alice)
+    html = client.get(JOBS).content.decode()
+    assert "deleted: 4" not in html and "only staff see them" in html
+    client.force_login(staff_operator)
+    html = client.get(JOBS).content.decode()
+    assert "deleted: 4" in html and "bytes freed: 2048" in html
+
+
+def test_a_project_operator_cannot_run_a_job_for_every_project(client, alice):
+    client.force_login(alice)
+    assert "Run now" not in client.get(JOBS).content.decode()
+    assert client.post(reverse("dashboard:job_run", args=[_gc_task().pk])).status_code == 403
+    assert not JobRun.objects.exists()
 
 
 def test_next_run_is_last_run_plus_interval_or_due(client, alice):
@@ -59,37 +80,41 @@ def test_next_run_is_last_run_plus_interval_or_due(client, alice):
     assert timezone.localtime(last + timedelta(days=1)).strftime("%Y-%m-%d %H:%M") in row
 
 
-def test_operator_run_now_queues_the_task_and_its_run_is_recorded(client, alice, django_capture_on_commit_callbacks):
-    client.force_login(alice)
+def test_staff_operator_run_now_queues_the_task_and_its_run_is_recorded(
+    client, staff_operator, django_capture_on_commit_callbacks
+):
+    client.force_login(staff_operator)
     assert "Run now" in client.get(JOBS).content.decode()
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         response = client.post(reverse("dashboard:job_run", args=[_gc_task().pk]))
     assert response.status_code == 302 and response.url == JOBS
     assert len(callbacks) == 1
     run = JobRun.objects.get(job="gc")
-    assert run.status == "succeeded" and run.triggered_by == "console:alice"
+    assert run.status == "succeeded" and run.triggered_by == "console:olga"
     page = client.get(JOBS).content.decode()
-    assert "Queued" in page and "console:alice" in page
+    assert "Queued" in page and "console:olga" in page
 
 
-def test_run_now_sends_no_triggered_by_to_tasks_that_do_not_take_it(client, alice, django_capture_on_commit_callbacks):
+def test_run_now_sends_no_triggered_by_to_tasks_that_do_not_take_it(
+    client, staff_operator, django_capture_on_commit_callbacks
+):
     task = PeriodicTask.objects.filter(task="checkpoints.tasks.scan_watched_sources").first()
     if task is None:
         interval, _ = IntervalSchedule.objects.get_or_create(every=1, period="minutes")
         task = PeriodicTask.objects.create(
             name="Scan", task="checkpoints.tasks.scan_watched_sources", interval=interval
         )
-    client.force_login(alice)
+    client.force_login(staff_operator)
     with django_capture_on_commit_callbacks(execute=True):
         client.post(reverse("dashboard:job_run", args=[task.pk]))
     assert JobRun.objects.get(job="watched_sources").triggered_by == "beat"
 
 
-def test_run_now_needs_post_and_csrf(alice):
+def test_run_now_needs_post_and_csrf(staff_operator):
     from django.test import Client
 
     client = Client(enforce_csrf_checks=True)
-    client.force_login(alice)
+    client.force_login(staff_operator)
     url = reverse("dashboard:job_run", args=[_gc_task().pk])
     assert client.get(url).status_code == 405
     assert client.post(url).status_code == 403
@@ -109,8 +134,7 @@ def test_the_page_costs_a_fixed_number_of_queries(client, alice, django_assert_m
         assert client.get(JOBS).status_code == 200
 
 
-def test_a_run_with_failed_sessions_names_the_ones_the_user_may_see(client, bob, make_session):
-    bad = make_session("bad")
+def _run_with_failures(bad):
     JobRun.objects.create(
         job="retention",
         status="succeeded_with_errors",
@@ -127,14 +151,29 @@ def test_a_run_with_failed_sessions_names_the_ones_the_user_may_see(client, bob,
             ],
         },
     )
-    client.force_login(bob)
+
+
+def test_staff_see_a_runs_figures_and_every_failed_session_still_there(client, staff_operator, make_session):
+    bad = make_session("bad")
+    _run_with_failures(bad)
+    client.force_login(staff_operator)
     html = client.get(JOBS).content.decode()
     assert "succeeded with errors" in html
     assert "3 sessions failed and were left out" in html
     assert f'href="{reverse("dashboard:session_detail", args=[bad.pk])}">acme/bad</a>' in html
-    assert "timestamp too small" in html and "deleted-since" not in html  # a session gone or not visible
+    assert "timestamp too small" in html and "deleted-since" not in html  # a session gone since
     assert "2 more not listed" in html
     assert "deleted: 7" in html and "sessions done: 12" in html and "error count" not in html
+
+
+def test_members_see_only_the_failures_of_their_own_sessions(client, bob, make_session, other_project):
+    bad = make_session("bad")
+    _run_with_failures(bad)
+    client.force_login(bob)
+    html = client.get(JOBS).content.decode()
+    assert "1 session failed and was left out" in html and "more not listed" not in html
+    assert f'href="{reverse("dashboard:session_detail", args=[bad.pk])}">acme/bad</a>' in html
+    assert "deleted: 7" not in html  # the run's figures span every project
 
 
 def test_a_run_whose_worker_went_silent_shows_it_is_not_responding(client, bob, settings):

@@ -28,7 +28,9 @@ def test_signed_out_visitor_is_sent_to_sign_in(client, db):
 
 def test_user_without_a_role_is_refused(client, nobody):
     client.force_login(nobody)
-    assert client.get(URL).status_code == 403
+    response = client.get(URL)
+    assert response.status_code == 403
+    assert "not a member of any project yet" in response.content.decode()
 
 
 def test_post_is_not_allowed(client, bob):
@@ -60,6 +62,28 @@ def test_counts_active_sessions_open_alerts_checkpoints_today_and_storage(client
     assert totals["stored_bytes"] == sum(c.stored_bytes for c in Checkpoint.objects.all())
     assert "active session" in html and "open drift alert" in html and "checkpoints today" in html
     assert "storage used for" in html and "of states" in html
+
+
+def test_counts_totals_attention_and_actions_cover_only_the_users_projects(
+    client, bob, make_session, make_checkpoint, other_project
+):
+    ours = make_session("ours")
+    make_checkpoint(ours, {"n": 1})
+    theirs = make_session("theirs", in_project=other_project)
+    for i in range(4):
+        make_checkpoint(theirs, {"items": list(range(i * 100))})
+    DriftAlert.objects.create(session=theirs, kind="stalled", message="their alert")
+    record_audit(Actor.system("x"), "pin", session=theirs, reason="their action")
+    client.force_login(bob)
+    response = client.get(URL)
+    assert response.context["counts"] == {"total": 1, "active": 1}
+    assert response.context["open_alerts"] == 0
+    totals = response.context["totals"]
+    assert totals["created_since"] == 1
+    assert totals["stored_bytes"] == Checkpoint.objects.get(session=ours).stored_bytes
+    assert attention(response) == []
+    html = response.content.decode()
+    assert "their alert" not in html and "their action" not in html and "globex" not in html
 
 
 def test_sessions_needing_attention_come_first_alerts_then_failures_then_silence(client, bob, make_session):

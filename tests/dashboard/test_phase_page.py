@@ -57,12 +57,23 @@ def test_sign_in_required(client, phase):
 
 
 def test_another_projects_phase_is_not_found(carol, make_session, other_project, phase):
-    from checkpoints.models import Project
+    elsewhere = Phase.objects.create(session=make_session("x", in_project=other_project), number=2, name="Theirs")
+    approver = as_user(carol)
+    assert approver.get(page_url(elsewhere)).status_code == 404
+    assert approver.post(feedback_url(elsewhere), {"action": "skip_phase"}).status_code == 404
+    assert not PhaseFeedback.objects.exists()
+    assert approver.get(reverse("dashboard:phase_detail", args=[phase.session_id, 99])).status_code == 404
 
-    Project.objects.filter(pk=phase.session.project_id).update(slug="hidden")
-    elsewhere = make_session("x", in_project=other_project)
-    assert as_user(carol).get(reverse("dashboard:phase_detail", args=[elsewhere.pk, 9])).status_code == 404
-    assert as_user(carol).get(reverse("dashboard:phase_detail", args=[phase.session_id, 99])).status_code == 404
+
+def test_an_approver_elsewhere_only_views_phases_of_a_project_where_they_view(carol, grant, phase, other_project):
+    grant(carol, other_project, "approver")
+    grant(carol, phase.session.project, "viewer")
+    carol.project_memberships.filter(project=phase.session.project, role="approver").delete()
+    approver = as_user(carol)
+    html = approver.get(page_url(phase)).content.decode()
+    assert "Market Research" in html and 'name="action"' not in html  # no review form
+    assert approver.post(feedback_url(phase), {"action": "skip_phase"}).status_code == 403
+    assert not PhaseFeedback.objects.exists()
 
 
 def test_wrong_methods_are_refused(carol, phase):

@@ -61,6 +61,19 @@ def test_viewer_sees_policies_and_preview_but_no_run_button(client, bob, doomed)
     assert Checkpoint.objects.filter(session=doomed).count() == 5  # the preview deletes nothing
 
 
+def test_preview_and_policies_cover_only_the_users_projects(
+    client, bob, doomed, other_project, make_checkpoint, make_session
+):
+    theirs = make_session("theirs-run", in_project=other_project)
+    for i in range(5):
+        make_checkpoint(theirs, {"i": i}, name=f"theirs-{i}")
+    RetentionPolicy.objects.create(project=other_project, kind="routine", keep_last=9)
+    client.force_login(bob)
+    html = client.get(URL).content.decode()
+    assert re.search(r'stat-value">3</span><span class="stat-label">to delete', html)  # ours only, not 6
+    assert "theirs" not in html and "globex" not in html and "keep the last 9" not in html
+
+
 def test_viewer_cannot_run_retention(client, bob, doomed, django_capture_on_commit_callbacks):
     client.force_login(bob)
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
@@ -71,8 +84,20 @@ def test_viewer_cannot_run_retention(client, bob, doomed, django_capture_on_comm
     assert Checkpoint.objects.filter(session=doomed).count() == 5
 
 
-def test_operator_run_now_queues_a_run_and_records_it(client, alice, doomed, django_capture_on_commit_callbacks):
+def test_a_project_operator_cannot_run_retention_for_every_project(
+    client, alice, doomed, django_capture_on_commit_callbacks
+):
     client.force_login(alice)
+    assert "Run now" not in client.get(URL).content.decode()
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        assert client.post(URL).status_code == 403
+    assert not callbacks and not JobRun.objects.exists()
+
+
+def test_staff_operator_run_now_queues_a_run_and_records_it(
+    client, staff_operator, doomed, django_capture_on_commit_callbacks
+):
+    client.force_login(staff_operator)
     assert "Run now" in client.get(URL).content.decode()
 
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
@@ -81,19 +106,19 @@ def test_operator_run_now_queues_a_run_and_records_it(client, alice, doomed, dja
     assert response.status_code == 302 and response["Location"] == URL
     assert len(callbacks) == 1
     run = JobRun.objects.get(job="retention")
-    assert run.triggered_by == "console:alice" and not run.dry_run and run.status == JobRunStatus.SUCCEEDED
+    assert run.triggered_by == "console:olga" and not run.dry_run and run.status == JobRunStatus.SUCCEEDED
     assert run.result["deleted"] == 3
     assert list(Checkpoint.objects.filter(session=doomed).values_list("seq", flat=True)) == [4, 5]
 
     page = client.get(URL).content.decode()
     assert "Retention run queued" in page
-    assert "console:alice" in page and "Nothing to delete." in page
+    assert "console:olga" in page and "Nothing to delete." in page
     assert re.search(r"<td>3</td>\s*<td>2</td>", page)  # the run's deleted and kept counts
 
 
-def test_run_now_requires_a_csrf_token(alice, doomed, django_capture_on_commit_callbacks):
+def test_run_now_requires_a_csrf_token(staff_operator, doomed, django_capture_on_commit_callbacks):
     client = Client(enforce_csrf_checks=True)
-    client.force_login(alice)
+    client.force_login(staff_operator)
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         assert client.post(URL).status_code == 403
     assert not callbacks and not JobRun.objects.exists()
@@ -102,7 +127,7 @@ def test_run_now_requires_a_csrf_token(alice, doomed, django_capture_on_commit_c
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
     with django_capture_on_commit_callbacks(execute=True):
         assert client.post(URL, {"csrfmiddlewaretoken": token}).status_code == 302
-    assert JobRun.objects.filter(job="retention", triggered_by="console:alice").exists()
+    assert JobRun.objects.filter(job="retention", triggered_by="console:olga").exists()
 
 
 def test_page_shows_runs_from_the_command_and_skipped_runs(client, bob, db):

@@ -60,6 +60,13 @@ def test_unknown_session_is_404(client, bob):
     assert client.get(reverse("dashboard:session_detail", args=[999_999])).status_code == 404
 
 
+def test_another_projects_session_is_404(client, bob, make_session, other_project):
+    elsewhere = make_session("theirs", in_project=other_project)
+    client.force_login(bob)
+    assert client.get(url(elsewhere)).status_code == 404
+    assert client.get(url(elsewhere), headers=HTMX).status_code == 404
+
+
 def test_timeline_refuses_post(client, alice, session):
     client.force_login(alice)
     assert client.post(url(session)).status_code == 405

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import base64
+import json
 from datetime import timedelta
 
 import pytest
@@ -128,7 +130,8 @@ def test_empty_console_says_how_sessions_arrive(client, bob):
 # ---- filters, search, sort ------------------------------------------------------------------------
 
 
-def test_filters_by_project_agent_and_status(client, bob, make_session, other_project):
+def test_filters_by_project_agent_and_status(client, bob, make_session, other_project, grant):
+    grant(bob, other_project, "viewer")
     make_session("a", agent="scout")
     make_session("b", agent="etl")
     failed = make_session("c", agent="etl")
@@ -139,6 +142,18 @@ def test_filters_by_project_agent_and_status(client, bob, make_session, other_pr
     assert sorted(shown(client.get(URL, {"agent": "etl"}))) == ["b", "c", "d"]
     assert sorted(shown(client.get(URL, {"agent": "etl", "status": "failed"}))) == ["c"]
     assert sorted(shown(client.get(URL, {"project": "acme", "agent": "etl", "status": "active"}))) == ["b"]
+
+
+def test_lists_counts_and_offers_only_the_users_projects(client, bob, make_session, other_project):
+    make_session("a", agent="scout")
+    make_session("secret-run", agent="secret-agent", in_project=other_project)
+    client.force_login(bob)
+    response = client.get(URL)
+    html = response.content.decode()
+    assert shown(response) == ["a"] and response.context["total"] == 1
+    assert "secret" not in html and "globex" not in html  # not in the rows, the agent or the project choices
+    response = client.get(URL, {"project": "globex"})
+    assert "Project: Select a valid choice" in response.content.decode() and shown(response) == ["a"]
 
 
 def test_has_open_alert_ignores_acknowledged_and_resolved_alerts(client, bob, make_session):
@@ -222,6 +237,23 @@ def test_a_damaged_cursor_shows_the_first_page(client, bob, project):
     response = client.get(URL, {"sort": "title", "after": "not-a-cursor"})
     assert response.status_code == 200
     assert shown(response)[0] == "run-000"
+
+
+@pytest.mark.parametrize(
+    ("sort", "value", "pk", "rows"),
+    [
+        ("title", "run-010\x00", 1, 25),  # PostgreSQL text cannot hold NUL: the first page
+        ("created", "0001-01-01T00:00:00+14:00", 1, 25),  # before year 1 in UTC: the first page
+        ("activity", "2026-01-01T00:00:00", 2**64, 25),  # no such id: the first page
+        ("activity", "2000-01-01T00:00:00+23:59", 1, 0),  # an offset PostgreSQL refuses, read in UTC: older rows
+    ],
+)
+def test_a_cursor_the_database_cannot_compare_as_sent_gets_an_answer(client, bob, project, sort, value, pk, rows):
+    add_sessions(project, 30)
+    client.force_login(bob)
+    cursor = base64.urlsafe_b64encode(json.dumps([value, pk]).encode()).decode()
+    response = client.get(URL, {"sort": sort, "after": cursor})
+    assert response.status_code == 200 and len(shown(response)) == rows
 
 
 def test_filters_are_kept_across_pages(client, bob, project):

@@ -31,3 +31,7 @@ class Command(BaseCommand):
         self.stdout.write(
             self.style.SUCCESS(f"\nCheckpoint Console: http://127.0.0.1:{options['port']}/\nSign in: {login}\n")
         )
+        self.stdout.write(
+            "This login is a superuser: it sees every project. Others see only the projects they are members of:\n"
+            "add them under Projects (or Users) in /admin/, with a role per project.\n"
+        )

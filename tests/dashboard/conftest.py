@@ -1,0 +1,66 @@
+"""What the console's tests share: a project with one of everything a console URL can address."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from checkpoints.models import (
+    AgentSession,
+    Checkpoint,
+    DriftAlert,
+    ImportJob,
+    ImportJobStatus,
+    Phase,
+    PhaseStatus,
+    RetentionPolicy,
+)
+from checkpoints.services import Actor, pin_checkpoint, record_audit, restore_checkpoint
+
+
+@dataclass
+class World:
+    session: AgentSession
+    checkpoint: Checkpoint
+    alert: DriftAlert
+    phase: Phase
+    job: ImportJob
+
+
+@pytest.fixture
+def make_world(make_session, make_checkpoint):
+    """`make_world(project, tag)`: a session of five checkpoints (one restored, one pinned, #3 and #4 in the
+    retention preview), an open alert, a completed phase, a finished import job and audit events with and
+    without a session, every name starting with `tag`."""
+    RetentionPolicy.objects.filter(project=None, kind="step").update(
+        keep_last=1, keep_first=False, keep_latest_per_name=False
+    )
+
+    def make(project, tag: str) -> World:
+        session = make_session(f"{tag}-run", agent=f"{tag}-agent", in_project=project)
+        AgentSession.objects.filter(pk=session.pk).update(title=f"{tag} title")
+        checkpoints = [
+            make_checkpoint(
+                session, {"messages": [{"role": "user", "content": f"{tag} {i}"}]}, name=f"{tag}_{i}", step=i
+            )
+            for i in range(1, 6)
+        ]
+        restore_checkpoint(checkpoints[0], actor=Actor.system(f"{tag}-restorer"), reason=f"{tag} reason")
+        pin_checkpoint(checkpoints[1], actor=Actor.system(f"{tag}-pinner"))
+        record_audit(Actor.system(f"{tag}-uploader"), "upload", project=project, target=f"{tag}.zip")
+        alert = DriftAlert.objects.create(
+            session=session, kind="failed", severity="critical", message=f"{tag} alert", last_good=checkpoints[0]
+        )
+        phase = Phase.objects.create(session=session, number=1, name=f"{tag} phase", status=PhaseStatus.COMPLETED)
+        job = ImportJob.objects.create(
+            project=project,
+            archive="/nowhere.zip",
+            original_name=f"{tag}.zip",
+            status=ImportJobStatus.DONE,
+            report={"imported": 3, "skipped": 0, "errors": [], "sessions": [f"{tag}-run"]},
+        )
+        session.refresh_from_db()
+        return World(session, checkpoints[-1], alert, phase, job)
+
+    return make
