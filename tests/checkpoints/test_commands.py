@@ -47,7 +47,8 @@ def test_the_printed_login_sees_every_demo_project(client, db):
     out, _ = run("bootstrap", "--no-demo")
     password = out.split("admin / ")[1].split()[0]
     assert "sees every project" in out and "members" in out
-    assert client.login(username="admin", password=password)
+    signed_in = client.post("/accounts/login/", {"username": "admin", "password": password})
+    assert signed_in.status_code == 302
     html = client.get("/sessions/?sort=created").content.decode()
     for project in Project.objects.all():
         assert f'<option value="{project.slug}">' in html
