@@ -20,12 +20,14 @@ members as the archive spells them, never a server path, and never quote a libra
 from __future__ import annotations
 
 import gzip
+import lzma
 import os
 import stat
 import struct
 import tarfile
 import unicodedata
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -215,7 +217,9 @@ _READ_ERRORS: tuple[type[BaseException], ...] = (
     tarfile.TarError,
     EOFError,
     OSError,  # gzip's BadGzipFile, bz2's bad data; write errors are turned into sentences in _write
-    ValueError,  # zlib and lzma errors, undecodable names, bad header fields
+    zlib.error,  # a deflate stream that refers before its start or ends early (not a ValueError)
+    lzma.LZMAError,
+    ValueError,  # undecodable names, bad header fields
     struct.error,
 )
 

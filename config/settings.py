@@ -135,6 +135,8 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out login before any password check
     "checkpoints.access.ProjectRoleBackend",
 ]
+if TESTING:  # a real hash costs 0.5 s here, and the suite creates users by the hundred
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard:overview"
 LOGOUT_REDIRECT_URL = "login"
