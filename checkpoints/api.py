@@ -265,6 +265,11 @@ class CheckpointIn(Strict):
     idempotency_key: Identifier = Field(default="", max_length=200)
     operation_id: Identifier = Field(default="", max_length=200)
     metadata: JSONObject = Field(default_factory=dict)
+    parent: Annotated[int, Field(ge=1, le=limits.INT64_MAX)] | None = Field(
+        default=None,
+        description="The id of an earlier checkpoint of the session to branch from (time travel); "
+        "by default the session's head.",
+    )
 
     def to_input(self) -> services.CheckpointInput:
         return services.CheckpointInput(**self.model_dump(exclude={"session"}))

@@ -108,8 +108,12 @@ class CheckpointClient:
         idempotency_key: str | None = None,
         operation_id: str | None = None,
         metadata: JSONDict | None = None,
+        parent: int | None = None,
     ) -> JSONDict:
-        """Store one checkpoint (metadata back, no state). Repeating an `idempotency_key` returns the original."""
+        """Store one checkpoint (metadata back, no state). Repeating an `idempotency_key` returns the original.
+
+        `parent` (a checkpoint id of the session) branches from an earlier checkpoint instead of the head.
+        """
         body = _checkpoint_body(
             state,
             name=name,
@@ -122,6 +126,7 @@ class CheckpointClient:
             idempotency_key=idempotency_key,
             operation_id=operation_id,
             metadata=metadata,
+            parent=parent,
         )
         return self._request("POST", _path("sessions", session, "checkpoints"), body)
 

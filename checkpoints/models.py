@@ -275,8 +275,11 @@ class CheckpointQuerySet(ProjectScopedQuerySet):
         )  # fmt: skip
 
     def branch_points(self) -> models.QuerySet[Any]:
-        """(seq, parent seq) of each restore: where a session's history branches (the kind index serves it)."""
-        return self.filter(kind=CheckpointKind.RESTORE).order_by("seq").values_list("seq", "parent__seq")
+        """(seq, parent seq, kind) of each checkpoint that starts a branch (a partial index serves it).
+
+        The parent seq is None for a new root: a second run that starts over in the same session.
+        """
+        return self.filter(starts_branch=True).order_by("seq").values_list("seq", "parent__seq", "kind")
 
     def newest_per_session(self, sessions: list[AgentSession], *, count: int = 30) -> CheckpointQuerySet:
         """The newest `count` checkpoints of each session, oldest first, in one query (ROW_NUMBER() per session).
@@ -317,6 +320,11 @@ class Checkpoint(models.Model):
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="checkpoints", db_index=False)
     seq = models.PositiveIntegerField()
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    starts_branch = models.BooleanField(
+        default=False,
+        db_default=False,  # processes still running the previous release insert without the column
+        help_text="Its parent is not the checkpoint that arrived just before it: history forks here.",
+    )
     name = SafeCharField(max_length=200, blank=True)
     kind = models.CharField(max_length=20, choices=CheckpointKind.choices, default=CheckpointKind.STEP)
     status = models.CharField(max_length=20, choices=CheckpointStatus.choices, default=CheckpointStatus.COMPLETED)
@@ -363,6 +371,8 @@ class Checkpoint(models.Model):
             models.Index(fields=["session", "kind", "seq"], name="checkpoint_session_kind"),
             # retention of pre_operation checkpoints by operation
             models.Index(fields=["operation_id"], condition=~Q(operation_id=""), name="checkpoint_operation"),
+            # the timeline's branch layout: the few checkpoints where history forks
+            models.Index(fields=["session", "seq"], condition=Q(starts_branch=True), name="checkpoint_branch_start"),
         ]
 
     def __str__(self) -> str:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Max, Min, OuterRef, Subquery, Sum
+from django.db.models import Count, F, Max, Min, Q, Sum
 from django.utils import timezone
 
 from . import jsoncodec, limits, store
@@ -218,6 +218,12 @@ class CheckpointInput:
     idempotency_key: str = ""
     operation_id: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Where it hangs in the session's tree. By default after the one before it in the same call, or
+    # after the head; else an earlier checkpoint of the session named by id or by idempotency key (stored,
+    # or earlier in the same call), or none at all (`new_root`: a new run in the same session).
+    parent: int | None = None
+    parent_key: str = ""
+    new_root: bool = False
 
 
 _SESSION_STATUS_FOR = {
@@ -249,14 +255,16 @@ def ingest_checkpoints(
     inputs: dict[int, CheckpointInput] = {}  # the first item of each idempotency key, by position
     with transaction.atomic():
         batch = store.ChunkBatch()
-        planned: list[tuple[AgentSession, list[tuple[int, CheckpointInput, store.Saved]]]] = []
+        planned: list[tuple[AgentSession, list[tuple[int, CheckpointInput, store.Saved]], _Parents]] = []
         for session, items in groups:
+            for item in items:
+                _check_input(item)
             existing = _existing_by_key(session, [item.idempotency_key for item in items])
+            parents = _Parents(session, items)
             base = _head_root(session)
             new: list[tuple[int, CheckpointInput, store.Saved]] = []
             first_with_key: dict[str, int] = {}
             for item in items:
-                _check_input(item)
                 if item.idempotency_key in existing:
                     _check_same_checkpoint(existing[item.idempotency_key], item)
                     results.append((existing[item.idempotency_key], False))
@@ -271,21 +279,22 @@ def ingest_checkpoints(
                     first_with_key[item.idempotency_key] = len(results)
                     inputs[len(results)] = item
                 try:
-                    saved = store.save_state(item.state, base=base, batch=batch)
+                    saved = store.save_state(item.state, base=parents.base_for(item, base), batch=batch)
                 except InvalidJSON as exc:
                     raise InvalidState(str(exc)) from exc
                 base = saved.root
+                parents.saved(item, saved.root)
                 new.append((len(results), item, saved))
                 results.append((None, True))  # type: ignore[arg-type]
-            planned.append((session, new))
+            planned.append((session, new, parents))
         batch.flush()
-        for session, new in planned:
-            for position, checkpoint, created in _insert_checkpoints(session, new, now):
+        for session, new, parents in planned:
+            for position, checkpoint, created in _insert_checkpoints(session, new, parents, now):
                 results[position] = (checkpoint, created)
     # Drift detectors that need no state, once committed, only where something alarming arrived
     # (a failed or halted checkpoint, an oversized state): the normal path pays nothing. The rest run
     # in the drift job every few minutes (DESIGN section 7).
-    touched = [session.pk for session, new in planned if any(_alarming(item, saved) for _, item, saved in new)]
+    touched = [session.pk for session, new, _ in planned if any(_alarming(item, saved) for _, item, saved in new)]
     if touched:
         from .drift import detect_after_ingest
 
@@ -308,6 +317,45 @@ def _check_input(item: CheckpointInput) -> None:
         except limits.OutOfRange as exc:
             raise InvalidInput(name, str(exc)) from None
     check_json_field("metadata", item.metadata)
+    if sum((item.parent is not None, bool(item.parent_key), item.new_root)) > 1:
+        raise InvalidInput("parent", "give a parent id, a parent key or a new root, not several")
+
+
+class _Parents:
+    """The stored checkpoints that inputs name as parents: checked to be the session's, with seq and root."""
+
+    def __init__(self, session: AgentSession, items: Sequence[CheckpointInput]) -> None:
+        ids = {item.parent for item in items if item.parent is not None}
+        keys = {item.parent_key for item in items if item.parent_key}
+        self.by_id: dict[int, tuple[int, bytes]] = {}  # pk → (seq, root)
+        self.by_key: dict[str, int] = {}  # idempotency key → pk
+        if ids or keys:
+            rows = Checkpoint.objects.filter(session=session).filter(Q(pk__in=ids) | Q(idempotency_key__in=keys))
+            for pk, seq, key, root in rows.values_list("pk", "seq", "idempotency_key", "root"):
+                self.by_id[pk] = (seq, bytes(root))
+                if key:
+                    self.by_key[key] = pk
+        if missing := sorted(ids - self.by_id.keys()):
+            raise InvalidInput("parent", f"checkpoint {missing[0]} is not a checkpoint of this session")
+        self.batch_roots: dict[str, bytes] = {}  # idempotency key → root, of inputs earlier in this call
+
+    def base_for(self, item: CheckpointInput, previous: bytes | None) -> bytes | None:
+        """The root to store the item's state against: its parent's, the likeliest to be close."""
+        if item.new_root:
+            return None
+        if item.parent is not None:
+            return self.by_id[item.parent][1]
+        if item.parent_key:
+            if item.parent_key in self.batch_roots:
+                return self.batch_roots[item.parent_key]
+            if item.parent_key not in self.by_key:
+                raise InvalidInput("parent_key", f"no checkpoint of this session has the key {item.parent_key!r}")
+            return self.by_id[self.by_key[item.parent_key]][1]
+        return previous
+
+    def saved(self, item: CheckpointInput, root: bytes) -> None:
+        if item.idempotency_key:
+            self.batch_roots[item.idempotency_key] = root
 
 
 def check_json_field(name: str, value: Any) -> None:
@@ -331,6 +379,8 @@ def _state_digest(state: Any) -> bytes:
 def _check_same_checkpoint(existing: Checkpoint, item: CheckpointInput) -> None:
     """A retry must repeat its request: a different checkpoint under a used key is refused, not dropped."""
     differ = [name for name in _COMPARED if getattr(existing, name) != getattr(item, name)]
+    if item.parent is not None and item.parent != existing.parent_id:
+        differ.append("parent")
     if item.created_at is not None and item.created_at != existing.created_at:
         differ.append("created_at")
     if _state_digest(item.state) != bytes(existing.state_hash):
@@ -377,15 +427,17 @@ def _head_root(session: AgentSession) -> bytes | None:
 
 
 def _insert_checkpoints(
-    session: AgentSession, new: list[tuple[int, CheckpointInput, store.Saved]], now: datetime
+    session: AgentSession, new: list[tuple[int, CheckpointInput, store.Saved]], parents: _Parents, now: datetime
 ) -> list[tuple[int, Checkpoint, bool]]:
     if not new:
         return []
-    locked = AgentSession.objects.select_for_update().get(pk=session.pk)
+    locked = AgentSession.objects.select_for_update(of=("self",)).annotate(head_seq=F("head__seq")).get(pk=session.pk)
     # A concurrent writer may have used the same idempotency key while we stored states.
     taken = _existing_by_key(locked, [item.idempotency_key for _, item, _ in new])
     rows: list[Checkpoint] = []
     positions: list[int] = []
+    row_of_key: dict[str, int] = {}  # idempotency key → index in rows
+    parent_rows: dict[int, int] = {}  # index in rows → index of its parent in rows (not stored yet)
     seq = locked.last_seq
     status = locked.status
     results: list[tuple[int, Checkpoint, bool]] = []
@@ -395,10 +447,26 @@ def _insert_checkpoints(
             results.append((position, taken[item.idempotency_key], False))
             continue
         seq += 1
+        parent_id, parent_seq = None, None
+        if item.parent is not None:
+            parent_id, parent_seq = item.parent, parents.by_id[item.parent][0]
+        elif item.parent_key and item.parent_key not in row_of_key:
+            stored = taken.get(item.parent_key)  # a concurrent writer may have stored the parent meanwhile
+            parent_id = stored.pk if stored else parents.by_key[item.parent_key]
+            parent_seq = stored.seq if stored else parents.by_id[parent_id][0]
+        elif item.parent_key or (not item.new_root and rows):
+            parent_rows[len(rows)] = row_of_key[item.parent_key] if item.parent_key else len(rows) - 1
+            parent_seq = rows[parent_rows[len(rows)]].seq
+        elif not item.new_root:
+            parent_id, parent_seq = locked.head_id, locked.head_seq
+        if item.idempotency_key:
+            row_of_key[item.idempotency_key] = len(rows)
         rows.append(
             Checkpoint(
                 session=locked,
                 seq=seq,
+                parent_id=parent_id,
+                starts_branch=seq > 1 and parent_seq != seq - 1,
                 name=item.name,
                 kind=item.kind,
                 status=item.status,
@@ -420,13 +488,10 @@ def _insert_checkpoints(
         status = _SESSION_STATUS_FOR.get(item.status, status)
     if not rows:
         return results
-    rows[0].parent_id = locked.head_id
     Checkpoint.objects.bulk_create(rows, batch_size=500)
-    if len(rows) > 1:  # each new checkpoint's parent is the one before it, in one statement
-        previous = Checkpoint.objects.filter(session=locked, seq=OuterRef("seq") - 1).values("pk")[:1]
-        Checkpoint.objects.filter(session=locked, seq__gt=rows[0].seq, seq__lte=seq).update(parent=Subquery(previous))
-        for before, row in zip(rows, rows[1:], strict=False):
-            row.parent_id = before.pk
+    for child, parent in parent_rows.items():  # parents stored in the same statement: their ids are known now
+        rows[child].parent_id = rows[parent].pk
+    Checkpoint.objects.bulk_update([rows[child] for child in parent_rows], ["parent"], batch_size=500)
     AgentSession.objects.filter(pk=locked.pk).update(
         last_seq=seq, head=rows[-1], status=status, updated_at=now, last_seen_at=now
     )
@@ -472,6 +537,7 @@ def restore_checkpoint(
         session=session,
         seq=session.last_seq,
         parent=checkpoint,
+        starts_branch=checkpoint.seq != session.last_seq - 1,
         name=f"restore of #{checkpoint.seq}",
         kind=CheckpointKind.RESTORE,
         status=CheckpointStatus.COMPLETED,

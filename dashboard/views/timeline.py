@@ -1,9 +1,10 @@
 """The session timeline: a session's checkpoint tree, newest first, with its branches, phases and charts.
 
-A restore adds a checkpoint whose parent is an earlier one, so history forks there: the checkpoints
-between the restore target and the restore form a side branch, and the newer ones continue the line
-that leads to the head. The layout is computed from the restores alone (one small query), so a page of
-a 10,000-checkpoint session costs the same handful of queries as a page of a short one.
+A restore, a checkpoint an agent sends with an earlier parent (time travel, an importer's tree) or a
+new root adds a checkpoint whose parent is not the one before it, so history forks there: the
+checkpoints between form a side branch, and the newer ones continue the line that leads to the head.
+The layout is computed from those branch starts alone (one small query on a partial index), so a page
+of a 10,000-checkpoint session costs the same handful of queries as a page of a short one.
 """
 
 from __future__ import annotations
@@ -78,16 +79,17 @@ class Branch:
         return self.attach if self.attach is not None else self.lo
 
 
-def branch_layout(last_seq: int, head_seq: int | None, restores: list[tuple[int, int | None]]) -> list[Branch]:
+def branch_layout(last_seq: int, head_seq: int | None, starts: list[tuple[int, int | None]]) -> list[Branch]:
     """Lane 0 is the head's ancestry; each stretch of history off it gets a side lane.
 
-    Seqs are split into segments at each restore (a restore's parent is an earlier checkpoint; every
-    other checkpoint's parent is the one before it). The head's line runs down its segment to the
-    segment's start, jumps to the restore's target, and so on; what it skips is a side branch.
+    Seqs are split into segments at each branch start (a restore, a checkpoint sent with an earlier
+    parent, a new root; every other checkpoint's parent is the one before it). The head's line runs
+    down its segment to the segment's start, jumps to the start's parent, and so on; what it skips is
+    a side branch.
     """
     if last_seq < 1:
         return []
-    parent_of = {seq: parent for seq, parent in restores if 1 < seq <= last_seq}
+    parent_of = {seq: parent for seq, parent in starts if 1 < seq <= last_seq}
     starts = sorted({1, *parent_of})
     segments = [
         (start, starts[i + 1] - 1 if i + 1 < len(starts) else last_seq, parent_of.get(start))
@@ -171,16 +173,16 @@ class Layout:
 
     @classmethod
     def for_session(cls, session: AgentSession) -> Layout:
-        restores = list(Checkpoint.objects.for_session(session).branch_points())
+        starts = list(Checkpoint.objects.for_session(session).branch_points())
         head_seq = session.head.seq if session.head is not None else None
-        branches = branch_layout(session.last_seq, head_seq, restores)
+        branches = branch_layout(session.last_seq, head_seq, [(seq, parent) for seq, parent, _ in starts])
         attach_points: dict[int, list[Branch]] = {}
         for branch in branches:
             if branch.attach is not None:
                 attach_points.setdefault(branch.attach, []).append(branch)
         targets: dict[int, list[int]] = {}
-        for seq, parent in restores:
-            if parent is not None:
+        for seq, parent, kind in starts:
+            if parent is not None and kind == CheckpointKind.RESTORE:
                 targets.setdefault(parent, []).append(seq)
         return cls(branches, 1 + max((b.lane for b in branches), default=0), attach_points, targets)
 

@@ -110,6 +110,28 @@ def test_create_returns_201_and_the_checkpoint(session, api):
     assert second["parent"] == body["id"] and second["seq"] == 2
 
 
+def test_create_with_a_parent_branches_from_it_and_resume_returns_the_branch(session, api):
+    first = create(api, {"task": "x"}).json()
+    create(api, {"task": "y"})
+    branch = create(api, {"task": "x, again"}, parent=first["id"])
+    assert branch.status_code == 201, branch.content
+    assert (branch.json()["parent"], branch.json()["seq"]) == (first["id"], 3)
+    resumed = api.get("/sessions/run-1/resume").json()
+    assert resumed["checkpoint"]["id"] == branch.json()["id"]
+    assert resumed["state"] == {"task": "x, again"}
+
+
+def test_a_parent_from_another_session_gets_422_naming_it_and_writes_nothing(session, api):
+    api.post("/sessions", {"external_id": "run-2", "agent": "agent-7"})
+    elsewhere = create(api, {"n": 0}, session="run-2").json()
+    before = Checkpoint.objects.count()
+    response = create(api, {"n": 1}, parent=elsewhere["id"])
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["body", "parent"]
+    assert "not a checkpoint of this session" in response.json()["detail"][0]["msg"]
+    assert Checkpoint.objects.count() == before
+
+
 def test_repeating_an_idempotency_key_returns_the_original_with_200(session, api):
     first = create(api, {"n": 1}, idempotency_key="k1")
     again = create(api, {"n": 1}, idempotency_key="k1")

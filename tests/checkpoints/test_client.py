@@ -182,6 +182,14 @@ def test_list_iterates_over_all_pages_with_filters(cp, run):
 # ---- operations --------------------------------------------------------------------------------
 
 
+def test_an_agent_branches_from_an_earlier_checkpoint_and_resumes_on_the_branch(cp, run):
+    first = cp.create(run, state_at(1))
+    cp.create(run, state_at(2))
+    branch = cp.create(run, state_at(3), parent=first["id"])
+    assert branch["parent"] == first["id"]
+    assert cp.resume(run)["state"] == state_at(3)
+
+
 def test_rollback_to_then_resume_returns_the_restored_state(cp, run):
     first = cp.create(run, state_at(1))
     cp.create(run, state_at(2))

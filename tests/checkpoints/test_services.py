@@ -22,6 +22,106 @@ def test_seqs_are_gapless_and_parents_follow_the_branch(make_session, make_check
     assert session.head_id == made[-1].pk and session.last_seq == 5
 
 
+def test_a_checkpoint_can_branch_from_any_earlier_one_and_becomes_the_head(make_session, make_checkpoint):
+    session = make_session()
+    first, second, third = (make_checkpoint(session, {"n": i}) for i in range(3))
+    branch = make_checkpoint(session, {"n": 1, "retry": True}, parent=first.pk)
+    continued = make_checkpoint(session, {"n": 2, "retry": True})
+    assert (branch.seq, branch.parent_id, branch.starts_branch) == (4, first.pk, True)
+    assert (continued.parent_id, continued.starts_branch) == (branch.pk, False)
+    assert not any(c.starts_branch for c in (first, second, third))
+    session.refresh_from_db()
+    assert session.head_id == continued.pk
+    assert list(Checkpoint.objects.for_session(session).branch_points()) == [(4, 1, "step")]
+    assert store.load_state(bytes(branch.root)) == {"n": 1, "retry": True}
+
+
+def test_parents_named_by_key_link_a_tree_and_a_new_root_starts_a_second_run(make_session):
+    """An importer names parents by the source's ids, within one call and across calls."""
+    session = make_session()
+    services.ingest_checkpoints(
+        [(session, [CheckpointInput(state={"run": 1, "step": n}, idempotency_key=f"r1-{n}") for n in range(3)])]
+    )
+    made = services.ingest_checkpoints(
+        [
+            (
+                session,
+                [
+                    CheckpointInput(state={"run": 1, "step": "1b"}, idempotency_key="r1-1b", parent_key="r1-0"),
+                    CheckpointInput(state={"run": 2, "step": 0}, idempotency_key="r2-0", new_root=True),
+                    CheckpointInput(state={"run": 2, "step": 1}, idempotency_key="r2-1", parent_key="r2-0"),
+                    CheckpointInput(state={"run": 1, "step": 3}, idempotency_key="r1-3", parent_key="r1-2"),
+                ],
+            )
+        ]
+    )
+    by_key = {c.idempotency_key: c for c in Checkpoint.objects.filter(session=session)}
+    parent_keys = {key: c.parent.idempotency_key if c.parent else None for key, c in by_key.items()}
+    assert parent_keys == {
+        "r1-0": None, "r1-1": "r1-0", "r1-2": "r1-1", "r1-1b": "r1-0", "r2-0": None, "r2-1": "r2-0", "r1-3": "r1-2",
+    }  # fmt: skip
+    assert [c.seq for c, _ in made] == [4, 5, 6, 7]
+    assert [c.starts_branch for c, _ in made] == [True, True, False, True]
+    assert [store.load_state(bytes(c.root)) for c, _ in made][1] == {"run": 2, "step": 0}
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "message"),
+    [
+        (lambda other: {"parent": other.pk}, "parent", "not a checkpoint of this session"),
+        (lambda other: {"parent_key": "nowhere"}, "parent_key", "no checkpoint of this session has the key"),
+        (lambda other: {"parent": other.pk, "new_root": True}, "parent", "not several"),
+    ],
+)
+def test_a_parent_outside_the_session_is_refused_and_nothing_is_written(
+    make_session, make_checkpoint, fields, field, message
+):
+    other = make_checkpoint(make_session("other"), {"n": 0})
+    session = make_session()
+    make_checkpoint(session, {"n": 1})
+    before = Checkpoint.objects.count(), Chunk.objects.count()
+    with pytest.raises(services.InvalidInput, match=message) as refused:
+        services.create_checkpoint(session, CheckpointInput(state={"n": 2}, **fields(other)))
+    assert refused.value.field == field
+    assert (Checkpoint.objects.count(), Chunk.objects.count()) == before
+
+
+def test_a_restore_starts_a_branch_unless_it_restores_the_head(make_session, make_checkpoint):
+    session = make_session()
+    first, second = make_checkpoint(session, {"n": 1}), make_checkpoint(session, {"n": 2})
+    of_head = services.restore_checkpoint(second, actor=OPERATOR)
+    back = services.restore_checkpoint(first, actor=OPERATOR)
+    assert (of_head.starts_branch, back.starts_branch) == (False, True)
+    assert list(Checkpoint.objects.for_session(session).branch_points()) == [(back.seq, first.seq, "restore")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migrating_marks_the_restores_made_before_branches_were_recorded(project):
+    """Until 0013 only a restore could point back; those become branch starts, retention gaps do not."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([("checkpoints", "0012_project_memberships")])
+    old = executor.loader.project_state([("checkpoints", "0012_project_memberships")]).apps
+    OldSession, OldCheckpoint = old.get_model("checkpoints", "AgentSession"), old.get_model("checkpoints", "Checkpoint")
+    session = OldSession.objects.create(project_id=project.pk, external_id="old", agent="a", last_seq=6)
+    rows: dict[int, object] = {}
+
+    def add(seq: int, parent: int | None, kind: str = "step") -> None:
+        rows[seq] = OldCheckpoint.objects.create(
+            session=session, seq=seq, parent=rows.get(parent), kind=kind, root=b"r", state_hash=b"h"
+        )
+
+    add(1, None)
+    add(4, 1)  # retention deleted 2 and 3: not a branch
+    add(5, 4, "restore")  # restored the head: not a branch
+    add(6, 1, "restore")  # went back: a branch
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    marked = Checkpoint.objects.filter(session_id=session.pk, starts_branch=True).values_list("seq", flat=True)
+    assert list(marked) == [6]
+
+
 def test_an_idempotency_key_returns_the_original(make_session):
     session = make_session()
     first, created = services.create_checkpoint(session, CheckpointInput(state={"n": 1}, idempotency_key="k"))
