@@ -118,6 +118,7 @@ ON_DISK = {
 }
 SOURCES = [
     ("dreamos", "dreamos/runtime/agent_comms/checkpoints"),
+    ("dreamos", "dreamos/victor-os/runtime/agent_comms/checkpoints"),
     ("breakpilot", "breakpilot/bp-session-42.json"),
     ("breakpilot", "breakpilot/restart/exports"),
     ("ares", "ares"),
