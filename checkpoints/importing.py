@@ -2,8 +2,11 @@
 
 Formats (checkpoints/formats/) turn files into records; this module stores them. A file that cannot
 be read, or a checkpoint whose state is not valid JSON, is reported and skipped — the rest goes in.
-Each checkpoint's idempotency key is "<format>:<its source id>", so importing the same tree twice
-adds nothing. Records stream: memory holds one batch per session, not the tree.
+Each checkpoint's idempotency key is "<format>:<its key in the source>", so importing the same tree
+twice adds nothing. Records stream: memory holds one batch per session, not the tree.
+
+The report adds up: every checkpoint read is imported, skipped (already stored, identical: nothing
+else) or an error line saying why not; a file that yields no checkpoint is an error line of its own.
 """
 
 from __future__ import annotations
@@ -30,16 +33,22 @@ BATCH = 200
 @dataclass
 class ImportReport:
     imported: int = 0
-    skipped: int = 0
+    skipped: int = 0  # already stored, identical
     errors: list[dict[str, str]] = field(default_factory=list)
     sessions: list[str] = field(default_factory=list)
     failed_sessions: list[str] = field(default_factory=list)  # whose stored rows broke the import (also in errors)
+    notes: list[str] = field(default_factory=list)  # what the operator should know that is no error
 
     def as_dict(self) -> dict[str, Any]:
-        return {"imported": self.imported, "skipped": self.skipped, "errors": self.errors, "sessions": self.sessions}
+        found = {"imported": self.imported, "skipped": self.skipped, "errors": self.errors, "sessions": self.sessions}
+        return found | ({"notes": self.notes} if self.notes else {})
 
     def problem(self, path: Any, error: str) -> None:
         self.errors.append({"path": str(path), "error": error})
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
 
     def session_failed(self, external_id: str, exc: Exception, *, step: str) -> None:
         if concerns_the_whole_run(exc):
@@ -73,7 +82,7 @@ def import_path(
     path: Path,
     *,
     fmt: str = "auto",
-    project: Project,
+    project: Project | str,
     actor: services.Actor,
     dry_run: bool = False,
     write_back: bool = False,
@@ -83,6 +92,8 @@ def import_path(
 ) -> ImportReport:
     """Import a file or a folder tree. A dry run reads and stores everything, then rolls it all back.
 
+    `project` is where sessions go unless their files name a project (Haytham's `projects/<project>/`);
+    given as a slug, the project is created only once a session goes into it.
     Each session remembers the folder and format it came from (unless `record_source` is off, as for
     a temporary folder); with `write_back`, a restore of it is also written back there in that format.
     `label` names the source in the audit log instead of its path (an upload's name, not a temporary folder).
@@ -107,23 +118,34 @@ def import_path(
             services.record_audit(
                 actor,
                 "import",
-                project=project,
+                project=importer.audited_project(),
                 target=label or str(path),
                 details={"imported": report.imported, "skipped": report.skipped, "errors": len(report.errors)},
             )
     return report
 
 
+def _refusal(record: CheckpointRecord, exc: services.CheckpointError) -> str:
+    """Why a checkpoint was not imported, in the words of an import (not of an API retry)."""
+    if isinstance(exc, services.IdempotencyConflict):
+        where = f"stored as checkpoint #{exc.seq}" if exc.seq is not None else "read before in this import"
+        return f"not imported: {record.key} is already {where}, with a different {', '.join(exc.differences)}"
+    if isinstance(exc, services.InvalidState):
+        return f"invalid state: {exc}"
+    return f"not imported: {exc}"
+
+
 class _Importer:
     def __init__(
         self,
-        project: Project,
+        project: Project | str,
         report: ImportReport,
         progress: Callable[[ImportReport], None] | None,
         write_back: bool,
         actor: services.Actor,
     ):
-        self.project = project
+        self.slug = project if isinstance(project, str) else project.slug
+        self._project = None if isinstance(project, str) else project
         self.actor = actor
         self.report = report
         self.progress = progress
@@ -151,18 +173,35 @@ class _Importer:
             self.flush(record.session)
             self._phase(record)
 
+    @property
+    def project(self) -> Project:
+        """The import's own project, created when the first session goes into it (a dry run rolls it back)."""
+        if self._project is None:
+            self._project = services.get_or_create_project(self.slug)
+        return self._project
+
+    def audited_project(self) -> Project | None:
+        """Where the audit row goes: the import's project, else the first one the files named."""
+        if self._project is not None:
+            return self._project
+        return next((session.project for session in self.sessions.values()), None)
+
     def _project_of(self, record: SessionRecord) -> Project:
         """The project the files name, where the importing user may import (an operator there); else ours."""
-        if not record.project or record.project == self.project.slug:
+        if not record.project or record.project == self.slug:
             return self.project
         user = self.actor.user
         if user is not None and not may_import_into(user, record.project):
             self.report.problem(
                 record.folder or record.external_id,
                 f"names project {record.project!r}, where {user.get_username()} is not an operator: "
-                f"imported into {self.project.slug} instead",
+                f"imported into {self.slug} instead",
             )
             return self.project
+        self.report.note(
+            f"the files name project {record.project!r} (projects/{record.project}/): its sessions go there, "
+            f"not into {self.slug!r}"
+        )
         return services.get_or_create_project(record.project)
 
     def _session(self, record: SessionRecord) -> AgentSession:
@@ -204,9 +243,10 @@ class _Importer:
         inputs = [self._input(record) for record in records]
         try:
             with savepoint():
+                records, inputs = self._without_legacy_repeats(session, records, inputs)
                 results = self._ingest(session, records, inputs)
         except Exception as exc:  # the session's stored rows broke, not these files: skip it, import the others
-            self.report.session_failed(external_id, exc, step="imported")
+            self.report.session_failed(external_id, exc, step=f"imported ({len(records)} checkpoint(s))")
             return
         for _, created in results:
             if created:
@@ -219,18 +259,39 @@ class _Importer:
         if self.progress:
             self.progress(self.report)
 
+    def _without_legacy_repeats(
+        self, session: AgentSession, records: list[CheckpointRecord], inputs: list[services.CheckpointInput]
+    ) -> tuple[list[CheckpointRecord], list[services.CheckpointInput]]:
+        """Drop (as skipped) the checkpoints an earlier version stored under their legacy key, unchanged.
+
+        One indexed query a batch; a legacy key holding a different checkpoint (the source reused an id)
+        does not count: that checkpoint is imported under its own key.
+        """
+        legacy = {idempotency_key(self.fmt, record.legacy_key) for record in records if record.legacy_key}
+        if not legacy:
+            return records, inputs
+        stored = {c.idempotency_key: c for c in Checkpoint.objects.filter(session=session, idempotency_key__in=legacy)}
+        kept: list[tuple[CheckpointRecord, services.CheckpointInput]] = []
+        for record, item in zip(records, inputs, strict=True):
+            existing = stored.get(idempotency_key(self.fmt, record.legacy_key)) if record.legacy_key else None
+            if existing is not None and not services.checkpoint_differences(existing, item):
+                self.report.skipped += 1
+            else:
+                kept.append((record, item))
+        return [record for record, _ in kept], [item for _, item in kept]
+
     def _ingest(
         self, session: AgentSession, records: list[CheckpointRecord], inputs: list[services.CheckpointInput]
     ) -> list[tuple[Checkpoint, bool]]:
         try:
             return services.ingest_checkpoints([(session, inputs)])
-        except services.InvalidState:  # find the bad one(s): the others still go in
+        except services.CheckpointError:  # find the refused one(s), each reported: the others still go in
             results = []
             for record, item in zip(records, inputs, strict=True):
                 try:
                     results += services.ingest_checkpoints([(session, [item])])
-                except services.InvalidState as exc:
-                    self.report.problem(record.source_path or record.key, f"invalid state: {exc}")
+                except services.CheckpointError as exc:
+                    self.report.problem(record.source_path or record.key, _refusal(record, exc))
             return results
 
     def flush_all(self) -> None:

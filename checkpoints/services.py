@@ -58,6 +58,11 @@ class InvalidInput(CheckpointError):
 class IdempotencyConflict(CheckpointError):
     """An idempotency key seen before came with a different checkpoint."""
 
+    def __init__(self, message: str, *, differences: Sequence[str] = (), seq: int | None = None) -> None:
+        super().__init__(message)
+        self.differences = list(differences)  # the fields that differ ("state", "created_at", …)
+        self.seq = seq  # the stored checkpoint holding the key, when there is one
+
 
 class NothingToUndo(CheckpointError):
     pass
@@ -376,8 +381,8 @@ def _state_digest(state: Any) -> bytes:
         raise InvalidState(str(exc)) from exc
 
 
-def _check_same_checkpoint(existing: Checkpoint, item: CheckpointInput) -> None:
-    """A retry must repeat its request: a different checkpoint under a used key is refused, not dropped."""
+def checkpoint_differences(existing: Checkpoint, item: CheckpointInput) -> list[str]:
+    """The fields in which `item` is not the stored checkpoint `existing` (none: it is the same one)."""
     differ = [name for name in _COMPARED if getattr(existing, name) != getattr(item, name)]
     if item.parent is not None and item.parent != existing.parent_id:
         differ.append("parent")
@@ -385,10 +390,17 @@ def _check_same_checkpoint(existing: Checkpoint, item: CheckpointInput) -> None:
         differ.append("created_at")
     if _state_digest(item.state) != bytes(existing.state_hash):
         differ.append("state")
-    if differ:
+    return differ
+
+
+def _check_same_checkpoint(existing: Checkpoint, item: CheckpointInput) -> None:
+    """A retry must repeat its request: a different checkpoint under a used key is refused, not dropped."""
+    if differ := checkpoint_differences(existing, item):
         raise IdempotencyConflict(
             f"idempotency key {item.idempotency_key!r} was used for checkpoint #{existing.seq} with a different "
-            f"{', '.join(differ)}; send a new key for a new checkpoint"
+            f"{', '.join(differ)}; send a new key for a new checkpoint",
+            differences=differ,
+            seq=existing.seq,
         )
 
 
@@ -398,7 +410,8 @@ def _check_same_input(first: CheckpointInput, item: CheckpointInput) -> None:
         differ.append("state")
     if differ:
         raise IdempotencyConflict(
-            f"idempotency key {item.idempotency_key!r} appears twice in the batch with a different {', '.join(differ)}"
+            f"idempotency key {item.idempotency_key!r} appears twice in the batch with a different {', '.join(differ)}",
+            differences=differ,
         )
 
 

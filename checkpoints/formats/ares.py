@@ -239,6 +239,7 @@ def _read_step(path: Path, prefix: str, head: str | None) -> CheckpointRecord | 
         "created_at": created_at,
         "metadata": metadata,
         "head": path.name == head,
+        "source_path": str(path),
     }
     files.apply_console(values, console)
     return CheckpointRecord(**values)

@@ -44,7 +44,7 @@ class SessionRecord:
 @dataclass
 class CheckpointRecord:
     session: str  # the session's external id
-    key: str  # the source's own id of this checkpoint: imports are idempotent on it
+    key: str  # what identifies this checkpoint in its source: imports are idempotent on it
     state: Any
     name: str = ""
     kind: str = "imported"
@@ -56,6 +56,9 @@ class CheckpointRecord:
     metadata: dict[str, Any] = field(default_factory=dict)
     head: bool = False  # the source's "latest" pointer names this checkpoint
     source_path: str = ""  # the file it came from, for error reports (not stored)
+    # The key an earlier version of the importer stored this checkpoint under, if different: a checkpoint
+    # stored under it that is this very one (same time, state, fields) counts as already imported.
+    legacy_key: str = ""
 
 
 @dataclass

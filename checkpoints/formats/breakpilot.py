@@ -5,9 +5,16 @@
 
 Mapping: the session is the id's prefix (before the last ":"), step = n (the suffix); the name, timestamp
 and metadata are kept as they are; state = data; kind "imported" (as the console client's Breakpilot import
-does); the key is the id. Entries are read in n order within each session (array order when an id's
-suffix is not a number). Any other key of an entry is kept in metadata["source_extra"]. An entry that
-cannot be read (not an object, no data, an id not "<session>:<n>") is reported and the others go in.
+does). Any other key of an entry is kept in metadata["source_extra"]. An entry that cannot be read (not an
+object, no data, an id not "<session>:<n>") is reported and the others go in; so is an empty export.
+
+Identity, order and head, as Breakpilot's own CheckpointManager has them: its ids are
+"<session>:<counter>" and the counter starts again at 1 when an agent restarts and re-imports its
+export (`import_checkpoints()`), so an id alone is not unique: a checkpoint is its id *and* its
+timestamp (the key "<id>@<timestamp in UTC>"; a checkpoint stored under a differing key is never taken
+for it). Entries keep the export's array order, the manager's list order, so the last entry, what its
+`get_latest()` returns, becomes the session's head. Checkpoints imported before ids were known to repeat
+were keyed on the id alone; that key is still recognised, so re-importing such a file adds nothing.
 
 Write-back of a restore: a new export file `<session>_restored_<timestamp>.json` holding the restored
 checkpoint as its newest (only) entry, with the next free n; Breakpilot's `import()` of it is idempotent.
@@ -91,7 +98,10 @@ def _read_file(path: Path, seen: set[str]) -> Iterator[Record]:
     if not isinstance(doc, list):
         yield Problem(str(path), f"wrong shape: a Breakpilot export is a JSON array; found a JSON {type(doc).__name__}")
         return
-    sessions: dict[str, list[tuple[int | None, dict[str, Any]]]] = {}
+    if not doc:
+        yield Problem(str(path), "an empty export: it holds no checkpoints")
+        return
+    sessions: dict[str, list[CheckpointRecord]] = {}  # in array order: the manager's own order
     for index, entry in enumerate(doc):
         if not isinstance(entry, dict):
             yield Problem(str(path), f"entry {index}: not an object")
@@ -104,18 +114,24 @@ def _read_file(path: Path, seen: set[str]) -> Iterator[Record]:
         if "data" not in entry:
             yield Problem(str(path), f'entry {index} ({key}): no "data"')
             continue
-        sessions.setdefault(prefix, []).append((files.as_int(suffix), entry))
-    for session, entries in sessions.items():
-        if all(n is not None for n, _ in entries):
-            entries.sort(key=lambda item: item[0])  # stable: a repeated id keeps its order
+        sessions.setdefault(prefix, []).append(_record(prefix, files.as_int(suffix), entry, f"{path} (entry {index})"))
+    for session, records in sessions.items():
         if session not in seen:
             seen.add(session)
             yield SessionRecord(external_id=session, agent=session)
-        for n, entry in entries:
-            yield _record(session, n, entry)
+        yield from records
 
 
-def _record(session: str, n: int | None, entry: dict[str, Any]) -> CheckpointRecord:
+def identity(entry_id: str, created_at: datetime | None, timestamp: Any) -> str:
+    """A checkpoint's key: its id and its time (in UTC, so that a re-export in another offset is the same)."""
+    if created_at is not None:
+        return f"{entry_id}@{files.iso(created_at)}"
+    if timestamp not in (None, ""):
+        return f"{entry_id}@{timestamp}"
+    return entry_id
+
+
+def _record(session: str, n: int | None, entry: dict[str, Any], source_path: str) -> CheckpointRecord:
     raw = entry.get("metadata")
     metadata: dict[str, Any] = dict(raw) if isinstance(raw, dict) else {} if raw is None else {"metadata": raw}
     extra = {key: value for key, value in entry.items() if key not in FIELDS and key != files.CONSOLE}
@@ -125,15 +141,18 @@ def _record(session: str, n: int | None, entry: dict[str, Any]) -> CheckpointRec
     created_at = parse_time(entry.get("timestamp"))
     if created_at is None and entry.get("timestamp") not in (None, ""):
         metadata["timestamp"] = entry["timestamp"]
+    key = identity(entry["id"], created_at, entry.get("timestamp"))
     values: dict[str, Any] = {
         "session": session,
-        "key": entry["id"],
+        "key": key,
         "state": entry["data"],
         "name": name if isinstance(name, str) else "" if name is None else str(name),
         "kind": CheckpointKind.IMPORTED.value,
         "step": n,
         "created_at": created_at,
-        "metadata": metadata,
+        "metadata": {"source_id": entry["id"], **metadata},
+        "source_path": source_path,
+        "legacy_key": entry["id"] if key != entry["id"] else "",
     }
     files.apply_console(values, entry.get(files.CONSOLE))
     return CheckpointRecord(**values)
@@ -155,20 +174,13 @@ def _export_chunks(session: Any) -> Iterator[bytes]:
             "metadata__source_id", flat=True
         )
     )
-    used: set[str] = set()
-    last_n = 0
     yield b"["
     first = True
     for checkpoint, state in files.checkpoints_with_states(session):
         metadata = checkpoint.metadata or {}
         key = metadata.get("source_id")
-        if not (files.from_format(checkpoint, NAME) and isinstance(key, str) and key not in used):
-            n = max(checkpoint.seq, last_n + 1)  # increasing, so that reading in n order keeps seq order
-            while f"{external_id}:{n}" in taken or f"{external_id}:{n}" in used:
-                n += 1
-            key = f"{external_id}:{n}"
-        used.add(key)
-        last_n = max(last_n, files.as_int(key.rpartition(":")[2]) or 0)
+        if not (files.from_format(checkpoint, NAME) and isinstance(key, str)):
+            key = _free_id(external_id, checkpoint.seq, taken)
         entry: dict[str, Any] = {
             "id": key,
             "name": checkpoint.name,
@@ -186,6 +198,18 @@ def _export_chunks(session: Any) -> Iterator[bytes]:
         yield (b"\n" if first else b",\n") + text.encode("utf-8")
         first = False
     yield b"\n]\n" if not first else b"]\n"
+
+
+def _free_id(external_id: str, n: int, taken: set[str]) -> str:
+    """An id for a checkpoint made in the console: its seq, or the next number no entry of the session has.
+
+    A Breakpilot checkpoint keeps its own id even when the id repeats (ids restart with the manager;
+    id and timestamp together tell checkpoints apart, for Breakpilot and for a re-import alike).
+    """
+    while f"{external_id}:{n}" in taken:
+        n += 1
+    taken.add(f"{external_id}:{n}")
+    return f"{external_id}:{n}"
 
 
 def write_back(session: Any, checkpoint: Any, folder: Path, *, now: datetime | None = None) -> list[Path]:

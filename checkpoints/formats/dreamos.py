@@ -114,6 +114,7 @@ def _read_file(path: Path, seen: set[str]) -> Iterator[Record]:
         "kind": kind,
         "created_at": created_at,
         "metadata": metadata,
+        "source_path": str(path),
     }
     files.apply_console(values, doc.get(files.CONSOLE))
     if agent not in seen:

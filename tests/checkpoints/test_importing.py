@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import tracemalloc
@@ -7,11 +8,12 @@ from io import StringIO
 from pathlib import Path
 
 import pytest
+from django.apps import apps
 from django.core.management import call_command
 
 from checkpoints import services, store
 from checkpoints.importing import import_path
-from checkpoints.models import AgentSession, AuditEvent, Checkpoint, DriftAlert, Phase, WatchedSource
+from checkpoints.models import AgentSession, AuditEvent, Checkpoint, DriftAlert, Phase, Project, WatchedSource
 from checkpoints.tasks import scan_watched_sources
 from checkpoints.watching import scan_source
 
@@ -21,9 +23,10 @@ SYSTEM = services.Actor.system("test")
 
 @pytest.fixture
 def tree(tmp_path) -> Path:
-    """All five sample sets in one tree, as an operator would point the importer at them."""
+    """All five sample sets in one tree, as an operator would point the importer at them (without our notes
+    on where each set came from)."""
     target = tmp_path / "checkpoints"
-    shutil.copytree(FIXTURES, target)
+    shutil.copytree(FIXTURES, target, ignore=shutil.ignore_patterns("README.md"))
     return target
 
 
@@ -35,8 +38,11 @@ def run_import(*args: str) -> dict:
 
 def test_auto_detection_imports_every_format_in_a_tree(db, tree):
     report = run_import(str(tree), "--project", "ops")
-    assert set(report) == {"imported", "skipped", "errors", "sessions"}
+    assert set(report) == {"imported", "skipped", "errors", "sessions", "notes"}
     assert report["errors"] == []
+    assert report["notes"] == [
+        "the files name project 'project-123' (projects/project-123/): its sessions go there, not into 'ops'"
+    ]
     assert report["imported"] == Checkpoint.objects.count() > 100
     assert {"agent-3", "agent-7", "bp-session-42", "sess-a", "session-789"} <= set(report["sessions"])
     assert Phase.objects.exists()
@@ -46,7 +52,7 @@ def test_auto_detection_imports_every_format_in_a_tree(db, tree):
 def test_importing_the_same_tree_twice_adds_nothing(db, tree):
     first = run_import(str(tree))
     again = run_import(str(tree))
-    assert again["imported"] == 0 and again["skipped"] == first["imported"]
+    assert again["imported"] == 0 and again["skipped"] == first["imported"] + first["skipped"]
     assert Checkpoint.objects.count() == first["imported"]
 
 
@@ -54,6 +60,27 @@ def test_a_dry_run_reports_and_stores_nothing(db, tree):
     report = run_import(str(tree), "--dry-run")
     assert report["imported"] > 100
     assert Checkpoint.objects.count() == 0 and AgentSession.objects.count() == 0
+
+
+def rows_of_every_model() -> dict[str, int]:
+    return {model._meta.label: model.objects.count() for model in apps.get_models()}
+
+
+def test_a_dry_run_writes_nothing_at_all_not_even_its_project_or_an_audit_row(db, tree):
+    before = rows_of_every_model()
+    report = run_import(str(tree), "--dry-run", "--project", "ops")
+    assert report["imported"] > 100 and report["errors"] == []
+    assert rows_of_every_model() == before
+
+
+def test_a_haytham_tree_goes_into_the_projects_it_names_and_says_so_without_creating_the_other(db, tree):
+    out = StringIO()
+    call_command("import_checkpoints", str(tree / "haytham"), "--project", "ops", stdout=out)
+    note = "the files name project 'project-123' (projects/project-123/): its sessions go there, not into 'ops'"
+    assert f"note: {note}" in out.getvalue().splitlines()
+    assert list(Project.objects.values_list("slug", flat=True)) == ["project-123"]
+    assert set(AgentSession.objects.values_list("project__slug", flat=True)) == {"project-123"}
+    assert AuditEvent.objects.get(action="import").project.slug == "project-123"
 
 
 def test_bad_files_are_reported_and_the_rest_imports(db, tree):
@@ -68,6 +95,51 @@ def test_bad_files_are_reported_and_the_rest_imports(db, tree):
     assert {"sess-a_3.json", "notes.txt", "agent-3_20260302080000_routine.checkpoint"} <= failed
     assert Checkpoint.objects.filter(session__external_id="sess-a").count() == 8  # 9 files, 1 broken
     assert Checkpoint.objects.filter(session__external_id="agent-7").count() == 15
+
+
+def _kaizen_lines(path: Path) -> int:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as lines:
+        return sum(1 for line in lines if line.strip())
+
+
+# Checkpoints on disk, counted the way each system counts its own: Dream.OS lists `*.checkpoint` files;
+# Breakpilot's len() counts the entries of an export; Ares has one file per step (`_latest.json` only
+# points at one); Kaizen writes one AgentState per line; Haytham has one checkpoint.md per phase folder.
+ON_DISK = {
+    "dreamos": lambda path: len(list(path.rglob("*.checkpoint"))),
+    "breakpilot": lambda path: sum(
+        len(json.loads(file.read_text(encoding="utf-8")))
+        for file in ([path] if path.is_file() else path.rglob("*.json"))
+    ),
+    "ares": lambda path: sum(1 for file in path.rglob("*.json") if not file.name.endswith("_latest.json")),
+    "kaizen": lambda path: sum(_kaizen_lines(file) for file in path.rglob("*.jsonl*")),
+    "haytham": lambda path: len(list(path.glob("projects/*/sessions/*/phase_*/checkpoint.md"))),
+}
+SOURCES = [
+    ("dreamos", "dreamos/runtime/agent_comms/checkpoints"),
+    ("dreamos", "dreamos/victor-os/runtime/agent_comms/checkpoints"),
+    ("breakpilot", "breakpilot/bp-session-42.json"),
+    ("breakpilot", "breakpilot/restart/exports"),
+    ("ares", "ares"),
+    ("kaizen", "kaizen"),
+    ("haytham", "haytham"),
+]
+
+
+@pytest.mark.parametrize(("fmt", "where"), SOURCES, ids=[where for _, where in SOURCES])
+def test_every_checkpoint_on_disk_is_imported_skipped_or_an_error_and_a_second_import_skips_them_all(
+    project, fmt, where
+):
+    path = FIXTURES / where
+    on_disk = ON_DISK[fmt](path)
+
+    first = import_path(path, fmt=fmt, project=project, actor=SYSTEM)
+    again = import_path(path, fmt=fmt, project=project, actor=SYSTEM)
+
+    assert first.errors == [] and first.imported + first.skipped == on_disk > 0
+    assert (again.imported, again.skipped, again.errors) == (0, on_disk, [])
+    assert Checkpoint.objects.count() == first.imported
 
 
 def test_the_command_refuses_a_missing_path(db):
@@ -168,3 +240,26 @@ def test_a_vanished_watched_folder_raises_an_alert_and_clears_it_when_back(db, t
     audited = AuditEvent.objects.filter(actor="system:watch", details__kind="source_missing")
     assert sorted(audited.values_list("action", flat=True)) == ["alert_opened"] * 3 + ["alert_resolved"] * 3
     assert audited.filter(action="alert_resolved", reason__contains="is back").count() == 3
+
+
+def test_a_changed_file_under_an_imported_name_is_an_error_saying_what_differs_never_skipped(project, tmp_path):
+    folder = tmp_path / "checkpoints"
+    shutil.copytree(FIXTURES / "dreamos" / "runtime" / "agent_comms" / "checkpoints", folder)
+    import_path(folder, fmt="dreamos", project=project, actor=SYSTEM)
+    changed = folder / "agent-7_20260302120100_recovery.checkpoint"
+    doc = json.loads(changed.read_text(encoding="utf-8"))
+    doc["state"]["memory"] = {"rewritten": True}
+    changed.write_text(json.dumps(doc), encoding="utf-8")
+    stored = Checkpoint.objects.get(idempotency_key=f"dreamos:{changed.name}")
+
+    report = import_path(folder, fmt="dreamos", project=project, actor=SYSTEM)
+
+    assert report.errors == [
+        {
+            "path": str(changed),
+            "error": f"not imported: {changed.name} is already stored as checkpoint #{stored.seq}, "
+            "with a different state",
+        }
+    ]
+    assert (report.imported, report.skipped) == (0, ON_DISK["dreamos"](folder) - 1)
+    assert store.load_state(bytes(Checkpoint.objects.get(pk=stored.pk).root))["memory"] != {"rewritten": True}

@@ -17,7 +17,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("path", type=Path)
         parser.add_argument("--format", default="auto", choices=["auto", *formats.NAMES])
-        parser.add_argument("--project", default="imported", help="project slug for sessions (default: imported)")
+        parser.add_argument(
+            "--project",
+            default="imported",
+            help="project slug for sessions (default: imported); Haytham trees name their own projects",
+        )
         parser.add_argument("--dry-run", action="store_true", help="read and check everything, store nothing")
         parser.add_argument("--json", action="store_true", help="print one JSON report and nothing else")
         parser.add_argument(
@@ -32,7 +36,7 @@ class Command(BaseCommand):
         report = import_path(
             path,
             fmt=options["format"],
-            project=services.get_or_create_project(options["project"]),
+            project=options["project"],  # created only when a session goes into it (never by a dry run)
             actor=services.Actor.system("import_checkpoints"),
             dry_run=options["dry_run"],
             write_back=options["write_back"],
@@ -45,6 +49,8 @@ class Command(BaseCommand):
             return
         for error in report.errors:
             self.stderr.write(f"skipped {error['path']}: {error['error']}")
+        for note in report.notes:
+            self.stdout.write(f"note: {note}")
         verb = "would import" if options["dry_run"] else "imported"
         self.stdout.write(
             f"{verb} {report.imported} checkpoint(s) into {len(report.sessions)} session(s); "

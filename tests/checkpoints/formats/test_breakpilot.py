@@ -17,6 +17,13 @@ FOLDER = FIXTURES / "breakpilot"
 EXPORT = FOLDER / "bp-session-42.json"
 ENTRIES = json.loads(EXPORT.read_text(encoding="utf-8"))
 WHEN = datetime(2026, 5, 1, 9, 30, tzinfo=UTC)
+# Written by Breakpilot's CheckpointManager across a restart (restart/README.md): ids 1…10 come twice.
+RESTART = FOLDER / "restart" / "exports"
+BEFORE = RESTART / "bp-session-47_1_before_restart.json"
+AFTER = RESTART / "bp-session-47_2_after_restart.json"
+AFTER_ENTRIES = json.loads(AFTER.read_text(encoding="utf-8"))
+MANAGER_LEN = 45  # len(manager) after the restart
+MANAGER_LATEST = ("bp-session-47:10", "2026-04-02T10:49:19.187642+00:00")  # manager.get_latest(): id, timestamp
 
 
 def run(path: Path, project, **options):
@@ -50,7 +57,7 @@ def test_detects_an_export_file_and_a_folder_holding_one_but_not_other_formats()
 
 
 def test_the_export_imports_as_one_session_with_numbers_names_times_and_metadata(project):
-    report = run(FOLDER, project, fmt="auto")
+    report = run(EXPORT, project, fmt="auto")
     assert report.errors == []
     assert (report.imported, report.skipped, report.sessions) == (60, 0, ["bp-session-42"])
     session = AgentSession.objects.get(project=project, external_id="bp-session-42")
@@ -68,21 +75,22 @@ def test_the_export_imports_as_one_session_with_numbers_names_times_and_metadata
     assert session.head == checkpoints[-1]
 
 
-def test_entries_are_read_in_number_order_per_session_and_extra_keys_are_kept(project, tmp_path):
-    shuffled = tmp_path / "mixed.json"
-    shuffled.write_text(
+def test_entries_keep_the_export_order_per_session_and_extra_keys_are_kept(project, tmp_path):
+    mixed = tmp_path / "mixed.json"
+    mixed.write_text(
         entries(
             {"id": "a:10", "name": "ten", "timestamp": "2026-04-01T10:00:00Z", "data": 10, "metadata": None},
             {"id": "b:1", "name": "b-one", "timestamp": "2026-04-01T09:00:00Z", "data": {"b": 1}},
             {"id": "a:2", "name": "two", "timestamp": "2026-04-01T09:00:00Z", "data": 2, "origin": "laptop"},
         )
     )
-    report = run(shuffled, project)
+    report = run(mixed, project)
     assert report.errors == [] and report.sessions == ["a", "b"]
     a = AgentSession.objects.get(external_id="a").checkpoints.order_by("seq")
-    assert [(c.step, c.name, load_state(c.root)) for c in a] == [(2, "two", 2), (10, "ten", 10)]
-    assert a[0].metadata["source_extra"] == {"origin": "laptop"}
-    assert a[1].metadata == {"source_format": "breakpilot", "source_id": "a:10"}
+    assert [(c.step, c.name, load_state(c.root)) for c in a] == [(10, "ten", 10), (2, "two", 2)]
+    assert a[0].metadata == {"source_format": "breakpilot", "source_id": "a:10"}
+    assert a[1].metadata["source_extra"] == {"origin": "laptop"}
+    assert AgentSession.objects.get(external_id="a").head == a[1]  # the last entry, as get_latest() says
 
 
 def test_damaged_files_stray_files_and_bad_entries_are_reported_and_the_rest_imports(project, tmp_path):
@@ -205,3 +213,123 @@ def test_write_back_adds_an_export_file_with_the_restored_checkpoint_as_newest_e
         breakpilot.write_back(session, restored, folder, now=WHEN)
     report = run(folder, project)
     assert (report.imported, report.skipped, report.errors) == (1, 60, [])
+
+
+# ---- a restart: the manager issues ids 1…10 again (fixtures written by Breakpilot's manager) ----------
+
+
+def canonical(value) -> str:
+    """JSON text that tells -0.0 from 0.0 and keeps 19-digit integers, as Breakpilot's json reads them."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def source_rows(session) -> list[tuple[str, str]]:
+    return [
+        (c.metadata["source_id"], c.created_at.isoformat())
+        for c in session.checkpoints.order_by("seq").only("metadata", "created_at")
+    ]
+
+
+def test_a_restart_that_reissues_ids_imports_every_checkpoint_in_the_managers_order_and_head(project):
+    report = run(AFTER, project)
+
+    assert (report.imported, report.skipped, report.errors) == (MANAGER_LEN, 0, [])
+    session = AgentSession.objects.get(project=project, external_id="bp-session-47")
+    assert session.checkpoints.count() == MANAGER_LEN
+    assert source_rows(session) == [(entry["id"], entry["timestamp"]) for entry in AFTER_ENTRIES]
+    assert (session.head.metadata["source_id"], session.head.created_at.isoformat()) == MANAGER_LATEST
+    assert canonical(load_state(session.head.root)) == canonical(AFTER_ENTRIES[-1]["data"])
+    assert (session.head.name, session.head.step) == (AFTER_ENTRIES[-1]["name"], 10)
+
+
+def test_both_exports_of_the_run_import_once_and_the_older_file_counts_as_already_stored(project):
+    report = run(RESTART, project)
+
+    on_disk = len(json.loads(BEFORE.read_text())) + len(AFTER_ENTRIES)
+    assert (report.imported, report.skipped, report.errors) == (MANAGER_LEN, on_disk - MANAGER_LEN, [])
+    session = AgentSession.objects.get(project=project, external_id="bp-session-47")
+    assert (session.head.metadata["source_id"], session.head.created_at.isoformat()) == MANAGER_LATEST
+    again = run(RESTART, project)
+    assert (again.imported, again.skipped, again.errors) == (0, on_disk, [])
+    assert session.checkpoints.count() == MANAGER_LEN
+
+
+def store_as_the_previous_version_did(path: Path, project) -> None:
+    """What the importer before ids were known to repeat stored: keyed on the id alone, the first of each id."""
+    session, _ = services.upsert_session(project, external_id="bp-session-47", agent="bp-session-47")
+    seen: set[str] = set()
+    inputs = []
+    for entry in json.loads(path.read_text(encoding="utf-8")):
+        if entry["id"] in seen:
+            continue
+        seen.add(entry["id"])
+        inputs.append(
+            services.CheckpointInput(
+                state=entry["data"],
+                name=entry["name"],
+                kind="imported",
+                step=int(entry["id"].rpartition(":")[2]),
+                created_at=datetime.fromisoformat(entry["timestamp"]),
+                idempotency_key=f"breakpilot:{entry['id']}",
+                metadata={"source_format": "breakpilot", "source_id": entry["id"], **entry["metadata"]},
+            )
+        )
+    services.ingest_checkpoints([(session, inputs)])
+
+
+def test_a_file_imported_by_the_previous_version_adds_nothing_and_the_newer_run_still_comes_in(project):
+    store_as_the_previous_version_did(BEFORE, project)
+
+    again = run(BEFORE, project)
+    assert (again.imported, again.skipped, again.errors) == (0, 35, [])
+    after = run(AFTER, project)
+    assert (after.imported, after.skipped, after.errors) == (10, 35, [])
+    session = AgentSession.objects.get(project=project, external_id="bp-session-47")
+    assert source_rows(session) == [(entry["id"], entry["timestamp"]) for entry in AFTER_ENTRIES]
+    assert (session.head.metadata["source_id"], session.head.created_at.isoformat()) == MANAGER_LATEST
+
+
+def test_a_differing_checkpoint_under_a_used_identity_is_an_error_never_skipped(project, tmp_path):
+    first = {"id": "s:1", "name": "start", "timestamp": "2026-04-01T12:00:00+00:00", "data": {"v": 1}, "metadata": {}}
+    (tmp_path / "a.json").write_text(entries(first))
+    run(tmp_path / "a.json", project)
+    edited = tmp_path / "edited"
+    edited.mkdir()
+    (edited / "a.json").write_text(entries({**first, "data": {"v": 2}}, {**first, "id": "s:2"}))
+
+    report = run(edited, project)
+
+    assert (report.imported, report.skipped) == (1, 0)
+    assert report.errors == [
+        {
+            "path": f"{edited / 'a.json'} (entry 0)",
+            "error": "not imported: s:1@2026-04-01T12:00:00+00:00 is already stored as checkpoint #1, "
+            "with a different state",
+        }
+    ]
+    assert load_state(Checkpoint.objects.get(seq=1).root) == {"v": 1}
+
+
+def test_an_empty_export_is_reported(project, tmp_path):
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]")
+    report = run(empty, project)
+    assert report.errors == [{"path": str(empty), "error": "an empty export: it holds no checkpoints"}]
+
+
+def test_the_export_of_a_restarted_session_is_what_breakpilots_import_reads_back(project, other_project, tmp_path):
+    """Breakpilot's import_checkpoints() appends Checkpoint.from_dict(entry) for each entry: equal entries in
+    the same order give it len() 45 and the same get_latest() (checked with its code: restart/README.md)."""
+    run(AFTER, project)
+    session = AgentSession.objects.get(project=project, external_id="bp-session-47")
+
+    written = breakpilot.export(session, tmp_path / "out")
+
+    exported = json.loads(written[0].read_text(encoding="utf-8"))
+    assert canonical(exported) == canonical(AFTER_ENTRIES)
+    assert len(exported) == MANAGER_LEN and (exported[-1]["id"], exported[-1]["timestamp"]) == MANAGER_LATEST
+    for entry in exported:
+        assert datetime.fromisoformat(entry["timestamp"]).tzinfo is not None  # from_dict reads it back as is
+    report = run(tmp_path / "out", project)
+    assert (report.imported, report.skipped, report.errors) == (0, MANAGER_LEN, [])
+    assert run(tmp_path / "out", other_project).imported == MANAGER_LEN

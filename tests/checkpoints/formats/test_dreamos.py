@@ -14,8 +14,10 @@ from checkpoints.models import AgentSession, Checkpoint
 from checkpoints.store import load_state
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
-ROOT = FIXTURES / "dreamos"
-FOLDER = ROOT / "runtime" / "agent_comms" / "checkpoints"
+ROOT = FIXTURES / "dreamos" / "runtime"  # a hand-made sample set (3 agents x 15 files)
+FOLDER = ROOT / "agent_comms" / "checkpoints"
+# Written by Dream.OS's own CheckpointManager (victor-os/README.md): 3 agents, 7 files each after its retention.
+VICTOR_OS = FIXTURES / "dreamos" / "victor-os" / "runtime" / "agent_comms" / "checkpoints"
 AGENTS = ["agent-3", "agent-7", "captain.1"]
 WHEN = datetime(2026, 4, 1, 12, 0, tzinfo=UTC)
 
@@ -226,7 +228,7 @@ def test_write_back_adds_a_recovery_checkpoint_file_and_never_overwrites(project
 def test_a_restore_of_a_tree_imported_from_its_root_is_written_beside_the_agents_files(
     project, tmp_path, django_capture_on_commit_callbacks
 ):
-    root = copy_of(ROOT, tmp_path / "dreamos")
+    root = copy_of(ROOT, tmp_path / "dreamos" / "runtime").parent
     folder = root / "runtime" / "agent_comms" / "checkpoints"
     before = {path.name for path in folder.iterdir()}
     run(root, project, write_back=True)  # the session remembers the root it was imported from
@@ -246,3 +248,70 @@ def test_write_back_needs_an_existing_folder(project, tmp_path):
     session = AgentSession.objects.get(project=project, external_id="agent-3")
     with pytest.raises(FileNotFoundError):
         dreamos.write_back(session, session.head, tmp_path / "gone")
+
+
+# ---- files written by Dream.OS's own CheckpointManager (victor-os/README.md) ----------------------------
+
+# What its own functions said of the run: len(_list_checkpoints()) and get_latest_checkpoint(type) per agent.
+MANAGER = {
+    "agent-2": (
+        7,
+        "agent-2_20260304120009_routine",
+        "agent-2_20260304104007_pre_operation",
+        "agent-2_20260304120011_recovery",
+    ),
+    "agent-5": (
+        7,
+        "agent-5_20260304120020_routine",
+        "agent-5_20260304100518_pre_operation",
+        "agent-5_20260304120022_recovery",
+    ),
+    "agent-8": (
+        7,
+        "agent-8_20260304120032_routine",
+        "agent-8_20260304111030_pre_operation",
+        "agent-8_20260304120034_recovery",
+    ),
+}
+TYPES = ("routine", "pre_operation", "recovery")
+
+
+def canonical(value) -> str:
+    """JSON text that tells -0.0 from 0.0 and keeps 1e300 and 19-digit integers, as json.load reads them."""
+    return json.dumps(value, sort_keys=True)
+
+
+def test_files_written_by_dream_os_import_with_the_counts_heads_and_states_it_reports(project):
+    report = run(VICTOR_OS, project)
+
+    assert (report.imported, report.skipped, report.errors) == (21, 0, [])
+    for agent, (count, *latest) in MANAGER.items():
+        session = AgentSession.objects.get(project=project, external_id=agent)
+        checkpoints = list(session.checkpoints.order_by("seq"))
+        assert len(checkpoints) == count
+        for checkpoint_type, name in zip(TYPES, latest, strict=True):
+            newest = [c for c in checkpoints if c.kind == checkpoint_type][-1]
+            assert newest.metadata["file"] == f"{name}.checkpoint"
+        assert session.head.metadata["file"] == max(f"{name}.checkpoint" for name in latest)  # its sorted listing
+        for checkpoint in checkpoints:
+            doc = json.loads((VICTOR_OS / checkpoint.metadata["file"]).read_text(encoding="utf-8"))
+            assert canonical(load_state(checkpoint.root)) == canonical(doc["state"])
+            assert checkpoint.created_at.isoformat() == doc["timestamp"]
+    ledger = load_state(AgentSession.objects.get(external_id="agent-2").head.root)["memory"]["ledger"]
+    assert str(ledger["balance_delta"]) == "-0.0" and ledger["ceiling"] == 1e300
+    assert ledger["trace_id"] == 9223372036854775807
+
+
+def test_our_export_is_the_tree_dream_os_reads_back_with_the_same_listing_latest_and_states(project, tmp_path):
+    """Dream.OS lists `<agent>*.checkpoint` files in runtime/agent_comms/checkpoints, takes the latest of a
+    type by sorted name and restores with json.load: same names and equal JSON are what it reads (its own
+    functions ran on this export: victor-os/README.md)."""
+    run(VICTOR_OS, project)
+    out = tmp_path / "runtime" / "agent_comms" / "checkpoints"
+    for agent in MANAGER:
+        dreamos.export(AgentSession.objects.get(project=project, external_id=agent), out)
+
+    assert sorted(path.name for path in out.iterdir()) == sorted(path.name for path in VICTOR_OS.iterdir())
+    for path in out.iterdir():
+        ours, theirs = (json.loads(p.read_text(encoding="utf-8")) for p in (path, VICTOR_OS / path.name))
+        assert canonical(ours) == canonical(theirs)
