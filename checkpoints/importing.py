@@ -192,10 +192,9 @@ class _Importer:
             return self.project
         user = self.actor.user
         if user is not None and not may_import_into(user, record.project):
-            self.report.problem(
-                record.folder or record.external_id,
-                f"names project {record.project!r}, where {user.get_username()} is not an operator: "
-                f"imported into {self.slug} instead",
+            self.report.note(
+                f"the files name project {record.project!r} (projects/{record.project}/), where "
+                f"{user.get_username()} is not an operator: its sessions go into {self.slug!r} instead"
             )
             return self.project
         self.report.note(

@@ -201,9 +201,11 @@ def test_files_naming_a_project_the_uploader_does_not_operate_go_into_the_chosen
     assert job.status == "done" and job.imported > 0
     assert not Project.objects.filter(slug="project-123").exists()
     assert set(AgentSession.objects.values_list("project__slug", flat=True)) == {"acme"}
-    assert any(
-        "names project 'project-123', where alice is not an operator" in e["error"] for e in job.report["errors"]
-    )
+    assert job.report["notes"] == [
+        "the files name project 'project-123' (projects/project-123/), where alice is not an operator: "
+        "its sessions go into 'acme' instead"
+    ]
+    assert "where alice is not an operator" in client.get(job_url(job)).content.decode()
 
 
 def test_a_staff_operators_upload_follows_the_project_the_files_name(
