@@ -249,6 +249,8 @@ class _Importer:
             created_at=record.created_at,
             idempotency_key=idempotency_key(self.fmt, record.key),
             metadata={"source_format": self.fmt, "source_id": record.key, **record.metadata},
+            parent_key=idempotency_key(self.fmt, record.parent_key) if record.parent_key else "",
+            new_root=record.new_root,
         )
 
     def _phase(self, record: PhaseRecord) -> None:
