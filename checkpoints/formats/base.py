@@ -55,8 +55,8 @@ class CheckpointRecord:
     created_at: datetime | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     head: bool = False  # the source's "latest" pointer names this checkpoint
-    parent_key: str | None = None  # the source's id of its parent, read before it (None: the one before it)
-    new_root: bool = False  # no parent: a new run in the same session
+    parent_key: str | None = None  # the source's key of its parent, yielded before it (None: the checkpoint before)
+    new_root: bool = False  # no parent at all: a new run in the same session
     source_path: str = ""  # the file it came from, for error reports (not stored)
 
 

@@ -550,3 +550,53 @@ def test_kaizen_resumes_from_our_write_back(kaizen_state, project, tmp_path):
     assert {k: v for k, v in resumed.items() if k not in unchanged} == {
         k: v for k, v in written.items() if k not in unchanged
     }
+
+
+def test_migrating_gives_checkpoints_imported_before_their_kaizen_parents(migrated_back, project):
+    """Until 0014 an import chained each agent's checkpoints in step order: two runs interleaved, forks flattened."""
+    old, forward = migrated_back("0013_tree_parents")
+    OldSession, OldCheckpoint = old.get_model("checkpoints", "AgentSession"), old.get_model("checkpoints", "Checkpoint")
+    session = OldSession.objects.create(project_id=project.pk, external_id="support_agent", agent="support_agent")
+    made: list = []
+
+    def add(key: str | None, parent: str | None, step: int, minute: int, kind: str = "step") -> None:
+        metadata = {"source_format": "kaizen", "source_id": key, "parent_checkpoint_id": parent} if key else {}
+        made.append(
+            OldCheckpoint.objects.create(
+                session=session,
+                seq=len(made) + 1,
+                parent=made[-1] if made else None,
+                kind=kind,
+                step=step,
+                created_at=datetime(2026, 5, 4, 8, minute, tzinfo=UTC),
+                metadata=metadata,
+                root=b"r",
+                state_hash=b"h",
+            )
+        )
+
+    # the old order: parents first, then by step: run 2's step 0 came first
+    add("r2-0", None, 0, 40)
+    add("r1-10", None, 10, 10)
+    add("r2-10", "r2-0", 10, 50)
+    add("r1-20", "r1-10", 20, 20)
+    add("r1-20-copy", "r1-20", 20, 20)  # fork_from_checkpoint: same step and time
+    add("r1-25", "r1-20-copy", 25, 25)
+    add(None, None, 25, 55, "restore")  # made in the console: left as it is
+    add("r2-29", "r2-10", 29, 58)
+    add("r1-59", "r1-20", 59, 30)
+    forward()
+
+    rows = Checkpoint.objects.filter(session_id=session.pk).select_related("parent")
+    tree = {c.seq: (c.parent.seq if c.parent else None, c.starts_branch) for c in rows}
+    assert tree == {
+        1: (None, False),  # run 2's first, a root
+        2: (None, True),  # run 1's first: its own root
+        3: (1, True),
+        4: (2, True),
+        5: (4, False),
+        6: (5, False),
+        7: (6, False),  # the console's restore keeps its parent
+        8: (3, True),
+        9: (4, True),
+    }
