@@ -8,6 +8,7 @@ adds nothing. Records stream: memory holds one batch per session, not the tree.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
@@ -135,6 +136,9 @@ class _Importer:
         self.heads: dict[str, str] = {}  # session → idempotency key of its head
         self.forks: dict[str, tuple[str, str]] = {}  # session → (source session, source idempotency key)
         self.statuses: dict[str, str] = {}
+        self.refused: dict[
+            str, tuple[str, bool]
+        ] = {}  # idempotency key of a refused state → its (parent_key, new_root)
 
     def take(self, record: Any) -> None:
         if isinstance(record, Problem):
@@ -201,7 +205,7 @@ class _Importer:
         if not records:
             return
         session = self.sessions[external_id]
-        inputs = [self._input(record) for record in records]
+        inputs = [self._past_refused(self._input(record)) for record in records]
         try:
             with savepoint():
                 results = self._ingest(session, records, inputs)
@@ -227,11 +231,20 @@ class _Importer:
         except services.InvalidState:  # find the bad one(s): the others still go in
             results = []
             for record, item in zip(records, inputs, strict=True):
+                item = self._past_refused(item)
                 try:
                     results += services.ingest_checkpoints([(session, [item])])
                 except services.InvalidState as exc:
+                    self.refused[item.idempotency_key] = (item.parent_key, item.new_root)
                     self.report.problem(record.source_path or record.key, f"invalid state: {exc}")
             return results
+
+    def _past_refused(self, item: services.CheckpointInput) -> services.CheckpointInput:
+        """A checkpoint whose parent's state was refused hangs where that parent would have."""
+        while item.parent_key in self.refused:
+            parent_key, new_root = self.refused[item.parent_key]
+            item = dataclasses.replace(item, parent_key=parent_key, new_root=new_root)
+        return item
 
     def flush_all(self) -> None:
         for external_id in list(self.pending):

@@ -391,6 +391,7 @@ def _record(
         head=head,
         parent_key=parent,
         new_root=new_root,
+        source_path=str(entry.path),
     )
 
 

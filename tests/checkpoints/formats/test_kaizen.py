@@ -433,6 +433,27 @@ def test_a_parentless_checkpoint_continues_the_one_before_unless_its_step_counte
     assert found["ckpt_b1"].starts_branch
 
 
+def test_a_refused_state_keeps_its_children_in_the_tree_under_its_parent(project, tmp_path):
+    too_deep: list = []
+    for _ in range(300):
+        too_deep = [too_deep]
+    for key, parent, step in (("ckpt_a", None, 1), ("ckpt_b", "ckpt_a", 2), ("ckpt_c", "ckpt_b", 3)):
+        line = {"checkpoint_id": key, "agent_id": "deep", "timestamp": f"2026-05-04T08:0{step}:00+00:00"}
+        line |= {"step_number": step, "parent_checkpoint_id": parent, "memory_contents": {"n": step}}
+        if key == "ckpt_b":
+            line["memory_contents"] = {"nested": too_deep}
+        (tmp_path / f"{key}.jsonl").write_text(json.dumps(line) + "\n")
+
+    report = run(tmp_path, project)
+
+    assert report.imported == 2
+    assert [(error["path"], "invalid state" in error["error"]) for error in report.errors] == [
+        (str(tmp_path / "ckpt_b.jsonl"), True)
+    ]
+    found = by_source_id(session_named(project, "deep"))
+    assert found["ckpt_c"].parent == found["ckpt_a"]
+
+
 # ---- round trips through Kaizen's own code --------------------------------------------------------------------
 
 
