@@ -11,6 +11,7 @@ else) or an error line saying why not; a file that yields no checkpoint is an er
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
@@ -157,6 +158,9 @@ class _Importer:
         self.heads: dict[str, str] = {}  # session → idempotency key of its head
         self.forks: dict[str, tuple[str, str]] = {}  # session → (source session, source idempotency key)
         self.statuses: dict[str, str] = {}
+        self.refused: dict[
+            str, tuple[str, bool]
+        ] = {}  # idempotency key of a refused state → its (parent_key, new_root)
 
     def take(self, record: Any) -> None:
         if isinstance(record, Problem):
@@ -239,7 +243,7 @@ class _Importer:
         if not records:
             return
         session = self.sessions[external_id]
-        inputs = [self._input(record) for record in records]
+        inputs = [self._past_refused(self._input(record)) for record in records]
         try:
             with savepoint():
                 records, inputs = self._without_legacy_repeats(session, records, inputs)
@@ -287,11 +291,21 @@ class _Importer:
         except services.CheckpointError:  # find the refused one(s), each reported: the others still go in
             results = []
             for record, item in zip(records, inputs, strict=True):
+                item = self._past_refused(item)
                 try:
                     results += services.ingest_checkpoints([(session, [item])])
                 except services.CheckpointError as exc:
+                    if not isinstance(exc, services.IdempotencyConflict):  # else the key is stored: children find it
+                        self.refused[item.idempotency_key] = (item.parent_key, item.new_root)
                     self.report.problem(record.source_path or record.key, _refusal(record, exc))
             return results
+
+    def _past_refused(self, item: services.CheckpointInput) -> services.CheckpointInput:
+        """A checkpoint whose parent's state was refused hangs where that parent would have."""
+        while item.parent_key in self.refused:
+            parent_key, new_root = self.refused[item.parent_key]
+            item = dataclasses.replace(item, parent_key=parent_key, new_root=new_root)
+        return item
 
     def flush_all(self) -> None:
         for external_id in list(self.pending):
@@ -309,6 +323,8 @@ class _Importer:
             created_at=record.created_at,
             idempotency_key=idempotency_key(self.fmt, record.key),
             metadata={"source_format": self.fmt, "source_id": record.key, **record.metadata},
+            parent_key=idempotency_key(self.fmt, record.parent_key) if record.parent_key else "",
+            new_root=record.new_root,
         )
 
     def _phase(self, record: PhaseRecord) -> None:

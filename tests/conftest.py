@@ -274,3 +274,23 @@ def _celery_runs_tasks_inline():
     app.conf.task_eager_propagates = True
     yield
     app.conf.task_always_eager = False
+
+
+@pytest.fixture
+def migrated_back(transactional_db) -> Iterator[Any]:
+    """Roll the checkpoints app back to migration `name`: its models then, and a function that migrates on.
+
+    The database is migrated on to the latest afterwards in any case, so a failing test leaves no old schema.
+    """
+    from django.db.migrations.executor import MigrationExecutor
+
+    def forward() -> None:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+
+    def back(name: str) -> tuple[Any, Any]:
+        MigrationExecutor(connection).migrate([("checkpoints", name)])
+        return MigrationExecutor(connection).loader.project_state([("checkpoints", name)]).apps, forward
+
+    yield back
+    forward()

@@ -55,6 +55,8 @@ class CheckpointRecord:
     created_at: datetime | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     head: bool = False  # the source's "latest" pointer names this checkpoint
+    parent_key: str | None = None  # the source's key of its parent, yielded before it (None: the checkpoint before)
+    new_root: bool = False  # no parent at all: a new run in the same session
     source_path: str = ""  # the file it came from, for error reports (not stored)
     # The key an earlier version of the importer stored this checkpoint under, if different: a checkpoint
     # stored under it that is this very one (same time, state, fields) counts as already imported.

@@ -3,17 +3,26 @@
 Each file holds one JSON line (several lines are read as several states): checkpoint_id, agent_id,
 step_number, timestamp, status, parent_checkpoint_id, conversation_history, memory_contents, … .
 
-Mapping:
+Mapping, as Kaizen's own StateManager sees its files:
 
-* one session per `agent_id` (external id and agent both the agent id);
-* `parent_checkpoint_id` orders each agent's checkpoints (parents first, then by step and time); a
-  checkpoint whose parent belongs to another agent makes its agent's session a fork of that
+* one session per `agent_id` (external id and agent both the agent id); a checkpoint is identified by
+  its `checkpoint_id`;
+* each agent's checkpoints arrive in `timestamp` order, the order Kaizen lists them in (parents before
+  their children where a copy made by `fork_from_checkpoint` shares its original's time); the
+  session's head is the newest, which is what `resume_from_latest()` returns, and the session's
+  status is that checkpoint's;
+* `parent_checkpoint_id` is the parent, so forks inside an agent and runs resumed from an older
+  checkpoint are branches of the session's tree. Kaizen's own agent loop leaves it empty: such a
+  checkpoint continues the one before it, unless its step counter went back (the agent id was used
+  again for a new run), which starts a new root in the same session. A parent deleted by Kaizen's
+  retention counts as none; a parent of another agent makes its agent's session a fork of that
   checkpoint (`SessionRecord.forked_from`), and the source session is read first;
 * status running → in_progress, completed → completed, failed → failed, interrupted → halted;
 * the state is the AgentState without the fields that have columns (checkpoint_id, agent_id,
   step_number, timestamp, status, parent_checkpoint_id); those are kept verbatim in the
   checkpoint's metadata (status as `kaizen_status`), with the line's field order (`field_order`),
-  so that export rebuilds the line.
+  so that export rebuilds the line, and `source_path` names the file (`.jsonl.gz` or `.jsonl`), so
+  that export keeps each checkpoint's compression.
 
 Reading is two passes over the files, one file at a time: the first keeps only ids, parents, steps
 and times (to order things), the second reads each state again and yields it.
@@ -30,7 +39,7 @@ import re
 import secrets
 import zlib
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,6 +55,7 @@ COLUMN_FIELDS = ("checkpoint_id", "agent_id", "step_number", "timestamp", "statu
 STATUS = {"running": "in_progress", "completed": "completed", "failed": "failed", "interrupted": "halted"}
 KAIZEN_STATUS = {value: key for key, value in STATUS.items()}
 SESSION_STATUS = {"in_progress": "active", "completed": "completed", "failed": "failed", "halted": "halted"}
+NO_TIME = datetime.min.replace(tzinfo=UTC)
 
 
 def _metadata_name(field_name: str) -> str:
@@ -91,7 +101,7 @@ class _Entry:
     agent: str
     parent: str | None
     step: int | None
-    timestamp: str
+    time: datetime  # `timestamp`, parsed (Kaizen compares datetimes); the earliest possible when absent
     status: str
     path: Path
     line: int
@@ -182,7 +192,7 @@ def _index(path: Path) -> Iterator[_Entry | Problem]:
                 agent=value["agent_id"],
                 parent=str(parent) if parent not in (None, "") else None,
                 step=step if isinstance(step, int) and not isinstance(step, bool) else None,
-                timestamp=str(value.get("timestamp") or ""),
+                time=parse_time(value.get("timestamp")) or NO_TIME,
                 status=str(value.get("status") or ""),
                 path=item,
                 line=number,
@@ -190,7 +200,7 @@ def _index(path: Path) -> Iterator[_Entry | Problem]:
 
 
 def _order_key(entry: _Entry) -> tuple[Any, ...]:
-    return (entry.step if entry.step is not None else -1, entry.timestamp, entry.key)
+    return (entry.time, entry.step if entry.step is not None else -1, entry.key)
 
 
 def _sibling_agent(entry: _Entry, parent: str, seen: set[Path]) -> str | None:
@@ -227,14 +237,8 @@ def read(path: Path) -> Iterator[Record]:
     by_agent: dict[str, list[_Entry]] = defaultdict(list)
     for entry in entries.values():
         by_agent[entry.agent].append(entry)
-        if entry.parent is not None and entry.parent not in entries:
-            if entry.parent not in outside:
-                outside[entry.parent] = _sibling_agent(entry, entry.parent, seen)
-            if outside[entry.parent] is None:
-                yield Problem(
-                    str(entry.path),
-                    f"parent checkpoint {entry.parent} not found; {entry.key} imported as the start of its branch",
-                )
+        if entry.parent is not None and entry.parent not in entries and entry.parent not in outside:
+            outside[entry.parent] = _sibling_agent(entry, entry.parent, seen)
 
     def agent_of(key: str | None) -> str | None:
         if key is None:
@@ -247,7 +251,7 @@ def read(path: Path) -> Iterator[Record]:
     for agent, group in by_agent.items():
         orders[agent], cycle = _order(group, agent, entries)
         for entry in cycle:
-            yield Problem(str(entry.path), f"parent chain of {entry.key} forms a cycle; ordered by step")
+            yield Problem(str(entry.path), f"parent chain of {entry.key} forms a cycle; ordered by time")
         sources[agent] = set()
         for entry in orders[agent]:
             source = agent_of(entry.parent)
@@ -259,17 +263,19 @@ def read(path: Path) -> Iterator[Record]:
     cache: tuple[Path | None, dict[int, dict[str, Any] | str]] = (None, {})
     for agent in _agent_order(orders, sources):
         order = orders[agent]
-        last = STATUS.get(order[-1].status, "in_progress")
+        head = _latest(order)
         metadata: dict[str, Any] = {"source_format": NAME}
         if agent in forks:
             metadata["forked_from_agent"], metadata["forked_from_checkpoint_id"] = forks[agent]
         yield SessionRecord(
             external_id=agent,
             agent=agent,
-            status=SESSION_STATUS[last],
+            status=SESSION_STATUS[STATUS.get(head.status, "in_progress")],
             metadata=metadata,
             forked_from=forks.get(agent),
         )
+        links = _links(order, agent, agent_of)
+        yielded: set[str] = set()
         for entry in order:
             if cache[0] != entry.path:
                 try:
@@ -282,11 +288,50 @@ def read(path: Path) -> Iterator[Record]:
             if not isinstance(value, dict):
                 yield Problem(str(entry.path), f"line {entry.line} changed while importing; skipped")
                 continue
-            yield _record(entry, value)
+            parent, new_root = links[entry.key]
+            if parent is not None and parent not in yielded:  # its parent could not be read again
+                parent, new_root = None, True
+            yield _record(entry, value, parent, new_root=new_root, head=entry is head)
+            yielded.add(entry.key)
+
+
+_Link = tuple[str | None, bool]  # (the parent's key, starts a new root); (None, False): after the session's head
+_NEW_ROOT: _Link = (None, True)
+
+
+def _links(order: list[_Entry], agent: str, agent_of: Callable[[str | None], str | None]) -> dict[str, _Link]:
+    """Where each checkpoint hangs: under its parent, as a new root, or (the first read) after the session's head.
+
+    A parent of the same agent read before it is the parent. Without one (Kaizen's own agent loop
+    never sets `parent_checkpoint_id`; retention deletes the oldest parents) a checkpoint continues the
+    one before it, unless its step counter went back: the agent id was used again for a new run.
+    """
+    links: dict[str, _Link] = {}
+    previous: _Entry | None = None
+    for entry in order:
+        if entry.parent in links:
+            links[entry.key] = (entry.parent, False)
+        elif previous is None:
+            links[entry.key] = (None, False)
+        elif agent_of(entry.parent) not in (None, agent) or _restarts(entry, previous):
+            links[entry.key] = _NEW_ROOT
+        else:
+            links[entry.key] = (previous.key, False)
+        previous = entry
+    return links
+
+
+def _restarts(entry: _Entry, previous: _Entry) -> bool:
+    return entry.step is not None and previous.step is not None and entry.step < previous.step
+
+
+def _latest(order: list[_Entry]) -> _Entry:
+    """What Kaizen's `resume_from_latest()` returns: the newest timestamp (of equal ones, the last read)."""
+    return max(reversed(order), key=lambda entry: entry.time)
 
 
 def _order(group: list[_Entry], agent: str, entries: dict[str, _Entry]) -> tuple[list[_Entry], list[_Entry]]:
-    """Parents before children, otherwise by step, time and id; and the entries caught in a cycle."""
+    """Parents before children, otherwise by time, step and id; and the entries caught in a cycle."""
     children: dict[str, list[_Entry]] = defaultdict(list)
     ready: list[tuple[tuple[Any, ...], _Entry]] = []
     for entry in group:
@@ -310,8 +355,8 @@ def _order(group: list[_Entry], agent: str, entries: dict[str, _Entry]) -> tuple
 def _agent_order(orders: dict[str, list[_Entry]], sources: dict[str, set[str]]) -> list[str]:
     """Source sessions before the sessions forked from them; otherwise by first checkpoint time."""
 
-    def priority(agent: str) -> tuple[str, str]:
-        return (min(entry.timestamp for entry in orders[agent]), agent)
+    def priority(agent: str) -> tuple[datetime, str]:
+        return (min(entry.time for entry in orders[agent]), agent)
 
     waiting = {agent: set(needed) - {agent} for agent, needed in sources.items()}
     result: list[str] = []
@@ -325,7 +370,9 @@ def _agent_order(orders: dict[str, list[_Entry]], sources: dict[str, set[str]]) 
     return result
 
 
-def _record(entry: _Entry, value: dict[str, Any]) -> CheckpointRecord:
+def _record(
+    entry: _Entry, value: dict[str, Any], parent: str | None, *, new_root: bool, head: bool
+) -> CheckpointRecord:
     status = str(value.get("status") or "")
     metadata: dict[str, Any] = {"source_path": str(entry.path)}
     for field_name in COLUMN_FIELDS:
@@ -341,6 +388,10 @@ def _record(entry: _Entry, value: dict[str, Any]) -> CheckpointRecord:
         step=entry.step,
         created_at=parse_time(value.get("timestamp")),
         metadata=metadata,
+        head=head,
+        parent_key=parent,
+        new_root=new_root,
+        source_path=str(entry.path),
     )
 
 
@@ -415,8 +466,20 @@ def _file_name(checkpoint_id: str, compress: bool) -> str:
     return f"{safe}{'.jsonl.gz' if compress else '.jsonl'}"
 
 
-def export(session: Any, out_dir: Path, *, compress: bool = False) -> list[Path]:
-    """One `<checkpoint_id>.jsonl` (`.jsonl.gz` with compress) per checkpoint; existing files are not replaced."""
+def _gzipped(metadata: dict[str, Any]) -> bool | None:
+    """Whether the checkpoint's own Kaizen file was gzipped; None when it came from no Kaizen file."""
+    if metadata.get("source_format") != NAME or not metadata.get("source_path"):
+        return None
+    return str(metadata["source_path"]).endswith(".gz")
+
+
+def export(session: Any, out_dir: Path, *, compress: bool | None = None) -> list[Path]:
+    """One `<checkpoint_id>.jsonl` or `.jsonl.gz` per checkpoint; existing files are not replaced.
+
+    Each checkpoint keeps the compression of the file it came from; one made in the console (a
+    restore, a fork) takes its parent's, and plain `.jsonl` where neither came from a file (Kaizen's
+    default). `compress` forces one or the other.
+    """
     from .. import store
     from ..models import Checkpoint
 
@@ -431,18 +494,25 @@ def export(session: Any, out_dir: Path, *, compress: bool = False) -> list[Path]
         else:
             ids[pk] = _generated_id(project, session.external_id, seq)
     fork_source = None
+    fork_gzipped = False
     if session.forked_from_id:
         source = Checkpoint.objects.select_related("session__project").filter(pk=session.forked_from_id).first()
         fork_source = _checkpoint_id(source) if source else None
+        fork_gzipped = bool(source and _gzipped(source.metadata or {}))
+    gzipped: dict[int, bool] = {}
     written: list[Path] = []
     checkpoints = Checkpoint.objects.filter(session=session).order_by("seq")
     for checkpoint in checkpoints.iterator(chunk_size=200):
         parent_id = ids.get(checkpoint.parent_id) if checkpoint.parent_id is not None else fork_source
+        own = _gzipped(checkpoint.metadata or {})
+        inherited = gzipped.get(checkpoint.parent_id, False) if checkpoint.parent_id is not None else fork_gzipped
+        gzipped[checkpoint.pk] = own if own is not None else inherited
+        gzip_it = gzipped[checkpoint.pk] if compress is None else compress
         checkpoint_id = ids[checkpoint.pk]
         state = store.load_state(bytes(checkpoint.root))
         line = _line(checkpoint, state, session.external_id, checkpoint_id, parent_id)
-        path = Path(out_dir) / _file_name(checkpoint_id, compress)
-        written.append(write_atomically(path, _encode(line, compress)))
+        path = Path(out_dir) / _file_name(checkpoint_id, gzip_it)
+        written.append(write_atomically(path, _encode(line, gzip_it)))
     return written
 
 
@@ -473,7 +543,7 @@ def write_back(session: Any, checkpoint: Any, folder: Path) -> list[Path]:
     metadata = source.metadata or {}
     state = store.load_state(bytes(checkpoint.root))
     agent_id = metadata.get("agent_id") if _own(metadata) else None
-    compress = str(metadata.get("source_path", "")).endswith(".gz")
+    compress = bool(_gzipped(metadata))
     while True:
         new_id = f"ckpt_{secrets.token_hex(6)}"
         line = _line(source, state, agent_id or session.external_id, new_id, _checkpoint_id(source))

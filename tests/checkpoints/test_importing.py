@@ -23,8 +23,10 @@ SYSTEM = services.Actor.system("test")
 
 @pytest.fixture
 def tree(tmp_path) -> Path:
-    """All five sample sets in one tree, as an operator would point the importer at them (without our notes
-    on where each set came from)."""
+    """All five sample sets in one tree, as an operator would point the importer at them.
+
+    Without the fixtures' READMEs: they say where the files came from and are no checkpoints.
+    """
     target = tmp_path / "checkpoints"
     shutil.copytree(FIXTURES, target, ignore=shutil.ignore_patterns("README.md"))
     return target
