@@ -26,7 +26,7 @@ from . import formats, services
 from .access import may_import_into
 from .formats.base import CheckpointRecord, PhaseRecord, Problem, SessionRecord
 from .jobs import concerns_the_whole_run, describe_error, savepoint
-from .models import AgentOutput, AgentSession, Checkpoint, Phase, PhaseFeedback, Project
+from .models import AgentOutput, AgentSession, Checkpoint, CheckpointKind, Phase, PhaseFeedback, Project
 
 BATCH = 200
 
@@ -158,9 +158,9 @@ class _Importer:
         self.heads: dict[str, str] = {}  # session → idempotency key of its head
         self.forks: dict[str, tuple[str, str]] = {}  # session → (source session, source idempotency key)
         self.statuses: dict[str, str] = {}
-        self.refused: dict[
-            str, tuple[str, bool]
-        ] = {}  # idempotency key of a refused state → its (parent_key, new_root)
+        self.grown: set[str] = set()  # sessions this import added checkpoints to
+        # idempotency key of a refused state → its (parent_key, new_root)
+        self.refused: dict[str, tuple[str, bool]] = {}
 
     def take(self, record: Any) -> None:
         if isinstance(record, Problem):
@@ -254,6 +254,7 @@ class _Importer:
         for _, created in results:
             if created:
                 self.report.imported += 1
+                self.grown.add(external_id)
             else:
                 self.report.skipped += 1
         for record in records:
@@ -365,6 +366,16 @@ class _Importer:
     def _finish_session(self, external_id: str, session: AgentSession) -> None:
         key = self.heads.get(external_id)
         head = Checkpoint.objects.filter(session=session, idempotency_key=key).first() if key else None
+        current = Checkpoint.objects.filter(pk=AgentSession.objects.filter(pk=session.pk).values("head")[:1]).first()
+        restored = current is not None and current.kind == CheckpointKind.RESTORE
+        if head and restored and head != current and external_id not in self.grown:
+            # the files hold nothing newer than the operator's restore: it stands
+            self.report.note(
+                f"session {external_id}: kept #{current.seq}, restored in the console, as the head; "
+                f"the files' latest is #{head.seq} (a new checkpoint in the files moves the head again)"
+            )
+            head = None
+            self.statuses.pop(external_id, None)
         if head:
             AgentSession.objects.filter(pk=session.pk).update(head=head)
         if external_id in self.forks:

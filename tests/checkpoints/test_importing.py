@@ -265,3 +265,24 @@ def test_a_changed_file_under_an_imported_name_is_an_error_saying_what_differs_n
     ]
     assert (report.imported, report.skipped) == (0, ON_DISK["dreamos"](folder) - 1)
     assert store.load_state(bytes(Checkpoint.objects.get(pk=stored.pk).root))["memory"] != {"rewritten": True}
+
+
+def test_importing_again_keeps_an_operators_restore_until_the_files_bring_a_newer_checkpoint(tmp_path, project):
+    folder = tmp_path / "ares"
+    shutil.copytree(FIXTURES / "ares", folder)
+    import_path(folder, project=project, actor=SYSTEM)
+    session = AgentSession.objects.get(external_id="sess-a")
+    restored = services.restore_checkpoint(Checkpoint.objects.get(session=session, seq=3), actor=SYSTEM)
+
+    report = import_path(folder, project=project, actor=SYSTEM)
+    session.refresh_from_db()
+    assert session.head_id == restored.pk and report.imported == 0
+    assert report.errors == []
+    assert f"session sess-a: kept #{restored.seq}, restored in the console, as the head" in report.notes[0]
+
+    newer = json.loads((folder / "sess-a_8.json").read_text()) | {"id": "sess-a-9", "step": 9}
+    (folder / "sess-a_9.json").write_text(json.dumps(newer))
+    (folder / "sess-a_latest.json").write_text("sess-a_9.json")
+    import_path(folder, project=project, actor=SYSTEM)
+    session.refresh_from_db()
+    assert session.head.step == 9  # the agent went on after the restore: the files lead again
