@@ -22,7 +22,7 @@ from checkpoints.phases import (
     waiting_for_approval,
 )
 
-HAYTHAM = Path(__file__).resolve().parents[1] / "fixtures" / "haytham"
+HAYTHAM = Path(__file__).resolve().parents[1] / "fixtures" / "haytham" / "handwritten"
 T0 = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
 SYSTEM = services.Actor.system("test")
 

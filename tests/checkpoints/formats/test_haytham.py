@@ -13,7 +13,7 @@ from checkpoints.models import AgentOutput, AgentSession, Checkpoint, Phase, Pha
 from checkpoints.store import load_state
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
-ROOT = FIXTURES / "haytham"
+ROOT = FIXTURES / "haytham" / "handwritten"
 SESSIONS = ROOT / "projects" / "project-123" / "sessions"
 MVP = "session-456"
 FULL = "session-789"
