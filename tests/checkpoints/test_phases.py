@@ -14,6 +14,7 @@ from checkpoints.importing import import_path
 from checkpoints.models import AgentOutput, AgentSession, AuditEvent, Phase, PhaseFeedback, PhaseStatus
 from checkpoints.phases import (
     FeedbackRefused,
+    import_agent_output,
     is_valid,
     record_feedback,
     render_markdown,
@@ -70,6 +71,21 @@ def test_missing_outputs_empty_content_errors_and_status_fail_their_checks(make_
     checks = {check.label: check for check in validate_phase(phase, [empty])}
     assert not checks["Every output has content"].ok and "writer" in checks["Every output has content"].detail
     assert not checks["No agent errors"].ok
+
+
+def test_an_agent_run_again_is_judged_by_its_latest_attempt(make_phase):
+    phase = make_phase(outputs=0)
+    first = import_agent_output(phase, agent_name="validator", status="failed", error="rate exceeded", content="")
+    again = import_agent_output(phase, agent_name="validator", status="completed", content="# Valid")
+    repeat = import_agent_output(phase, agent_name="validator", status="completed", content="# Valid")
+
+    assert [(output.attempt, created) for output, created in (first, again, repeat)] == [
+        (1, True),
+        (2, True),
+        (2, False),
+    ]
+    assert is_valid(validate_phase(phase, list(phase.outputs.all())))  # the failed first run was redone
+    assert phase.outputs.count() == 2  # and is still there, beside the redo
 
 
 # ---- markdown ------------------------------------------------------------------------------------
