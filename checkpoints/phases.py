@@ -275,7 +275,7 @@ def record_feedback(
 
 
 def write_feedback_back(feedback_id: int) -> list[Path]:
-    """Write a decision to its phase's user_feedback.md, atomically, keeping the previous file.
+    """Write a decision to its phase's user_feedback.md, atomically, the previous file kept in history first.
 
     Called after the decision commits. Failure is audited, never raised: the decision itself stands.
     """
@@ -285,10 +285,7 @@ def write_feedback_back(feedback_id: int) -> list[Path]:
     phase, session = feedback.phase, feedback.phase.session
     actor = Actor.system("write-back")
     try:
-        folder = haytham._session_folder(session, Path(session.source_path)) / haytham._phase_dir(phase, None)
-        folder.mkdir(parents=True, exist_ok=True)
-        text = haytham._render_feedback(feedback, phase.name).encode("utf-8")
-        written = haytham._replace(folder / haytham.FEEDBACK, text, timezone.now())
+        written = haytham.write_feedback(session, phase, feedback, Path(session.source_path), now=timezone.now())
     except Exception as exc:  # a full disk or a vanished folder must not undo the decision
         log.exception("write-back of phase feedback %s failed", feedback_id)
         record_audit(actor, "write_back_failed", session=session, target=str(phase), details={"error": str(exc)})

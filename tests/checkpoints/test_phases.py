@@ -192,9 +192,10 @@ def test_a_decision_is_written_to_the_phase_user_feedback_md(tmp_path, db, djang
         "Sharper",
     )
     assert written.retry_count == phase.retry_count + 1
-    kept = [p for p in folder.iterdir() if p.name.startswith("user_feedback.") and p.name != "user_feedback.md"]
-    assert [p.read_text() for p in kept] == [before]  # the previous decision is kept next to it
-    assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+    history = folder.parent / haytham.HISTORY / folder.name
+    assert [p.read_text() for p in history.glob("user_feedback.*.md")] == [before]  # kept, where Haytham never reads
+    assert sorted(p.name for p in folder.iterdir()) == ["checkpoint.md", "concept_expansion.md", "user_feedback.md"]
+    assert not [p for p in tree.rglob("*.tmp")]
     assert AuditEvent.objects.filter(action="write_back", session=session).exists()
 
 
