@@ -22,11 +22,11 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Max
 
-from . import formats, services
+from . import formats, phases, services
 from .access import may_import_into
 from .formats.base import CheckpointRecord, PhaseRecord, Problem, SessionRecord
 from .jobs import concerns_the_whole_run, describe_error, savepoint
-from .models import AgentOutput, AgentSession, Checkpoint, CheckpointKind, Phase, PhaseFeedback, Project
+from .models import AgentSession, Checkpoint, CheckpointKind, Phase, PhaseFeedback, Project
 
 BATCH = 200
 
@@ -336,8 +336,8 @@ class _Importer:
             + ("tokens_in", "tokens_out", "cost", "errors", "metadata")
         }
         phase, _ = Phase.objects.update_or_create(session=session, number=record.number, defaults=fields)
-        for output in record.outputs:
-            AgentOutput.objects.update_or_create(phase=phase, agent_name=output.agent_name, defaults={**vars(output)})
+        for output in record.outputs:  # earlier runs first: each new one is the agent's next attempt
+            phases.import_agent_output(phase, **vars(output))
         for feedback in record.feedback:
             values = {**vars(feedback)}
             created_at = values.pop("created_at")

@@ -467,7 +467,10 @@ class AgentOutput(models.Model):
     duration = models.FloatField(null=True, blank=True, help_text="Seconds.")
     error = SafeTextField(blank=True)
     error_details = SafeJSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
+    attempt = models.PositiveIntegerField(
+        default=1, help_text="Which run of this agent in the phase; a re-run adds an output, the latest counts."
+    )
+    created_at = models.DateTimeField(default=timezone.now, help_text="When the agent produced it (its own clock).")
 
     class Meta:
         ordering = ["phase", "created_at", "id"]

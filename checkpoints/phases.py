@@ -17,7 +17,7 @@ from typing import Any
 
 import nh3
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, Max, OuterRef, Q, QuerySet
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
@@ -43,8 +43,26 @@ class Check:
     detail: str = ""
 
 
+def latest_attempts(outputs: Sequence[AgentOutput]) -> list[AgentOutput]:
+    """Each agent's latest output (its highest attempt), in the order given: earlier runs are history."""
+    latest: dict[str, AgentOutput] = {}
+    for output in outputs:
+        seen = latest.get(output.agent_name)
+        if seen is None or (output.attempt, output.created_at, output.pk or 0) > (
+            seen.attempt,
+            seen.created_at,
+            seen.pk or 0,
+        ):
+            latest[output.agent_name] = output
+    return [output for output in outputs if latest[output.agent_name] is output]
+
+
 def validate_phase(phase: Phase, outputs: Sequence[AgentOutput]) -> list[Check]:
-    """The checklist of a phase checkpoint, like the source system's: required fields and sections present."""
+    """The checklist of a phase checkpoint, like the source system's: required fields and sections present.
+
+    Only each agent's latest attempt counts: a first run that failed and was redone is not a failure now.
+    """
+    outputs = latest_attempts(outputs)
     empty = [output.agent_name for output in outputs if not output.content.strip()]
     failed = [output.agent_name for output in outputs if output.error]
     return [
@@ -155,6 +173,23 @@ def report_phase(session: AgentSession, number: int, *, actor: Actor, **fields: 
     return phase, created
 
 
+def import_agent_output(phase: Phase, **fields: Any) -> tuple[AgentOutput, bool]:
+    """Store an output read from the agent's files: the same file again updates its row, a new run adds one.
+
+    An output is the same when its content is (the content holds the agent's own execution time); a
+    different one is the agent's next attempt, so the attempt a reviewer rejected stays beside the redo.
+    Returns the output and whether it is new.
+    """
+    fields = {name: value for name, value in fields.items() if not (name == "created_at" and value is None)}
+    mine = AgentOutput.objects.filter(phase=phase, agent_name=fields["agent_name"])
+    same = mine.filter(content=fields.get("content", "")).order_by("-attempt", "-pk").first()
+    if same is not None:
+        mine.filter(pk=same.pk).update(**fields)
+        return same, False
+    attempt = (mine.aggregate(last=Max("attempt"))["last"] or 0) + 1
+    return AgentOutput.objects.create(phase=phase, attempt=attempt, **fields), True
+
+
 @transaction.atomic
 def add_agent_output(phase: Phase, *, actor: Actor, **fields: Any) -> AgentOutput:
     output = AgentOutput.objects.create(phase=phase, **fields)
@@ -240,7 +275,7 @@ def record_feedback(
 
 
 def write_feedback_back(feedback_id: int) -> list[Path]:
-    """Write a decision to its phase's user_feedback.md, atomically, keeping the previous file.
+    """Write a decision to its phase's user_feedback.md, atomically, the previous file kept in history first.
 
     Called after the decision commits. Failure is audited, never raised: the decision itself stands.
     """
@@ -250,10 +285,7 @@ def write_feedback_back(feedback_id: int) -> list[Path]:
     phase, session = feedback.phase, feedback.phase.session
     actor = Actor.system("write-back")
     try:
-        folder = haytham._session_folder(session, Path(session.source_path)) / haytham._phase_dir(phase, None)
-        folder.mkdir(parents=True, exist_ok=True)
-        text = haytham._render_feedback(feedback, phase.name).encode("utf-8")
-        written = haytham._replace(folder / haytham.FEEDBACK, text, timezone.now())
+        written = haytham.write_feedback(session, phase, feedback, Path(session.source_path), now=timezone.now())
     except Exception as exc:  # a full disk or a vanished folder must not undo the decision
         log.exception("write-back of phase feedback %s failed", feedback_id)
         record_audit(actor, "write_back_failed", session=session, target=str(phase), details={"error": str(exc)})

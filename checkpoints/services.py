@@ -381,9 +381,16 @@ def _state_digest(state: Any) -> bytes:
         raise InvalidState(str(exc)) from exc
 
 
+def _located(metadata: Any) -> Any:
+    """Metadata without where an importer found the file: the same checkpoint may be read from another place."""
+    return {k: v for k, v in metadata.items() if k != "source_path"} if isinstance(metadata, dict) else metadata
+
+
 def checkpoint_differences(existing: Checkpoint, item: CheckpointInput) -> list[str]:
     """The fields in which `item` is not the stored checkpoint `existing` (none: it is the same one)."""
-    differ = [name for name in _COMPARED if getattr(existing, name) != getattr(item, name)]
+    differ = [name for name in _COMPARED if name != "metadata" and getattr(existing, name) != getattr(item, name)]
+    if _located(existing.metadata) != _located(item.metadata):
+        differ.append("metadata")
     if item.parent is not None and item.parent != existing.parent_id:
         differ.append("parent")
     if item.created_at is not None and item.created_at != existing.created_at:
@@ -405,7 +412,13 @@ def _check_same_checkpoint(existing: Checkpoint, item: CheckpointInput) -> None:
 
 
 def _check_same_input(first: CheckpointInput, item: CheckpointInput) -> None:
-    differ = [name for name in (*_COMPARED, "created_at") if getattr(first, name) != getattr(item, name)]
+    differ = [
+        name
+        for name in (*_COMPARED, "created_at")
+        if name != "metadata" and getattr(first, name) != getattr(item, name)
+    ]
+    if _located(first.metadata) != _located(item.metadata):
+        differ.append("metadata")
     if _state_digest(first.state) != _state_digest(item.state):
         differ.append("state")
     if differ:

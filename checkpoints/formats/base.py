@@ -74,6 +74,8 @@ class OutputRecord:
     tools_used: list[Any] = field(default_factory=list)
     duration: float | None = None
     error: str = ""
+    error_details: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime | None = None  # when the agent produced it (else: when it is imported)
 
 
 @dataclass

@@ -5,6 +5,13 @@
     phase_<N>_<name>/<agent>.md    an agent's output: Metadata, Execution Details, Output (, Error Details)
     phase_<N>_<name>/user_feedback.md  Review Status, User Comments, Requested Changes, Action Taken
 
+This is what Haytham's CheckpointManager (arslan70/haytham, haytham/checkpoint/checkpoint_manager.py)
+writes, and what its loaders read back: `load_session` parses the manifest, `get_phase_outputs` reads
+every `*.md` of a phase folder except checkpoint.md and user_feedback.md as an agent's output,
+`get_approved_phases` looks for "- Approved: true" in each phase's user_feedback.md. So earlier
+versions never go into a phase folder: they live in the console, and on disk in the session's
+`.checkpoint-console/<phase folder>/<name>.<stamp>.md` (HISTORY), which none of those loaders opens.
+
 Mapping:
 
 * session: project = the `projects/<project>` folder (else the manifest's Project ID), external id = the
@@ -13,16 +20,21 @@ Mapping:
   user id, workflow type, created/updated, current phase and metrics; `metadata["manifest"]` keeps
   the manifest's lists verbatim so that export rewrites them);
 * one PhaseRecord per phase, from its checkpoint.md, else its row of the manifest's phase table
-  (phases listed there without a folder are pending phases); agent outputs with the whole markdown
-  as content; user feedback (older `user_feedback.<timestamp>.md` files, kept by write-back, too);
+  (phases listed there without a folder are pending phases; the row's cells are kept in the phase's
+  metadata); agent outputs with the whole markdown as content, the agent's "Executed" time and its
+  Error Details; user feedback. Earlier versions from HISTORY (and `<name>.<stamp>.md` files that
+  older write-backs left in phase folders) come first: an output whose content changed is the
+  agent's next attempt, kept beside the earlier one;
 * one CheckpointRecord (kind "phase", name = the phase folder) per version of a phase's
   checkpoint.md: state = its sections as JSON (values verbatim) plus the phase folder and the agent
-  output names. Its key is "<session>/<phase folder>@<digest of the state>": importing the same
+  output names (and `key_order` where a section's keys are in an order the renderer would not
+  produce). Its key is "<session>/<phase folder>@<digest of the state>": importing the same
   files again adds nothing, a changed checkpoint.md adds the new version to the timeline.
 
-Write-back (`write_back`) replaces checkpoint.md, user_feedback.md and session_manifest.md the way
-Haytham does, but atomically (temporary file + os.replace) and keeping each previous file as
-`<name>.<timestamp>.md` next to it, so nothing is lost.
+Which outputs and which feedback go with a version of a phase: those from before the next version
+of that phase started. Export writes each phase's current version so; write-back after a restore of
+phase N writes N's restored version so, and returns the phases after N to "pending", as Haytham's
+manifest had them before they ran. Every file replaced or removed is kept in HISTORY first.
 """
 
 from __future__ import annotations
@@ -56,8 +68,11 @@ NAME = "haytham"
 MANIFEST = "session_manifest.md"
 CHECKPOINT = "checkpoint.md"
 FEEDBACK = "user_feedback.md"
+HISTORY = ".checkpoint-console"  # earlier versions, per session: a dot-folder Haytham's loaders never read
 PHASE_DIR = re.compile(r"^phase_(\d+)_(.+)$")
-KEPT = re.compile(r"^(checkpoint|user_feedback|session_manifest)\.(.+)\.md$")  # a previous version
+# `<name>.<stamp>.md` left in phase folders by write-backs before HISTORY (Haytham read them as agents)
+KEPT = re.compile(r"^(checkpoint|user_feedback|session_manifest)\.(.+)\.md$")
+STAMPED = re.compile(r"^(.+?)\.(\d{8}T\d{6}Z(?:-\d+)?)\.md$")  # `<name>.<stamp>.md` in HISTORY
 
 # Haytham's own phase names and folders
 PHASE_NAMES = {
@@ -259,10 +274,16 @@ def _fields(document: _Document, *names: str, last: bool = False) -> dict[str, s
     return found
 
 
+def _ordered(keys: Any, order: list[str] | None) -> list[str]:
+    """The known keys in their order, then the others sorted (the store and jsonb keep no order of their own)."""
+    known = [key for key in order or [] if key in keys]
+    return known + sorted(key for key in keys if key not in known)
+
+
 def _render_value(value: Any, order: list[str] | None = None) -> str:
+    """As Haytham writes it: "- {key}: {value}" (an empty value keeps the space after the colon)."""
     if isinstance(value, dict):
-        keys = [key for key in order or [] if key in value] + [key for key in value if key not in (order or [])]
-        return "\n".join(f"- {key}: {value[key]}" if value[key] != "" else f"- {key}:" for key in keys)
+        return "\n".join(f"- {key}: {value[key]}" for key in _ordered(value, order))
     if isinstance(value, list):
         return "\n".join(f"- {item}" for item in value)
     return str(value)
@@ -274,7 +295,7 @@ def _render(
     parts = [f"# {title}"] if title else []
     if preamble:
         parts.append(preamble)
-    for name in [name for name in order if name in sections] + [name for name in sections if name not in order]:
+    for name in _ordered(sections, order):
         body = _render_value(sections[name], keys.get(name))
         parts.append(f"## {name}\n{body}" if body else f"## {name}")
     return "\n\n".join(parts) + "\n"
@@ -329,9 +350,8 @@ def _iso(moment: datetime | None) -> str:
 
 
 def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    return f"{int(seconds)}s" if seconds == int(seconds) else f"{seconds}s"
+    """As Haytham writes a duration in checkpoint.md and agent outputs."""
+    return f"{seconds:.1f}s" if seconds else "-"
 
 
 def _stamp(moment: datetime) -> str:
@@ -340,7 +360,7 @@ def _stamp(moment: datetime) -> str:
 
 def _kept_order(path: Path) -> tuple[str, int]:
     """Previous versions (`<name>.<stamp>[-n].md`) oldest first."""
-    match = KEPT.match(path.name)
+    match = STAMPED.match(path.name) or KEPT.match(path.name)
     suffix = match.group(2) if match else ""
     stamp, _, counter = suffix.partition("-")
     return (stamp, int(counter) if counter.isdigit() else 0)
@@ -415,12 +435,23 @@ def _checkpoint_state(text: str, folder: str) -> dict[str, Any]:
     state: dict[str, Any] = {"phase_dir": folder, "title": document.title, "sections": sections, "agent_outputs": names}
     if document.preamble:
         state["preamble"] = document.preamble
+    orders = _checkpoint_keys(names)
+    unusual = {
+        name: list(value)
+        for name, value in sections.items()
+        if isinstance(value, dict) and list(value) != _ordered(value, orders.get(name))
+    }
+    if unusual:  # e.g. Errors "b: …" before "a: …": rendered back in the file's order
+        state["key_order"] = unusual
     return state
 
 
+def _checkpoint_keys(agent_outputs: list[str]) -> dict[str, list[str]]:
+    return {**CHECKPOINT_KEYS, "Agents in Phase": list(agent_outputs)}
+
+
 def _render_checkpoint(state: dict[str, Any]) -> str:
-    keys = dict(CHECKPOINT_KEYS)
-    keys["Agents in Phase"] = list(state.get("agent_outputs") or [])
+    keys = {**_checkpoint_keys(state.get("agent_outputs") or []), **(state.get("key_order") or {})}
     return _render(state.get("title", ""), state["sections"], CHECKPOINT_SECTIONS, keys, state.get("preamble", ""))
 
 
@@ -429,13 +460,13 @@ def _state_key(session: str, state: dict[str, Any]) -> str:
     return f"{session}/{state['phase_dir']}@{digest}"
 
 
-def _output(path: Path, text: str) -> OutputRecord:
+def _output(agent: str, text: str) -> OutputRecord:
     document = _markdown(text)
     details = _fields(document, "Metadata", "Execution Details")
-    errors = _fields(document, "Error Details", last=True)
+    errors = _error_details(document.last("Error Details") or [])
     model = details.get("Model", "")
     return OutputRecord(
-        agent_name=path.name.removesuffix(".md"),
+        agent_name=agent,
         content=text,
         status="" if _blank(details.get("Status")) else details["Status"],
         model="" if _blank(model) else model,
@@ -443,8 +474,33 @@ def _output(path: Path, text: str) -> OutputRecord:
         tokens_out=_int(details.get("Output Tokens")) or 0,
         tools_used=_names(details.get("Tools Used")),
         duration=_seconds(details.get("Duration")),
-        error="" if _blank(errors.get("Error Message")) else errors["Error Message"],
+        error="" if _blank(errors.get("error_message")) else errors["error_message"],
+        error_details=errors,
+        created_at=parse_time(details.get("Executed")),
     )
+
+
+ERROR_FIELDS = {"Error Type": "error_type", "Error Message": "error_message"}
+
+
+def _error_details(lines: list[str]) -> dict[str, str]:
+    """Haytham's "## Error Details": Error Type, Error Message, and a Stack Trace in a ``` block below its line."""
+    details: dict[str, str] = {}
+    for index, line in enumerate(lines):
+        match = _BULLET.match(line.strip())
+        pair = _pair(match.group(1).strip()) if match else None
+        if pair is None:
+            continue
+        key, value = pair
+        if key in ERROR_FIELDS and ERROR_FIELDS[key] not in details:
+            details[ERROR_FIELDS[key]] = value
+        elif key == "Stack Trace" and "stack_trace" not in details:
+            block = lines[index + 1 :]
+            if not value and block and block[0].strip().startswith("```"):
+                end = next((n for n in range(1, len(block)) if block[n].strip() == "```"), len(block))
+                value = "\n".join(block[1:end])
+            details["stack_trace"] = value
+    return details
 
 
 def _feedback(text: str) -> FeedbackRecord:
@@ -573,6 +629,13 @@ def _read_session(folder: Path, project: str | None) -> Iterator[Record]:
                 phases[number] = child
         else:
             yield Problem(str(child), "stray entry in a Haytham session folder; skipped")
+    histories: dict[int, Path] = {}
+    for child in sorted(_children(folder / HISTORY)):
+        match = PHASE_DIR.match(child.name)
+        if child.is_dir() and match and phases.get(int(match.group(1)), child).name == child.name:
+            histories[int(match.group(1))] = child
+        elif not (child.is_file() and STAMPED.match(child.name) and child.name.startswith("session_manifest.")):
+            yield Problem(str(child), f"stray entry in the session's {HISTORY} folder; skipped")
     if not manifest_path.is_file():
         if not phases:
             yield Problem(str(folder), f"not a Haytham session folder: no {MANIFEST} and no phase folders")
@@ -591,8 +654,11 @@ def _read_session(folder: Path, project: str | None) -> Iterator[Record]:
         project=project or metadata_section.get("Project ID") or None,
     )
     rows = manifest.rows if manifest else {}
-    for number in sorted(set(rows) | set(phases)):
-        yield from _read_phase(external_id, number, phases.get(number), rows.get(number, {}))
+    for number in sorted(set(rows) | set(phases) | set(histories)):
+        folder_name = (phases.get(number) or histories.get(number) or Path()).name or None
+        yield from _read_phase(
+            external_id, number, folder_name, phases.get(number), histories.get(number), rows.get(number, {})
+        )
 
 
 def _session_metadata(manifest: _Manifest) -> dict[str, Any]:
@@ -629,43 +695,62 @@ def _session_metadata(manifest: _Manifest) -> dict[str, Any]:
     return metadata
 
 
-def _read_phase(session: str, number: int, folder: Path | None, row: dict[str, str]) -> Iterator[Record]:
-    versions: list[Path] = []
-    feedback_files: list[Path] = []
+def _read_phase(
+    session: str, number: int, name: str | None, folder: Path | None, history: Path | None, row: dict[str, str]
+) -> Iterator[Record]:
+    """A phase's files: earlier versions (HISTORY, old write-backs' kept files) first, oldest first, then the current.
+
+    Only the phase folder's own checkpoint.md says what the phase is now (a phase a restore returned
+    to pending has its checkpoint in HISTORY only, and its manifest row says pending).
+    """
+    current_versions: list[Path] = []
+    earlier: dict[str, list[Path]] = {"checkpoint": [], "user_feedback": [], "outputs": []}
+    feedback_file: Path | None = None
     candidates: list[Path] = []
     for child in sorted(_children(folder)) if folder else []:
-        name = child.name
-        kept = KEPT.match(name)
+        kept = KEPT.match(child.name)
         if child.is_dir():
             yield Problem(str(child), "stray folder in a Haytham phase folder; skipped")
-        elif name == CHECKPOINT or (kept and kept.group(1) == "checkpoint"):
-            versions.append(child)
-        elif name == FEEDBACK or (kept and kept.group(1) == "user_feedback"):
-            feedback_files.append(child)
-        elif name.endswith(".md") and not kept:
+        elif child.name == CHECKPOINT or (kept and kept.group(1) == "checkpoint"):
+            current_versions.append(child)
+        elif kept and kept.group(1) == "user_feedback":
+            earlier["user_feedback"].append(child)
+        elif child.name == FEEDBACK:
+            feedback_file = child
+        elif child.name.endswith(".md") and not kept:
             candidates.append(child)
         else:
             yield Problem(str(child), "stray file in a Haytham phase folder; skipped")
+    for child in sorted(_children(history)) if history else []:
+        stamped = STAMPED.match(child.name) if child.is_file() else None
+        if stamped is None or stamped.group(1) == "session_manifest":
+            yield Problem(str(child), f"stray entry in the session's {HISTORY} folder; skipped")
+        else:
+            earlier[stamped.group(1) if stamped.group(1) in earlier else "outputs"].append(child)
+
     current: dict[str, Any] | None = None
     keys: set[str] = set()
-    for path in sorted(versions, key=lambda p: (p.name == CHECKPOINT, _kept_order(p))):
+    versions = sorted(earlier["checkpoint"], key=_kept_order)
+    versions += sorted(current_versions, key=lambda p: (p.name == CHECKPOINT, _kept_order(p)))
+    for path in versions:
         try:
-            state = _checkpoint_state(_read_text(path), folder.name)  # type: ignore[union-attr]
+            state = _checkpoint_state(_read_text(path), name or "")
         except _Malformed as exc:
             yield Problem(str(path), str(exc))
             continue
-        current = state
+        if path.parent == folder:
+            current = state
         key = _state_key(session, state)
         if key not in keys:
             keys.add(key)
             yield _checkpoint_record(session, number, state, path, key)
 
-    listed = [f"{name}.md" for name in (current or {}).get("agent_outputs", [])]
+    listed = [f"{agent}.md" for agent in (current or {}).get("agent_outputs", [])]
+    for agent_file in listed:
+        if folder and not (folder / agent_file).is_file():
+            yield Problem(str(folder / agent_file), f"listed in {CHECKPOINT} (Agent Outputs) but missing; skipped")
     outputs: list[OutputRecord] = []
-    for name in listed:
-        if folder and not (folder / name).is_file():
-            yield Problem(str(folder / name), f"listed in {CHECKPOINT} (Agent Outputs) but missing; skipped")
-    for path in sorted(
+    for path in sorted(earlier["outputs"], key=_kept_order) + sorted(
         candidates, key=lambda p: (p.name not in listed, listed.index(p.name) if p.name in listed else 0)
     ):
         try:
@@ -673,19 +758,21 @@ def _read_phase(session: str, number: int, folder: Path | None, row: dict[str, s
         except _Malformed as exc:
             yield Problem(str(path), str(exc))
             continue
-        if path.name in listed or text.lstrip().startswith("# Agent Output"):
-            outputs.append(_output(path, text))
+        if path.parent == history:
+            outputs.append(_output(STAMPED.match(path.name).group(1), text))  # type: ignore[union-attr]
+        elif path.name in listed or text.lstrip().startswith("# Agent Output"):
+            outputs.append(_output(path.name.removesuffix(".md"), text))
         else:
             yield Problem(str(path), "not an agent output (no '# Agent Output' heading, not listed); skipped")
 
     feedback: list[FeedbackRecord] = []
-    for path in sorted(feedback_files, key=lambda p: (p.name == FEEDBACK, _kept_order(p))):
+    for path in sorted(earlier["user_feedback"], key=_kept_order) + ([feedback_file] if feedback_file else []):
         try:
             feedback.append(_feedback(_read_text(path)))
         except _Malformed as exc:
             yield Problem(str(path), str(exc))
 
-    yield _phase_record(session, number, folder, row, current, outputs, feedback)
+    yield _phase_record(session, number, name, row, current, outputs, feedback)
 
 
 def _sections(state: dict[str, Any] | None, name: str) -> dict[str, str]:
@@ -737,7 +824,7 @@ def _checkpoint_record(session: str, number: int, state: dict[str, Any], path: P
 def _phase_record(
     session: str,
     number: int,
-    folder: Path | None,
+    folder: str | None,
     row: dict[str, str],
     state: dict[str, Any] | None,
     outputs: list[OutputRecord],
@@ -752,7 +839,9 @@ def _phase_record(
     raw_status = value("Status") or "pending"
     extra: dict[str, Any] = {}
     if folder:
-        extra["dir"] = folder.name
+        extra["dir"] = folder
+    if row:
+        extra["row"] = row  # the manifest's cells as written, e.g. a duration Haytham truncated to whole seconds
     if raw_status not in PHASE_STATUSES:
         extra["status"] = raw_status
     if not _blank(metadata.get("Execution Mode")):
@@ -772,7 +861,7 @@ def _phase_record(
     return PhaseRecord(
         session=session,
         number=number,
-        name=_phase_name(number, folder.name if folder else None, metadata.get("Phase Name"), row.get("Name")),
+        name=_phase_name(number, folder, metadata.get("Phase Name"), row.get("Name")),
         status=raw_status if raw_status in PHASE_STATUSES else "pending",
         started_at=parse_time(value("Started")),
         completed_at=parse_time(value("Completed")),
@@ -808,20 +897,52 @@ def _is_phase_state(state: Any) -> bool:
     return isinstance(state, dict) and isinstance(state.get("sections"), dict) and "phase_dir" in state
 
 
+def _whole_seconds(seconds: float | None) -> str:
+    """A duration in the manifest's phase table, as Haytham's `_update_session_manifest` writes it."""
+    return f"{int(seconds)}s" if seconds else "-"
+
+
+def _same_duration(cell: str, seconds: float | None) -> bool:
+    """Whether a table cell could be Haytham's whole seconds of the duration checkpoint.md shows to 0.1 s."""
+    whole = _seconds(cell)
+    if whole is None or not seconds:
+        return cell == _whole_seconds(seconds)
+    return -0.05 <= seconds - whole < 1.05
+
+
+def _row(phase: Any) -> list[str]:
+    """The phase's table row: the cells as read while they agree with the phase, else rendered.
+
+    A cell agrees when it says the same, or "-" (the manifest may lag behind checkpoint.md); a
+    duration agrees when it is what Haytham's truncation to whole seconds could have made of it.
+    """
+    status = (phase.metadata or {}).get("status") or phase.status
+    cells = [str(phase.number), phase.name, status, _iso(phase.started_at), _iso(phase.completed_at)]
+    cells.append(_whole_seconds(phase.duration))
+    read = (phase.metadata or {}).get("row")
+    if not isinstance(read, dict):
+        return cells
+    source = [str(read.get(column, "")) for column in TABLE_COLUMNS]
+    agree = [
+        source[:3] == cells[:3],
+        source[3] == "-" or parse_time(source[3]) == phase.started_at,
+        source[4] == "-" or parse_time(source[4]) == phase.completed_at,
+        source[5] == "-" or _same_duration(source[5], phase.duration),
+    ]
+    return source if all(agree) else cells
+
+
 def _table(phases: list[Any]) -> str:
     lines = [
         "",
         "| " + " | ".join(TABLE_COLUMNS) + " |",
         "|" + "|".join("-" * (len(c) + 2) for c in TABLE_COLUMNS) + "|",
     ]
-    for phase in phases:
-        status = (phase.metadata or {}).get("status") or phase.status
-        cells = [str(phase.number), phase.name, status, _iso(phase.started_at), _iso(phase.completed_at)]
-        lines.append("| " + " | ".join(cells + [_duration(phase.duration)]) + " |")
+    lines += ["| " + " | ".join(_row(phase)) + " |" for phase in phases]
     return "\n".join(lines)
 
 
-def _manifest_text(session: Any, phases: list[Any]) -> str:
+def _manifest_text(session: Any, phases: list[Any], timeline: _Timeline) -> str:
     metadata = session.metadata or {}
     stored = metadata.get("manifest") if metadata.get("source_format") == NAME else None
     if isinstance(stored, dict) and isinstance(stored.get("sections"), dict):
@@ -850,10 +971,15 @@ def _manifest_text(session: Any, phases: list[Any]) -> str:
         if SESSION_STATUS.get(head.get("Status", "")) != session.status:
             head["Status"] = HAYTHAM_SESSION_STATUS.get(session.status, session.status)
     sections["Phase Status"] = _table(phases)
-    return _render(title, sections, MANIFEST_SECTIONS, MANIFEST_KEYS)
+    text = _render(title, sections, MANIFEST_SECTIONS, MANIFEST_KEYS)
+    if timeline.restored is not None:  # nothing came in since: the manifest says where the restore put Haytham
+        number, version, when = timeline.restored
+        text = _updated_manifest(text, version.state, number, when)
+    return text
 
 
 def _output_text(output: Any, phase: Any) -> str:
+    """An output as Haytham's `_format_agent_output` writes it (one read from Haytham's files is its file)."""
     if output.content.lstrip().startswith("# Agent Output"):
         return output.content
     tools = ", ".join(str(tool) for tool in output.tools_used or []) or "none"
@@ -873,8 +999,15 @@ def _output_text(output: Any, phase: Any) -> str:
         "## Output\n\n"
         f"{output.content}\n"
     )
-    if output.error:
-        text += f"\n## Error Details\n- Error Message: {output.error}\n"
+    details = output.error_details or {}
+    if output.error or details:
+        text += (
+            "\n## Error Details\n"
+            f"- Error Type: {details.get('error_type') or 'Unknown'}\n"
+            f"- Error Message: {output.error or details.get('error_message') or 'No message'}\n"
+        )
+        if details.get("stack_trace"):
+            text += f"- Stack Trace:\n```\n{details['stack_trace']}\n```\n"
     return text
 
 
@@ -891,84 +1024,212 @@ def _kept_names(base: str, moments: list[datetime]) -> list[str]:
     return names
 
 
+# ---- which version of a phase is current, and what goes with it --------------------------------
+
+
+@dataclass
+class _Version:
+    """A distinct state of a phase's checkpoint.md, and when its run started and ended (or was stored)."""
+
+    state: dict[str, Any]
+    moment: datetime
+    start: datetime
+
+
+def _version(state: dict[str, Any], stored_at: datetime) -> _Version:
+    metadata = _sections(state, "Metadata")
+    start = parse_time(metadata.get("Started"))
+    moment = parse_time(metadata.get("Completed")) or start or stored_at
+    return _Version(state, moment, start or moment)
+
+
+@dataclass
+class _Timeline:
+    """A session's phase checkpoints replayed in order (`seq`).
+
+    An imported version becomes its phase's current one; a restore of phase N makes its version N's
+    current one and leaves the phases after N without one (`reset`), as they were before they ran.
+    `restored` is (N, version, when) if a restore is the last thing that happened to the phases.
+    """
+
+    versions: dict[int, list[_Version]] = field(default_factory=dict)
+    current: dict[int, _Version] = field(default_factory=dict)
+    reset: set[int] = field(default_factory=set)
+    restored: tuple[int, _Version, datetime] | None = None
+
+    def bound(self, number: int, version: _Version) -> datetime | None:
+        """When the next version of the phase started: outputs and feedback from then on belong to it."""
+        later = [other for other in self.versions.get(number, []) if other.moment > version.moment]
+        return min(later, key=lambda other: other.moment).start if later else None
+
+
+def _timeline(session: Any) -> _Timeline:
+    from .. import store
+    from ..models import Checkpoint, CheckpointKind
+
+    timeline = _Timeline()
+    loaded: dict[bytes, _Version | None] = {}
+    rows = Checkpoint.objects.filter(session=session, phase__isnull=False).order_by("seq")
+    for number, kind, state_hash, root, created_at in rows.values_list(
+        "phase", "kind", "state_hash", "root", "created_at"
+    ):
+        digest = bytes(state_hash)
+        if digest not in loaded:
+            state = store.load_state(bytes(root))
+            loaded[digest] = _version(state, created_at) if _is_phase_state(state) else None
+            if loaded[digest] is not None:
+                timeline.versions.setdefault(number, []).append(loaded[digest])  # type: ignore[arg-type]
+        version = loaded[digest]
+        if version is None:
+            continue
+        timeline.current[number] = version
+        timeline.reset.discard(number)
+        timeline.restored = None
+        if kind == CheckpointKind.RESTORE:
+            for later in [other for other in timeline.current if other > number]:
+                del timeline.current[later]
+                timeline.reset.add(later)
+            timeline.restored = (number, version, created_at)
+    for versions in timeline.versions.values():
+        versions.sort(key=lambda version: version.moment)
+    return timeline
+
+
+def _current_outputs(outputs: list[Any], bound: datetime | None) -> list[Any]:
+    """Each agent's latest attempt from before `bound` (all of them when there is no later version)."""
+    from ..phases import latest_attempts
+
+    return latest_attempts([output for output in outputs if bound is None or output.created_at < bound])
+
+
+def _current_feedback(feedback: list[Any], bound: datetime | None) -> Any | None:
+    """The latest decision from before `bound`: a later one was about a later version."""
+    earlier = [item for item in feedback if bound is None or item.created_at < bound]
+    return max(earlier, key=lambda item: (item.created_at, item.pk), default=None)
+
+
+# ---- export ------------------------------------------------------------------------------------
+
+
 def export(session: Any, out_dir: Path) -> list[Path]:
     """`projects/<project>/sessions/<session>/…` under out_dir; existing files are not replaced.
 
-    Each phase's latest checkpoint state becomes its checkpoint.md and earlier distinct states
-    `checkpoint.<stamp>.md`; the latest feedback user_feedback.md and earlier ones `user_feedback.<stamp>.md`.
+    Each phase folder holds what Haytham would have there at the session's head: the phase's current
+    checkpoint.md, the agent outputs and the user_feedback.md that go with it (none for a phase a
+    restore returned to pending). Every other version, attempt and decision goes to HISTORY as
+    `<name>.<stamp>.md`, so that importing the export gives the same timeline again.
     """
-    from .. import store
-    from ..models import Checkpoint
-
     base = Path(out_dir) / "projects" / _safe(session.project.slug) / "sessions" / _safe(session.external_id)
     phases = list(session.phases.order_by("number").prefetch_related("outputs", "feedback"))
-    written = [write_atomically(base / MANIFEST, _manifest_text(session, phases).encode("utf-8"))]
-
-    versions: dict[int, list[tuple[bytes, bytes, datetime]]] = {}  # phase → (state hash, root, created_at)
-    rows = Checkpoint.objects.filter(session=session, phase__isnull=False).order_by("seq")
-    for number, state_hash, root, created_at in rows.values_list("phase", "state_hash", "root", "created_at"):
-        digest = bytes(state_hash)
-        kept = [item for item in versions.get(number, []) if item[0] != digest]  # a restore repeats a state:
-        versions[number] = kept + [(digest, bytes(root), created_at)]  # it counts where it was last seen
-
+    timeline = _timeline(session)
+    written = [write_atomically(base / MANIFEST, _manifest_text(session, phases, timeline).encode("utf-8"))]
     by_number = {phase.number: phase for phase in phases}
-    for number in sorted(set(by_number) | set(versions)):
-        phase = by_number.get(number)
-        states: list[tuple[dict[str, Any], datetime]] = []
-        for _, root, created_at in versions.get(number, []):
-            state = store.load_state(root)
-            if _is_phase_state(state):
-                states.append((state, created_at))
-        if phase is None and not states:
-            continue
-        folder = base / _phase_dir(phase, states[-1][0] if states else None)
-        if states or (phase and ((phase.metadata or {}).get("dir") or phase.outputs.all() or phase.feedback.all())):
-            folder.mkdir(parents=True, exist_ok=True)
-        names = _kept_names("checkpoint", [moment for _, moment in states[:-1]]) + [CHECKPOINT]
-        for name, (state, _) in zip(names, states, strict=False):
-            written.append(write_atomically(folder / name, _render_checkpoint(state).encode("utf-8")))
-        if phase is None:
-            continue
-        for output in phase.outputs.all():
-            text = _output_text(output, phase)
-            written.append(write_atomically(folder / f"{_safe(output.agent_name)}.md", text.encode("utf-8")))
-        feedback = sorted(phase.feedback.all(), key=lambda item: (item.created_at, item.pk))
-        names = _kept_names("user_feedback", [item.created_at for item in feedback[:-1]]) + [FEEDBACK]
-        for name, item in zip(names, feedback, strict=False):
-            written.append(write_atomically(folder / name, _render_feedback(item, phase.name).encode("utf-8")))
+    for number in sorted(set(by_number) | set(timeline.versions)):
+        written += _export_phase(base, by_number.get(number), number, timeline)
     return written
+
+
+def _export_phase(base: Path, phase: Any, number: int, timeline: _Timeline) -> list[Path]:
+    versions = timeline.versions.get(number, [])
+    version = timeline.current.get(number)
+    if phase is None and not versions:
+        return []
+    name = _phase_dir(phase, (version or versions[-1]).state if versions else None)
+    folder, history = base / name, base / HISTORY / name
+    if versions or (phase and ((phase.metadata or {}).get("dir") or phase.outputs.all() or phase.feedback.all())):
+        folder.mkdir(parents=True, exist_ok=True)
+    bound = timeline.bound(number, version) if version else None
+    reset = number in timeline.reset
+    files: list[tuple[Path, str]] = []
+
+    if version is not None:
+        files.append((folder / CHECKPOINT, _render_checkpoint(version.state)))
+    earlier = [other for other in versions if other is not version]
+    for kept, other in zip(_kept_names("checkpoint", [v.moment for v in earlier]), earlier, strict=True):
+        files.append((history / kept, _render_checkpoint(other.state)))
+
+    if phase is not None:
+        outputs = sorted(phase.outputs.all(), key=lambda item: (item.attempt, item.created_at, item.pk))
+        current = [] if reset else _current_outputs(outputs, bound)
+        files += [(folder / f"{_safe(output.agent_name)}.md", _output_text(output, phase)) for output in current]
+        for agent in dict.fromkeys(output.agent_name for output in outputs):
+            rest = [output for output in outputs if output.agent_name == agent and output not in current]
+            names = _kept_names(_safe(agent), [output.created_at for output in rest])
+            files += [(history / kept, _output_text(output, phase)) for kept, output in zip(names, rest, strict=True)]
+
+        feedback = sorted(phase.feedback.all(), key=lambda item: (item.created_at, item.pk))
+        decision = None if reset else _current_feedback(feedback, bound)
+        if decision is not None:
+            files.append((folder / FEEDBACK, _render_feedback(decision, phase.name)))
+        rest = [item for item in feedback if item is not decision]
+        names = _kept_names("user_feedback", [item.created_at for item in rest])
+        files += [(history / kept, _render_feedback(item, phase.name)) for kept, item in zip(names, rest, strict=True)]
+    return [write_atomically(path, text.encode("utf-8")) for path, text in files]
 
 
 # ---- write-back --------------------------------------------------------------------------------
 
 
-def _kept_path(path: Path, now: datetime, attempt: int) -> Path:
-    stem = path.name.removesuffix(".md")
-    suffix = f"-{attempt}" if attempt else ""
-    return path.with_name(f"{stem}.{_stamp(now)}{suffix}.md")
+def _sync_folder(folder: Path) -> None:
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
-def _replace(path: Path, data: bytes, now: datetime) -> list[Path]:
-    """Write `path` atomically; an existing different file is kept as `<name>.<stamp>.md` first."""
-    if not path.exists():
-        return [write_atomically(path, data)]
-    if path.read_bytes() == data:
-        return []
-    attempt = 0
-    while True:
-        kept = _kept_path(path, now, attempt)
-        try:
-            os.link(path, kept)  # never replaces an existing file
-            break
-        except FileExistsError:
-            attempt += 1
+def _durable(path: Path, data: bytes, *, replace: bool) -> None:
+    """Write through a synced temporary file, then rename it over `path`, or link it (never over a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
+        with open(temporary, "xb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if replace:
+            os.replace(temporary, path)
+        else:
+            os.link(temporary, path)  # FileExistsError if `path` exists
     finally:
         temporary.unlink(missing_ok=True)
+    _sync_folder(path.parent)
+
+
+def _keep(path: Path, data: bytes, session_dir: Path, now: datetime) -> Path:
+    """A copy of `path` in HISTORY, `<name>.<stamp>[-n].md` (a file that is already stamped keeps its name)."""
+    folder = session_dir / HISTORY / path.parent.relative_to(session_dir)
+    stamped = KEPT.match(path.name)
+    stem = path.name.removesuffix(".md") if stamped else f"{path.name.removesuffix('.md')}.{_stamp(now)}"
+    attempt = 0
+    while True:
+        kept = folder / f"{stem}{f'-{attempt}' if attempt else ''}.md"
+        try:
+            _durable(kept, data, replace=False)
+            return kept
+        except FileExistsError:
+            attempt += 1
+
+
+def _replace(path: Path, data: bytes, now: datetime, session_dir: Path) -> list[Path]:
+    """Write `path` atomically; a different file already there is kept in HISTORY first."""
+    if not path.exists():
+        _durable(path, data, replace=False)
+        return [path]
+    old = path.read_bytes()
+    if old == data:
+        return []
+    kept = _keep(path, old, session_dir, now)
+    _durable(path, data, replace=True)
     return [path, kept]
+
+
+def _retire(path: Path, now: datetime, session_dir: Path) -> list[Path]:
+    """Move a file Haytham would read into HISTORY (kept first, then removed)."""
+    kept = _keep(path, path.read_bytes(), session_dir, now)
+    path.unlink()
+    _sync_folder(path.parent)
+    return [kept]
 
 
 def _session_folder(session: Any, folder: Path) -> Path:
@@ -986,52 +1247,55 @@ def _session_folder(session: Any, folder: Path) -> Path:
 
 
 def _updated_manifest(text: str, state: dict[str, Any], number: int, now: datetime) -> str:
-    """Haytham's own manifest update: the phase's table row, Current Phase, Last Updated."""
+    """The manifest as Haytham would have it right after phase `number` wrote this state.
+
+    Haytham's `_update_session_manifest` rules: the phase's row (duration in whole seconds), Current
+    Phase, "Can Resume: true" only for in_progress and failed, Last Updated. The phases after it go
+    back to the row they had before they ran ("pending | - | - | -"), and the session is in_progress.
+    """
     metadata = _sections(state, "Metadata")
     name = _phase_name(number, state.get("phase_dir"), metadata.get("Phase Name"))
     status = metadata.get("Status", "in_progress")
-    row = (
-        "| "
-        + " | ".join(
-            [str(number), name, status, metadata.get("Started", "-"), metadata.get("Completed", "-")]
-            + [_duration(_seconds(metadata.get("Duration")))]
-        )
-        + " |"
-    )
+    started, completed = metadata.get("Started") or "-", metadata.get("Completed") or "-"
+    duration = _seconds(metadata.get("Duration"))
+    current = {"Phase": str(number), "Name": name, "Status": status}
+    current["Can Resume"] = str(status in ("in_progress", "failed")).lower()
     lines = text.split("\n")
     section = ""
-    replaced = False
-    last_row = None
     for index, line in enumerate(lines):
         heading = _HEADING.match(line)
         if heading:
             section = heading.group(1)
             continue
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")] if line.strip().startswith("|") else []
-        if section == "Phase Status" and cells:
-            last_row = index
-            if _int(cells[0]) == number:
-                lines[index], replaced = row, True
+        row = _int(cells[0]) if cells else None
+        if section == "Phase Status" and row == number and len(cells) == len(TABLE_COLUMNS):
+            same_run = cells[3:5] == [started, completed] and _same_duration(cells[5], duration)
+            seconds = cells[5] if same_run else _whole_seconds(duration)  # Haytham truncated the exact one
+            lines[index] = "| " + " | ".join([str(number), name, status, started, completed, seconds]) + " |"
+        elif section == "Phase Status" and row is not None and row > number and len(cells) == len(TABLE_COLUMNS):
+            lines[index] = f"| {row} | {cells[1]} | pending | - | - | - |"
         elif section == "Current Phase":
-            for key, value in (("Phase", str(number)), ("Name", name), ("Status", status), ("Can Resume", "true")):
+            for key, value in current.items():
                 if line.startswith(f"- {key}:"):
                     lines[index] = f"- {key}: {value}"
         elif section == "Metadata" and line.startswith("- Last Updated:"):
             lines[index] = f"- Last Updated: {_iso(now)}"
-    if not replaced and last_row is not None:
-        lines.insert(last_row + 1, row)
+        elif section == "Metadata" and line.startswith("- Status:"):
+            lines[index] = f"- Status: {HAYTHAM_SESSION_STATUS['active']}"
     return "\n".join(lines)
 
 
 def write_back(session: Any, checkpoint: Any, folder: Path) -> list[Path]:
     """Put a restored phase checkpoint back where Haytham resumes from it.
 
-    * `phase_<N>_<name>/checkpoint.md` — the restored state;
-    * `phase_<N>_<name>/user_feedback.md` — the phase's latest review in the console, if there is one;
-    * `session_manifest.md` — the phase's table row, Current Phase = N (Can Resume: true), Last Updated.
-
-    Each file is replaced atomically and only when it differs; the previous one stays as
-    `<name>.<stamp>.md`. Returns the files written and kept.
+    For the restored phase N: checkpoint.md = the restored state; each agent's output and
+    user_feedback.md as they were at that version (from before the phase's next version started);
+    outputs and a review that only came later leave the folder. The phases after N are returned to
+    before they ran: their files leave their folders and their manifest rows read pending. The
+    manifest says Current Phase = N the way Haytham writes it. Every file that changes is kept in
+    HISTORY first and replaced atomically; older write-backs' stamped files leave the phase folders
+    too. Returns the files written and kept.
     """
     from .. import store
 
@@ -1039,28 +1303,64 @@ def write_back(session: Any, checkpoint: Any, folder: Path) -> list[Path]:
     if checkpoint.phase is None or not _is_phase_state(state):
         raise ValueError(f"checkpoint #{checkpoint.seq} is not a Haytham phase checkpoint")
     now = datetime.now(UTC)
+    number = checkpoint.phase
     session_dir = _session_folder(session, folder)
-    phase = session.phases.filter(number=checkpoint.phase).first()
+    phase = session.phases.filter(number=number).first()
     phase_dir = session_dir / _phase_dir(phase, state)
-    written = _replace(phase_dir / CHECKPOINT, _render_checkpoint(state).encode("utf-8"), now)
+    timeline = _timeline(session)
+    bound = timeline.bound(number, _version(state, checkpoint.created_at))
 
-    latest = phase.feedback.order_by("-created_at", "-pk").first() if phase else None
-    if latest is not None:
-        path = phase_dir / FEEDBACK
-        current = None
-        if path.is_file():
-            try:
-                current = _feedback(_read_text(path))
-            except _Malformed:
-                current = None
-        fields = ("action", "reviewed", "approved", "comments", "requested_changes", "retry_count", "reviewer_name")
-        fields += ("created_at",)
-        if current is None or any(getattr(current, name) != getattr(latest, name) for name in fields):
-            name = phase.name if phase else _phase_name(checkpoint.phase, phase_dir.name)
-            written += _replace(path, _render_feedback(latest, name).encode("utf-8"), now)
+    written = _replace(phase_dir / CHECKPOINT, _render_checkpoint(state).encode("utf-8"), now, session_dir)
+    if phase is not None:
+        outputs = list(phase.outputs.all())
+        current = _current_outputs(outputs, bound)
+        for output in current:
+            text = _output_text(output, phase).encode("utf-8")
+            written += _replace(phase_dir / f"{_safe(output.agent_name)}.md", text, now, session_dir)
+        for agent in {output.agent_name for output in outputs} - {output.agent_name for output in current}:
+            if (phase_dir / f"{_safe(agent)}.md").is_file():  # this agent first ran after the restored version
+                written += _retire(phase_dir / f"{_safe(agent)}.md", now, session_dir)
+        written += _write_decision(
+            phase, _current_feedback(list(phase.feedback.all()), bound), phase_dir, now, session_dir
+        )
+
+    for child in sorted(_children(session_dir)):
+        match = PHASE_DIR.match(child.name)
+        if not (child.is_dir() and match):
+            continue
+        later = int(match.group(1)) > number
+        for path in sorted(_children(child)):
+            if path.is_file() and path.name.endswith(".md") and (later or KEPT.match(path.name)):
+                written += _retire(path, now, session_dir)
 
     manifest = session_dir / MANIFEST
     if manifest.is_file():
-        text = _read_text(manifest)
-        written += _replace(manifest, _updated_manifest(text, state, checkpoint.phase, now).encode("utf-8"), now)
+        text = _updated_manifest(_read_text(manifest), state, number, now)
+        written += _replace(manifest, text.encode("utf-8"), now, session_dir)
     return written
+
+
+def _write_decision(phase: Any, decision: Any | None, phase_dir: Path, now: datetime, session_dir: Path) -> list[Path]:
+    """user_feedback.md = the decision, unless the file already says the same; no decision: the file leaves."""
+    path = phase_dir / FEEDBACK
+    if decision is None:
+        return _retire(path, now, session_dir) if path.is_file() and phase.feedback.exists() else []
+    if path.is_file():
+        try:
+            on_disk = _feedback(_read_text(path))
+        except _Malformed:
+            on_disk = None
+        fields = ("action", "reviewed", "approved", "comments", "requested_changes", "retry_count", "reviewer_name")
+        if on_disk is not None and all(
+            getattr(on_disk, name) == getattr(decision, name) for name in (*fields, "created_at")
+        ):
+            return []
+    return _replace(path, _render_feedback(decision, phase.name).encode("utf-8"), now, session_dir)
+
+
+def write_feedback(session: Any, phase: Any, feedback: Any, folder: Path, *, now: datetime) -> list[Path]:
+    """A reviewer's decision, written to the phase's user_feedback.md the way Haytham's `save_user_feedback` does."""
+    session_dir = _session_folder(session, folder)
+    phase_dir = session_dir / _phase_dir(phase, None)
+    phase_dir.mkdir(parents=True, exist_ok=True)
+    return _replace(phase_dir / FEEDBACK, _render_feedback(feedback, phase.name).encode("utf-8"), now, session_dir)

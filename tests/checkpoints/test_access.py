@@ -187,7 +187,7 @@ def test_the_admin_user_page_lists_and_revokes_project_roles(admin_client, bob, 
 
 # ---- imports that name another project ------------------------------------------------------------------
 
-HAYTHAM = Path(__file__).resolve().parents[1] / "fixtures" / "haytham"
+HAYTHAM = Path(__file__).resolve().parents[1] / "fixtures" / "haytham" / "handwritten"
 
 
 def test_a_users_import_stays_in_the_chosen_project_unless_they_operate_the_one_the_files_name(alice, project, grant):

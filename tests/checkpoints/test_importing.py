@@ -43,7 +43,8 @@ def test_auto_detection_imports_every_format_in_a_tree(db, tree):
     assert set(report) == {"imported", "skipped", "errors", "sessions", "notes"}
     assert report["errors"] == []
     assert report["notes"] == [
-        "the files name project 'project-123' (projects/project-123/): its sessions go there, not into 'ops'"
+        f"the files name project '{slug}' (projects/{slug}/): its sessions go there, not into 'ops'"
+        for slug in ("founder-42", "project-123")  # haytham/generated/…, haytham/handwritten/…
     ]
     assert report["imported"] == Checkpoint.objects.count() > 100
     assert {"agent-3", "agent-7", "bp-session-42", "sess-a", "session-789"} <= set(report["sessions"])
@@ -77,7 +78,7 @@ def test_a_dry_run_writes_nothing_at_all_not_even_its_project_or_an_audit_row(db
 
 def test_a_haytham_tree_goes_into_the_projects_it_names_and_says_so_without_creating_the_other(db, tree):
     out = StringIO()
-    call_command("import_checkpoints", str(tree / "haytham"), "--project", "ops", stdout=out)
+    call_command("import_checkpoints", str(tree / "haytham" / "handwritten"), "--project", "ops", stdout=out)
     note = "the files name project 'project-123' (projects/project-123/): its sessions go there, not into 'ops'"
     assert f"note: {note}" in out.getvalue().splitlines()
     assert list(Project.objects.values_list("slug", flat=True)) == ["project-123"]
@@ -125,7 +126,9 @@ SOURCES = [
     ("breakpilot", "breakpilot/restart/exports"),
     ("ares", "ares"),
     ("kaizen", "kaizen"),
-    ("haytham", "haytham"),
+    ("haytham", "haytham/handwritten"),
+    ("haytham", "haytham/generated/moment-1"),
+    ("haytham", "haytham/generated/moment-2"),
 ]
 
 

@@ -14,6 +14,7 @@ from checkpoints.importing import import_path
 from checkpoints.models import AgentOutput, AgentSession, AuditEvent, Phase, PhaseFeedback, PhaseStatus
 from checkpoints.phases import (
     FeedbackRefused,
+    import_agent_output,
     is_valid,
     record_feedback,
     render_markdown,
@@ -22,7 +23,7 @@ from checkpoints.phases import (
     waiting_for_approval,
 )
 
-HAYTHAM = Path(__file__).resolve().parents[1] / "fixtures" / "haytham"
+HAYTHAM = Path(__file__).resolve().parents[1] / "fixtures" / "haytham" / "handwritten"
 T0 = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
 SYSTEM = services.Actor.system("test")
 
@@ -70,6 +71,21 @@ def test_missing_outputs_empty_content_errors_and_status_fail_their_checks(make_
     checks = {check.label: check for check in validate_phase(phase, [empty])}
     assert not checks["Every output has content"].ok and "writer" in checks["Every output has content"].detail
     assert not checks["No agent errors"].ok
+
+
+def test_an_agent_run_again_is_judged_by_its_latest_attempt(make_phase):
+    phase = make_phase(outputs=0)
+    first = import_agent_output(phase, agent_name="validator", status="failed", error="rate exceeded", content="")
+    again = import_agent_output(phase, agent_name="validator", status="completed", content="# Valid")
+    repeat = import_agent_output(phase, agent_name="validator", status="completed", content="# Valid")
+
+    assert [(output.attempt, created) for output, created in (first, again, repeat)] == [
+        (1, True),
+        (2, True),
+        (2, False),
+    ]
+    assert is_valid(validate_phase(phase, list(phase.outputs.all())))  # the failed first run was redone
+    assert phase.outputs.count() == 2  # and is still there, beside the redo
 
 
 # ---- markdown ------------------------------------------------------------------------------------
@@ -176,9 +192,10 @@ def test_a_decision_is_written_to_the_phase_user_feedback_md(tmp_path, db, djang
         "Sharper",
     )
     assert written.retry_count == phase.retry_count + 1
-    kept = [p for p in folder.iterdir() if p.name.startswith("user_feedback.") and p.name != "user_feedback.md"]
-    assert [p.read_text() for p in kept] == [before]  # the previous decision is kept next to it
-    assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+    history = folder.parent / haytham.HISTORY / folder.name
+    assert [p.read_text() for p in history.glob("user_feedback.*.md")] == [before]  # kept, where Haytham never reads
+    assert sorted(p.name for p in folder.iterdir()) == ["checkpoint.md", "concept_expansion.md", "user_feedback.md"]
+    assert not [p for p in tree.rglob("*.tmp")]
     assert AuditEvent.objects.filter(action="write_back", session=session).exists()
 
 

@@ -131,6 +131,21 @@ def test_an_idempotency_key_returns_the_original(make_session):
     assert Checkpoint.objects.count() == 1
 
 
+def test_a_checkpoint_imported_again_from_another_folder_is_the_same_one(make_session):
+    session = make_session()
+
+    def imported(path: str, **metadata) -> tuple[Checkpoint, bool]:
+        item = CheckpointInput(state={"n": 1}, idempotency_key="k", metadata={"source_path": path, **metadata})
+        return services.create_checkpoint(session, item)
+
+    first, _ = imported("/watched/run-1/checkpoint.md")
+    again, created = imported("/copies/run-1/checkpoint.md")
+
+    assert (again.pk, created) == (first.pk, False)
+    with pytest.raises(services.IdempotencyConflict):  # anything else that differs is still a conflict
+        imported("/copies/run-1/checkpoint.md", phase_status="failed")
+
+
 def test_an_invalid_state_raises_and_writes_nothing(make_session):
     session = make_session()
     with pytest.raises(services.InvalidState):

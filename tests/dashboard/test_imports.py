@@ -196,7 +196,7 @@ def test_files_naming_a_project_the_uploader_does_not_operate_go_into_the_chosen
 ):
     client.force_login(alice)
     with django_capture_on_commit_callbacks(execute=True):
-        upload(client, zip_folder(FIXTURES / "haytham", tmp_path / "haytham.zip"), project="acme")
+        upload(client, zip_folder(FIXTURES / "haytham" / "handwritten", tmp_path / "haytham.zip"), project="acme")
     job = ImportJob.objects.get()
     assert job.status == "done" and job.imported > 0
     assert not Project.objects.filter(slug="project-123").exists()
@@ -213,7 +213,7 @@ def test_a_staff_operators_upload_follows_the_project_the_files_name(
 ):
     client.force_login(staff_operator)
     with django_capture_on_commit_callbacks(execute=True):
-        upload(client, zip_folder(FIXTURES / "haytham", tmp_path / "haytham.zip"), project="acme")
+        upload(client, zip_folder(FIXTURES / "haytham" / "handwritten", tmp_path / "haytham.zip"), project="acme")
     assert set(AgentSession.objects.values_list("project__slug", flat=True)) == {"project-123"}
 
 

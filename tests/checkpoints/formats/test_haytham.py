@@ -1,7 +1,8 @@
 from __future__ import annotations
 
+import re
 import shutil
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -10,13 +11,91 @@ from checkpoints.formats import haytham
 from checkpoints.formats.base import PhaseRecord, SessionRecord
 from checkpoints.importing import import_path
 from checkpoints.models import AgentOutput, AgentSession, Checkpoint, Phase, PhaseFeedback, Project
+from checkpoints.phases import add_agent_output, report_phase
 from checkpoints.store import load_state
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
-ROOT = FIXTURES / "haytham"
+ROOT = FIXTURES / "haytham" / "handwritten"
 SESSIONS = ROOT / "projects" / "project-123" / "sessions"
 MVP = "session-456"
 FULL = "session-789"
+GENERATED = FIXTURES / "haytham" / "generated"  # written by Haytham's own CheckpointManager (see its README)
+MOMENTS = [GENERATED / "moment-1", GENERATED / "moment-2"]
+FOUNDER = "founder-42"
+RETRIED = "session-001"  # mvp: phase 3 rejected at moment 1, redone and approved by moment 2; phase 6 failed
+STARTED = "session-002"  # full: phase 1 only started at moment 1 (no agents yet); completed by moment 2
+
+
+# ---- Haytham's own loaders, as rules ---------------------------------------------------------------
+# arslan70/haytham @ 0be4019dbb24a7108188fdbf23288c59c5772e5a, haytham/checkpoint/checkpoint_manager.py
+
+HAYTHAM_PHASE_DIRS = haytham.PHASE_DIRS  # CheckpointManager.PHASE_DIRS, as the format module copies it
+
+
+def haytham_agent_outputs(session_dir: Path) -> dict[int, dict[str, str]]:
+    """`CheckpointManager.get_phase_outputs(phase_nums=[1..7])`: in each PHASE_DIRS folder, every `*.md`
+    (`Path.glob`) but checkpoint.md and user_feedback.md is an agent's output, named by its stem (kept
+    whole here; Haytham then keeps the part after "## Output")."""
+    outputs = {}
+    for number, name in HAYTHAM_PHASE_DIRS.items():
+        found = {
+            path.stem: path.read_text()
+            for path in (session_dir / name).glob("*.md")
+            if path.name not in ["checkpoint.md", "user_feedback.md"]
+        }
+        if found:
+            outputs[number] = found
+    return outputs
+
+
+def haytham_approved_phases(session_dir: Path) -> list[int]:
+    """`CheckpointManager.get_approved_phases`: a PHASE_DIRS folder whose user_feedback.md has "- Approved: true"."""
+    return [
+        number
+        for number, name in HAYTHAM_PHASE_DIRS.items()
+        if (session_dir / name / "user_feedback.md").exists()
+        and "- Approved: true" in (session_dir / name / "user_feedback.md").read_text()
+    ]
+
+
+def haytham_session(session_dir: Path) -> dict:
+    """`CheckpointManager.load_session` (`_parse_session_manifest`): the current phase from "## Current
+    Phase", the completed phases from the table rows whose Status cell is "completed"; and the
+    "- Can Resume:" line `_update_session_manifest` keeps."""
+    lines = (session_dir / "session_manifest.md").read_text().split("\n")
+    rows = [[part.strip() for part in line.split("|")] for line in lines if line.startswith("|")]
+    current = lines[lines.index("## Current Phase") + 1]
+    can_resume = next(line for line in lines if line.startswith("- Can Resume:"))
+    return {
+        "current_phase": int(current.split(":", 1)[1].strip()),
+        "completed_phases": [int(row[1]) for row in rows if row[1].isdigit() and row[3] == "completed"],
+        "can_resume": can_resume.split(":", 1)[1].strip() == "true",
+    }
+
+
+def files_haytham_reads(session_dir: Path) -> dict[str, bytes]:
+    """What those loaders open: session_manifest.md and the `*.md` of each PHASE_DIRS folder."""
+    paths = [session_dir / "session_manifest.md"]
+    paths += [path for name in HAYTHAM_PHASE_DIRS.values() for path in (session_dir / name).glob("*.md")]
+    return {str(path.relative_to(session_dir)): path.read_bytes() for path in paths if path.is_file()}
+
+
+def founder_session(tree: Path, session_id: str) -> Path:
+    return tree / "projects" / FOUNDER / "sessions" / session_id
+
+
+def watched_over_time(tmp_path: Path, project, moments: list[Path] = MOMENTS) -> Path:
+    """One folder Haytham keeps writing to (it only adds and overwrites files), imported at each moment."""
+    folder = tmp_path / "watched"
+    for moment in moments:
+        for path in sorted(moment.rglob("*")):
+            target = folder / path.relative_to(moment)
+            if path.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+            else:
+                target.write_bytes(path.read_bytes())
+        assert run(folder, project, write_back=True).errors == []
+    return folder
 
 
 def run(path: Path, project, **options):
@@ -331,35 +410,38 @@ def test_export_writes_the_layout_back_and_reimports_identically_into_another_pr
     assert snapshot("copy") == snapshot("project-123")
 
 
-def test_export_keeps_earlier_feedback_and_checkpoint_versions_as_dated_files(project, tmp_path):
+def test_export_keeps_earlier_versions_in_the_history_folder_and_reimports_them(project, tmp_path):
     run(ROOT, project)
     session = session_named(FULL)
     niche = phases_of(session)[3]
     PhaseFeedback.objects.create(
         phase=niche, action="approved", approved=True, comments="Better.", created_at=datetime(2026, 6, 2, tzinfo=UTC)
     )
-    target = session.checkpoints.get(name="phase_1_concept")
-    services.restore_checkpoint(target, actor=services.Actor.system("test"))
     before = snapshot("project-123")
 
     haytham.export(session_named(FULL), tmp_path)
 
-    folder = tmp_path / "projects" / "project-123" / "sessions" / FULL / "phase_3_niche_selection"
-    assert sorted(p.name for p in folder.glob("user_feedback*")) == [
-        "user_feedback.20260601T110000Z.md",
+    session_dir = tmp_path / "projects" / "project-123" / "sessions" / FULL
+    folder = session_dir / "phase_3_niche_selection"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "checkpoint.md",
+        "competitor_analysis.md",
+        "market_intelligence.md",
         "user_feedback.md",
     ]
     assert "- Action: approved" in (folder / "user_feedback.md").read_text()
-    assert "retry_with_changes" in (folder / "user_feedback.20260601T110000Z.md").read_text()
+    kept = session_dir / haytham.HISTORY / "phase_3_niche_selection" / "user_feedback.20260601T110000Z.md"
+    assert "retry_with_changes" in kept.read_text()
     (tmp_path / "projects" / "project-123").rename(tmp_path / "projects" / "copy")
-    run(tmp_path, project)
+    assert run(tmp_path, project).errors == []
     copy = phases_of(session_named(FULL, "copy"))[3]
     assert [f.action for f in copy.feedback.all()] == ["approved", "retry_with_changes"]
     assert snapshot("project-123") == before
 
 
-def restored(session_id: str, phase_dir: str) -> Checkpoint:
-    target = session_named(session_id).checkpoints.get(name=phase_dir)
+def restored(session_id: str, phase_dir: str, slug: str = "project-123", version: int = -1) -> Checkpoint:
+    """A restore of the phase's `version`-th checkpoint (in seq order)."""
+    target = list(session_named(session_id, slug).checkpoints.filter(name=phase_dir).order_by("seq"))[version]
     return services.restore_checkpoint(target, actor=services.Actor.system("test"), reason="redo")
 
 
@@ -373,38 +455,27 @@ def test_write_back_puts_the_restored_phase_back_keeping_what_it_replaces(projec
         "- Retry Count: 0", "- Retry Count: 1"
     )
     (niche / "checkpoint.md").write_text(retried)  # Haytham went on retrying phase 3
-    old_feedback = (niche / "user_feedback.md").read_bytes()
     old_manifest = (session_dir / "session_manifest.md").read_bytes()
-    session = session_named(FULL)
-    PhaseFeedback.objects.create(
-        phase=phases_of(session)[3], action="approved", approved=True, comments="Fine as is.", reviewer_name="carol"
-    )
+    later = {p: p.read_bytes() for n in (4, 5) for p in session_dir.glob(f"phase_{n}_*/*.md")}
     checkpoint = restored(FULL, "phase_3_niche_selection")
 
-    written = haytham.write_back(session, checkpoint, root)
+    written = haytham.write_back(session_named(FULL), checkpoint, root)
 
-    names = sorted(str(p.relative_to(session_dir)) for p in written)
-    assert len(names) == 6
-    kept = {name.split(".")[0]: session_dir / name for name in names if name.count(".") == 2}
-    assert set(kept) == {
-        "phase_3_niche_selection/checkpoint",
-        "phase_3_niche_selection/user_feedback",
-        "session_manifest",
-    }
+    history = session_dir / haytham.HISTORY
     assert (niche / "checkpoint.md").read_text() == original
-    assert kept["phase_3_niche_selection/checkpoint"].read_text() == retried
-    assert kept["phase_3_niche_selection/user_feedback"].read_bytes() == old_feedback
-    assert kept["session_manifest"].read_bytes() == old_manifest
-    feedback = (niche / "user_feedback.md").read_text()
-    assert "- Action: approved" in feedback and "Fine as is." in feedback and "- No changes requested" in feedback
+    assert [p.read_text() for p in (history / niche.name).glob("checkpoint.*.md")] == [retried]
+    assert [p.read_bytes() for p in history.glob("session_manifest.*.md")] == [old_manifest]
+    assert not [p for n in (4, 5) for p in session_dir.glob(f"phase_{n}_*/*")]  # phases 4 and 5 are to run again
+    assert {p.read_bytes() for p in history.glob("phase_[45]_*/*.md")} == set(later.values())
+    assert {p for p in written if p.is_relative_to(history)} == set(history.rglob("*.md"))
     manifest = (session_dir / "session_manifest.md").read_text()
-    assert "## Current Phase\n- Phase: 3\n- Name: Niche Selection\n- Status: completed\n- Can Resume: true" in manifest
+    assert "## Current Phase\n- Phase: 3\n- Name: Niche Selection\n- Status: completed\n- Can Resume: false" in manifest
     assert "| 3 | Niche Selection | completed | 2026-06-01T10:03:00Z | 2026-06-01T10:03:50Z | 50s |" in manifest
-    assert not [p for p in session_dir.rglob(".*")]  # no temporary files left behind
-    report = run(root, project)  # the folder, read again: the kept files are history, not strays
-    assert report.errors == []
-    reviews = phases_of(session_named(FULL))[3].feedback.all()
-    assert [(f.action, f.reviewer_name) for f in reviews] == [("approved", "carol"), ("retry_with_changes", "")]
+    assert "| 4 | Product Strategy | pending | - | - | - |\n| 5 | Business Planning | pending | - | - | - |" in manifest
+    assert not [p for p in session_dir.rglob("*.tmp")]  # no temporary files left behind
+    report = run(root, project)  # the folder, read again: history is history, not strays
+    assert (report.imported, report.errors) == (1, [])  # the retry Haytham wrote since, kept in history
+    assert {n: p.status for n, p in phases_of(session_named(FULL)).items()}[4] == "pending"
 
 
 def test_write_back_leaves_files_that_already_match_alone(project, tmp_path):
@@ -417,13 +488,15 @@ def test_write_back_leaves_files_that_already_match_alone(project, tmp_path):
     written = haytham.write_back(session_named(MVP), checkpoint, session_dir)
 
     assert [p.name for p in written if p.parent.name == "phase_2_market_research"] == []
-    changed = {p for p in before if p.read_bytes() != before[p]}
-    assert changed == {session_dir / "session_manifest.md"}  # only Current Phase moved to 2
+    changed = {p for p in before if not p.exists() or p.read_bytes() != before[p]}
+    third = {p for p in before if p.parent.name == "phase_3_niche_selection"}  # to run again: moved to history
+    assert changed == {session_dir / "session_manifest.md", *third}
 
 
 def test_write_back_never_overwrites_a_kept_file(project, tmp_path, monkeypatch):
     root = copy_of(ROOT, tmp_path / "haytham")
-    niche = root / "projects" / "project-123" / "sessions" / FULL / "phase_3_niche_selection"
+    session_dir = root / "projects" / "project-123" / "sessions" / FULL
+    niche = session_dir / "phase_3_niche_selection"
     run(root, project)
     (niche / "checkpoint.md").write_text("# Phase Checkpoint: changed on disk\n")
     now = datetime(2026, 7, 1, 12, tzinfo=UTC)
@@ -434,14 +507,52 @@ def test_write_back_never_overwrites_a_kept_file(project, tmp_path, monkeypatch)
             return now
 
     monkeypatch.setattr(haytham, "datetime", Frozen)
-    (niche / "checkpoint.20260701T120000Z.md").write_text("someone else's")
+    history = session_dir / haytham.HISTORY / niche.name
+    history.mkdir(parents=True)
+    (history / "checkpoint.20260701T120000Z.md").write_text("someone else's")
     checkpoint = restored(FULL, "phase_3_niche_selection")
 
     written = haytham.write_back(session_named(FULL), checkpoint, root)
 
-    assert niche / "checkpoint.20260701T120000Z-1.md" in written
-    assert (niche / "checkpoint.20260701T120000Z.md").read_text() == "someone else's"
-    assert (niche / "checkpoint.20260701T120000Z-1.md").read_text() == "# Phase Checkpoint: changed on disk\n"
+    assert history / "checkpoint.20260701T120000Z-1.md" in written
+    assert (history / "checkpoint.20260701T120000Z.md").read_text() == "someone else's"
+    assert (history / "checkpoint.20260701T120000Z-1.md").read_text() == "# Phase Checkpoint: changed on disk\n"
+
+
+def test_write_back_moves_files_older_write_backs_left_in_phase_folders_to_history(project, tmp_path):
+    root = copy_of(ROOT, tmp_path / "haytham")
+    session_dir = root / "projects" / "project-123" / "sessions" / MVP
+    concept = session_dir / "phase_1_concept"
+    (concept / "user_feedback.20260601T100000Z.md").write_bytes((concept / "user_feedback.md").read_bytes())
+    run(root, project)
+
+    haytham.write_back(session_named(MVP), restored(MVP, "phase_3_niche_selection"), root)
+
+    assert haytham_agent_outputs(session_dir)[1] == {
+        "concept_expansion": (concept / "concept_expansion.md").read_text()
+    }
+    assert (session_dir / haytham.HISTORY / concept.name / "user_feedback.20260601T100000Z.md").is_file()
+
+
+def test_a_session_the_agent_reported_exports_durations_as_haytham_writes_them(project, tmp_path):
+    session, _ = services.upsert_session(project, external_id="idea-9", agent="haytham", execution_mode="mvp")
+    started = datetime(2026, 6, 1, 10, tzinfo=UTC)
+    phase, _ = report_phase(
+        session, 1, actor=services.Actor.system("test"), name="Concept Expansion", status="completed",
+        started_at=started, completed_at=started + timedelta(seconds=92.9), duration=92.9,
+    )  # fmt: skip
+    add_agent_output(
+        phase, actor=services.Actor.system("test"), agent_name="concept_expansion", content="Idea.", duration=92.9
+    )
+
+    haytham.export(session, tmp_path)
+
+    session_dir = tmp_path / "projects" / "acme" / "sessions" / "idea-9"
+    manifest = (session_dir / "session_manifest.md").read_text()
+    assert (
+        "| 1 | Concept Expansion | completed | 2026-06-01T10:00:00Z | 2026-06-01T10:01:32.900000Z | 92s |" in manifest
+    )
+    assert "\n- Duration: 92.9s\n" in (session_dir / "phase_1_concept" / "concept_expansion.md").read_text()
 
 
 def test_read_yields_the_session_then_checkpoints_and_phases_in_order():
@@ -450,3 +561,177 @@ def test_read_yields_the_session_then_checkpoints_and_phases_in_order():
     assert isinstance(records[0], SessionRecord)
     assert [r.number for r in records if isinstance(r, PhaseRecord)] == [1, 2, 3, 6, 7]
     assert records[0].project == "project-123"
+
+
+# ---- files written by Haytham's own CheckpointManager ------------------------------------------------
+
+
+def executed(path: Path) -> datetime:
+    return datetime.fromisoformat(re.search(r"^- Executed: (\S+)$", path.read_text(), re.M).group(1))
+
+
+def test_a_redone_phase_keeps_both_attempts_with_their_own_times_beside_the_feedback(project, tmp_path):
+    watched_over_time(tmp_path, project)
+
+    phases = phases_of(session_named(RETRIED, FOUNDER))
+    niche = phases[3]
+    attempts = list(niche.outputs.order_by("attempt"))
+    files = [founder_session(moment, RETRIED) / "phase_3_niche_selection" / "niche_selection.md" for moment in MOMENTS]
+    assert [(o.agent_name, o.attempt) for o in attempts] == [("niche_selection", 1), ("niche_selection", 2)]
+    assert [o.content for o in attempts] == [path.read_text() for path in files]
+    assert [o.created_at for o in attempts] == [executed(path) for path in files]  # Haytham's time, not the import's
+    rejection, approval = niche.feedback.order_by("created_at")
+    assert rejection.action == "retry_with_changes" and approval.action == "approved"
+    assert attempts[0].created_at < rejection.created_at < attempts[1].created_at < approval.created_at
+    concept = phases[1].outputs.get()
+    assert concept.created_at == executed(
+        founder_session(MOMENTS[0], RETRIED) / "phase_1_concept" / "concept_expansion.md"
+    )
+
+
+def test_an_agent_error_keeps_its_type_message_and_stack_trace(project, tmp_path):
+    watched_over_time(tmp_path, project)
+
+    failed = phases_of(session_named(RETRIED, FOUNDER))[6].outputs.get(agent_name="startup_validator")
+    assert (failed.status, failed.error) == ("failed", "Rate exceeded")
+    assert failed.error_details == {
+        "error_type": "ThrottlingException",
+        "error_message": "Rate exceeded",
+        "stack_trace": 'Traceback (most recent call last):\n  File "haytham/agents/runner.py", line 88, in run\n'
+        "    response = client.converse(**request)\n"
+        "botocore.errorfactory.ThrottlingException: An error occurred (ThrottlingException) when calling the "
+        "Converse operation: Rate exceeded",
+    }
+
+
+def test_importing_the_watched_folder_again_adds_nothing(project, tmp_path):
+    folder = watched_over_time(tmp_path, project)
+    before = snapshot(FOUNDER)
+
+    report = run(folder, project)
+
+    assert (report.imported, report.errors) == (0, [])
+    assert snapshot(FOUNDER) == before
+
+
+def test_export_of_phases_imported_at_two_moments_is_byte_identical_to_what_haytham_wrote(project, tmp_path):
+    watched_over_time(tmp_path, project)
+    out = tmp_path / "out"
+
+    for session_id in (RETRIED, STARTED):
+        haytham.export(session_named(session_id, FOUNDER), out)
+
+    for session_id in (RETRIED, STARTED):
+        original = files_haytham_reads(founder_session(MOMENTS[1], session_id))
+        assert files_haytham_reads(founder_session(out, session_id)) == original
+    fresh = founder_session(MOMENTS[1], STARTED) / "phase_2_market_research" / "checkpoint.md"
+    assert "\n- Agent Execution Times: \n" in fresh.read_text()  # an in_progress phase without agents yet
+    errors = (founder_session(MOMENTS[1], RETRIED) / "phase_6_validation" / "checkpoint.md").read_text()
+    assert errors.endswith(
+        "## Errors\n- startup_validator: ThrottlingException: Rate exceeded\n- budget: 2 of 3 retries used\n"
+    )
+    manifest = (founder_session(MOMENTS[1], RETRIED) / "session_manifest.md").read_text()
+    assert "| 50s |" in manifest  # 50.987 s: "51.0s" in checkpoint.md, truncated to "50s" in the table
+
+
+def test_export_of_a_phase_with_two_versions_leaves_only_agent_outputs_where_haytham_reads_them(project, tmp_path):
+    watched_over_time(tmp_path, project)
+
+    haytham.export(session_named(RETRIED, FOUNDER), tmp_path / "out")
+
+    session_dir = founder_session(tmp_path / "out", RETRIED)
+    outputs = {n: sorted(found) for n, found in haytham_agent_outputs(session_dir).items()}
+    assert outputs == {
+        1: ["concept_expansion"],
+        2: ["competitor_analysis", "market_intelligence"],
+        3: ["niche_selection"],
+        6: ["risk_assessment", "startup_validator"],
+    }
+    earlier = session_dir / haytham.HISTORY / "phase_3_niche_selection"
+    first = founder_session(MOMENTS[0], RETRIED) / "phase_3_niche_selection"
+    kept = {path.name.split(".")[0]: path.read_bytes() for path in earlier.iterdir()}
+    assert kept == {
+        name: (first / f"{name}.md").read_bytes() for name in ("checkpoint", "niche_selection", "user_feedback")
+    }
+
+
+def test_an_export_reimports_into_another_project_with_every_version_and_attempt(project, tmp_path):
+    watched_over_time(tmp_path, project)
+    out = tmp_path / "out"
+    for session_id in (RETRIED, STARTED):
+        haytham.export(session_named(session_id, FOUNDER), out)
+    (out / "projects" / FOUNDER).rename(out / "projects" / "copy")
+
+    report = run(out, project)
+
+    assert report.errors == []
+    assert report.imported == Checkpoint.objects.filter(session__project__slug=FOUNDER).count()
+    assert snapshot("copy") == snapshot(FOUNDER)
+
+
+def test_write_back_of_a_restore_leaves_only_agent_outputs_where_haytham_reads_them(project, tmp_path):
+    folder = watched_over_time(tmp_path, project)
+    session_dir = founder_session(folder, RETRIED)
+    redone = {path: path.read_bytes() for path in (session_dir / "phase_3_niche_selection").iterdir()}
+    checkpoint = restored(RETRIED, "phase_3_niche_selection", FOUNDER, version=0)
+
+    written = haytham.write_back(session_named(RETRIED, FOUNDER), checkpoint, folder)
+
+    assert {n: sorted(found) for n, found in haytham_agent_outputs(session_dir).items()} == {
+        1: ["concept_expansion"],
+        2: ["competitor_analysis", "market_intelligence"],
+        3: ["niche_selection"],
+    }
+    history = session_dir / haytham.HISTORY / "phase_3_niche_selection"
+    assert {path.read_bytes() for path in history.iterdir()} == set(redone.values())  # kept before replaced
+    assert set(history.iterdir()) <= set(written)
+    assert not [path for path in session_dir.rglob("*") if path.name.endswith(".tmp")]
+
+
+def test_after_a_restore_haytham_resumes_from_the_restored_phase_as_it_was_then(project, tmp_path):
+    folder = watched_over_time(tmp_path, project)
+    session_dir = founder_session(folder, RETRIED)
+    checkpoint = restored(RETRIED, "phase_3_niche_selection", FOUNDER, version=0)  # the rejected first attempt
+
+    haytham.write_back(session_named(RETRIED, FOUNDER), checkpoint, folder)
+
+    then = founder_session(MOMENTS[0], RETRIED)
+    assert haytham_session(session_dir) == {"current_phase": 3, "completed_phases": [1, 2, 3], "can_resume": False}
+    assert haytham_approved_phases(session_dir) == [1, 2]  # phase 3's approval was for the redo
+    assert haytham_agent_outputs(session_dir) == haytham_agent_outputs(then)
+    assert without_last_updated(files_haytham_reads(session_dir)) == without_last_updated(files_haytham_reads(then))
+
+
+def test_a_restored_in_progress_phase_can_resume_without_what_came_after_it(project, tmp_path):
+    folder = watched_over_time(tmp_path, project)
+    session_dir = founder_session(folder, STARTED)
+    checkpoint = restored(STARTED, "phase_1_concept", FOUNDER, version=0)  # started, no agent run yet
+
+    haytham.write_back(session_named(STARTED, FOUNDER), checkpoint, folder)
+
+    assert haytham_session(session_dir) == {"current_phase": 1, "completed_phases": [], "can_resume": True}
+    assert haytham_approved_phases(session_dir) == []
+    assert haytham_agent_outputs(session_dir) == {}
+    then = founder_session(MOMENTS[0], STARTED)
+    assert without_last_updated(files_haytham_reads(session_dir)) == without_last_updated(files_haytham_reads(then))
+    report = run(folder, project)  # read again after the write-back: nothing new, nothing stray
+    assert (report.imported, report.errors) == (0, [])
+    assert phases_of(session_named(STARTED, FOUNDER))[2].status == "pending"
+
+
+def test_export_after_a_restore_is_what_write_back_leaves_on_disk(project, tmp_path):
+    folder = watched_over_time(tmp_path, project)
+    checkpoint = restored(RETRIED, "phase_3_niche_selection", FOUNDER, version=0)
+    session = session_named(RETRIED, FOUNDER)
+    haytham.write_back(session, checkpoint, folder)
+
+    haytham.export(session, tmp_path / "out")
+
+    exported = files_haytham_reads(founder_session(tmp_path / "out", RETRIED))
+    on_disk = files_haytham_reads(founder_session(folder, RETRIED))
+    assert without_last_updated(exported) == without_last_updated(on_disk)
+
+
+def without_last_updated(files: dict[str, bytes]) -> dict[str, bytes]:
+    """The manifest's "- Last Updated:" is the moment of the write-back, the one line that may differ."""
+    return {name: re.sub(rb"- Last Updated: .*", b"", data) for name, data in files.items()}
