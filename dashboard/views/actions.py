@@ -150,7 +150,9 @@ def pin(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         return HttpResponseBadRequest("pinned must be 1 or 0")
     pinned = form.cleaned_data["pinned"]
     pin_checkpoint(checkpoint, actor=Actor.for_user(request.user), pinned=pinned)
-    done = f"#{checkpoint.seq} {'pinned: retention keeps it' if pinned else 'unpinned: its retention rules apply again'}."
+    done = (
+        f"#{checkpoint.seq} {'pinned: retention keeps it' if pinned else 'unpinned: its retention rules apply again'}."
+    )
     if request.htmx:
         back = safe_next(request, request.htmx.current_url_abs_path or "")
         context = {"checkpoint": checkpoint, "next": back, "updated": True}

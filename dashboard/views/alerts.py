@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
+from checkpoints.humanize import plain_duration
 from checkpoints.models import AlertSeverity, DriftAlert, Project
 from checkpoints.services import Actor, acknowledge_alert, resolve_alert
 
@@ -31,10 +32,18 @@ def evidence_summary(evidence: Any, *, limit: int = 4) -> str:
     if not isinstance(evidence, dict):
         return _short(evidence)
     # sorted: PostgreSQL's jsonb does not keep the order keys were written in
-    parts = [f"{key.replace('_', ' ')}: {_short(value)}" for key, value in sorted(evidence.items())[:limit]]
+    parts = [f"{key.replace('_', ' ')}: {_value(key, value)}" for key, value in sorted(evidence.items())[:limit]]
     if len(evidence) > limit:
         parts.append(f"+{len(evidence) - limit} more")
     return " · ".join(parts)
+
+
+def _value(key: str, value: Any) -> str:
+    """Times counted in minutes or seconds read as durations ('minutes: 2 h 5 min')."""
+    for suffix, size in (("minutes", 60), ("seconds", 1)):
+        if key.endswith(suffix) and isinstance(value, int | float) and not isinstance(value, bool):
+            return plain_duration(value * size)
+    return _short(value)
 
 
 def _short(value: Any, width: int = 60) -> str:

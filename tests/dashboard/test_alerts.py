@@ -10,6 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from checkpoints.models import AlertState, AuditEvent, DriftAlert
+from dashboard.views.alerts import evidence_summary
 
 LIST = "/alerts/"
 
@@ -337,3 +338,8 @@ def test_resolve_with_a_too_long_reason_shows_the_error(client, alice, alert):
     assert json.loads(response["HX-Trigger-After-Settle"])["notice"]["level"] == "error"
     alert.refresh_from_db()
     assert alert.state == AlertState.OPEN
+
+
+def test_evidence_counted_in_minutes_or_seconds_reads_as_durations():
+    summary = evidence_summary({"minutes": 7342, "limit_minutes": 120, "idle_seconds": 95, "count": 3})
+    assert summary == "count: 3 · idle seconds: 1 min 35 s · limit minutes: 2 h · minutes: 5 d 2 h"
