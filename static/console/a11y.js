@@ -46,11 +46,13 @@
 // Focus survives a swap. htmx focuses an [autofocus] element of the new content (action responses mark
 // the updated control) or the element with the focused one's id; when neither applies, focus would fall
 // to <body> (a polling overview would steal it every 30 s). Then the same link or button of the new
-// content gets it back, found by href or text, else the swapped region; the page never scrolls for it.
+// content gets it back, found by rel (a pager's Next), href or text, else the swapped region; the page never
+// scrolls for it.
 (function () {
   let kept = null;
   function describe(element) {
     return {
+      rel: element.getAttribute("rel"),
       href: element.getAttribute("href"),
       name: element.getAttribute("name"),
       text: (element.textContent || "").trim(),
@@ -59,6 +61,7 @@
   }
   function same(element, wanted) {
     if (element.tagName !== wanted.tag) return false;
+    if (wanted.rel) return element.getAttribute("rel") === wanted.rel;  // a pager's Next leads elsewhere each page
     if (wanted.href) return element.getAttribute("href") === wanted.href;
     if (wanted.name) return element.getAttribute("name") === wanted.name;
     return (element.textContent || "").trim() === wanted.text;
@@ -87,5 +90,30 @@
     }
     if (!region.hasAttribute("tabindex")) region.setAttribute("tabindex", "-1");
     region.focus({ preventScroll: true });
+  });
+})();
+
+// Code blocks and wide tables that scroll inside themselves (on a phone, mostly) take keyboard focus, so
+// they can be scrolled without a mouse (WCAG 2.1.1); those that fit stay out of the Tab order.
+(function () {
+  function reachable(root) {
+    (root || document).querySelectorAll("pre, .table-wrap").forEach(function (box) {
+      const scrolls = box.scrollWidth > box.clientWidth + 1 || box.scrollHeight > box.clientHeight + 1;
+      if (scrolls && !box.hasAttribute("tabindex")) {
+        box.setAttribute("tabindex", "0");
+        box.dataset.scrollFocus = "";  // ours to take back once it fits again
+      } else if (!scrolls && "scrollFocus" in box.dataset) {
+        box.removeAttribute("tabindex");
+        delete box.dataset.scrollFocus;
+      }
+    });
+  }
+  let pending = null;
+  document.addEventListener("DOMContentLoaded", function () { reachable(); });
+  document.addEventListener("htmx:afterSettle", function () { reachable(); });
+  document.addEventListener("toggle", function () { reachable(); }, true);  // a <details> opened a code block
+  window.addEventListener("resize", function () {
+    window.clearTimeout(pending);
+    pending = window.setTimeout(reachable, 200);
   });
 })();

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-results" / "screenshots"
@@ -60,6 +61,18 @@ def csp_violations(request: pytest.FixtureRequest) -> Iterator[list[str]]:
     page.add_init_script(CSP_LISTENER)
     yield found
     assert found == [], f"Content-Security-Policy violations: {found}"
+
+
+@pytest.fixture
+def demo(db):
+    """The small demo: three projects, a dozen sessions with restores, forks, phases and alerts."""
+    call_command("seed_demo", "--small", verbosity=0)
+
+
+@pytest.fixture
+def root(django_user_model):
+    """Staff with every permission: sees every console page and the admin."""
+    return django_user_model.objects.create_superuser("root", password="root-password-1")
 
 
 @pytest.fixture

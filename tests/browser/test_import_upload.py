@@ -133,7 +133,7 @@ def test_a_bomb_is_refused_on_the_form_and_a_forged_zip_fails_its_job_with_a_sen
     page.get_by_role("button", name="Upload and import").click()
     expect(page.get_by_role("heading", name="Import failed")).to_be_visible()
     expect(page.get_by_role("alert")).to_have_text(
-        "Refused: the zip archive is damaged or truncated and cannot be read."
+        "Nothing from this archive was imported. Refused: the zip archive is damaged or truncated and cannot be read."
     )
     screenshot("import-failed-forged")
     assert ImportJob.objects.get().status == ImportJobStatus.FAILED
