@@ -122,8 +122,8 @@ def job_list(request: HtmxHttpRequest) -> HttpResponse:
         "refresh": busy,  # the table refreshes itself until what was queued or running has finished
     }
     response = render_page(request, "dashboard/jobs.html", context, "job-table")
-    if request.htmx and not busy:
-        response.status_code = HttpResponseStopPolling.status_code  # 286: swapped in, then polling stops
+    if request.htmx and request.htmx.trigger == "job-table" and not busy:
+        response.status_code = HttpResponseStopPolling.status_code  # 286: the poll's last swap; polling stops
     return response
 
 
