@@ -31,6 +31,7 @@ CHAR_BUDGET = 200_000  # characters of values one response renders; past it, row
 VALUE_PREVIEW = 300  # characters shown before "Show all"
 VALUE_PREVIEW_LINES = 6
 VALUE_INLINE = 3_000  # characters of one value that come with the page
+SHORT_VALUE = 60  # one-line values this short sit on their row's line: `"draft" → "sent"`
 LINE_LIMIT = 600  # lines per side that a line diff compares
 SIDE_ROWS = 80  # rows of a line diff shown
 CONTEXT = 3  # unchanged lines kept around each change
@@ -63,6 +64,10 @@ class Value:
     message: dict[str, Any] | None = None  # role, content, tools: for chat messages
     omitted: bool = False  # past the response's budget: only its size is shown
 
+    @property
+    def short(self) -> bool:
+        return not self.omitted and self.message is None and len(self.text) <= SHORT_VALUE and "\n" not in self.text
+
 
 @dataclass
 class Cell:
@@ -89,6 +94,11 @@ class Row:
     sides: list[SideRow] | None = None
     sides_clipped: bool = False
     is_run = False
+
+    @property
+    def short(self) -> bool:
+        """Every value it shows fits on its line."""
+        return self.sides is None and all(value.short for value in (self.old, self.new) if value is not None)
 
 
 @dataclass

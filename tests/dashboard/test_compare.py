@@ -279,9 +279,21 @@ def test_an_addition_shows_its_new_value_alone_and_a_change_both_sides(client, b
     html = client.get(url(a.pk, b.pk)).content.decode()
     added = html.split('<code class="diff-path">found</code>')[1].split("</li>")[0]
     assert 'class="diff-val diff-add"' in added and "diff-del" not in added and "absent" not in added
-    changed = html.split('<code class="diff-path">progress</code>')[1].split("</li>")[0]
-    assert re.search(r'diff-del"><span class="side-name">A · #1</span>.*10', changed, re.S)
-    assert re.search(r'diff-add"><span class="side-name">B · #2</span>.*40', changed, re.S)
+    changed = text_of(html.split('<code class="diff-path">progress</code>')[1].split("</li>")[0])
+    assert changed == "± changed A · #1: 10 → B · #2: 40"  # short values: on the row's line
+
+
+def test_a_longer_change_shows_a_beside_b(client, bob, make_session, make_checkpoint):
+    session = make_session()
+    a = make_checkpoint(session, {"note": "The build failed on the retry path; rerunning the flaky test first."})
+    b = make_checkpoint(
+        session, {"note": "The build passed after skipping the flaky test; paged the on-call engineer."}
+    )
+    client.force_login(bob)
+    html = client.get(url(a.pk, b.pk)).content.decode()
+    pair = html.split('class="diff-pair"')[1].split("</li>")[0]
+    assert re.search(r'diff-del"><span class="side-name">A · #1</span>.*retry path', pair, re.S)
+    assert re.search(r'diff-add"><span class="side-name">B · #2</span>.*skipping', pair, re.S)
 
 
 @pytest.fixture
