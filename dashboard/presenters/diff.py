@@ -226,7 +226,8 @@ def present_diff(
             (0, None),
         )
         if expand == key:
-            page = view.expanded = _page(group.label, items, offset, MORE_ROWS, key, links, budget)
+            first = min(max(offset, 0), len(items) - 1)
+            page = view.expanded = _page(group.label, items, first, MORE_ROWS, key, links, budget)
         elif run is not None:
             view.expanded = _run_page(run, offset, links, budget)
             view.expanded_run = _run_row(run, links, view.expanded)
@@ -286,8 +287,6 @@ def _run_row(run: Run, links: _Links, page: Page | None = None) -> RunRow:
     key = f"r:{run.key}"
     name = run.list_path[-1] if run.list_path else ""
     noun = "messages" if name in MESSAGE_LISTS else f"items of {format_path(run.list_path)}"
-    if run.count == 1 and noun == "messages":
-        noun = "message"
     return RunRow(
         op=run.op,
         list_op=run.list_op,

@@ -395,3 +395,16 @@ def test_huge_values_stay_within_the_pages_budget(client, bob, make_session, mak
     assert 'class="sbs"' in html  # the first ones line by line
     assert "not shown: this page already shows enough" in html
     assert f"/checkpoints/{b.pk}/tree/?path=%5B%22k39%22%5D" in html  # where the whole value is
+
+
+@pytest.mark.parametrize(
+    "query",
+    [{"expand": "g:memory", "offset": "99999"}, {"expand": "r:nowhere@3"}, {"expand": "g:memory", "offset": "x"}],
+)
+def test_a_show_more_link_that_does_not_fit_the_diff_still_answers(client, bob, make_session, make_checkpoint, query):
+    session = make_session()
+    a = make_checkpoint(session, {"memory": {f"k{i:02}": i for i in range(20)}})
+    b = make_checkpoint(session, {"memory": {f"k{i:02}": -i for i in range(1, 21)}})
+    client.force_login(bob)
+    response = client.get(url(a.pk, b.pk, **query), headers=HTMX)
+    assert response.status_code == 200 and 'class="diff-item ' in response.content.decode()
