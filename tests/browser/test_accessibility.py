@@ -18,12 +18,13 @@ from playwright.sync_api import expect
 
 from checkpoints.models import AgentSession, AuditEvent, Checkpoint, DriftAlert, Phase, PhaseStatus
 
+from .conftest import TEST_TOOLS
 from .test_content_security_policy import console_pages
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 AXE = Path(__file__).resolve().parent / "vendor" / "axe.min.js"
-AXE_PATH = "/__browser-tests__/axe.min.js"  # never a console URL: Playwright answers it
+AXE_PATH = f"{TEST_TOOLS}/axe.min.js"  # never a console URL: Playwright answers it
 SERIOUS = """async () => {
   const result = await axe.run(document, {resultTypes: ["violations"]});
   return result.violations
