@@ -91,11 +91,27 @@ def _summary(run: JobRun) -> str:
 @console(VIEW)
 @require_GET
 def job_list(request: HtmxHttpRequest) -> HttpResponse:
+    system_figures = in_every_project(request.user, VIEW)  # a run's counts span every project
+    rows = _rows(request, system_figures=system_figures)
+    busy = any(row["waiting"] or (row["run"] and row["run"].status == JobRunStatus.RUNNING) for row in rows)
+    context = {
+        "rows": rows,
+        "system_figures": system_figures,
+        "can_run": request.user.has_perm(OPERATE, ALL_PROJECTS),
+        "refresh": busy,  # the table refreshes itself until what was queued or running has finished
+    }
+    response = render_page(request, "dashboard/jobs.html", context, "job-table")
+    if request.htmx and request.htmx.trigger == "job-table" and not busy:
+        response.status_code = HttpResponseStopPolling.status_code  # 286: the poll's last swap; polling stops
+    return response
+
+
+def _rows(request: HtmxHttpRequest, *, system_figures: bool) -> list[dict[str, Any]]:
+    """Each schedule with its newest run, ready to show."""
     now = timezone.now()
     tasks = list(PeriodicTask.objects.select_related("interval", "crontab", "solar", "clocked").order_by("name"))
     runs = _latest_runs({JOB_FOR_TASK[t.task] for t in tasks if t.task in JOB_FOR_TASK})
     silent_since = now - stale_after()
-    system_figures = in_every_project(request.user, VIEW)  # a run's counts span every project
     queued, queued_at = _watched(request, now)
     rows = []
     for task in tasks:
@@ -114,17 +130,7 @@ def job_list(request: HtmxHttpRequest) -> HttpResponse:
                 "waiting": task.pk == queued and (run is None or run.started_at < queued_at),
             }
         )
-    busy = any(row["waiting"] or (row["run"] and row["run"].status == JobRunStatus.RUNNING) for row in rows)
-    context = {
-        "rows": rows,
-        "system_figures": system_figures,
-        "can_run": request.user.has_perm(OPERATE, ALL_PROJECTS),
-        "refresh": busy,  # the table refreshes itself until what was queued or running has finished
-    }
-    response = render_page(request, "dashboard/jobs.html", context, "job-table")
-    if request.htmx and request.htmx.trigger == "job-table" and not busy:
-        response.status_code = HttpResponseStopPolling.status_code  # 286: the poll's last swap; polling stops
-    return response
+    return rows
 
 
 def _takes_triggered_by(name: str) -> bool:
