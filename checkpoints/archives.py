@@ -108,7 +108,9 @@ class Index:
         """Check one member; return its path for a file (None for a folder)."""
         self.members += 1
         if self.members > self.limits.max_members:
-            raise UnsafeArchive(f"Refused: the archive holds more than {self.limits.max_members:,} members, the limit.")
+            raise UnsafeArchive(
+                f"Refused: the archive holds more than {self.limits.max_members:,} files and folders, the limit."
+            )
         if kind == "link":
             raise UnsafeArchive(f"Refused: {_shown(name)} is a link; upload plain files only.")
         if kind == "special":
@@ -140,7 +142,7 @@ class Index:
         if unpacked > RATIO_FLOOR and unpacked > self.limits.max_ratio * self.archive_bytes:
             raise UnsafeArchive(
                 f"Refused: the archive unpacks to more than {self.limits.max_ratio}× its own size of "
-                f"{filesizeformat(self.archive_bytes)} (a compression bomb?)."
+                f"{filesizeformat(self.archive_bytes)}: archives that swell that much are built to fill up disks."
             )
 
     def finish(self) -> None:
@@ -155,9 +157,11 @@ def _shown(name: str) -> str:
 
 def _safe_path(name: str, limits: Limits) -> PurePosixPath:
     if any(unicodedata.category(char) == "Cc" for char in name):
-        raise UnsafeArchive(f"Refused: the name {_shown(name)} holds a control character.")
+        raise UnsafeArchive(
+            f"Refused: the name {_shown(name)} holds an invisible control character (a line break, say)."
+        )
     if any(0xD800 <= ord(char) <= 0xDFFF for char in name):  # undecodable bytes, kept by tarfile as surrogates
-        raise UnsafeArchive(f"Refused: the name {_shown(name)} is not valid UTF-8.")
+        raise UnsafeArchive(f"Refused: the name {_shown(name)} is not readable text (not UTF-8).")
     if len(name) > limits.max_name_length:
         raise UnsafeArchive(
             f"Refused: a name in the archive is {len(name):,} characters long, more than the limit of "
@@ -261,7 +265,9 @@ class _Zip(_Reader):
         try:
             entries = _count_zip_entries(raw, limits.max_members)
             if entries > limits.max_members:
-                raise UnsafeArchive(f"Refused: the archive holds more than {limits.max_members:,} members, the limit.")
+                raise UnsafeArchive(
+                    f"Refused: the archive holds more than {limits.max_members:,} files and folders, the limit."
+                )
             self.zipped = stack.enter_context(zipfile.ZipFile(raw))
             for info in self.zipped.infolist():
                 self._check(info)
@@ -274,13 +280,13 @@ class _Zip(_Reader):
     def _check(self, info: zipfile.ZipInfo) -> None:
         name = info.orig_filename  # zipfile cuts `filename` at a NUL; the header holds the whole name
         if "\0" in name:
-            raise UnsafeArchive(f"Refused: the name {_shown(name)} holds a NUL character.")
+            raise UnsafeArchive(f"Refused: the name {_shown(name)} holds an invisible zero byte.")
         limit = self.index.limits.max_ratio
         if info.file_size > limit * info.compress_size:  # at any size: 200 members of 1 MiB are a bomb too
             ratio = info.file_size // max(info.compress_size, 1)
             raise UnsafeArchive(
                 f"Refused: {_shown(name)} unpacks to {ratio:,}× its compressed size, more than the limit of "
-                f"{limit}× (a zip bomb?)."
+                f"{limit}×: files that swell that much are built to fill up disks."
             )
         mode = info.external_attr >> 16 if info.create_system == 3 else 0  # Unix file type, when made on Unix
         kind: Kind = "folder" if name.endswith(("/", "\\")) else "file"
@@ -293,8 +299,8 @@ class _Zip(_Reader):
             raise UnsafeArchive(f"Refused: {_shown(name)} is encrypted; upload an archive without a password.")
         if info.compress_type not in ZIP_METHODS:
             raise UnsafeArchive(
-                f"Refused: {_shown(name)} uses a compression method this console cannot read "
-                f"(method {info.compress_type}); use stored or deflated (a plain zip)."
+                f"Refused: {_shown(name)} is compressed in a way this console cannot read "
+                f"(zip method {info.compress_type}); save the archive again as a plain zip."
             )
 
     def members(self) -> Iterator[tuple[PurePosixPath, int, Opener]]:

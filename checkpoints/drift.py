@@ -22,6 +22,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from . import jsoncodec, store
+from .humanize import plain_duration
 from .jobs import Failures, each_batch
 from .models import (
     AgentSession,
@@ -378,7 +379,7 @@ def detect_long_running(recent: Recent, now: datetime, limits: Limits) -> list[F
         Finding(
             AlertKind.LONG_RUNNING,
             AlertSeverity.INFO,
-            f"Active for {minutes} minutes without a recovery checkpoint.",
+            f"Active for {plain_duration(minutes * 60)} without a recovery checkpoint.",
             {"minutes": minutes, "limit_minutes": int(limits.long_running.total_seconds() // 60)},
             recent.head,
             within[-1] if within else reset,
@@ -395,7 +396,7 @@ def detect_missed_routine(recent: Recent, now: datetime, limits: Limits) -> list
         Finding(
             AlertKind.MISSED_ROUTINE,
             AlertSeverity.WARNING,
-            f"No checkpoint or heartbeat for {minutes} minutes.",
+            f"No checkpoint or heartbeat for {plain_duration(minutes * 60)}.",
             {
                 "last_seen_at": heartbeat.isoformat(),
                 "minutes": minutes,

@@ -203,12 +203,32 @@ def add_agent_output(phase: Phase, *, actor: Actor, **fields: Any) -> AgentOutpu
     return output
 
 
+def standing_approval(phase: Phase, decisions: Sequence[PhaseFeedback] | None = None) -> PhaseFeedback | None:
+    """The approval of the phase's current run: its latest decision, when that approved it after it completed.
+
+    Once the agent completes the phase again (a later `completed_at`), the run is new and can be approved.
+    `decisions`, newest first, saves the query when the caller has them already.
+    """
+    if decisions is None:
+        decisions = phase.feedback.order_by("-created_at", "-pk")[:1]
+    latest = next(iter(decisions), None)
+    if latest is None or latest.action != FeedbackAction.APPROVED:
+        return None
+    if phase.completed_at is not None and latest.created_at < phase.completed_at:
+        return None
+    return latest
+
+
 def _refusal(phase: Phase, action: str, requested_changes: Sequence[str]) -> str | None:
     if action not in FeedbackAction.values:
         return f"unknown action {action!r}"
     if action == FeedbackAction.RETRY_WITH_CHANGES and not requested_changes:
         return "requesting changes needs at least one requested change"
     if action == FeedbackAction.APPROVED:
+        approval = standing_approval(phase)
+        if approval is not None:
+            by = approval.reviewer_name or "a reviewer"
+            return f"phase {phase.number} is already approved (by {by}); it cannot be approved again"
         if phase.status != PhaseStatus.COMPLETED:
             return f"phase {phase.number} has not completed (status {phase.status}); it cannot be approved yet"
         failing = [check.label for check in validate_phase(phase, list(phase.outputs.all())) if not check.ok]

@@ -33,7 +33,11 @@ def queue_import(upload: UploadedFile, *, project_slug: str, actor: Actor) -> Im
             project = get_or_create_project(project_slug)
             name = Path(upload.name or archive.name).name[:300]
             job = ImportJob.objects.create(
-                project=project, archive=str(archive), original_name=name, created_by=actor.user
+                project=project,
+                archive=str(archive),
+                original_name=name,
+                created_by=actor.user,
+                report={"files": len(index.files)},  # for the progress page until the import's report replaces it
             )
             details = {"job": job.pk, "bytes": upload.size, "files": len(index.files), "unpacked": index.declared_bytes}
             record_audit(actor, "upload", project=project, target=name, details=details)

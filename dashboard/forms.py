@@ -90,16 +90,18 @@ class AlertFilterForm(forms.Form):
         super().__init__(data)
         self.fields["project"].choices = [("", "Any project"), *projects]
 
-    def clean_after(self) -> tuple[datetime, int] | None:
-        """Keyset cursor `<opened_at ISO>_<id>` of the last row of the previous page."""
+    def clean_after(self) -> tuple[str, datetime, int] | None:
+        """Keyset cursor `<severity>_<opened_at ISO>_<id>` of the last row of the previous page."""
         value = self.cleaned_data["after"]
         if not value:
             return None
-        when, _, pk = value.rpartition("_")
+        severity, _, rest = value.partition("_")
+        when, _, pk = rest.rpartition("_")
         opened_at = utc_datetime(when)
-        if opened_at is None or not (pk.isascii() and pk.isdigit() and int(pk) < 2**63):
+        valid_pk = pk.isascii() and pk.isdigit() and int(pk) < 2**63
+        if severity not in AlertSeverity.values or opened_at is None or not valid_pk:
             raise forms.ValidationError("Not a page cursor.")
-        return opened_at, int(pk)
+        return severity, opened_at, int(pk)
 
 
 class UploadForm(forms.Form):

@@ -9,6 +9,8 @@ from typing import Any
 from django import template
 from django.utils import timezone
 
+from checkpoints.humanize import plain_duration
+
 register = template.Library()
 
 
@@ -28,16 +30,19 @@ def ago(value: datetime | None) -> str:
 
 @register.filter
 def duration(value: float | timedelta | None) -> str:
+    """'2 h 5 min', '3 min 7 s', 'under 1 s'."""
     if value is None:
         return "—"
-    seconds = int(value.total_seconds() if isinstance(value, timedelta) else value)
-    hours, rest = divmod(seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if hours:
-        return f"{hours} h {minutes:02d} min"
-    if minutes:
-        return f"{minutes} min {seconds:02d} s"
-    return f"{seconds} s"
+    return plain_duration(value.total_seconds() if isinstance(value, timedelta) else value)
+
+
+@register.filter
+def until(value: datetime | None) -> str:
+    """'in 23 min' — how soon a future moment comes; 'now' once it has passed."""
+    if value is None:
+        return "—"
+    seconds = (value - timezone.now()).total_seconds()
+    return f"in {plain_duration(seconds)}" if seconds >= 1 else "now"
 
 
 @register.filter

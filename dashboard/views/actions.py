@@ -30,7 +30,7 @@ from checkpoints.services import (
 
 from ..forms import ForkForm, PinForm, RestoreForm, UndoForm
 from ..presenters.diff import DiffView, present_diff
-from .common import OPERATE, HtmxHttpRequest, console, get_checkpoint_for_user, get_session_for_user
+from .common import OPERATE, HtmxHttpRequest, console, get_checkpoint_for_user, get_session_for_user, notify
 
 FORGOTTEN_LIMIT = 100
 
@@ -159,9 +159,14 @@ def pin(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         return HttpResponseBadRequest("pinned must be 1 or 0")
     pinned = form.cleaned_data["pinned"]
     pin_checkpoint(checkpoint, actor=Actor.for_user(request.user), pinned=pinned)
+    done = (
+        f"#{checkpoint.seq} {'pinned: retention keeps it' if pinned else 'unpinned: its retention rules apply again'}."
+    )
     if request.htmx:
-        context = {"checkpoint": checkpoint, "next": safe_next(request, request.htmx.current_url_abs_path or "")}
+        back = safe_next(request, request.htmx.current_url_abs_path or "")
+        context = {"checkpoint": checkpoint, "next": back, "updated": True}
         response = render(request, "dashboard/partials/pin_control.html#pin-control", context)
-        return trigger_client_event(response, "checkpoint-pinned", {"id": checkpoint.pk, "pinned": pinned})
-    messages.success(request, f"#{checkpoint.seq} {'pinned: retention keeps it' if pinned else 'unpinned'}.")
+        trigger_client_event(response, "checkpoint-pinned", {"id": checkpoint.pk, "pinned": pinned})
+        return notify(response, done)
+    messages.success(request, done)
     return redirect(safe_next(request, reverse("dashboard:checkpoint_detail", args=[checkpoint.pk])))

@@ -6,22 +6,25 @@ import json
 from typing import Any
 
 from django.contrib import messages
-from django.db.models import Q
+from django.db.models import Case, IntegerField, Q, Value, When
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
-from checkpoints.models import DriftAlert, Project
+from checkpoints.humanize import plain_duration
+from checkpoints.models import AlertSeverity, DriftAlert, Project
 from checkpoints.services import Actor, acknowledge_alert, resolve_alert
 
 from ..forms import UNRESOLVED, AlertFilterForm, ResolveForm
 from .actions import safe_next
-from .common import TRIAGE, VIEW, HtmxHttpRequest, console, get_alert_for_user, render_page
+from .common import TRIAGE, VIEW, HtmxHttpRequest, console, get_alert_for_user, notify, render_page
 
 PAGE_SIZE = 50
 ROW = "dashboard/alert_list.html#alert-row"
+# the list shows the most severe alerts first, the newest first within a severity
+SEVERITY_RANK = {AlertSeverity.CRITICAL: 0, AlertSeverity.WARNING: 1, AlertSeverity.INFO: 2}
 
 
 def evidence_summary(evidence: Any, *, limit: int = 4) -> str:
@@ -29,10 +32,18 @@ def evidence_summary(evidence: Any, *, limit: int = 4) -> str:
     if not isinstance(evidence, dict):
         return _short(evidence)
     # sorted: PostgreSQL's jsonb does not keep the order keys were written in
-    parts = [f"{key.replace('_', ' ')}: {_short(value)}" for key, value in sorted(evidence.items())[:limit]]
+    parts = [f"{key.replace('_', ' ')}: {_value(key, value)}" for key, value in sorted(evidence.items())[:limit]]
     if len(evidence) > limit:
         parts.append(f"+{len(evidence) - limit} more")
     return " · ".join(parts)
+
+
+def _value(key: str, value: Any) -> str:
+    """Times counted in minutes or seconds read as durations ('minutes: 2 h 5 min')."""
+    for suffix, size in (("minutes", 60), ("seconds", 1)):
+        if key.endswith(suffix) and isinstance(value, int | float) and not isinstance(value, bool):
+            return plain_duration(value * size)
+    return _short(value)
 
 
 def _short(value: Any, width: int = 60) -> str:
@@ -59,10 +70,17 @@ def _alerts(filters: dict[str, Any], request: HtmxHttpRequest) -> Any:
         alerts = alerts.filter(session__project__slug=filters["project"])
     if filters.get("session"):
         alerts = alerts.filter(session_id=filters["session"])
+    rank = Case(*(When(severity=s, then=Value(r)) for s, r in SEVERITY_RANK.items()), output_field=IntegerField())
+    alerts = alerts.annotate(severity_rank=rank)
     if filters.get("after"):
-        opened_at, pk = filters["after"]
-        alerts = alerts.filter(Q(opened_at__lt=opened_at) | Q(opened_at=opened_at, pk__lt=pk))
-    return alerts.order_by("-opened_at", "-pk")
+        severity, opened_at, pk = filters["after"]
+        at = SEVERITY_RANK[AlertSeverity(severity)]
+        alerts = alerts.filter(
+            Q(severity_rank__gt=at)
+            | Q(severity_rank=at, opened_at__lt=opened_at)
+            | Q(severity_rank=at, opened_at=opened_at, pk__lt=pk)
+        )
+    return alerts.order_by("severity_rank", "-opened_at", "-pk")
 
 
 @console(VIEW)
@@ -79,7 +97,8 @@ def alert_list(request: HtmxHttpRequest) -> HttpResponse:
     query.pop("after", None)
     first_query = query.urlencode()
     if more:
-        query["after"] = f"{alerts[-1].opened_at.isoformat()}_{alerts[-1].pk}"
+        last = alerts[-1]
+        query["after"] = f"{last.severity}_{last.opened_at.isoformat()}_{last.pk}"
     context = {
         "form": form,
         "alerts": alerts,
@@ -92,11 +111,19 @@ def alert_list(request: HtmxHttpRequest) -> HttpResponse:
     return render_page(request, "dashboard/alert_list.html", context, partial="alert-results")
 
 
-def _row_response(request: HtmxHttpRequest, alert: DriftAlert, form: ResolveForm | None = None) -> HttpResponse:
+def _row_response(
+    request: HtmxHttpRequest, alert: DriftAlert, done: str, form: ResolveForm | None = None
+) -> HttpResponse:
+    """The alert's row again, focus on what changed (its state, or the reason that was refused), `done` announced."""
     alert.evidence_text = evidence_summary(alert.evidence)
     back = safe_next(request, request.htmx.current_url_abs_path or reverse("dashboard:alert_list"))
-    response = render(request, ROW, {"alert": alert, "resolve_form": form, "next": back})
-    return trigger_client_event(response, "alert-updated", {"id": alert.pk, "state": alert.state})
+    response = render(request, ROW, {"alert": alert, "resolve_form": form, "next": back, "updated": True})
+    trigger_client_event(response, "alert-updated", {"id": alert.pk, "state": alert.state})
+    return notify(response, done, level="error" if form else "success")
+
+
+def _done(verb: str, alert: DriftAlert) -> str:
+    return f"{verb} the {alert.get_kind_display()} alert on {alert.session.external_id}."
 
 
 @console(TRIAGE)
@@ -105,8 +132,8 @@ def acknowledge(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     alert = get_alert_for_user(request, pk)
     acknowledge_alert(alert, actor=Actor.for_user(request.user))
     if request.htmx:
-        return _row_response(request, alert)
-    messages.success(request, f"Acknowledged the {alert.get_kind_display()} alert on {alert.session.external_id}.")
+        return _row_response(request, alert, _done("Acknowledged", alert))
+    messages.success(request, _done("Acknowledged", alert))
     return redirect(safe_next(request, reverse("dashboard:alert_list")))
 
 
@@ -117,11 +144,11 @@ def resolve(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     form = ResolveForm(request.POST)
     if not form.is_valid():
         if request.htmx:
-            return _row_response(request, alert, form)
+            return _row_response(request, alert, f"Not resolved: {form.errors.as_text()}", form)
         messages.error(request, f"Not resolved: {form.errors.as_text()}")
         return redirect(safe_next(request, reverse("dashboard:alert_list")))
     resolve_alert(alert, actor=Actor.for_user(request.user), reason=form.cleaned_data["reason"])
     if request.htmx:
-        return _row_response(request, alert)
-    messages.success(request, f"Resolved the {alert.get_kind_display()} alert on {alert.session.external_id}.")
+        return _row_response(request, alert, _done("Resolved", alert))
+    messages.success(request, _done("Resolved", alert))
     return redirect(safe_next(request, reverse("dashboard:alert_list")))

@@ -11,6 +11,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils.cache import patch_vary_headers
+from django_htmx.http import trigger_client_event
 from django_htmx.middleware import HtmxDetails
 
 from checkpoints.jobs import ERRORS_KEPT
@@ -107,6 +108,12 @@ def render_page(
     if partial:
         patch_vary_headers(response, ["HX-Request"])  # the page and its fragment share one URL
     return response
+
+
+def notify(response: HttpResponse, text: str, *, level: str = "success") -> HttpResponse:
+    """Show and announce `text` in the page's live notice once htmx has swapped the response in (a11y.js):
+    visible wherever the operator has scrolled to, and read out by screen readers."""
+    return trigger_client_event(response, "notice", {"text": text, "level": level}, after="settle")
 
 
 def job_failures(result: dict[str, Any], user: Any) -> dict[str, Any] | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from celery import current_app
@@ -16,13 +16,14 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django_celery_beat.models import PeriodicTask
+from django_htmx.http import HttpResponseStopPolling
 
 from checkpoints.jobs import stale_after
 from checkpoints.models import JobRun, JobRunStatus
 from checkpoints.roles import ALL_PROJECTS, in_every_project
 
 from .alerts import evidence_summary
-from .common import OPERATE, VIEW, HtmxHttpRequest, console, job_failures, render_page
+from .common import OPERATE, VIEW, HtmxHttpRequest, console, job_failures, parse_int, render_page
 
 # task → the JobRun.job name run_job records it under (checkpoints/tasks.py)
 JOB_FOR_TASK = {
@@ -43,11 +44,24 @@ def _latest_runs(jobs: set[str]) -> dict[str, JobRun]:
     return {run.job: run for run in runs}
 
 
+# Celery's own housekeeping, which beat adds by itself: named for what it does
+PLAIN_NAMES = {"celery.backend_cleanup": "Celery: clear expired task results"}
+WATCH_FOR = timedelta(minutes=10)  # after "Run now", how long the page waits for a worker to record the run
+
+
 def _next_run(task: PeriodicTask, now: datetime) -> datetime | None:
-    """When beat runs the task next (interval schedules), or None for due / not computable."""
-    if task.interval is None or task.last_run_at is None:
+    """When beat sends the task next, by its own schedule (interval, crontab, solar or clocked), as beat reckons
+    it: from the last run, or from when the task was last changed. None when it is due now or will not run."""
+    if task.one_off and task.total_run_count:
         return None
-    due = task.last_run_at + task.interval.schedule.run_every
+    last = task.last_run_at or task.date_changed or now
+    try:
+        due = now + task.schedule.remaining_estimate(last)
+    except (AttributeError, TypeError, ValueError):  # a schedule kind celery cannot estimate
+        return None
+    due = (due + timedelta(milliseconds=500)).replace(microsecond=0)  # celery's clock ran on a little: whole seconds
+    if task.start_time and due < task.start_time:
+        due = task.start_time
     return due if due > now else None
 
 
@@ -56,6 +70,15 @@ def _schedule_text(task: PeriodicTask) -> str:
         if schedule is not None:
             return str(schedule)
     return "—"
+
+
+def _watched(request: HtmxHttpRequest, now: datetime) -> tuple[int | None, datetime | None]:
+    """The task an operator just queued (`?queued=<pk>&at=<epoch>` from Run now), while it is worth waiting for."""
+    pk, at = parse_int(request.GET.get("queued")), parse_int(request.GET.get("at"), below=2**40)
+    if pk is None or at is None:
+        return None, None
+    since = datetime.fromtimestamp(at, tz=UTC)
+    return (pk, since) if now - WATCH_FOR < since <= now + timedelta(seconds=5) else (None, None)
 
 
 def _summary(run: JobRun) -> str:
@@ -68,28 +91,46 @@ def _summary(run: JobRun) -> str:
 @console(VIEW)
 @require_GET
 def job_list(request: HtmxHttpRequest) -> HttpResponse:
+    system_figures = in_every_project(request.user, VIEW)  # a run's counts span every project
+    rows = _rows(request, system_figures=system_figures)
+    busy = any(row["waiting"] or (row["run"] and row["run"].status == JobRunStatus.RUNNING) for row in rows)
+    context = {
+        "rows": rows,
+        "system_figures": system_figures,
+        "can_run": request.user.has_perm(OPERATE, ALL_PROJECTS),
+        "refresh": busy,  # the table refreshes itself until what was queued or running has finished
+    }
+    response = render_page(request, "dashboard/jobs.html", context, "job-table")
+    if request.htmx and request.htmx.trigger == "job-table" and not busy:
+        response.status_code = HttpResponseStopPolling.status_code  # 286: the poll's last swap; polling stops
+    return response
+
+
+def _rows(request: HtmxHttpRequest, *, system_figures: bool) -> list[dict[str, Any]]:
+    """Each schedule with its newest run, ready to show."""
     now = timezone.now()
     tasks = list(PeriodicTask.objects.select_related("interval", "crontab", "solar", "clocked").order_by("name"))
     runs = _latest_runs({JOB_FOR_TASK[t.task] for t in tasks if t.task in JOB_FOR_TASK})
     silent_since = now - stale_after()
-    system_figures = in_every_project(request.user, VIEW)  # a run's counts span every project
+    queued, queued_at = _watched(request, now)
     rows = []
     for task in tasks:
         run = runs.get(JOB_FOR_TASK.get(task.task, ""))
         rows.append(
             {
                 "task": task,
+                "name": PLAIN_NAMES.get(task.name, task.name),
                 "schedule": _schedule_text(task),
                 "run": run,
                 "summary": _summary(run) if run and system_figures else "",
                 "failed": job_failures(run.result, request.user) if run else None,  # of the sessions they see
                 "silent": bool(run and run.status == JobRunStatus.RUNNING and run.last_sign_of_life < silent_since),
                 "next_run": _next_run(task, now),
-                "computable": task.interval is not None,
+                # queued by Run now, and no run of it recorded since: no worker has picked it up yet
+                "waiting": task.pk == queued and (run is None or run.started_at < queued_at),
             }
         )
-    context = {"rows": rows, "system_figures": system_figures, "can_run": request.user.has_perm(OPERATE, ALL_PROJECTS)}
-    return render_page(request, "dashboard/jobs.html", context)
+    return rows
 
 
 def _takes_triggered_by(name: str) -> bool:
@@ -110,7 +151,9 @@ def _queue(name: str, kwargs: dict[str, Any]) -> None:
 def job_run(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     task = get_object_or_404(PeriodicTask, pk=pk)
     kwargs = {"triggered_by": f"console:{request.user.get_username()}"} if _takes_triggered_by(task.task) else {}
-    name = task.task
-    transaction.on_commit(lambda: _queue(name, kwargs))
-    messages.success(request, f"Queued “{task.name}”. Its run appears below when a worker picks it up.")
-    return redirect(reverse("dashboard:jobs"))
+    dotted = task.task
+    transaction.on_commit(lambda: _queue(dotted, kwargs))
+    name = PLAIN_NAMES.get(task.name, task.name)
+    messages.success(request, f"Queued “{name}”. Its run appears below when a worker picks it up.")
+    at = int(timezone.now().timestamp())
+    return redirect(f"{reverse('dashboard:jobs')}?queued={task.pk}&at={at}")

@@ -11,27 +11,39 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
 from checkpoints.models import Phase
-from checkpoints.phases import FeedbackRefused, is_valid, record_feedback, render_markdown, validate_phase
+from checkpoints.phases import (
+    FeedbackRefused,
+    is_valid,
+    record_feedback,
+    render_markdown,
+    standing_approval,
+    validate_phase,
+)
 from checkpoints.services import Actor
 
 from ..forms import FeedbackForm
-from .common import APPROVE, HtmxHttpRequest, console, get_phase_for_user, render_page
+from .common import APPROVE, HtmxHttpRequest, console, get_phase_for_user, notify, render_page
 
 
-def _context(request: HtmxHttpRequest, phase: Phase, form: FeedbackForm | None = None) -> dict[str, Any]:
+def _context(
+    request: HtmxHttpRequest, phase: Phase, form: FeedbackForm | None = None, *, decided: str = ""
+) -> dict[str, Any]:
     outputs = list(phase.outputs.all())
     for output in outputs:
         output.html = render_markdown(output.content)
     checks = validate_phase(phase, outputs)
+    history = list(phase.feedback.select_related("reviewer").order_by("-created_at", "-pk"))
     return {
         "session": phase.session,
         "phase": phase,
         "outputs": outputs,
         "checks": checks,
         "valid": is_valid(checks),
-        "history": list(phase.feedback.select_related("reviewer").order_by("-created_at", "-pk")),
+        "history": history,
+        "approval": standing_approval(phase, history),  # an approved run is not offered the form again
         "can_review": request.user.has_perm(APPROVE, phase),
         "form": form or FeedbackForm(),
+        "decided": decided,  # after an htmx decision: said, and focused, above the review
     }
 
 
@@ -53,10 +65,14 @@ def phase_feedback(request: HtmxHttpRequest, pk: int, number: int) -> HttpRespon
         except FeedbackRefused as exc:
             form.add_error(None, str(exc))
         else:
+            done = f"Phase {phase.number}: {feedback.get_action_display()} recorded."
             if not request.htmx:
-                messages.success(request, f"Phase {phase.number}: {feedback.get_action_display()} recorded.")
+                messages.success(request, done)
                 return redirect("dashboard:phase_detail", pk=pk, number=number)
             phase.refresh_from_db()
-            response = render_page(request, "dashboard/phase_detail.html", _context(request, phase), "phase-review")
-            return trigger_client_event(response, "phase-reviewed", {"phase": phase.number, "action": feedback.action})
-    return render_page(request, "dashboard/phase_detail.html", _context(request, phase, form), "phase-review")
+            context = _context(request, phase, decided=done)
+            response = render_page(request, "dashboard/phase_detail.html", context, "phase-review")
+            trigger_client_event(response, "phase-reviewed", {"phase": phase.number, "action": feedback.action})
+            return notify(response, done)
+    response = render_page(request, "dashboard/phase_detail.html", _context(request, phase, form), "phase-review")
+    return notify(response, "Not recorded: see the form.", level="error") if request.htmx else response

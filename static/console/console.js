@@ -1,7 +1,9 @@
 // Keyboard navigation for lists and timelines marked with data-keynav:
 // j / k move between [data-keynav-item] rows, Enter opens the row's link, c compares with the previous row.
+// The keys act only while focus is inside that list (WCAG 2.1.4): elsewhere j, k and c are just letters.
 (function () {
-  function items() { return Array.from(document.querySelectorAll("[data-keynav] [data-keynav-item]")); }
+  function scope(target) { return target && target.closest ? target.closest("[data-keynav]") : null; }
+  function items(list) { return Array.from(list.querySelectorAll("[data-keynav-item]")); }
   function current(list) { return list.findIndex((el) => el.classList.contains("is-selected")); }
   function select(list, index) {
     list.forEach((el) => el.classList.remove("is-selected"));
@@ -15,7 +17,9 @@
     const target = event.target;
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     if (target && (target.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(target.tagName))) return;
-    const list = items();
+    const within = scope(target);
+    if (!within) return;
+    const list = items(within);
     if (!list.length) return;
     const at = current(list);
     if (event.key === "j") { select(list, at + 1); event.preventDefault(); }
@@ -31,7 +35,7 @@
   document.addEventListener("focusin", function (event) {
     const row = event.target.closest && event.target.closest("[data-keynav-item]");
     if (!row) return;
-    items().forEach((el) => el.classList.toggle("is-selected", el === row));
+    items(scope(row) || document).forEach((el) => el.classList.toggle("is-selected", el === row));
   });
 })();
 

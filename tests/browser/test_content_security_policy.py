@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.core.management import call_command
 from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 from playwright.sync_api import expect
@@ -24,17 +23,6 @@ from checkpoints.models import (
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def demo(db):
-    call_command("seed_demo", "--small", verbosity=0)
-
-
-@pytest.fixture
-def root(django_user_model):
-    """Staff with every permission: sees every console page and the admin."""
-    return django_user_model.objects.create_superuser("root", password="root-password-1")
 
 
 @pytest.fixture

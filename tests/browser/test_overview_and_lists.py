@@ -41,11 +41,13 @@ def test_overview_sessions_list_and_audit_log(page, live_server, sign_in, bob, d
     expect(page.get_by_label("Status")).to_have_value("active")
     screenshot("session-list")
 
-    # j moves to the first row, Enter opens it
+    # in the list, j moves to the next row, Enter opens it
     page.get_by_label("Search").fill("")
     expect(page).not_to_have_url(re.compile(r"q=nightly"))
-    page.locator("body").click(position={"x": 5, "y": 300})
+    rows.first.locator("a[data-open]").focus()
     page.keyboard.press("j")
+    expect(rows.nth(1)).to_have_class(re.compile("is-selected"))
+    page.keyboard.press("k")
     expect(rows.first).to_have_class(re.compile("is-selected"))
     href = rows.first.locator("a[data-open]").get_attribute("href")
     assert href and re.fullmatch(r"/sessions/\d+/", href)

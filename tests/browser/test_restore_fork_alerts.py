@@ -129,9 +129,9 @@ def test_operator_acknowledges_an_alert(looks, page, live_server, sign_in, alice
     page.locator("select[name=severity]").select_option("")
     row = page.locator(f"#alert-{alert.pk}")
     row.get_by_text("Resolve…").click()
-    row.get_by_label("Reason for resolving (optional)").fill("restored #10")
+    row.get_by_label(f"Reason for resolving alert {alert.pk} (optional)").fill("restored #10")
     screenshot("alerts-triaged")
-    row.get_by_role("button", name="Resolve", exact=True).click()
+    row.get_by_role("button", name=f"Resolve alert {alert.pk}", exact=True).click()
     expect(page.locator(f"#alert-{alert.pk}")).to_contain_text("No action needed")
     alert.refresh_from_db()
     assert alert.state == AlertState.RESOLVED

@@ -42,6 +42,9 @@ def test_operator_moves_through_the_timeline_with_the_keyboard_and_reads_a_check
     expect(page.locator("svg.chart-svg")).to_have_count(3)
     screenshot("session-timeline")
 
+    page.keyboard.press("j")  # outside the timeline j is only a letter (WCAG 2.1.4)
+    expect(page.locator("[data-keynav-item].is-selected")).to_have_count(0)
+    page.locator("table.timeline a[data-open]").first.focus()
     page.keyboard.press("j")
     page.keyboard.press("j")
     page.keyboard.press("k")

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -472,3 +473,14 @@ def test_an_ordinary_checkpoint_schedules_no_detection(
     with django_capture_on_commit_callbacks() as callbacks:
         make_checkpoint(session, {"step": 1})
     assert callbacks == []
+
+
+def test_time_based_alerts_say_how_long_in_plain_words(make_session):
+    agent = Agent(make_session())
+    detect(agent, now=long_running_fires(agent))
+    running = DriftAlert.objects.get(kind=AlertKind.LONG_RUNNING)
+    assert re.fullmatch(r"Active for 2 h \d+ min without a recovery checkpoint\.", running.message)
+    quiet = Agent(make_session())
+    detect(quiet, now=missed_routine_fires(quiet))
+    missed = DriftAlert.objects.get(kind=AlertKind.MISSED_ROUTINE).message
+    assert re.fullmatch(r"No checkpoint or heartbeat for 40 min\.", missed)

@@ -19,6 +19,7 @@ from checkpoints.phases import (
     record_feedback,
     render_markdown,
     sessions_waiting_for_approval,
+    standing_approval,
     validate_phase,
     waiting_for_approval,
 )
@@ -144,6 +145,27 @@ def test_approving_an_unfinished_or_invalid_phase_is_refused(make_phase, make_se
     with pytest.raises(FeedbackRefused, match="fails validation"):
         record_feedback(empty, actor=SYSTEM, action="approved")
     assert not PhaseFeedback.objects.exists() and not AuditEvent.objects.filter(action="phase_feedback").exists()
+
+
+def test_an_approved_phase_is_not_approved_again_until_the_agent_completes_it_again(make_phase, carol):
+    phase = make_phase()
+    record_feedback(phase, actor=services.Actor.for_user(carol), action="approved", now=T0 + timedelta(hours=1))
+    with pytest.raises(FeedbackRefused, match="already approved \\(by carol\\); it cannot be approved again"):
+        record_feedback(phase, actor=SYSTEM, action="approved", now=T0 + timedelta(hours=2))
+    assert PhaseFeedback.objects.count() == 1
+    assert AuditEvent.objects.filter(action="phase_feedback").count() == 1
+    Phase.objects.filter(pk=phase.pk).update(completed_at=T0 + timedelta(hours=3))  # the agent ran it again
+    phase.refresh_from_db()
+    assert standing_approval(phase) is None
+    record_feedback(phase, actor=SYSTEM, action="approved", now=T0 + timedelta(hours=4))
+    assert standing_approval(phase) == PhaseFeedback.objects.latest("created_at")
+
+
+def test_a_later_decision_replaces_the_standing_approval(make_phase):
+    phase = make_phase()
+    record_feedback(phase, actor=SYSTEM, action="approved", now=T0 + timedelta(hours=1))
+    record_feedback(phase, actor=SYSTEM, action="rejected", now=T0 + timedelta(hours=2))
+    assert standing_approval(phase) is None
 
 
 def test_skipping_marks_the_phase_skipped_and_rejecting_keeps_its_status(make_phase):

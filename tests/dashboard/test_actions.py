@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 from django.contrib.messages import get_messages
 from django.test import Client
@@ -229,6 +232,20 @@ def test_restore_notice_offers_undo(client, alice, run):
     assert "#1" in message.message
 
 
+def test_the_restore_notice_with_undo_is_the_first_thing_in_main_and_takes_focus(client, alice, run):
+    session, checkpoints = run
+    client.force_login(alice)
+    html = client.post(restore_url(checkpoints[0]), {"reason": ""}, follow=True).content.decode()
+    main = html[html.index('<main id="main"') :]
+    notice = re.search(
+        r'<div class="notice notice-success" role="status" tabindex="-1" autofocus>\s*<span>Restored', main
+    )
+    assert notice and main.index("</main>") > notice.end()
+    undo = main[notice.end() :]
+    assert undo.index(f'action="{reverse("dashboard:session_undo", args=[session.pk])}"') < undo.index("<h1>")
+    assert html.count(" autofocus") == 1
+
+
 def test_restore_from_htmx_navigates_with_a_client_redirect(client, alice, run):
     session, checkpoints = run
     client.force_login(alice)
@@ -379,6 +396,10 @@ def test_pin_for_htmx_returns_the_control_and_triggers_an_event(client, alice, r
     assert html.startswith('<div id="pin-control" class="pin-control">')
     assert "Unpin" in html and 'name="pinned" value="0"' in html and 'name="next" value="/x/"' in html
     assert "checkpoint-pinned" in response["HX-Trigger"]
+    # the new button keeps the focus and names its checkpoint; the live notice says what changed
+    assert f' autofocus>Unpin<span class="visually-hidden"> #{target.seq}</span></button>' in html
+    notice = json.loads(response["HX-Trigger-After-Settle"])["notice"]
+    assert notice == {"text": f"#{target.seq} pinned: retention keeps it.", "level": "success"}
 
 
 def test_pin_returns_to_next_only_when_it_is_safe(client, alice, run):

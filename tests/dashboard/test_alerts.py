@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import re
 from datetime import timedelta
 
@@ -9,6 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from checkpoints.models import AlertState, AuditEvent, DriftAlert
+from dashboard.views.alerts import evidence_summary
 
 LIST = "/alerts/"
 
@@ -72,7 +74,7 @@ def test_alert_list_shows_each_alert_with_its_evidence_and_last_good(client, ali
     assert "count: 4 · seqs: [1, 2, 3, 4, 5, 6, … 19 items] · tool: get_order" in html
     assert f'href="{reverse("dashboard:checkpoint_detail", args=[alert.last_good_id])}"' in html
     assert f'href="{reverse("dashboard:checkpoint_restore", args=[alert.last_good_id])}"' in html
-    assert ">Acknowledge</button>" in html and "Resolve…" in html
+    assert ">Acknowledge<" in html and "Resolve…" in html
 
 
 def test_viewer_sees_alerts_but_no_actions(client, bob, alert):
@@ -155,13 +157,38 @@ def test_alert_list_says_when_filters_match_nothing(client, bob, alert):
     assert "No alerts match these filters." in client.get(LIST, {"kind": "stalled"}).content.decode()
 
 
+def test_alert_list_shows_the_most_severe_first_then_the_newest(client, bob, make_session):
+    now = timezone.now()
+    opened = [("info", 1), ("critical", 30), ("warning", 2), ("critical", 5), ("info", 0), ("warning", 60)]
+    made = {
+        (severity, minutes): DriftAlert.objects.create(
+            session=make_session(f"run-{severity}-{minutes}"),
+            kind="stalled",
+            severity=severity,
+            message="m",
+            opened_at=now - timedelta(minutes=minutes),
+        ).pk
+        for severity, minutes in opened
+    }
+    client.force_login(bob)
+    order = [("critical", 5), ("critical", 30), ("warning", 2), ("warning", 60), ("info", 0), ("info", 1)]
+    assert rows(client.get(LIST).content.decode()) == [str(made[key]) for key in order]
+
+
 def test_alert_list_pages_with_a_keyset_cursor(client, bob, make_session):
     session = make_session()
     now = timezone.now()
     DriftAlert.objects.bulk_create(
-        DriftAlert(session=session, kind="stalled", message=f"alert {i}", state="resolved", opened_at=now)
+        DriftAlert(
+            session=session,
+            kind="stalled",
+            severity=("info", "critical", "warning")[i % 3],
+            message=f"alert {i}",
+            state="resolved",
+            opened_at=now,
+        )
         for i in range(120)
-    )  # all opened at the same instant: the id breaks the tie
+    )  # all opened at the same instant: the id breaks the tie within a severity
     client.force_login(bob)
     seen: list[str] = []
     query = "state=resolved"
@@ -173,7 +200,10 @@ def test_alert_list_pages_with_a_keyset_cursor(client, bob, make_session):
         found = re.search(r'href="\?([^"]*after=[^"]+)"[^>]*>Older alerts', html)
         query = found.group(1).replace("&amp;", "&") if found else ""
     assert not query
-    assert len(set(seen)) == 120 and seen == sorted(seen, key=int, reverse=True)
+    rank = {"critical": 0, "warning": 1, "info": 2}
+    severity = dict(DriftAlert.objects.values_list("pk", "severity"))
+    assert len(set(seen)) == 120
+    assert seen == sorted(seen, key=lambda pk: (rank[severity[int(pk)]], -int(pk)))
 
 
 def test_alert_list_runs_a_bounded_number_of_queries(
@@ -259,9 +289,25 @@ def test_acknowledge_for_htmx_returns_the_updated_row(client, alice, alert):
     assert response.status_code == 200
     assert html.lstrip().startswith(f'<tr id="alert-{alert.pk}"')
     assert 'class="badge status-acknowledged"' in html and "by alice" in html
-    assert ">Acknowledge</button>" not in html and "Resolve…" in html
+    assert ">Acknowledge<" not in html and "Resolve…" in html
     assert 'value="/alerts/?kind=repetition"' in html
     assert "alert-updated" in response["HX-Trigger"]
+    # focus stays on the row, on its new state; the live notice says what happened
+    assert re.search(rf'id="alert-{alert.pk}-state" class="alert-state" tabindex="-1" autofocus', html)
+    notice = json.loads(response["HX-Trigger-After-Settle"])["notice"]
+    assert notice == {"text": "Acknowledged the Repetition alert on loop-run.", "level": "success"}
+
+
+def test_each_alerts_buttons_name_their_alert(client, alice, alert, make_session):
+    second = DriftAlert.objects.create(session=make_session("other-run"), kind="stalled", message="flat")
+    client.force_login(alice)
+    html = client.get(LIST).content.decode()
+    for each in (alert, second):
+        assert f'Acknowledge<span class="visually-hidden"> alert {each.pk}, ' in html
+        assert f'Resolve…<span class="visually-hidden"> alert {each.pk}</span>' in html
+        assert f'Resolve<span class="visually-hidden"> alert {each.pk}</span>' in html
+    assert f'Restore last good<span class="visually-hidden"> for alert {alert.pk}</span>' in html
+    assert 'tabindex="-1" autofocus' not in html  # the page itself moves no focus
 
 
 def test_resolve_records_the_reason(client, alice, alert):
@@ -286,6 +332,14 @@ def test_resolve_for_htmx_returns_the_updated_row(client, alice, alert):
 def test_resolve_with_a_too_long_reason_shows_the_error(client, alice, alert):
     client.force_login(alice)
     response = client.post(resolve_url(alert), {"reason": "x" * 501}, headers={"HX-Request": "true"})
-    assert response.status_code == 200 and 'class="errorlist' in response.content.decode()
+    html = response.content.decode()
+    assert response.status_code == 200 and 'class="errorlist' in html
+    assert re.search(r'<input type="text" name="reason"[^>]* autofocus>', html)  # back to the refused field
+    assert json.loads(response["HX-Trigger-After-Settle"])["notice"]["level"] == "error"
     alert.refresh_from_db()
     assert alert.state == AlertState.OPEN
+
+
+def test_evidence_counted_in_minutes_or_seconds_reads_as_durations():
+    summary = evidence_summary({"minutes": 7342, "limit_minutes": 120, "idle_seconds": 95, "count": 3})
+    assert summary == "count: 3 · idle seconds: 1 min 35 s · limit minutes: 2 h · minutes: 5 d 2 h"

@@ -297,6 +297,9 @@ def test_operator_sees_restore_fork_and_pin(client, alice, checkpoint):
     assert f'href="{url(checkpoint, "dashboard:checkpoint_restore")}">Restore<' in html
     assert f'href="{url(checkpoint, "dashboard:checkpoint_fork")}">Fork<' in html
     assert f'action="{url(checkpoint, "dashboard:checkpoint_pin")}"' in html and 'name="pinned" value="1"' in html
+    # Pin swaps its own control over htmx (the notice shows where the operator is) and moves no focus on load
+    assert f'hx-post="{url(checkpoint, "dashboard:checkpoint_pin")}" hx-target="closest .pin-control"' in html
+    assert " autofocus" not in html
 
 
 def test_history_names_restores_and_forks_of_a_checkpoint(client, bob, session, checkpoint):

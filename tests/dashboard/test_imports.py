@@ -318,6 +318,26 @@ def test_upload_is_queued_only_when_the_transaction_commits(client, alice, tmp_p
     assert Path(job.archive).name != "runs.zip" and job.archive.endswith(".zip")
 
 
+def test_a_queued_job_shows_as_queued_with_its_file_count_and_no_progress(client, alice, tmp_path, var_dir):
+    client.force_login(alice)
+    upload(client, zip_folder(ARES, tmp_path / "runs.zip"))
+    job = ImportJob.objects.get()
+    files = sum(1 for path in ARES.rglob("*") if path.is_file())
+    assert job.report == {"files": files}
+    html = client.get(job_url(job)).content.decode()
+    assert "Waiting for a worker" in html and f"Queued: {files} files to read." in html
+    assert 'class="import-bar import-bar-queued" role="progressbar"' in html and 'aria-valuenow="0"' in html
+    assert "import-bar-busy" not in html  # nothing moves before a worker does
+
+
+def test_a_running_job_counts_what_it_has_read_of_how_many_files(client, alice, running_job):
+    ImportJob.objects.filter(pk=running_job.pk).update(report={"files": 40})
+    client.force_login(alice)
+    html = client.get(job_url(running_job)).content.decode()
+    assert 'aria-valuetext="15 checkpoints read so far from 40 files"' in html
+    assert "Reading the archive's 40 files: 15 checkpoints read so far" in html
+
+
 def traversal_zip(tmp_path: Path) -> Path:
     return make_zip(tmp_path / "evil.zip", {"ok.json": b"{}", "../evil.json": b"{}"})
 
@@ -366,8 +386,8 @@ def wrong_extension(tmp_path: Path) -> Path:
         (traversal_zip, "&#x27;../evil.json&#x27; would be written outside the upload folder"),
         (absolute_tar, "&#x27;/etc/evil.json&#x27; would be written outside the upload folder"),
         (symlink_tar, "&#x27;runs/passwd.json&#x27; is a link"),
-        (zip_bomb, "(a zip bomb?)"),
-        (tar_bomb, "(a compression bomb?)"),
+        (zip_bomb, "files that swell that much are built to fill up disks"),
+        (tar_bomb, "archives that swell that much are built to fill up disks"),
         (corrupt_zip, "this file is not a zip archive, or it is truncated"),
         (corrupt_tar, "this file is not a gzip-compressed tar archive"),
         (empty_zip, "the archive holds no files"),
@@ -476,6 +496,9 @@ def test_failed_job_shows_why(client, alice, running_job):
     html = client.get(job_url(running_job)).content.decode()
     assert "Import failed" in html
     assert "refused: &#x27;x.json&#x27; is a link" in html
+    assert "Nothing from this archive was imported." not in html  # 12 checkpoints went in before it stopped
+    ImportJob.objects.filter(pk=running_job.pk).update(imported=0, skipped=0)
+    assert "Nothing from this archive was imported." in client.get(job_url(running_job)).content.decode()
 
 
 def test_job_page_query_count_is_bounded(client, alice, done_job, django_assert_max_num_queries):
@@ -589,7 +612,10 @@ def test_a_zip_of_200_members_of_one_mib_is_refused_on_the_form(client, alice, t
     client.force_login(alice)
     response = upload(client, archive)
     assert response.status_code == 200
-    assert "× its compressed size, more than the limit of 100× (a zip bomb?)" in response.content.decode()
+    assert (
+        "× its compressed size, more than the limit of 100×: files that swell that much are built to fill up disks"
+        in response.content.decode()
+    )
     assert not ImportJob.objects.exists()
     assert uploads(var_dir) == []
 
@@ -598,7 +624,7 @@ def test_a_zip_of_200_members_of_one_mib_is_refused_on_the_form(client, alice, t
     ("make_archive", "message"),
     [
         (lambda p: make_zip(p / "clash.zip", {"a": b"{}", "a/b": b"{}"}), "both a file and a folder"),
-        (lambda p: patch_zip(make_zip(p / "aes.zip", {"a.json": b"{}"}), method=99), "(method 99)"),
+        (lambda p: patch_zip(make_zip(p / "aes.zip", {"a.json": b"{}"}), method=99), "(zip method 99)"),
         (lambda p: patch_zip(make_zip(p / "aes.zip", {"a.json": b"{}"}), method=99, flags=1), "is encrypted"),
         (lambda p: make_tar(p / "clash.tar.gz", ("a", b"{}"), ("a/b", b"{}")), "both a file and a folder"),
         (lambda p: make_tar(p / "long.tar.gz", ("x" * 300, b"{}")), "longer than 255 bytes"),

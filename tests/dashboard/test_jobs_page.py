@@ -1,11 +1,12 @@
 from __future__ import annotations
 
-from datetime import timedelta
+import re
+from datetime import UTC, timedelta
 
 import pytest
 from django.urls import reverse
 from django.utils import timezone
-from django_celery_beat.models import IntervalSchedule, PeriodicTask
+from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
 from checkpoints.models import JobRun
 
@@ -68,16 +69,41 @@ def test_a_project_operator_cannot_run_a_job_for_every_project(client, alice):
     assert not JobRun.objects.exists()
 
 
-def test_next_run_is_last_run_plus_interval_or_due(client, alice):
-    task = _gc_task()
+def _row(client, task: PeriodicTask) -> str:
+    return client.get(JOBS).content.decode().split(f'id="job-{task.pk}"')[1].split("</tr>")[0]
+
+
+def test_next_run_is_last_run_plus_interval_or_due_now(client, alice):
+    task = _gc_task()  # every day
     client.force_login(alice)
-    PeriodicTask.objects.filter(pk=task.pk).update(last_run_at=None)
-    row = client.get(JOBS).content.decode().split(f'id="job-{task.pk}"')[1].split("</tr>")[0]
-    assert "due" in row
     last = timezone.now() - timedelta(hours=1)
     PeriodicTask.objects.filter(pk=task.pk).update(last_run_at=last)
-    row = client.get(JOBS).content.decode().split(f'id="job-{task.pk}"')[1].split("</tr>")[0]
+    row = _row(client, task)
     assert timezone.localtime(last + timedelta(days=1)).strftime("%Y-%m-%d %H:%M") in row
+    assert re.search(r">in 2[23] h( \d+ min)?</time>", row)  # humanised: 'in 22 h 59 min'
+    PeriodicTask.objects.filter(pk=task.pk).update(last_run_at=timezone.now() - timedelta(days=2))
+    assert "due now" in _row(client, task)
+
+
+def test_a_crontab_schedule_shows_its_next_run(client, alice):
+    four_am, _ = CrontabSchedule.objects.get_or_create(minute="0", hour="4", timezone="UTC")
+    task = PeriodicTask.objects.create(name="Nightly", task="checkpoints.tasks.collect_garbage", crontab=four_am)
+    client.force_login(alice)
+    now = timezone.now().astimezone(UTC)
+    expected = now.replace(hour=4, minute=0, second=0, microsecond=0)
+    if expected <= now:
+        expected += timedelta(days=1)
+    assert f'title="{timezone.localtime(expected).strftime("%Y-%m-%d %H:%M")}"' in _row(client, task)
+
+
+def test_celerys_own_clean_up_task_is_named_plainly(client, alice):
+    task = PeriodicTask.objects.create(
+        name="celery.backend_cleanup",
+        task="celery.backend_cleanup",
+        crontab=CrontabSchedule.objects.get_or_create(minute="0", hour="4")[0],
+    )
+    client.force_login(alice)
+    assert "<strong>Celery: clear expired task results</strong>" in _row(client, task)
 
 
 def test_staff_operator_run_now_queues_the_task_and_its_run_is_recorded(
@@ -87,12 +113,45 @@ def test_staff_operator_run_now_queues_the_task_and_its_run_is_recorded(
     assert "Run now" in client.get(JOBS).content.decode()
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         response = client.post(reverse("dashboard:job_run", args=[_gc_task().pk]))
-    assert response.status_code == 302 and response.url == JOBS
+    assert response.status_code == 302 and response.url.startswith(f"{JOBS}?queued={_gc_task().pk}&at=")
     assert len(callbacks) == 1
     run = JobRun.objects.get(job="gc")
     assert run.status == "succeeded" and run.triggered_by == "console:olga"
     page = client.get(JOBS).content.decode()
     assert "Queued" in page and "console:olga" in page
+
+
+def test_after_run_now_the_table_refreshes_itself_until_the_run_is_recorded_and_done(client, staff_operator):
+    task = _gc_task()
+    client.force_login(staff_operator)
+    response = client.post(reverse("dashboard:job_run", args=[task.pk]))  # no worker runs it (not committed)
+    page = client.get(response.url).content.decode()
+    assert f'hx-get="{response.url.replace("&", "&amp;")}" hx-trigger="every 2s"' in page
+    assert "queued, waiting for a worker" in page and "<strong>Run now</strong>" not in page
+    htmx = {"HX-Request": "true", "HX-Trigger": "job-table"}  # the table's own poll
+    polled = client.get(response.url, headers=htmx)
+    assert polled.status_code == 200 and polled.content.decode().lstrip().startswith('<div id="job-table"')
+    run = JobRun.objects.create(job="gc", worker="host:1:abc")  # a worker picked it up
+    polled = client.get(response.url, headers=htmx)
+    assert polled.status_code == 200 and "running…" in polled.content.decode()
+    JobRun.objects.filter(pk=run.pk).update(status="succeeded", finished_at=timezone.now())
+    polled = client.get(response.url, headers=htmx)
+    assert polled.status_code == 286  # htmx swaps the finished run in and stops polling
+    assert "hx-trigger" not in polled.content.decode() and "status-succeeded" in polled.content.decode()
+
+
+def test_a_stale_or_forged_queued_marker_does_not_make_the_page_poll(client, staff_operator):
+    client.force_login(staff_operator)
+    old = int((timezone.now() - timedelta(hours=1)).timestamp())
+    for query in (f"queued={_gc_task().pk}&at={old}", "queued=x&at=1", "queued=1&at=99999999999999"):
+        assert "hx-trigger" not in client.get(f"{JOBS}?{query}").content.decode()
+
+
+def test_run_now_buttons_name_their_job(client, staff_operator):
+    client.force_login(staff_operator)
+    html = client.get(JOBS).content.decode()
+    assert 'Run now<span class="visually-hidden">: Detect drift</span>' in html
+    assert 'Run now<span class="visually-hidden">: Collect unreferenced chunks</span>' in html
 
 
 def test_run_now_sends_no_triggered_by_to_tasks_that_do_not_take_it(

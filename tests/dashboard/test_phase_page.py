@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -134,6 +136,30 @@ def test_requesting_changes_over_htmx_returns_the_fragment_with_a_trigger(carol,
     assert (phase.retry_count, phase.status) == (1, PhaseStatus.REQUIRES_RETRY)
     assert PhaseFeedback.objects.get().requested_changes == ["Add TAM", "Cite sources"]
     assert "<li>Add TAM</li>" in html
+
+
+def test_an_approved_phase_offers_no_form_and_a_second_approval_is_refused(carol, phase):
+    as_user(carol).post(feedback_url(phase), {"action": "approved"})
+    html = as_user(carol).get(page_url(phase)).content.decode()
+    assert "feedback-form" not in html and 'name="action"' not in html
+    assert "approved</span>\n        by <strong>carol</strong>" in html
+    response = as_user(carol).post(feedback_url(phase), {"action": "approved"}, headers={"HX-Request": "true"})
+    assert response.status_code == 200
+    assert "already approved (by carol); it cannot be approved again" in response.content.decode()
+    assert json.loads(response["HX-Trigger-After-Settle"])["notice"]["level"] == "error"
+    assert PhaseFeedback.objects.count() == 1
+
+
+def test_a_decision_over_htmx_is_said_and_focused_above_the_review(carol, phase):
+    response = as_user(carol).post(feedback_url(phase), {"action": "approved"}, headers={"HX-Request": "true"})
+    html = response.content.decode()
+    assert re.search(
+        r'<div class="notice notice-success phase-decided" tabindex="-1" autofocus><span>'
+        r"Phase 2: Approved recorded.</span>",
+        html,
+    )
+    notice = json.loads(response["HX-Trigger-After-Settle"])["notice"]
+    assert notice == {"text": "Phase 2: Approved recorded.", "level": "success"}
 
 
 def test_requesting_changes_without_changes_shows_an_inline_error(carol, phase):

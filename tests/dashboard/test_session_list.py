@@ -86,8 +86,8 @@ def test_page_lists_sessions_with_link_badges_step_count_and_sparkline(client, b
     assert f'href="{reverse("dashboard:session_detail", args=[session.pk])}"' in html
     assert "Nightly load" in html and "run-1" in html and "acme" in html and "agent-7" in html
     assert "status-active" in html and "1 alert" in html
-    assert '<td class="num">30</td>' in html  # the head's step
-    assert '<td class="num">4</td>' in html  # checkpoints
+    assert '<td class="num card-inline" data-label="Step">30</td>' in html  # the head's step
+    assert '<td class="num card-inline" data-label="Checkpoints">4</td>' in html  # checkpoints
     assert "<svg" in html and "<title>State size over the last 4 checkpoints" in html
     assert "data-keynav-item" in html and "data-open" in html
 

@@ -1,0 +1,21 @@
+"""Durations in words an operator reads at a glance ("2 h 5 min", not "7500 seconds" or "125 minutes")."""
+
+from __future__ import annotations
+
+UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
+
+
+def plain_duration(seconds: float) -> str:
+    """The two largest units that matter: '42 s', '3 min 7 s', '2 h 5 min', '3 d 4 h'; 'under 1 s' below that."""
+    whole = int(seconds)
+    if whole < 1:
+        return "under 1 s"
+    for index, (unit, size) in enumerate(UNITS):
+        if whole >= size:
+            big, rest = divmod(whole, size)
+            if unit == "s":
+                return f"{big} s"
+            small_unit, small_size = UNITS[index + 1]
+            small = rest // small_size
+            return f"{big} {unit} {small} {small_unit}" if small else f"{big} {unit}"
+    return f"{whole} s"
