@@ -235,6 +235,7 @@ _SESSION_STATUS_FOR = {
     CheckpointStatus.FAILED: SessionStatus.FAILED,
     CheckpointStatus.HALTED: SessionStatus.HALTED,
 }
+_STOPPED = set(_SESSION_STATUS_FOR.values())
 
 
 def create_checkpoint(session: AgentSession, item: CheckpointInput) -> tuple[Checkpoint, bool]:
@@ -293,13 +294,15 @@ def ingest_checkpoints(
                 results.append((None, True))  # type: ignore[arg-type]
             planned.append((session, new, parents))
         batch.flush()
+        recovered: set[int] = set()
         for session, new, parents in planned:
-            for position, checkpoint, created in _insert_checkpoints(session, new, parents, now):
+            for position, checkpoint, created in _insert_checkpoints(session, new, parents, now, recovered):
                 results[position] = (checkpoint, created)
-    # Drift detectors that need no state, once committed, only where something alarming arrived
-    # (a failed or halted checkpoint, an oversized state): the normal path pays nothing. The rest run
-    # in the drift job every few minutes (DESIGN section 7).
+    # Drift detectors that need no state, once committed, only where something alarming arrived (a failed
+    # or halted checkpoint, an oversized state) or a failed or halted session goes on healthily (its alert
+    # clears): the normal path pays nothing. The rest run in the drift job every few minutes (DESIGN section 7).
     touched = [session.pk for session, new, _ in planned if any(_alarming(item, saved) for _, item, saved in new)]
+    touched += sorted(recovered - set(touched))
     if touched:
         from .drift import detect_after_ingest
 
@@ -453,8 +456,14 @@ def _head_root(session: AgentSession) -> bytes | None:
 
 
 def _insert_checkpoints(
-    session: AgentSession, new: list[tuple[int, CheckpointInput, store.Saved]], parents: _Parents, now: datetime
+    session: AgentSession,
+    new: list[tuple[int, CheckpointInput, store.Saved]],
+    parents: _Parents,
+    now: datetime,
+    recovered: set[int],
 ) -> list[tuple[int, Checkpoint, bool]]:
+    """Insert under the session's row lock; adds the session to `recovered` when it was failed or halted and
+    its new head is healthy (the run went on: the session is active again)."""
     if not new:
         return []
     locked = AgentSession.objects.select_for_update(of=("self",)).annotate(head_seq=F("head__seq")).get(pk=session.pk)
@@ -511,7 +520,7 @@ def _insert_checkpoints(
             )
         )
         positions.append(position)
-        status = _SESSION_STATUS_FOR.get(item.status, status)
+        status = _SESSION_STATUS_FOR.get(item.status) or (SessionStatus.ACTIVE if status in _STOPPED else status)
     if not rows:
         return results
     Checkpoint.objects.bulk_create(rows, batch_size=500)
@@ -522,6 +531,8 @@ def _insert_checkpoints(
         last_seq=seq, head=rows[-1], status=status, updated_at=now, last_seen_at=now
     )
     session.last_seq, session.head, session.status = seq, rows[-1], status
+    if locked.status in _STOPPED and status not in _STOPPED:
+        recovered.add(locked.pk)
     return results + [(position, row, True) for position, row in zip(positions, rows, strict=True)]
 
 
@@ -592,6 +603,9 @@ def restore_checkpoint(
         from .writeback import write_back_restore
 
         transaction.on_commit(lambda: write_back_restore(restored.pk))
+    from .drift import detect_after_ingest  # drift imports services to audit: a cycle at module level
+
+    transaction.on_commit(lambda: detect_after_ingest([session.pk]))  # a failed or halted alert clears now
     record_audit(
         actor,
         "restore",
