@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from . import jsoncodec, limits, store
 from .diff import Diff, diff_states
+from .history import Discards, count_tool_calls, discards
 from .jsoncodec import InvalidJSON
 from .models import (
     AgentSession,
@@ -514,6 +515,7 @@ def _insert_checkpoints(
                 state_hash=saved.state_hash,
                 raw_bytes=saved.raw_bytes,
                 stored_bytes=saved.stored_bytes,
+                tool_calls=count_tool_calls(item.state),
                 operation_id=item.operation_id,
                 idempotency_key=item.idempotency_key,
                 metadata=item.metadata,
@@ -586,6 +588,7 @@ def restore_checkpoint(
         state_hash=checkpoint.state_hash,
         raw_bytes=checkpoint.raw_bytes,
         stored_bytes=0,
+        tool_calls=checkpoint.tool_calls,
         metadata={
             "restored_from": checkpoint.pk,
             "restored_from_seq": checkpoint.seq,
@@ -707,6 +710,7 @@ def _fork(checkpoint: Checkpoint, *, actor: Actor, title: str, external_id: str,
         state_hash=checkpoint.state_hash,
         raw_bytes=checkpoint.raw_bytes,
         stored_bytes=0,
+        tool_calls=checkpoint.tool_calls,
         metadata={"forked_from": checkpoint.pk},
     )
     fork.head = first
@@ -812,7 +816,7 @@ class RestorePreview:
     head: Checkpoint | None
     diff: Diff  # from the current head to the target
     forgotten_tool_calls: list[Any]  # tool calls in the head's state that the target does not have
-    later_checkpoints: int  # checkpoints after the target (kept, but no longer the agent's memory)
+    discards: Discards  # what leaves the agent's path: kept in the history, no longer the agent's memory
 
 
 def restore_preview(checkpoint: Checkpoint) -> RestorePreview:
@@ -829,8 +833,7 @@ def restore_preview(checkpoint: Checkpoint) -> RestorePreview:
             found.append(entry.old)
         elif isinstance(entry.old, dict) and isinstance(entry.old.get("tool_calls"), list):
             found.extend(entry.old["tool_calls"])
-    later = Checkpoint.objects.filter(session=session, seq__gt=checkpoint.seq).count()
-    return RestorePreview(checkpoint, head, changes, _once_each(found), later)
+    return RestorePreview(checkpoint, head, changes, _once_each(found), discards(checkpoint))
 
 
 def _once_each(calls: list[Any]) -> list[Any]:

@@ -7,6 +7,7 @@ import pytest
 from django.db import connection
 
 from checkpoints import services, store
+from checkpoints.history import Discards
 from checkpoints.models import AgentSession, AuditEvent, Checkpoint, CheckpointKind, Chunk
 from checkpoints.services import Actor, CheckpointInput
 
@@ -296,4 +297,4 @@ def test_restore_preview_lists_each_forgotten_tool_call_once(make_session, make_
     target.refresh_from_db()
     preview = services.restore_preview(target)
     assert preview.forgotten_tool_calls == [{**call, "result": "3 hits", "success": True}]
-    assert preview.later_checkpoints == 1 and preview.head.seq == 2
+    assert preview.discards == Discards(checkpoints=1, tool_calls=1) and preview.head.seq == 2
