@@ -728,6 +728,13 @@ def _fork(checkpoint: Checkpoint, *, actor: Actor, title: str, external_id: str,
 
 
 @transaction.atomic
+def request_job_run(job: str, *, actor: Actor, details: dict[str, Any] | None = None) -> AuditEvent:
+    """An operator asked for a background job to run now (the caller queues it once this commits); `details`
+    keep what the operator was shown, e.g. the counts a retention run was expected to delete."""
+    return record_audit(actor, "run_job", target=job, details=details)
+
+
+@transaction.atomic
 def pin_checkpoint(checkpoint: Checkpoint, *, actor: Actor, pinned: bool = True, reason: str = "") -> Checkpoint:
     """Pinned checkpoints are never removed by retention."""
     if checkpoint.pinned != pinned:

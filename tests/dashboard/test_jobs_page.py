@@ -7,7 +7,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from checkpoints.models import JobRun
+from checkpoints.models import AuditEvent, JobRun, RetentionPolicy
 
 JOBS = reverse("dashboard:jobs")
 
@@ -80,13 +80,51 @@ def test_next_run_is_last_run_plus_interval_or_due(client, alice):
     assert timezone.localtime(last + timedelta(days=1)).strftime("%Y-%m-%d %H:%M") in row
 
 
+def test_run_now_of_a_job_that_deletes_asks_first(client, staff_operator, django_capture_on_commit_callbacks):
+    _gc_run()
+    client.force_login(staff_operator)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = client.post(reverse("dashboard:job_run", args=[_gc_task().pk]))
+    html = response.content.decode()
+    assert response.status_code == 200 and not callbacks
+    assert "Collect unreferenced chunks now?" in html
+    assert "no checkpoint and no live state references" in html and "The last run deleted 4 chunks" in html
+    assert 'name="confirm" value="yes"' in html and f'href="{JOBS}"' in html
+    assert JobRun.objects.count() == 1
+
+
+def test_run_now_of_retention_asks_first_with_the_counts_by_kind(
+    client, staff_operator, make_session, make_checkpoint, django_capture_on_commit_callbacks
+):
+    RetentionPolicy.objects.filter(project=None, kind="step").update(
+        keep_last=1, keep_first=False, keep_latest_per_name=False
+    )
+    session = make_session()
+    for i in range(4):
+        make_checkpoint(session, {"i": i})
+    task = PeriodicTask.objects.get(task="checkpoints.tasks.apply_retention")
+    client.force_login(staff_operator)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        html = client.post(reverse("dashboard:job_run", args=[task.pk])).content.decode()
+    assert not callbacks and "Run retention now?" in html and "Delete 3 checkpoints now" in html
+
+
+def test_run_now_of_a_job_that_deletes_nothing_runs_at_once(client, staff_operator, django_capture_on_commit_callbacks):
+    task = PeriodicTask.objects.get(task="checkpoints.tasks.detect_drift")
+    client.force_login(staff_operator)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = client.post(reverse("dashboard:job_run", args=[task.pk]))
+    assert response.status_code == 302 and len(callbacks) == 1
+    assert AuditEvent.objects.get(action="run_job").target == task.name
+
+
 def test_staff_operator_run_now_queues_the_task_and_its_run_is_recorded(
     client, staff_operator, django_capture_on_commit_callbacks
 ):
     client.force_login(staff_operator)
     assert "Run now" in client.get(JOBS).content.decode()
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        response = client.post(reverse("dashboard:job_run", args=[_gc_task().pk]))
+        response = client.post(reverse("dashboard:job_run", args=[_gc_task().pk]), {"confirm": "yes"})
     assert response.status_code == 302 and response.url == JOBS
     assert len(callbacks) == 1
     run = JobRun.objects.get(job="gc")
