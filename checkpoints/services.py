@@ -570,6 +570,77 @@ def restore_checkpoint(
     now = now or timezone.now()
     session = AgentSession.objects.select_for_update().get(pk=checkpoint.session_id)
     previous_head = session.head_id
+    restored = _new_head(session, checkpoint, name=f"restore of #{checkpoint.seq}", reason=reason, now=now)
+    record_audit(
+        actor,
+        "restore",
+        session=session,
+        checkpoint=restored,
+        target=f"{session} #{checkpoint.seq}",
+        reason=reason,
+        details={"target_seq": checkpoint.seq, "previous_head": previous_head, "new_seq": restored.seq},
+        now=now,
+    )
+    return restored
+
+
+@transaction.atomic
+def undo_restore(session: AgentSession, *, actor: Actor, reason: str = "", now: datetime | None = None) -> Checkpoint:
+    """Give the agent back exactly the state it had before the latest restore.
+
+    1. Under the session's lock: its head must be a restore R (not itself an undo) whose previous head H
+       is still there.
+    2. A new head U (kind `restore`, child of H, sharing H's state) marked `undo_of` R: agents that order
+       checkpoints by their own ids resume from the newest, so the old state comes back as a new head; the
+       restore generation increments again, so a polling agent reloads.
+    3. An `undo` audit row naming R, its target and H; R's own `restore` row stays.
+    """
+    now = now or timezone.now()
+    locked = AgentSession.objects.select_for_update().get(pk=session.pk)
+    restore = Checkpoint.objects.filter(pk=locked.head_id, kind=CheckpointKind.RESTORE).first()
+    previous_pk = restore.metadata.get("previous_head") if restore and "undo_of" not in restore.metadata else None
+    previous = Checkpoint.objects.filter(pk=previous_pk, session=locked).first() if previous_pk else None
+    if restore is None or previous is None:
+        raise NothingToUndo("the session's head is not a restore that can be undone")
+    undone = _new_head(
+        locked,
+        previous,
+        name=f"undo of restore #{restore.seq}",
+        reason=reason or f"undo restore #{restore.seq}",
+        now=now,
+        undo_of={"undo_of": restore.pk, "undo_of_seq": restore.seq},
+    )
+    record_audit(
+        actor,
+        "undo",
+        session=locked,
+        checkpoint=undone,
+        target=f"{locked} restore #{restore.seq}",
+        reason=reason or f"undo restore #{restore.seq}",
+        details={
+            "undone_seq": restore.seq,
+            "undone_target_seq": restore.metadata.get("restored_from_seq"),
+            "restored_seq": previous.seq,
+            "new_seq": undone.seq,
+            "restore_generation": locked.restore_generation,
+        },
+        now=now,
+    )
+    return undone
+
+
+def _new_head(
+    session: AgentSession,
+    checkpoint: Checkpoint,
+    *,
+    name: str,
+    reason: str,
+    now: datetime,
+    undo_of: dict[str, int] | None = None,
+) -> Checkpoint:
+    """A `restore` checkpoint sharing `checkpoint`'s state, made the head of `session` (locked by the caller)
+    with the next restore generation; written back to the agent's files where it was imported from."""
+    previous_head = session.head_id
     session.last_seq += 1
     session.restore_generation += 1
     restored = Checkpoint.objects.create(
@@ -577,7 +648,7 @@ def restore_checkpoint(
         seq=session.last_seq,
         parent=checkpoint,
         starts_branch=checkpoint.seq != session.last_seq - 1,
-        name=f"restore of #{checkpoint.seq}",
+        name=name,
         kind=CheckpointKind.RESTORE,
         status=CheckpointStatus.COMPLETED,
         step=checkpoint.step,
@@ -595,6 +666,7 @@ def restore_checkpoint(
             "previous_head": previous_head,
             "restore_generation": session.restore_generation,
             "reason": reason,
+            **(undo_of or {}),
         },
     )
     session.head = restored
@@ -609,27 +681,7 @@ def restore_checkpoint(
     from .drift import detect_after_ingest  # drift imports services to audit: a cycle at module level
 
     transaction.on_commit(lambda: detect_after_ingest([session.pk]))  # a failed or halted alert clears now
-    record_audit(
-        actor,
-        "restore",
-        session=session,
-        checkpoint=restored,
-        target=f"{session} #{checkpoint.seq}",
-        reason=reason,
-        details={"target_seq": checkpoint.seq, "previous_head": previous_head, "new_seq": restored.seq},
-        now=now,
-    )
     return restored
-
-
-def undo_restore(session: AgentSession, *, actor: Actor, reason: str = "") -> Checkpoint:
-    """Undo the latest restore by restoring the head it replaced (itself a new, audited restore)."""
-    head = Checkpoint.objects.filter(pk=session.head_id).first()
-    previous = head.metadata.get("previous_head") if head and head.kind == CheckpointKind.RESTORE else None
-    target = Checkpoint.objects.filter(pk=previous, session=session).first() if previous else None
-    if target is None:
-        raise NothingToUndo("the session's head is not a restore that can be undone")
-    return restore_checkpoint(target, actor=actor, reason=reason or f"undo restore #{head.seq}")
 
 
 EXTERNAL_ID_MAX = AgentSession._meta.get_field("external_id").max_length

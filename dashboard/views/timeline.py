@@ -79,13 +79,15 @@ class Branch:
         return self.attach if self.attach is not None else self.lo
 
 
-def branch_layout(last_seq: int, head_seq: int | None, starts: list[tuple[int, int | None]]) -> list[Branch]:
+def branch_layout(
+    last_seq: int, head_seq: int | None, starts: list[tuple[int, int | None]], folded: frozenset[int] = frozenset()
+) -> list[Branch]:
     """Lane 0 is the head's ancestry; each stretch of history off it gets a side lane.
 
     Seqs are split into segments at each branch start (a restore, a checkpoint sent with an earlier
     parent, a new root; every other checkpoint's parent is the one before it). The head's line runs
     down its segment to the segment's start, jumps to the start's parent, and so on; what it skips is
-    a side branch.
+    a side branch — except a restore that was undone at once (`folded`): it is shown with its undo.
     """
     if last_seq < 1:
         return []
@@ -112,6 +114,7 @@ def branch_layout(last_seq: int, head_seq: int | None, starts: list[tuple[int, i
             side.append(Branch(start, end, attach, main=False))
         elif main_top[index] < end:
             side.append(Branch(main_top[index] + 1, end, main_top[index], main=False))
+    side = [branch for branch in side if not (branch.lo == branch.hi and branch.lo in folded)]
     lowest: list[int] = []  # per side lane, the lowest seq it reaches so far
     for branch in sorted(side, key=lambda b: -b.hi):
         for lane, bottom in enumerate(lowest):
@@ -170,21 +173,29 @@ class Layout:
     lanes: int
     attach_points: dict[int, list[Branch]]
     restore_targets: dict[int, list[int]]  # target seq → restore seqs
+    undos: dict[int, tuple[int, int | None]] = field(default_factory=dict)  # undo seq → (restore seq, its target)
+
+    @property
+    def folded(self) -> frozenset[int]:
+        """Restores undone right after them: shown in their undo's row, not as a row and a branch of their own."""
+        return frozenset(restore for restore, _ in self.undos.values())
 
     @classmethod
     def for_session(cls, session: AgentSession) -> Layout:
         starts = list(Checkpoint.objects.for_session(session).branch_points())
         head_seq = session.head.seq if session.head is not None else None
-        branches = branch_layout(session.last_seq, head_seq, [(seq, parent) for seq, parent, _ in starts])
+        undos = _undos(session, starts)
+        folded = frozenset(restore for restore, _ in undos.values())
+        branches = branch_layout(session.last_seq, head_seq, [(seq, parent) for seq, parent, _ in starts], folded)
         attach_points: dict[int, list[Branch]] = {}
         for branch in branches:
             if branch.attach is not None:
                 attach_points.setdefault(branch.attach, []).append(branch)
         targets: dict[int, list[int]] = {}
         for seq, parent, kind in starts:
-            if parent is not None and kind == CheckpointKind.RESTORE:
+            if parent is not None and kind == CheckpointKind.RESTORE and seq not in folded:
                 targets.setdefault(parent, []).append(seq)
-        return cls(branches, 1 + max((b.lane for b in branches), default=0), attach_points, targets)
+        return cls(branches, 1 + max((b.lane for b in branches), default=0), attach_points, targets, undos)
 
     def branch_of(self, seq: int) -> Branch | None:
         return next((b for b in self.branches if b.lo <= seq <= b.hi), None)
@@ -209,6 +220,20 @@ class Layout:
         return cells, own
 
 
+def _undos(session: AgentSession, starts: list[tuple[int, int | None, str]]) -> dict[int, tuple[int, int | None]]:
+    """Undo seq → (the restore it undid, that restore's target), for undos made right after their restore
+    (one small query, only for sessions that have restores)."""
+    restores = {seq: parent for seq, parent, kind in starts if kind == CheckpointKind.RESTORE}
+    if not restores:
+        return {}
+    marked = Checkpoint.objects.for_session(session).filter(seq__in=list(restores), metadata__has_key="undo_of_seq")
+    undos: dict[int, tuple[int, int | None]] = {}
+    for seq, undone in marked.values_list("seq", "metadata__undo_of_seq"):
+        if undone == seq - 1 and undone in restores:
+            undos[seq] = (undone, restores[undone])
+    return undos
+
+
 # ---- rows -------------------------------------------------------------------------------------------
 
 
@@ -220,6 +245,7 @@ class Row:
     is_head: bool = False
     previous_id: int | None = None
     restored_by: list[int] = field(default_factory=list)
+    undoes: tuple[int, int | None] | None = None  # (the restore this undo undid, that restore's target)
     forks: list[AgentSession] = field(default_factory=list)
     run: list[Checkpoint] = field(default_factory=list)  # a collapsed run: its checkpoints, newest first
 
@@ -289,6 +315,7 @@ def _build_rows(
             is_head=is_head,
             previous_id=previous,
             restored_by=layout.restore_targets.get(checkpoint.seq, []),
+            undoes=layout.undos.get(checkpoint.seq),
             forks=forks.get(checkpoint.pk, []),
         )
 
@@ -304,8 +331,12 @@ def _build_rows(
         )
 
     rows: list[Row] = []
+    folded = layout.folded
     i = 0
     while i < len(checkpoints):
+        if checkpoints[i].seq in folded:  # shown in its undo's row
+            i += 1
+            continue
         j = i
         if collapse:
             while j < len(checkpoints) and routine(checkpoints[j]) and (j == i or _same_run(checkpoints, j, layout)):

@@ -263,10 +263,12 @@ def test_undo_returns_to_the_head_before_the_restore(client, alice, run):
     assert session.restore_generation == 2
     assert list(AuditEvent.objects.values_list("action", "actor").order_by("id")) == [
         ("restore", "alice"),
-        ("restore", "alice"),
+        ("undo", "alice"),
     ]
     [message] = [m for m in get_messages(response.wsgi_request) if "undone" in m.message]
-    assert "#4" in message.message
+    assert message.message == (
+        "Restore #5 undone: the agent resumes from new checkpoint #6 with the state of #4, as before the restore."
+    )
 
 
 def test_undo_without_a_restore_changes_nothing_and_says_so(client, alice, run):
