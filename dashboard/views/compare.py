@@ -13,14 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.views.decorators.http import require_GET
 
 from checkpoints import jsoncodec
 from checkpoints.diff import Diff, DiffEntry
+from checkpoints.models import AgentSession, Checkpoint
 from checkpoints.services import diff_checkpoints
 
-from ..forms import CompareForm
+from ..forms import CheckpointRef, CompareForm
 from .common import VIEW, HtmxHttpRequest, console, get_checkpoint_for_user, render_page
 
 ENTRY_LIMIT = 500
@@ -186,17 +187,77 @@ def _inline(old: str | None, new: str | None) -> tuple[list[tuple[str, bool]], l
     return left or [("", False)], right or [("", False)]
 
 
+class NotComparable(Exception):
+    """What to tell the operator instead of a comparison, and the status a page (not an htmx swap) gets."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 @console(VIEW)
 @require_GET
 def compare(request: HtmxHttpRequest) -> HttpResponse:
     form = CompareForm(request.GET)
-    if not form.is_valid():
-        context = {"form": form, "error": "Choose two checkpoints to compare: ?a=<id>&b=<id>, both numbers."}
-        response = render_page(request, "dashboard/compare.html", context)
-        response.status_code = 400
+    try:
+        a, b = _pick(request, form)
+    except NotComparable as exc:
+        # htmx swaps the message in place of the previous comparison (it swaps 2xx answers only)
+        context = {"form": form, "fields": _typed_fields(form), "error": str(exc)}
+        response = render_page(request, "dashboard/compare.html", context, partial="compare-result")
+        if not request.htmx:
+            response.status_code = exc.status
         return response
-    a = get_checkpoint_for_user(request, form.cleaned_data["a"])
-    b = get_checkpoint_for_user(request, form.cleaned_data["b"])
     view = present_diff(diff_checkpoints(a, b))
-    context = {"form": form, "a": a, "b": b, "diff": view, "old_label": f"A · #{a.seq}", "new_label": f"B · #{b.seq}"}
+    context = {
+        "form": form,
+        "fields": {
+            "session": a.session_id,
+            "a": f"#{a.seq}",
+            "b": f"#{b.seq}" if b.session_id == a.session_id else f"id:{b.pk}",
+        },
+        "a": a,
+        "b": b,
+        "diff": view,
+        "old_label": f"A · #{a.seq}",
+        "new_label": f"B · #{b.seq}",
+    }
     return render_page(request, "dashboard/compare.html", context, partial="compare-result")
+
+
+def _typed_fields(form: CompareForm) -> dict[str, Any]:
+    return {name: form.data.get(name, "") for name in ("session", "a", "b")}
+
+
+def _pick(request: HtmxHttpRequest, form: CompareForm) -> tuple[Checkpoint, Checkpoint]:
+    """The two checkpoints the request names (see CompareForm), or NotComparable saying what is wrong."""
+    if not form.is_valid():
+        errors = [error for name in ("a", "b") for error in form.errors.get(name, []) if name in form.data]
+        raise NotComparable(" ".join(["Choose two checkpoints to compare: #12 or id:345.", *errors]), 400)
+    refs = {name: form.cleaned_data[name] for name in ("a", "b")}
+    found = {name: _by_id(request, ref) for name, ref in refs.items() if ref.by == "id"}
+    session_id = form.cleaned_data.get("session") or next((c.session_id for c in found.values()), None)
+    for name, ref in refs.items():
+        if name not in found:
+            if session_id is None:
+                raise NotComparable(
+                    f"{ref} is a checkpoint of which session? Compare from a session's timeline, or write id:345.", 400
+                )
+            found[name] = _by_seq(request, session_id, ref.number)
+    return found["a"], found["b"]
+
+
+def _by_id(request: HtmxHttpRequest, ref: CheckpointRef) -> Checkpoint:
+    try:
+        return get_checkpoint_for_user(request, ref.number)
+    except Http404:
+        raise NotComparable(f"No checkpoint {ref} that you can see.", 404) from None
+
+
+def _by_seq(request: HtmxHttpRequest, session_id: int, seq: int) -> Checkpoint:
+    session = AgentSession.objects.visible_to(request.user).filter(pk=session_id).values_list("external_id", flat=True)
+    name = session.first()
+    pk = Checkpoint.objects.filter(session_id=session_id, seq=seq).values_list("pk", flat=True).first()
+    if name is None or pk is None:
+        raise NotComparable(f"No checkpoint #{seq} in {name or 'that session'}.", 404)
+    return _by_id(request, CheckpointRef("id", pk))
