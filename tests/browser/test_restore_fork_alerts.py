@@ -9,7 +9,6 @@ from django.core.management import call_command
 from playwright.sync_api import expect
 
 from checkpoints.models import AgentSession, AlertState, Checkpoint, CheckpointKind, DriftAlert
-from tests.browser.conftest import SCREENSHOTS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -17,22 +16,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def demo(db):
     call_command("seed_demo", "--small", verbosity=0)
-
-
-@pytest.fixture
-def widths(page, screenshot):
-    """Shoot the page at 1280 px and at a 390 px phone width (`full=False`: what the window shows)."""
-
-    def shoot(name: str, *, full: bool = True) -> None:
-        for width, height in ((1280, 800), (390, 844)):
-            page.set_viewport_size({"width": width, "height": height})
-            if full:
-                screenshot(f"{name}-{width}")
-            else:
-                page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"))
-        page.set_viewport_size({"width": 1366, "height": 860})
-
-    return shoot
 
 
 def test_operator_compares_two_checkpoints(looks, page, live_server, sign_in, alice, demo, screenshot):
