@@ -14,6 +14,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from .lineage import mark_branch_starts
 from .models import AgentSession, ApiToken, Checkpoint, CheckpointKind, SessionStatus
 from .retention import still_protected
 from .services import Actor, record_audit
@@ -79,6 +80,7 @@ def delete_checkpoints(ids: Iterable[int], *, actor: Actor, reason: str = "") ->
             Checkpoint.objects.filter(pk__in=list(doomed)).exclude(still_protected()).values_list("pk", flat=True)
         )
         Checkpoint.objects.filter(pk__in=list(gone)).delete()
+        mark_branch_starts(row.pk for row in moved)
     else:
         gone = set()
 

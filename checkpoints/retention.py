@@ -30,6 +30,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from .jobs import Failures, contained, each_batch
+from .lineage import mark_branch_starts
 from .models import AgentSession, Checkpoint, CheckpointKind, DriftAlert, Project, RetentionPolicy, RetentionScope
 
 PREVIEW_SIZE = 200
@@ -274,6 +275,7 @@ def _delete_batch(ids: list[int], repoint: dict[int, tuple[int, int | None]]) ->
         )
         if doomed:
             Checkpoint.objects.filter(pk__in=[pk for pk, _ in doomed]).only("pk").delete()
+        mark_branch_starts(row.pk for row in moved)
     return doomed
 
 

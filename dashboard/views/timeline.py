@@ -1,34 +1,39 @@
 """The session timeline: a session's checkpoint tree, newest first, with its branches, phases and charts.
 
-A restore, a checkpoint an agent sends with an earlier parent (time travel, an importer's tree) or a
-new root adds a checkpoint whose parent is not the one before it, so history forks there: the
-checkpoints between form a side branch, and the newer ones continue the line that leads to the head.
-The layout is computed from those branch starts alone (one small query on a partial index), so a page
-of a 10,000-checkpoint session costs the same handful of queries as a page of a short one.
+The branches are laid out by `dashboard.presenters.branches`. A folded side branch's checkpoints are left
+out of the page's fetch, and the rows naming the side branches a page shows get their counts from one
+grouped query, however many branches the session has: a page of a 10,000-checkpoint session with a
+hundred branches costs the same handful of queries as a page of a short one.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from functools import reduce
+from typing import Any, ClassVar
 
-from django.db.models import Count, F, Max, Min, Q, Sum
+from django.db.models import Case, Count, F, IntegerField, Max, Min, Q, Sum, Value, When
 from django.db.models.functions import TruncDay, TruncHour, TruncWeek
-from django.http import HttpResponse
+from django.http import HttpResponse, QueryDict
 from django.shortcuts import render
+from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
 from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, CheckpointStatus, DriftAlert
 
+from ..presenters.branches import Branch, Cell, Folding, Layout, Start, Stretch
 from .common import HtmxHttpRequest, console, get_session_for_user, parse_int, render_page
 
 PAGE_SIZE = 100  # checkpoints per timeline page
 RUN_MIN = 3  # this many consecutive routine checkpoints collapse into one row
 EXPAND_MAX = 500  # most rows one expanded run shows
-LANE_COLOURS = 6
+TOGGLES_MAX = 100  # most `open` / `fold` parameters read from one URL
+WINDOW = 2 * PAGE_SIZE  # a page's fetch takes stretches of seqs until they hold this many (a folded branch: one)…
+SPANS_MAX = 100  # …or this many stretches between folded branches
 CHART_POINTS = 500  # the size chart samples at most this many buckets
 
 
@@ -36,16 +41,17 @@ CHART_POINTS = 500  # the size chart samples at most this many buckets
 @console()
 def session_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     session = get_session_for_user(request, pk)
-    expand = _parse_range(request.GET.get("expand"))
+    expand, folding = _parse_range(request.GET.get("expand")), _folding(request.GET)
     if request.htmx and expand and "before" not in request.GET and "after" not in request.GET:
-        context = {"session": session, "span": expand, "run": expanded_run(session, expand, user=request.user)}
-        return render(request, "dashboard/session_detail.html#run", context)
+        run = expanded_run(session, expand, folding=folding, user=request.user)
+        return render(request, "dashboard/session_detail.html#run", {"session": session, "span": expand, "run": run})
     page = timeline_page(
         session,
         before=parse_int(request.GET.get("before")),
         after=parse_int(request.GET.get("after")),
         at=parse_int(request.GET.get("at")),
         expand=expand,
+        folding=folding,
         user=request.user,
     )
     context: dict[str, Any] = {"session": session, "page": page}
@@ -61,177 +67,13 @@ def _parse_range(value: str | None) -> tuple[int, int] | None:
     return (lo, hi) if lo is not None and hi is not None and lo <= hi else None
 
 
-# ---- branch layout --------------------------------------------------------------------------------
+def _folding(query: QueryDict) -> Folding:
+    """`open=40&fold=7`: the side branches (by first seq) shown open or folded against the default."""
 
+    def seqs(name: str) -> frozenset[int]:
+        return frozenset(seq for seq in map(parse_int, query.getlist(name)[:TOGGLES_MAX]) if seq)
 
-@dataclass
-class Branch:
-    """Consecutive seqs `lo`…`hi` drawn in one lane, growing out of the checkpoint `attach`."""
-
-    lo: int
-    hi: int
-    attach: int | None
-    main: bool
-    lane: int = 0
-
-    @property
-    def bottom(self) -> int:
-        return self.attach if self.attach is not None else self.lo
-
-
-def branch_layout(
-    last_seq: int, head_seq: int | None, starts: list[tuple[int, int | None]], folded: frozenset[int] = frozenset()
-) -> list[Branch]:
-    """Lane 0 is the head's ancestry; each stretch of history off it gets a side lane.
-
-    Seqs are split into segments at each branch start (a restore, a checkpoint sent with an earlier
-    parent, a new root; every other checkpoint's parent is the one before it). The head's line runs
-    down its segment to the segment's start, jumps to the start's parent, and so on; what it skips is
-    a side branch — except a restore that was undone at once (`folded`): it is shown with its undo.
-    """
-    if last_seq < 1:
-        return []
-    parent_of = {seq: parent for seq, parent in starts if 1 < seq <= last_seq}
-    starts = sorted({1, *parent_of})
-    segments = [
-        (start, starts[i + 1] - 1 if i + 1 < len(starts) else last_seq, parent_of.get(start))
-        for i, start in enumerate(starts)
-    ]
-    branches: list[Branch] = []
-    main_top: dict[int, int] = {}
-    seq = head_seq if head_seq and head_seq <= last_seq else last_seq
-    while seq is not None and seq >= 1:
-        index = bisect_right(starts, seq) - 1
-        if index in main_top:
-            break
-        start, _, attach = segments[index]
-        main_top[index] = seq
-        branches.append(Branch(start, seq, attach, main=True))
-        seq = attach
-    side: list[Branch] = []
-    for index, (start, end, attach) in enumerate(segments):
-        if index not in main_top:
-            side.append(Branch(start, end, attach, main=False))
-        elif main_top[index] < end:
-            side.append(Branch(main_top[index] + 1, end, main_top[index], main=False))
-    side = [branch for branch in side if not (branch.lo == branch.hi and branch.lo in folded)]
-    lowest: list[int] = []  # per side lane, the lowest seq it reaches so far
-    for branch in sorted(side, key=lambda b: -b.hi):
-        for lane, bottom in enumerate(lowest):
-            if branch.hi < bottom:
-                branch.lane, lowest[lane] = lane + 1, branch.bottom
-                break
-        else:
-            lowest.append(branch.bottom)
-            branch.lane = len(lowest)
-    return branches + side
-
-
-@dataclass
-class Cell:
-    """One lane of one row: lines above and below the middle, and the node, if any."""
-
-    lane: int
-    up: bool = False
-    down: bool = False
-    node: str = ""  # "", "dot", "head", "restore", "run"
-    segments: list[str] = field(default_factory=list)  # pieces of elbows crossing this lane (CSS classes)
-
-    @property
-    def css(self) -> str:
-        parts = ["lane", f"c{self.lane % LANE_COLOURS}"]
-        parts += [name for name, on in (("up", self.up), ("down", self.down)) if on]
-        if self.node:
-            parts.append(f"node-{self.node}")
-        return " ".join(parts)
-
-
-@dataclass
-class Elbow:
-    """The line from the middle of lane `start` to the middle of lane `start + span`, where a branch leaves.
-
-    It is drawn as one piece per lane it crosses, by class: the Content-Security-Policy allows no inline
-    styles, so no lane can be positioned with a style attribute.
-    """
-
-    lane: int  # the branch's lane (its colour)
-    start: int  # leftmost lane it spans
-    span: int
-
-    def segments(self) -> list[tuple[int, str]]:
-        colour = f"c{self.lane % LANE_COLOURS}"
-        end = self.start + self.span
-        return [
-            (lane, f"elbow {'from' if lane == self.start else 'to' if lane == end else 'through'} {colour}")
-            for lane in range(self.start, end + 1)
-        ]
-
-
-@dataclass
-class Layout:
-    branches: list[Branch]
-    lanes: int
-    attach_points: dict[int, list[Branch]]
-    restore_targets: dict[int, list[int]]  # target seq → restore seqs
-    undos: dict[int, tuple[int, int | None]] = field(default_factory=dict)  # undo seq → (restore seq, its target)
-
-    @property
-    def folded(self) -> frozenset[int]:
-        """Restores undone right after them: shown in their undo's row, not as a row and a branch of their own."""
-        return frozenset(restore for restore, _ in self.undos.values())
-
-    @classmethod
-    def for_session(cls, session: AgentSession) -> Layout:
-        starts = list(Checkpoint.objects.for_session(session).branch_points())
-        head_seq = session.head.seq if session.head is not None else None
-        undos = _undos(session, starts)
-        folded = frozenset(restore for restore, _ in undos.values())
-        branches = branch_layout(session.last_seq, head_seq, [(seq, parent) for seq, parent, _ in starts], folded)
-        attach_points: dict[int, list[Branch]] = {}
-        for branch in branches:
-            if branch.attach is not None:
-                attach_points.setdefault(branch.attach, []).append(branch)
-        targets: dict[int, list[int]] = {}
-        for seq, parent, kind in starts:
-            if parent is not None and kind == CheckpointKind.RESTORE and seq not in folded:
-                targets.setdefault(parent, []).append(seq)
-        return cls(branches, 1 + max((b.lane for b in branches), default=0), attach_points, targets, undos)
-
-    def branch_of(self, seq: int) -> Branch | None:
-        return next((b for b in self.branches if b.lo <= seq <= b.hi), None)
-
-    def graph(self, seq: int, node: str) -> tuple[list[Cell], Branch | None]:
-        cells = [Cell(lane) for lane in range(self.lanes)]
-        own = self.branch_of(seq)
-        for branch in self.branches:
-            cell = cells[branch.lane]
-            if branch is own:
-                cell.node = node
-                cell.up = cell.up or seq < branch.hi
-                cell.down = cell.down or seq > branch.lo or branch.attach is not None
-            elif branch.attach is not None and branch.attach < seq < branch.lo:
-                cell.up = cell.down = True
-            elif branch.attach == seq:
-                cell.up = True
-                if own is not None and own.lane != branch.lane:
-                    elbow = Elbow(branch.lane, min(own.lane, branch.lane), abs(own.lane - branch.lane))
-                    for lane, css in elbow.segments():
-                        cells[lane].segments.append(css)
-        return cells, own
-
-
-def _undos(session: AgentSession, starts: list[tuple[int, int | None, str]]) -> dict[int, tuple[int, int | None]]:
-    """Undo seq → (the restore it undid, that restore's target), for undos made right after their restore
-    (one small query, only for sessions that have restores)."""
-    restores = {seq: parent for seq, parent, kind in starts if kind == CheckpointKind.RESTORE}
-    if not restores:
-        return {}
-    marked = Checkpoint.objects.for_session(session).filter(seq__in=list(restores), metadata__has_key="undo_of_seq")
-    undos: dict[int, tuple[int, int | None]] = {}
-    for seq, undone in marked.values_list("seq", "metadata__undo_of_seq"):
-        if undone == seq - 1 and undone in restores:
-            undos[seq] = (undone, restores[undone])
-    return undos
+    return Folding(seqs("open"), seqs("fold"))
 
 
 # ---- rows -------------------------------------------------------------------------------------------
@@ -241,28 +83,76 @@ def _undos(session: AgentSession, starts: list[tuple[int, int | None, str]]) -> 
 class Row:
     checkpoint: Checkpoint
     cells: list[Cell]
-    main: bool
+    stretch: Stretch | None
     is_head: bool = False
     previous_id: int | None = None
+    start: Start | None = None  # what it starts, unless its name says so already
     restored_by: list[int] = field(default_factory=list)
     undoes: tuple[int, int | None] | None = None  # (the restore this undo undid, that restore's target)
     forks: list[AgentSession] = field(default_factory=list)
     run: list[Checkpoint] = field(default_factory=list)  # a collapsed run: its checkpoints, newest first
+    is_branch: ClassVar[bool] = False
+
+    @property
+    def branch(self) -> Branch | None:
+        return self.stretch.branch if self.stretch else None
+
+    @property
+    def main(self) -> bool:
+        return self.branch.main if self.branch else True
 
     @property
     def first(self) -> Checkpoint:
         return self.run[-1] if self.run else self.checkpoint
 
+    @property
+    def top(self) -> int:
+        return self.checkpoint.seq
+
+    @property
+    def bottom(self) -> int:
+        return self.first.seq
+
+
+@dataclass
+class Summary:
+    """What a side branch's row says about it."""
+
+    count: int
+    first_at: datetime
+    last_at: datetime
+    failed: int
+    pinned: int
+    forks: int
+    newest: Checkpoint | None  # only for a folded branch: its checkpoints are not on the page
+
+
+@dataclass
+class BranchRow:
+    """The row naming a side branch: a folded one's summary in its place, or an open one's heading above its rows."""
+
+    branch: Branch
+    cells: list[Cell]
+    summary: Summary
+    toggle: str  # the query string that folds or opens it
+    top: int
+    is_branch: ClassVar[bool] = True
+
+    @property
+    def bottom(self) -> int:
+        return self.branch.lo if self.branch.folded else self.top
+
 
 @dataclass
 class Page:
-    rows: list[Row]
+    rows: list[Row | BranchRow]
     lanes: int
     forks: list[AgentSession]  # sessions forked from any checkpoint of this one
     newer: int | None  # `after` for the newer page
     older: int | None  # `before` for the older page
     at_newest: bool
-    query: str = ""  # this page's position, kept by the no-JavaScript links that expand a run
+    query: str = ""  # this page's position and folding, kept by the no-JavaScript links that expand a run
+    folding: str = ""  # which branches are open or folded against the default, kept by the pager's links
 
     @property
     def lane_slots(self) -> range:
@@ -271,11 +161,11 @@ class Page:
 
     @property
     def top(self) -> int | None:
-        return self.rows[0].checkpoint.seq if self.rows else None
+        return self.rows[0].top if self.rows else None
 
     @property
     def bottom(self) -> int | None:
-        return self.rows[-1].first.seq if self.rows else None
+        return self.rows[-1].bottom if self.rows else None
 
 
 def _child_forks(session: AgentSession, user: Any) -> list[AgentSession]:
@@ -304,18 +194,21 @@ def _build_rows(
     def row(checkpoint: Checkpoint) -> Row:
         is_head = checkpoint.pk == session.head_id
         node = "head" if is_head else "restore" if checkpoint.kind == CheckpointKind.RESTORE else "dot"
-        cells, own = layout.graph(checkpoint.seq, node)
+        cells, own = layout.graph(checkpoint.seq, checkpoint.seq, node)
         previous = checkpoint.parent_id
         if checkpoint.kind == CheckpointKind.RESTORE and checkpoint.seq - 1 in by_seq:
             previous = by_seq[checkpoint.seq - 1].pk  # what the restore changed: the head it replaced
+        start = layout.starts.get(checkpoint.seq)
+        undoes = layout.undos.get(checkpoint.seq)
         return Row(
             checkpoint,
             cells,
-            main=own.main if own else True,
+            own,
             is_head=is_head,
             previous_id=previous,
+            start=start if start and start.label != checkpoint.name and not undoes else None,
             restored_by=layout.restore_targets.get(checkpoint.seq, []),
-            undoes=layout.undos.get(checkpoint.seq),
+            undoes=undoes,
             forks=forks.get(checkpoint.pk, []),
         )
 
@@ -331,10 +224,10 @@ def _build_rows(
         )
 
     rows: list[Row] = []
-    folded = layout.folded
+    undone = layout.undone
     i = 0
     while i < len(checkpoints):
-        if checkpoints[i].seq in folded:  # shown in its undo's row
+        if checkpoints[i].seq in undone:  # shown in its undo's row
             i += 1
             continue
         j = i
@@ -352,15 +245,136 @@ def _build_rows(
 
 def _same_run(checkpoints: list[Checkpoint], j: int, layout: Layout) -> bool:
     newer, older = checkpoints[j - 1], checkpoints[j]
-    return layout.branch_of(newer.seq) is layout.branch_of(older.seq)
+    return layout.stretch_of(newer.seq) is layout.stretch_of(older.seq)
 
 
 def _run_row(run: list[Checkpoint], layout: Layout) -> Row:
-    top_cells, own = layout.graph(run[0].seq, "run")
-    bottom_cells, _ = layout.graph(run[-1].seq, "run")
-    if own is not None:
-        top_cells[own.lane].down = bottom_cells[own.lane].down
-    return Row(run[0], top_cells, main=own.main if own else True, run=run)
+    cells, own = layout.graph(run[-1].seq, run[0].seq, "run")
+    return Row(run[0], cells, own, run=run)
+
+
+def _with_branch_rows(
+    rows: list[Row], folds: list[Branch], summaries: dict[int, Summary], layout: Layout, toggle: Callable[[Branch], str]
+) -> list[Row | BranchRow]:
+    """`rows` with a row for each side branch on the page: a folded branch's summary where its newest checkpoint
+    would be, and a heading above the newest row of an open one, joined to it by the line of that row."""
+    waiting = sorted((b for b in folds if b.lo in summaries), key=lambda b: -b.hi)
+    out: list[Row | BranchRow] = []
+    headed: set[int] = set()
+
+    def folded(branch: Branch) -> BranchRow:
+        cells, _ = layout.graph(branch.hi, branch.hi, "fold", layout.folds[branch.lo])
+        return BranchRow(branch, cells, summaries[branch.lo], toggle(branch), branch.hi)
+
+    for row in rows:
+        while waiting and waiting[0].hi > row.top:
+            out.append(folded(waiting.pop(0)))
+        branch, stretch = row.branch, row.stretch
+        if branch is not None and stretch is not None and not branch.main and branch.lo not in headed:
+            headed.add(branch.lo)
+            if branch.lo in summaries:
+                cells, _ = layout.graph(row.top + 0.5, row.top + 0.5, "open", stretch)
+                out.append(BranchRow(branch, cells, summaries[branch.lo], toggle(branch), row.top))
+                row.cells[stretch.lane].up = True
+        out.append(row)
+    out.extend(folded(branch) for branch in waiting)
+    return out
+
+
+def _summaries(session: AgentSession, branches: list[Branch], forks: list[AgentSession]) -> dict[int, Summary]:
+    """Each branch's count, times, failures and pins in one grouped query, and the newest checkpoint of each
+    folded one in a second: two queries for any number of branches. Keyed by the branch's first seq."""
+    if not branches:
+        return {}
+    spans = [(s.lo, s.hi, branch.lo) for branch in branches for s in _merged(branch.stretches)]
+    which = Case(*(When(seq__range=(lo, hi), then=Value(key)) for lo, hi, key in spans), output_field=IntegerField())
+    checkpoints = Checkpoint.objects.for_session(session).order_by()
+    groups = list(  # a flat CASE, and one range around it all: SQLite refuses conditions nested 1,000 deep
+        checkpoints.filter(seq__range=(min(lo for lo, _, _ in spans), max(hi for _, hi, _ in spans)))
+        .annotate(branch=which)
+        .values("branch")
+        .annotate(
+            count=Count("pk"),
+            newest=Max("seq"),
+            first_at=Min("created_at"),
+            last_at=Max("created_at"),
+            failed=Count("pk", filter=Q(status__in=[CheckpointStatus.FAILED, CheckpointStatus.HALTED])),
+            pinned=Count("pk", filter=Q(pinned=True)),
+        )
+    )
+    folded = {b.lo for b in branches if b.folded}
+    newest_seqs = [group["newest"] for group in groups if group["branch"] in folded]
+    newest = {c.seq: c for c in checkpoints.for_timeline().filter(seq__in=newest_seqs)} if newest_seqs else {}
+    fork_seqs = [fork.forked_from.seq for fork in forks]
+    by_lo = {b.lo: b for b in branches}
+    summaries: dict[int, Summary] = {}
+    for group in groups:
+        if group["branch"] is None:  # between the branches' stretches
+            continue
+        branch = by_lo[group["branch"]]
+        summaries[branch.lo] = Summary(
+            count=group["count"],
+            first_at=group["first_at"],
+            last_at=group["last_at"],
+            failed=group["failed"],
+            pinned=group["pinned"],
+            forks=sum(any(s.lo <= seq <= s.hi for s in branch.stretches) for seq in fork_seqs),
+            newest=newest.get(group["newest"]),
+        )
+    return summaries
+
+
+def _merged(stretches: list[Stretch]) -> list[Stretch]:
+    """The same seqs in as few stretches as can hold them (neighbours joined), by lo."""
+    out: list[Stretch] = []
+    for stretch in sorted(stretches, key=lambda s: s.lo):
+        if out and out[-1].hi + 1 == stretch.lo:
+            out[-1] = Stretch(out[-1].lo, stretch.hi, None)
+        else:
+            out.append(stretch)
+    return out
+
+
+@dataclass
+class Window:
+    """Where one page's fetch looks: stretches of shown seqs, from the page's near end to `edge`."""
+
+    spans: list[tuple[int, int]]
+    edge: int  # the far end: the lowest seq it covers going back, the highest going forward
+    complete: bool  # it reaches the session's first (going back) or last (going forward) seq
+
+
+def _window(hidden: list[Stretch], lo: int, hi: int, *, newest_first: bool) -> Window:
+    """The stretches of seqs lo…hi outside folded branches (`hidden`, by lo, apart), walked from `hi` down
+    (or from `lo` up) until they hold enough seqs and folded stretches for a page, or SPANS_MAX stretches:
+    the fetch stays one range scan with a bounded condition, however many branches are folded."""
+    items: list[tuple[int, int, bool]] = []  # (lo, hi, folded), ascending
+    at = lo
+    for stretch in hidden:
+        if stretch.hi < lo or stretch.lo > hi:
+            continue
+        if stretch.lo > at:
+            items.append((at, stretch.lo - 1, False))
+        items.append((max(stretch.lo, lo), min(stretch.hi, hi), True))
+        at = stretch.hi + 1
+    if at <= hi:
+        items.append((at, hi, False))
+    if newest_first:
+        items.reverse()
+    spans: list[tuple[int, int]] = []
+    seen = 0  # seqs (a folded branch counts one) the window holds so far
+    for i, (start, end, folded) in enumerate(items):
+        if seen >= WINDOW or len(spans) >= SPANS_MAX:
+            return Window(spans, items[i - 1][0] if newest_first else items[i - 1][1], complete=False)
+        seen += 1 if folded else end - start + 1
+        if not folded:
+            spans.append((start, end))
+    return Window(spans, lo if newest_first else hi, complete=True)
+
+
+def _in_spans(spans: list[tuple[int, int]]) -> Q:
+    """Seq in any of `spans`; none: nothing at all (Django then runs no query)."""
+    return reduce(operator.or_, (Q(seq__range=span) for span in spans)) if spans else Q(pk__in=[])
 
 
 def timeline_page(
@@ -370,45 +384,67 @@ def timeline_page(
     after: int | None = None,
     at: int | None = None,
     expand: tuple[int, int] | None = None,
+    folding: Folding | None = None,
     user: Any,
 ) -> Page:
-    """One page of the timeline, newest first: keyset pagination on seq (`before` / `after` / `at`)."""
+    """One page of the timeline, newest first: keyset pagination on seq (`before` / `after` / `at`).
+
+    A page holds up to PAGE_SIZE checkpoints that are shown (a folded branch's are not fetched) and the
+    row of each folded branch whose newest seq lies between the page's ends; `at` opens its branch.
+    """
+    layout = Layout.for_session(session)
+    folding = folding or Folding()
+    if at is not None:
+        folding = folding.opening(layout.branch_of(at))
+    layout.fold(folding)
+    folded = [b for b in layout.branches if b.folded]
+    hidden = _merged([s for b in folded for s in b.stretches] + [Stretch(seq, seq, None) for seq in layout.undone])
     queryset = Checkpoint.objects.for_session(session).for_timeline()
     before = at + 1 if at is not None else before
+    below = None
     if after is not None and before is None:
-        fetched = list(queryset.filter(seq__gt=after).order_by("seq")[: PAGE_SIZE + 1])
-        has_newer = len(fetched) > PAGE_SIZE
+        low = after + 1
+        window = _window(hidden, low, session.last_seq, newest_first=False)
+        fetched = list(queryset.filter(_in_spans(window.spans)).order_by("seq")[: PAGE_SIZE + 1])
         checkpoints = fetched[:PAGE_SIZE][::-1]
-        below = queryset.filter(seq__lte=after).order_by("-seq").first()
+        high = checkpoints[0].seq if len(fetched) > PAGE_SIZE else window.edge
+        has_older = low > 1
     else:
-        if before is not None:
-            queryset = queryset.filter(seq__lt=before)
-        fetched = list(queryset.order_by("-seq")[: PAGE_SIZE + 1])
+        high = min(before - 1, session.last_seq) if before is not None else session.last_seq
+        window = _window(hidden, 1, high, newest_first=True)
+        fetched = list(queryset.filter(_in_spans(window.spans)).order_by("-seq")[: PAGE_SIZE + 1])
         checkpoints, below = fetched[:PAGE_SIZE], fetched[PAGE_SIZE] if len(fetched) > PAGE_SIZE else None
-        top = checkpoints[0].seq if checkpoints else (before or 1) - 1
-        has_newer = before is not None and top < session.last_seq
-    layout = Layout.for_session(session)
+        low = checkpoints[-1].seq if below is not None else window.edge
+        has_older = below is not None or not window.complete
+    folds = [b for b in folded if low <= b.hi <= high]
+    opened = {b.lo: b for b in map(layout.branch_of, (c.seq for c in checkpoints)) if b is not None and not b.main}
     forks = _child_forks(session, user)
+    summaries = _summaries(session, folds + list(opened.values()), forks)
+    anchor = [("before", high + 1)] if high < session.last_seq else []  # toggles keep the page's top in place
     rows = _build_rows(checkpoints, below, session, layout, forks, collapse=True, expand=expand)
     return Page(
-        rows=rows,
+        rows=_with_branch_rows(
+            rows, folds, summaries, layout, lambda branch: urlencode(anchor + folding.toggled(branch).params())
+        ),
         lanes=layout.lanes,
         forks=forks,
-        newer=(checkpoints[0].seq if checkpoints else (before or 1) - 1) if has_newer else None,
-        older=checkpoints[-1].seq if below is not None and checkpoints else None,
+        newer=high if high < session.last_seq else None,
+        older=low if has_older else None,
         at_newest=before is None and after is None,
-        query=f"before={before}" if before is not None else f"after={after}" if after is not None else "",
+        query=urlencode(anchor + folding.params()),
+        folding=urlencode(folding.params()),
     )
 
 
-def expanded_run(session: AgentSession, span: tuple[int, int], *, user: Any) -> Page:
-    """The checkpoints of a collapsed run, for the htmx request that opens it."""
+def expanded_run(session: AgentSession, span: tuple[int, int], *, folding: Folding, user: Any) -> Page:
+    """The checkpoints of a collapsed run, for the htmx request that opens it (drawn with the page's folding)."""
     queryset = Checkpoint.objects.for_session(session).for_timeline()
     checkpoints = list(queryset.filter(seq__gte=span[0], seq__lte=span[1]).order_by("-seq")[:EXPAND_MAX])
     layout = Layout.for_session(session)
+    layout.fold(folding)
     forks = _child_forks(session, user)
     rows = _build_rows(checkpoints, None, session, layout, forks, collapse=False)
-    return Page(rows, layout.lanes, forks, newer=None, older=None, at_newest=False)
+    return Page(list(rows), layout.lanes, forks, newer=None, older=None, at_newest=False)
 
 
 # ---- header, phases and charts ----------------------------------------------------------------------

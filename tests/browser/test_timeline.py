@@ -7,6 +7,7 @@ from django.core.management import call_command
 from playwright.sync_api import expect
 
 from checkpoints.models import AgentSession
+from tests.dashboard.trees import NEW_ROOT, grow
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,7 +38,7 @@ def test_operator_moves_through_the_timeline_with_the_keyboard_and_reads_a_check
     sign_in(alice)
     page.goto(f"{live_server.url}/sessions/{session.pk}/")
     expect(page.get_by_role("heading", name="Timeline")).to_be_visible()
-    expect(page.locator(".tag-side").first).to_be_visible()  # the branch the restore left behind
+    expect(page.locator("tbody.branch").first).to_be_visible()  # the branch the restore left behind
     expect(page.locator("svg.chart-svg")).to_have_count(3)
     screenshot("session-timeline")
 
@@ -93,3 +94,59 @@ def test_timeline_and_checkpoint_at_laptop_width_and_in_dark_mode(
     page.goto(f"{live_server.url}/sessions/{phased.pk}/")
     expect(page.get_by_role("heading", name="Phases")).to_be_visible()
     screenshot(f"session-phases-{variant}")
+
+
+@pytest.fixture
+def branched(make_session):
+    """Two runs in one session, each with the shapes agents grow: run 1 (#1–#20) resumed from #9 after an
+    interruption; run 2 (a new root at #21) with two time-travel branches, a restore and a failed attempt."""
+    return grow(
+        make_session("branchy"),
+        60,
+        {13: 9, 21: NEW_ROOT, 41: 30, 49: 44},
+        restores={56: 52},
+        failed={48},
+    )
+
+
+def _set_width(page, width: int) -> None:
+    page.set_viewport_size({"width": width, "height": 900})
+
+
+def _shoot(page, screenshot, name: str) -> None:
+    """A full-page screenshot from the top: scrolled, the sticky top bar would be drawn over the timeline."""
+    page.evaluate("window.scrollTo(0, 0)")
+    screenshot(name)
+
+
+def test_side_branches_fold_and_open_in_place(page, live_server, sign_in, alice, branched, screenshot):
+    sign_in(alice)
+    _set_width(page, 1280)
+    page.goto(f"{live_server.url}/sessions/{branched.pk}/")
+    folded = page.locator("tbody.branch.is-folded")
+    expect(folded).to_have_count(3)  # #45–48, #31–40 and the first run with its fork, #1–20
+    expect(page.locator("tbody.branch.is-open")).to_have_count(1)  # #53–55 is short
+    expect(page.locator("#branch-31")).to_contain_text("Branch of 10 checkpoints")
+    expect(page.locator("#branch-1")).to_contain_text("Run of 20 checkpoints")
+    expect(page.locator("#cp-21")).to_contain_text("new run")
+    expect(page.locator("#cp-41")).to_contain_text("branched from #30")
+    _shoot(page, screenshot, "timeline-branches-1280")
+
+    page.locator("#toggle-31").click()
+    expect(page.locator("#cp-35")).to_be_visible()
+    expect(page.locator("#branch-31")).to_have_class(re.compile("is-open"))
+    expect(page.locator("#toggle-31")).to_be_focused()  # the same control, now folding it
+    assert "open=31" in page.url
+    _shoot(page, screenshot, "timeline-branch-open-1280")
+
+    page.keyboard.press("Enter")
+    expect(page.locator("#cp-35")).to_have_count(0)
+    expect(page.locator("#branch-31")).to_have_class(re.compile("is-folded"))
+    assert "open=31" not in page.url
+
+    _set_width(page, 390)
+    page.locator("#toggle-1").click()
+    expect(page.locator("#cp-15")).to_be_visible()
+    expect(page.locator("#cp-13")).to_contain_text("branched from #9")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390  # the table scrolls, not the page
+    _shoot(page, screenshot, "timeline-branches-390")

@@ -224,6 +224,36 @@ def test_children_of_deleted_checkpoints_are_re_pointed_to_the_nearest_kept_ance
     assert sum(parent is None for parent in kept.values()) == 1
 
 
+def test_a_branch_whose_first_checkpoint_is_deleted_still_starts_where_it_branched(make_session, make_checkpoint):
+    """The kept child takes over the branch start: the timeline draws it off the same checkpoint."""
+    set_policy("step", keep_last=None)
+    set_policy("routine", keep_last=1, keep_last_scope="session")
+    session = make_session()
+    trunk = steps(make_checkpoint, session, 3)  # #1–#3, kept (no step policy deletes)
+    start = make_checkpoint(session, {"b": 0}, kind="routine", parent=trunk[0].pk)  # #4, branches off #1: deleted
+    child = make_checkpoint(session, {"b": 1})  # #5, kept
+    make_checkpoint(session, {"r": 2}, kind="routine", parent=trunk[-1].pk)  # #6, the last routine: kept
+
+    apply_retention()
+
+    assert not Checkpoint.objects.filter(pk=start.pk).exists()
+    child.refresh_from_db()
+    assert (child.parent_id, child.starts_branch) == (trunk[0].pk, True)
+    assert (5, 1, "step") in Checkpoint.objects.for_session(session).branch_points()
+
+
+def test_deleting_a_branch_start_by_hand_hands_the_branch_to_its_child(make_session, make_checkpoint):
+    from checkpoints.cleanup import delete_checkpoints
+
+    session = make_session()
+    trunk = steps(make_checkpoint, session, 3)
+    start = make_checkpoint(session, {"b": 0}, parent=trunk[0].pk)
+    child = make_checkpoint(session, {"b": 1})
+    delete_checkpoints([start.pk], actor=Actor.system("alice"))
+    child.refresh_from_db()
+    assert (child.parent_id, child.starts_branch) == (trunk[0].pk, True)
+
+
 def test_a_dry_run_deletes_nothing_and_matches_the_real_run(make_session, make_checkpoint):
     set_policy("step", keep_last=1, keep_first=True)
     set_policy("manual", keep_last=1)

@@ -214,7 +214,8 @@ def test_a_viewer_of_this_project_sees_no_operator_buttons_here(worlds, alice, g
     client = Client()
     client.force_login(alice)
     for world, shown in ((ours, True), (theirs, False)):
-        timeline = client.get(reverse("dashboard:session_detail", args=[world.session.pk])).content.decode()
+        at = {"at": world.checkpoint.seq}  # on the branch the world's restore left behind: opened by going there
+        timeline = client.get(reverse("dashboard:session_detail", args=[world.session.pk]), at).content.decode()
         detail = client.get(reverse("dashboard:checkpoint_detail", args=[world.checkpoint.pk])).content.decode()
         restore = reverse("dashboard:checkpoint_restore", args=[world.checkpoint.pk])
         pin = reverse("dashboard:checkpoint_pin", args=[world.checkpoint.pk])

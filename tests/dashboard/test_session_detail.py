@@ -7,7 +7,9 @@ from django.urls import reverse
 
 from checkpoints.models import Phase
 from checkpoints.services import Actor, fork_session, pin_checkpoint, restore_checkpoint, undo_restore
-from dashboard.views.timeline import PAGE_SIZE, branch_layout
+from dashboard.views.timeline import PAGE_SIZE
+
+from .trees import NEW_ROOT, grow
 
 HTMX = {"HX-Request": "true"}
 
@@ -26,12 +28,64 @@ def row_html(html: str, seq: int) -> str:
     return html[start : html.index("</tr>", start)]
 
 
+SHOWN = re.compile(
+    r'<tr data-keynav-item id="cp-(\d+)"|<tbody class="branch is-folded"[^>]*>.*?#(\d+)–(\d+)</td>', re.S
+)
+
+
+def shown(html: str) -> list[tuple[int, int]]:
+    """What the page shows, in order: a checkpoint row as (seq, seq), a folded branch as (lo, hi)."""
+    return [(int(seq), int(seq)) if seq else (int(lo), int(hi)) for seq, lo, hi in SHOWN.findall(html)]
+
+
+def walk(client, session) -> list[tuple[int, int]]:
+    """What every page shows, from the newest page on by the Older links."""
+    seen: list[tuple[int, int]] = []
+    params: dict[str, str] = {}
+    for _ in range(100):
+        html = client.get(url(session), params, headers=HTMX).content.decode()
+        seen += shown(html)
+        older = re.search(r'rel="next" href="[^"]*\?before=(\d+)', html)
+        if older is None:
+            return seen
+        params = {"before": older.group(1)}
+    raise AssertionError("the Older links never end")
+
+
+def assert_each_checkpoint_once(seen: list[tuple[int, int]], last_seq: int) -> None:
+    assert seen == sorted(seen, reverse=True), "newest first"
+    assert [seq for lo, hi in reversed(seen) for seq in range(lo, hi + 1)] == list(range(1, last_seq + 1))
+
+
+def branch_html(html: str, lo: int) -> str:
+    """The row naming the side branch that starts at `lo`: its summary, or its heading when open."""
+    start = html.rindex("<tbody", 0, html.index(f'id="branch-{lo}"'))
+    return html[start : html.index("</tbody>", start)]
+
+
 @pytest.fixture
 def session(make_session, make_checkpoint):
     session = make_session("run-1")
     for i in range(6):
         make_checkpoint(session, {"step": i, "messages": ["x"] * i}, name=f"step_{i}", step=i)
     session.refresh_from_db()
+    return session
+
+
+@pytest.fixture
+def resumed(make_session):
+    """Kaizen's shape: a run interrupted after #40 (#38 failed) and resumed from #30 as #41–60."""
+    return grow(make_session("resumed"), 60, {41: 30}, failed={38})
+
+
+@pytest.fixture
+def many_branches(make_session):
+    """2,000 checkpoints, 52 branches: time travel every 40 (back 11), two restores, a second run, and a
+    short branch near the head."""
+    starts: dict[int, int | None] = {seq: seq - 11 for seq in range(41, 2000, 40)}
+    starts.update({1001: NEW_ROOT, 1995: 1992})
+    session = grow(make_session("many"), 2000, starts, restores={500: 450, 1500: 1450})
+    assert session.checkpoints.filter(starts_branch=True).count() == 52
     return session
 
 
@@ -119,7 +173,7 @@ def test_restore_draws_the_abandoned_checkpoints_as_a_side_branch(client, bob, r
     assert 'class="elbow to c1"' in row_html(html, 3)
     assert 'class="lane c0 down node-head"' in row_html(html, 7)  # the restore is the head
     assert 'class="lane c0 up down"' in row_html(html, 6)  # the head's line passes beside the side branch
-    assert 'class="lane c1 down node-dot"' in row_html(html, 6)  # the side branch's newest end
+    assert 'class="lane c1 up down node-dot"' in row_html(html, 6)  # the side branch's newest end, under its heading
     assert 'class="lane c1 up down node-dot"' in row_html(html, 5)
 
 
@@ -130,7 +184,7 @@ def test_a_restore_and_its_undo_fold_into_one_event(client, bob, restored):
     html = client.get(url(restored)).content.decode()
     assert rows(html) == [8, 6, 5, 4, 3, 2, 1]  # #7, the restore of #3, is folded into #8
     assert "undoes restore #7 (to #3)" in row_html(html, 8)
-    assert "side branch" not in html
+    assert 'class="tag-side"' not in html and "restore of #3" not in html  # no branch, no row, no heading
     assert "restored by" not in row_html(html, 3)
     assert "c1" not in html  # one lane: the head's line
     assert 'class="lane c0 down node-head"' in row_html(html, 8)
@@ -143,24 +197,105 @@ def test_a_restore_row_compares_with_the_head_it_replaced(client, bob, restored)
     assert f"?a={six.pk}&amp;b={seven.pk}" in row_html(html, 7)
 
 
-def test_branch_layout_keeps_the_heads_history_in_lane_zero():
-    # 1..10, restore #11 of #4, 12..15, restore #16 of #13 (undoing part of the first branch), head #16
-    branches = branch_layout(16, 16, [(11, 4), (16, 13)])
-    lanes = {(b.lo, b.hi): (b.lane, b.attach, b.main) for b in branches}
-    assert lanes[(16, 16)] == (0, 13, True)
-    assert lanes[(11, 13)] == (0, 4, True)
-    assert lanes[(1, 4)] == (0, None, True)
-    assert lanes[(5, 10)][1:] == (4, False)
-    assert lanes[(14, 15)][1:] == (13, False)
-    assert lanes[(5, 10)][0] >= 1 and lanes[(14, 15)][0] >= 1
+def test_a_long_side_branch_folds_into_one_row_that_counts_it(client, bob, resumed):
+    pin_checkpoint(resumed.checkpoints.get(seq=35), actor=Actor.system())
+    fork_session(resumed.checkpoints.get(seq=33), actor=Actor.system(), external_id="resumed-b")
+    client.force_login(bob)
+    html = client.get(url(resumed)).content.decode()
+    assert rows(html) == [*range(60, 40, -1), *range(30, 0, -1)]
+    assert html.index('id="cp-41"') < html.index('id="branch-31"') < html.index('id="cp-30"')
+    summary = branch_html(html, 31)
+    assert "#31–40" in summary and "Branch of 10 checkpoints" in summary and 'aria-expanded="false"' in summary
+    assert "left behind by #41, branched from #30" in summary
+    assert "#40 step_40" in summary and "status-completed" in summary  # its newest checkpoint
+    assert "1 failed or halted" in summary and "1 pinned" in summary and "1 fork" in summary
+    assert 'class="lane c1 down node-fold"' in summary  # its line goes on down to #30
+    assert 'class="lane c0 up down"' in summary  # beside the head's line, on its way from #41 to #30
+    assert 'class="elbow to c1"' in row_html(html, 30)
+    assert 'href="#cp-30"' in row_html(html, 41) and "branched from #30" in row_html(html, 41)
 
 
-def test_branch_layout_gives_overlapping_side_branches_their_own_lanes():
-    # two restores back to #2, each leaving a branch behind: 3..5 and 6..8 both grow from #2
-    branches = branch_layout(9, 9, [(6, 2), (9, 2)])
-    side = sorted((b for b in branches if not b.main), key=lambda b: b.lo)
-    assert [(b.lo, b.hi, b.attach) for b in side] == [(3, 5, 2), (6, 8, 2)]
-    assert side[0].lane != side[1].lane
+def test_a_folded_branch_opens_by_htmx_and_without_javascript_and_folds_again(client, bob, resumed):
+    client.force_login(bob)
+    folded = branch_html(client.get(url(resumed)).content.decode(), 31)
+    assert f'href="{url(resumed)}?open=31#toggle-31"' in folded
+    assert f'hx-get="{url(resumed)}?open=31" hx-target="#timeline"' in folded
+    page = client.get(url(resumed), {"open": "31"}).content.decode()
+    assert rows(page) == list(range(60, 0, -1))
+    heading = branch_html(page, 31)
+    assert "Branch of 10 checkpoints" in heading and 'aria-expanded="true"' in heading
+    assert f'href="{url(resumed)}#toggle-31"' in heading  # folding it again is the default: nothing to keep
+    assert all("side branch" in row_html(page, seq) for seq in range(31, 41))
+    assert 'class="lane c1 up down node-dot"' in row_html(page, 40)  # hangs from its heading
+    fragment = client.get(url(resumed), {"open": "31"}, headers=HTMX).content.decode()
+    assert fragment.lstrip().startswith('<div id="timeline"') and rows(fragment) == rows(page)
+
+
+def test_a_short_side_branch_stays_open_and_folds_on_request(client, bob, restored):
+    client.force_login(bob)
+    heading = branch_html(client.get(url(restored)).content.decode(), 4)
+    assert "Branch of 3 checkpoints" in heading and "left behind by #7, restore of #3" in heading
+    assert f'href="{url(restored)}?fold=4#toggle-4"' in heading
+    folded = client.get(url(restored), {"fold": "4"}).content.decode()
+    assert rows(folded) == [7, 3, 2, 1] and "is-folded" in branch_html(folded, 4)
+    assert f'href="{url(restored)}#toggle-4"' in branch_html(folded, 4)
+
+
+def test_a_second_run_is_a_new_root_and_the_first_run_folds_beside_it(client, bob, make_session):
+    session = grow(make_session("two-runs"), 30, {21: NEW_ROOT}, failed={20})
+    client.force_login(bob)
+    html = client.get(url(session)).content.decode()
+    assert rows(html) == list(range(30, 20, -1))
+    assert "new run" in row_html(html, 21)
+    assert 'class="lane c0 up node-dot"' in row_html(html, 21)  # a root: no line below it
+    summary = branch_html(html, 1)
+    assert "Run of 20 checkpoints" in summary and "first run" in summary
+    assert 'class="lane c1 node-fold"' in summary  # no attach line either
+    assert "#20 step_20" in summary and "status-failed" in summary
+
+
+def test_going_to_a_checkpoint_in_a_folded_branch_opens_it_and_paging_keeps_it_open(client, bob, resumed):
+    client.force_login(bob)
+    html = client.get(url(resumed), {"at": 35}).content.decode()
+    assert rows(html) == list(range(35, 0, -1))
+    assert "?after=35&amp;open=31" in html
+    newer = client.get(url(resumed), {"after": 35, "open": 31}).content.decode()
+    assert rows(newer) == list(range(60, 35, -1))
+
+
+def test_pages_leave_a_folded_branch_out_and_show_its_row_once(client, bob, big_session):
+    client.force_login(bob)  # 3,000 checkpoints and a restore of #1501: #1502–3000 is a side branch
+    first = client.get(url(big_session)).content.decode()
+    seqs = rows(first)
+    assert seqs == [3001, *range(1501, 1402, -1)]
+    assert "Branch of 1499 checkpoints" in branch_html(first, 1502)
+    older = client.get(url(big_session), {"before": seqs[-1]}).content.decode()
+    assert 'id="branch-1502"' not in older and rows(older)[0] == seqs[-1] - 1
+    opened = client.get(url(big_session), {"open": 1502}).content.decode()
+    assert rows(opened) == list(range(3001, 2901, -1))
+    assert "?before=2902&amp;open=1502" in opened
+
+
+def test_the_pages_show_every_checkpoint_once_as_a_row_or_in_a_folded_branch(client, bob, many_branches):
+    client.force_login(bob)
+    seen = walk(client, many_branches)
+    assert_each_checkpoint_once(seen, 2000)
+    assert (1994, 1994) in seen and (1993, 1993) in seen  # the short branch is open: two rows
+    assert (1, 1000) in seen  # the first run with the time travel inside it: one folded branch
+    assert (1451, 1499) in seen  # what the restore of #1450 left, a time travel inside it too
+    first = client.get(url(many_branches), headers=HTMX).content.decode()
+    assert len(rows(first)) == PAGE_SIZE
+
+
+def test_a_session_with_a_thousand_folded_branches_pages_through_them(client, bob, make_session):
+    # an agent that goes back one step after every four, 1,200 times: as many folded branches as a page's
+    # fetch could ever name one by one (SQLite refuses an expression 1,000 conditions deep)
+    session = grow(make_session("retrier"), 6000, {seq: seq - 5 for seq in range(6, 6001, 5)})
+    client.force_login(bob)
+    first = shown(client.get(url(session)).content.decode())
+    assert first[:3] == [(6000, 6000), (5999, 5999), (5998, 5998)] and (5992, 5995) in first
+    assert 90 <= len([lo for lo, hi in first if lo < hi]) <= PAGE_SIZE  # folded branches, one row each
+    assert_each_checkpoint_once(walk(client, session), 6000)
 
 
 def test_runs_of_routine_checkpoints_collapse_into_one_row(client, bob, make_session, make_checkpoint):
@@ -321,6 +456,28 @@ def test_timeline_query_count_is_bounded_on_a_big_session(client, alice, big_ses
         assert client.get(url(big_session), {"after": 1200}).status_code == 200
     with django_assert_max_num_queries(8):
         assert client.get(url(big_session), {"expand": "100-600"}, headers=HTMX).status_code == 200
+
+
+def test_timeline_query_count_grows_with_neither_checkpoints_nor_branches(
+    client, alice, make_session, many_branches, django_assert_max_num_queries
+):
+    few = grow(make_session("few"), 20, {11: 5}, restores={16: 13})  # 2 branches: #6–10 folded, #14–15 open
+    many = many_branches
+    assert few.checkpoints.filter(starts_branch=True).count() == 2
+    client.force_login(alice)  # sign-in and permissions: 4 queries of each request
+    counts: dict[tuple[int, str], int] = {}
+    for session in (few, many):
+        for name, params, headers in [
+            ("page", {}, {}),
+            ("timeline", {}, HTMX),
+            ("toggled", {"open": 6, "fold": 14} if session is few else {"open": 1962}, HTMX),
+            ("older", {"before": 16 if session is few else 1900}, HTMX),
+        ]:
+            with django_assert_max_num_queries(14) as queries:
+                assert client.get(url(session), params, headers=headers).status_code == 200
+            counts[session.pk, name] = len(queries)
+    for name in ("page", "timeline", "toggled", "older"):
+        assert counts[few.pk, name] == counts[many.pk, name], name
 
 
 def test_size_chart_runs_by_seq_with_stored_bytes_on_their_own_axis(client, bob, restored):
