@@ -1,20 +1,15 @@
-"""The head's path through a session's tree, and what a restore takes the agent off it.
+"""What a restore takes the agent off: the checkpoints on the head's path after the target, and their tool calls.
 
-Every checkpoint's parent is the one that arrived just before it, except at a branch start
-(`Checkpoint.starts_branch`: a restore, an agent going back to an earlier checkpoint, a new root). So a
-checkpoint's ancestry is a few runs of consecutive seqs, read from the branch starts alone (a partial
-index): the path from the head goes down its run to the run's start, jumps to that start's parent, and
-so on. A restore to a target on that path takes the agent off everything after the target; a target on
-a branch the head is not on, off everything after the point where the target's branch leaves the path.
-
-Counting them reads index entries of the discarded seq ranges (retention leaves gaps, so the ranges are
-counted, not measured); the tool calls come from the counter each checkpoint keeps (`tool_calls`): the
-head's minus the meeting point's. A whole list of targets costs four queries.
+The head's path is a few runs of consecutive seqs read from the session's branch points (`lineage`). A
+restore to a target on that path takes the agent off everything after the target; a target on a branch
+the head is not on, off everything after the point where the target's branch leaves the path. Counting
+them reads index entries of the discarded seq ranges (retention leaves gaps, so the ranges are counted,
+not measured); the tool calls come from the counter each checkpoint keeps (`tool_calls`): the head's
+minus the meeting point's. A whole list of targets costs four queries.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,11 +17,10 @@ from typing import Any
 from django.db.models import Count, Q
 
 from . import store
+from .lineage import Span, path_from, shapes_within
 from .models import AgentSession, Checkpoint
 
 MESSAGE_LISTS = ("messages", "conversation_history", "history", "transcript")
-
-Span = tuple[int, int]  # (lowest seq, highest seq) of a run of consecutive checkpoints on a path
 
 
 @dataclass(frozen=True)
@@ -55,28 +49,13 @@ def count_tool_calls(state: Any) -> int:
     return 0
 
 
-def path_spans(top: int, starts: dict[int, int | None]) -> list[Span]:
-    """The seqs of `top` and its ancestors as spans, newest first; `starts` maps each branch start's seq to
-    its parent's seq (None for a new root)."""
-    ordered = sorted(starts)
-    spans: list[Span] = []
-    seq: int | None = top
-    while seq is not None and seq >= 1:
-        index = bisect_right(ordered, seq) - 1
-        low = ordered[index] if index >= 0 else 1
-        spans.append((low, seq))
-        parent = starts.get(low) if index >= 0 else None
-        seq = parent if parent is not None and parent < low else None  # a parent is always older
-    return spans
-
-
 def meeting_point(path: list[Span], other: list[Span]) -> int:
-    """The newest seq on both paths (0 when they share none: two runs of one session)."""
+    """The newest seq on both paths of one session (0 when they share none: two runs of one session)."""
     best = 0
-    for low, high in path:
-        for other_low, other_high in other:
-            if low <= other_high and other_low <= high:
-                best = max(best, min(high, other_high))
+    for span in path:
+        for theirs in other:
+            if span.low <= theirs.high and theirs.low <= span.high:
+                best = max(best, min(span.high, theirs.high))
     return best
 
 
@@ -95,22 +74,19 @@ def discards_for(targets: Sequence[Checkpoint]) -> dict[int, Discards]:
             "pk", "head_id", "head__seq"
         )
     }
-    starts: dict[int, dict[int, int | None]] = {pk: {} for pk in session_ids}
-    branch_points = Checkpoint.objects.filter(session_id__in=session_ids).filter(starts_branch=True)
-    for session_id, seq, parent_seq in branch_points.values_list("session_id", "seq", "parent__seq").order_by():
-        starts[session_id][seq] = parent_seq
+    shapes = shapes_within(session_ids)
 
     plans: dict[int, tuple[int, int, Q]] = {}  # target id → (session, meeting seq, the discarded ranges)
     for target in targets:
         head_seq, _ = heads.get(target.session_id, (None, None))
         if head_seq is None:
             continue
-        path = path_spans(head_seq, starts[target.session_id])
-        meet = meeting_point(path, path_spans(target.seq, starts[target.session_id]))
+        path = path_from(target.session_id, head_seq, shapes)
+        meet = meeting_point(path, path_from(target.session_id, target.seq, shapes))
         ranges = Q()
-        for low, high in path:
-            if high > meet:
-                ranges |= Q(seq__gte=max(low, meet + 1), seq__lte=high)
+        for span in path:
+            if span.high > meet:
+                ranges |= Q(seq__gte=max(span.low, meet + 1), seq__lte=span.high)
         plans[target.pk] = (target.session_id, meet, Q(session_id=target.session_id) & ranges if ranges else Q())
 
     counts = _count(plans)
