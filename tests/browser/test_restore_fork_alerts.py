@@ -101,7 +101,7 @@ def test_operator_restores_with_a_preview_then_undoes(
     undo = page.locator(f"#cp-{session.head.seq}")
     expect(undo).to_contain_text(f"undoes restore #{session.head.seq - 1} (to #{target.seq})")
     expect(page.locator(f"#cp-{session.head.seq - 1}")).to_have_count(0)  # folded into the undo
-    expect(page.get_by_text("side branch")).to_have_count(0)
+    expect(page.locator(".tag-side")).to_have_count(0)  # no branch left behind
     widths("timeline-undo")
 
 
