@@ -11,7 +11,7 @@ past a session whose data breaks a detector and name it in the run's errors.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -19,6 +19,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from . import jsoncodec, store
@@ -63,11 +64,15 @@ class Row:
     state_hash: bytes
     raw_bytes: int
     root: bytes
+    parent_id: int | None = None
 
 
 ROW_FIELDS = [
     "pk", "seq", "kind", "status", "status_reason", "name", "step", "created_at", "state_hash", "raw_bytes", "root",
+    "parent_id",
 ]  # fmt: skip
+STATUS_KINDS = [AlertKind.FAILED, AlertKind.HALTED]  # alerts about the head's own status
+ANCESTORS_FETCHED = 20  # rows read one by one above the window when looking for a failure's last good
 
 
 @dataclass(frozen=True)
@@ -122,12 +127,36 @@ class Recent:
     started_at: datetime | None = None
     heartbeat_at: datetime | None = None
     last_reset: Row | None = None  # newest recovery/restore/fork checkpoint, possibly older than `rows`
+    head_pk: int | None = None  # the session's head; the newest row when unknown
     load: Callable[[Row], Any] = lambda row: store.load_shared(row.root)
+    fetch: Callable[[int], Row | None] = lambda pk: None  # a checkpoint older than the window, by id
     _states: dict[int, Any] = field(default_factory=dict)
 
     @property
     def head(self) -> Row | None:
+        """The checkpoint the agent resumes from: the newest one, unless an importer pointed elsewhere."""
+        if self.head_pk is not None:
+            for row in reversed(self.rows):
+                if row.pk == self.head_pk:
+                    return row
         return self.rows[-1] if self.rows else None
+
+    def ancestors(self, row: Row) -> Iterator[Row]:
+        """`row`'s parent, its parent, …: its branch back in time, from the window and then a few more."""
+        by_pk = {candidate.pk: candidate for candidate in self.rows}
+        fetched = 0
+        parent = row.parent_id
+        while parent is not None:
+            found = by_pk.get(parent)
+            if found is None:
+                if fetched == ANCESTORS_FETCHED:
+                    return
+                fetched += 1
+                found = self.fetch(parent)
+                if found is None:
+                    return
+            yield found
+            parent = found.parent_id
 
     def state(self, row: Row) -> Any:
         """States are read only when a detector needs one (content-addressed: reading is safe at any time)."""
@@ -171,6 +200,11 @@ def _action(call: dict[str, Any]) -> tuple[str, bytes]:
     return str(name), jsoncodec.canonical(call.get("arguments"))  # arguments may hold integers beyond 64 bits
 
 
+def _good_ancestor(recent: Recent, row: Row) -> Row | None:
+    """The newest healthy checkpoint on `row`'s own branch before it: what restoring undoes least."""
+    return next((ancestor for ancestor in recent.ancestors(row) if ancestor.status not in BAD), None)
+
+
 def _before(rows: list[Row], index: int) -> Row | None:
     """The newest healthy checkpoint before rows[index]."""
     for row in reversed(rows[:index]):
@@ -211,7 +245,7 @@ def _status_finding(recent: Recent, status: str, kind: str) -> list[Finding]:
             f"Checkpoint #{head.seq} arrived {status}{reason}",
             {"seq": head.seq, "status": status, "reason": head.status_reason},
             head,
-            _before(recent.rows, len(recent.rows) - 1),
+            _good_ancestor(recent, head),
         )
     ]
 
@@ -452,18 +486,37 @@ def audit_alert(alert: DriftAlert, action: str, *, actor: str, reason: str, now:
 
 
 def sync_alerts(
-    session: AgentSession, findings: list[Finding], *, kinds: Iterable[str], now: datetime
+    session: AgentSession,
+    findings: list[Finding],
+    *,
+    kinds: Iterable[str],
+    now: datetime,
+    head: Row | None = None,
 ) -> tuple[int, int]:
     """Open, update or resolve the session's alerts of `kinds` (only those evaluated); returns (opened, resolved).
 
     An alert keeps the `last_good` it opened with: later runs see a window that starts after the drift began.
-    Opening, a rise in severity and resolving are audited in the transaction that makes the change.
+    A failed or halted alert is one incident: when a healthy checkpoint stands between its failure and the
+    head's (a batch brought both, so nothing resolved it in between), it resolves and a new alert opens with
+    the new failure's own last good. Opening, a rise in severity and resolving are audited in the transaction
+    that makes the change.
     """
     found = {finding.kind: finding for finding in findings}
     kinds = set(kinds) | set(found)
-    existing = {alert.kind: alert for alert in DriftAlert.objects.unresolved().filter(session=session, kind__in=kinds)}
+    existing = {
+        alert.kind: alert
+        for alert in DriftAlert.objects.unresolved()
+        .filter(session=session, kind__in=kinds)
+        .annotate(checkpoint_seq=F("checkpoint__seq"))
+    }
     opened = resolved = 0
     for kind, finding in found.items():
+        alert = existing.get(kind)
+        if alert is not None and _earlier_incident(alert, finding):
+            alert.session = session
+            reason = f"the condition cleared: #{finding.last_good.seq} completed after it"  # type: ignore[union-attr]
+            resolved += resolve_by_detector(alert, actor=DETECTOR_ACTOR, reason=reason, now=now)
+            alert = None
         fields = {
             "severity": finding.severity,
             "message": finding.message,
@@ -471,7 +524,6 @@ def sync_alerts(
             "checkpoint_id": finding.checkpoint.pk if finding.checkpoint else None,
         }
         last_good = finding.last_good.pk if finding.last_good else None
-        alert = existing.get(kind)
         if alert is not None:
             extra = {"last_good_id": last_good} if alert.last_good_id is None else {}
             previous = alert.severity
@@ -502,8 +554,22 @@ def sync_alerts(
     for kind, alert in existing.items():
         if kind not in found:
             alert.session = session
-            resolved += resolve_by_detector(alert, actor=DETECTOR_ACTOR, reason="the condition cleared", now=now)
+            reason = "the condition cleared"
+            if kind in STATUS_KINDS and head is not None:
+                reason += f": the head #{head.seq} is {head.status}"
+            resolved += resolve_by_detector(alert, actor=DETECTOR_ACTOR, reason=reason, now=now)
     return opened, resolved
+
+
+def _earlier_incident(alert: DriftAlert, finding: Finding) -> bool:
+    """Whether `finding` (a failure or halt) is a new incident after the one `alert` was opened for."""
+    seq = getattr(alert, "checkpoint_seq", None)
+    return (
+        alert.kind in STATUS_KINDS
+        and seq is not None
+        and finding.last_good is not None
+        and (finding.last_good.seq > seq)
+    )
 
 
 def resolve_by_detector(alert: DriftAlert, *, actor: str, reason: str, now: datetime) -> int:
@@ -532,8 +598,10 @@ def recent_for(session: AgentSession, *, limits: Limits, timed: bool) -> Recent:
         )
 
     checkpoints = Checkpoint.objects.filter(session_id=session.pk)
-    rows = [row(values) for values in checkpoints.order_by("-seq").values(*ROW_FIELDS)[: limits.window]]
-    rows.reverse()
+    # the head comes with the rows (a caller's session may predate a restore)
+    newest = list(checkpoints.order_by("-seq").values(*ROW_FIELDS, head=F("session__head_id"))[: limits.window])
+    head_pk = newest[0]["head"] if newest else None
+    rows = [row({key: value for key, value in values.items() if key != "head"}) for values in reversed(newest)]
     last_reset = started_at = None
     if timed:
         reset = checkpoints.filter(kind__in=RESETS).order_by("-seq").values(*ROW_FIELDS).first()
@@ -541,12 +609,19 @@ def recent_for(session: AgentSession, *, limits: Limits, timed: bool) -> Recent:
         first = checkpoints.order_by("seq").values_list("created_at", flat=True).first()
         started_at = min(filter(None, [session.created_at, first]))
     heartbeat = session.last_seen_at or (rows[-1].created_at if rows else session.created_at)
+
+    def fetch(pk: int) -> Row | None:
+        values = checkpoints.filter(pk=pk).values(*ROW_FIELDS).first()
+        return row(values) if values else None
+
     return Recent(
         rows=rows,
         active=session.status == SessionStatus.ACTIVE,
         started_at=started_at,
         heartbeat_at=heartbeat,
         last_reset=last_reset,
+        head_pk=head_pk,
+        fetch=fetch,
     )
 
 
@@ -563,11 +638,14 @@ def detect_session(
     limits = limits or Limits.from_settings()
     kinds = list(kinds) if kinds is not None else list(CHEAP if cheap_only else DETECTORS)
     recent = recent_for(session, limits=limits, timed=any(kind in TIMED for kind in kinds))
-    return sync_alerts(session, run_detectors(recent, now, limits, kinds), kinds=kinds, now=now)
+    findings = run_detectors(recent, now, limits, kinds)
+    return sync_alerts(session, findings, kinds=kinds, now=now, head=recent.head)
 
 
 def detect_all(now: datetime | None = None) -> dict[str, Any]:
-    """Every detector over every active session (the `drift_detection` job and `manage.py detect_drift`).
+    """Every detector over every active session (the `drift_detection` job and `manage.py detect_drift`), and
+    the status detectors over the other sessions that still have a failed or halted alert, so such an alert
+    resolves once the head is healthy whatever the session's status.
 
     Sessions go DETECT_BATCH at a time through `jobs.each_batch`: a session whose data breaks a detector is
     named in the result's `errors`, its alerts left as they were, and the others are checked all the same.
@@ -579,12 +657,18 @@ def detect_all(now: datetime | None = None) -> dict[str, Any]:
     def detect_batch(batch: list[int]) -> tuple[int, int]:
         opened = resolved = 0
         for session in AgentSession.objects.filter(pk__in=batch).defer("metadata", "live_root"):
-            session_opened, session_resolved = detect_session(session, now=now, limits=limits)
+            kinds = None if session.status == SessionStatus.ACTIVE else STATUS_KINDS
+            session_opened, session_resolved = detect_session(session, kinds=kinds, now=now, limits=limits)
             opened += session_opened
             resolved += session_resolved
         return opened, resolved
 
-    active = AgentSession.objects.active().order_by("pk").values_list("pk", flat=True)
+    status_alerts = DriftAlert.objects.unresolved().filter(kind__in=STATUS_KINDS).values("session_id")
+    active = (
+        AgentSession.objects.filter(Q(status=SessionStatus.ACTIVE) | Q(pk__in=status_alerts))
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
     totals = {"opened": 0, "resolved": 0}
     for opened, resolved in each_batch(active.iterator(chunk_size=1000), detect_batch, failures, size=DETECT_BATCH):
         totals["opened"] += opened

@@ -51,7 +51,7 @@ def relate(a: Checkpoint, b: Checkpoint) -> Lineage:
     """Where `a` and `b` stand to each other. A few queries: each session's branch points, its fork source."""
     if a.pk == b.pk:
         return Lineage(Relation.SAME, a)
-    shapes: dict[int, _Shape] = {}
+    shapes: dict[int, Shape] = {}
     path_a = path_to_root(a, shapes)
     path_b = path_to_root(b, shapes)
     if any(span.holds(a) for span in path_b):
@@ -82,27 +82,43 @@ def common_ancestor(a: Checkpoint, b: Checkpoint) -> Checkpoint | None:
 
 
 @dataclass
-class _Shape:
+class Shape:
+    """A session's tree as its branch points: enough to walk any checkpoint's path to the root."""
+
     starts: list[int]  # seqs of the checkpoints that start a branch, ascending
     parents: list[int | None]  # the parent seq of each (None: a new root)
     fork_source: tuple[int, int] | None  # (session id, seq) that the session's first checkpoint continues
 
 
-def _shape(session_id: int) -> _Shape:
+def shapes_within(session_ids: Iterable[int]) -> dict[int, Shape]:
+    """The shapes of many sessions in one query, their forks' sources left out: paths stay in their session."""
+    found: dict[int, Shape] = {pk: Shape([], [], None) for pk in session_ids}
+    points = Checkpoint.objects.filter(session_id__in=list(found), starts_branch=True).order_by("session_id", "seq")
+    for session_id, seq, parent in points.values_list("session_id", "seq", "parent__seq"):
+        found[session_id].starts.append(seq)
+        found[session_id].parents.append(parent)
+    return found
+
+
+def _shape(session_id: int) -> Shape:
     points = list(Checkpoint.objects.filter(session_id=session_id).branch_points())
     source = (
         AgentSession.objects.filter(pk=session_id, forked_from__isnull=False)
         .values_list("forked_from__session_id", "forked_from__seq")
         .first()
     )
-    return _Shape([seq for seq, _, _ in points], [parent for _, parent, _ in points], source)
+    return Shape([seq for seq, _, _ in points], [parent for _, parent, _ in points], source)
 
 
-def path_to_root(checkpoint: Checkpoint, shapes: dict[int, _Shape] | None = None) -> list[Span]:
+def path_to_root(checkpoint: Checkpoint, shapes: dict[int, Shape] | None = None) -> list[Span]:
     """The spans from `checkpoint` back to its root, nearest first, continuing into a fork's source session."""
+    return path_from(checkpoint.session_id, checkpoint.seq, shapes)
+
+
+def path_from(session_id: int, seq: int, shapes: dict[int, Shape] | None = None) -> list[Span]:
+    """`path_to_root` of the checkpoint #`seq` of a session (`shapes`: those known already, added to)."""
     shapes = shapes if shapes is not None else {}
     spans: list[Span] = []
-    session_id, seq = checkpoint.session_id, checkpoint.seq
     for _ in range(FORK_DEPTH):
         shape = shapes.get(session_id) or shapes.setdefault(session_id, _shape(session_id))
         parent: int | None = seq

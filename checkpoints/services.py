@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from . import jsoncodec, limits, store
 from .diff import Diff, diff_states
+from .history import Discards, count_tool_calls, discards
 from .jsoncodec import InvalidJSON
 from .models import (
     AgentSession,
@@ -235,6 +236,7 @@ _SESSION_STATUS_FOR = {
     CheckpointStatus.FAILED: SessionStatus.FAILED,
     CheckpointStatus.HALTED: SessionStatus.HALTED,
 }
+_STOPPED = set(_SESSION_STATUS_FOR.values())
 
 
 def create_checkpoint(session: AgentSession, item: CheckpointInput) -> tuple[Checkpoint, bool]:
@@ -293,13 +295,15 @@ def ingest_checkpoints(
                 results.append((None, True))  # type: ignore[arg-type]
             planned.append((session, new, parents))
         batch.flush()
+        recovered: set[int] = set()
         for session, new, parents in planned:
-            for position, checkpoint, created in _insert_checkpoints(session, new, parents, now):
+            for position, checkpoint, created in _insert_checkpoints(session, new, parents, now, recovered):
                 results[position] = (checkpoint, created)
-    # Drift detectors that need no state, once committed, only where something alarming arrived
-    # (a failed or halted checkpoint, an oversized state): the normal path pays nothing. The rest run
-    # in the drift job every few minutes (DESIGN section 7).
+    # Drift detectors that need no state, once committed, only where something alarming arrived (a failed
+    # or halted checkpoint, an oversized state) or a failed or halted session goes on healthily (its alert
+    # clears): the normal path pays nothing. The rest run in the drift job every few minutes (DESIGN section 7).
     touched = [session.pk for session, new, _ in planned if any(_alarming(item, saved) for _, item, saved in new)]
+    touched += sorted(recovered - set(touched))
     if touched:
         from .drift import detect_after_ingest
 
@@ -453,8 +457,14 @@ def _head_root(session: AgentSession) -> bytes | None:
 
 
 def _insert_checkpoints(
-    session: AgentSession, new: list[tuple[int, CheckpointInput, store.Saved]], parents: _Parents, now: datetime
+    session: AgentSession,
+    new: list[tuple[int, CheckpointInput, store.Saved]],
+    parents: _Parents,
+    now: datetime,
+    recovered: set[int],
 ) -> list[tuple[int, Checkpoint, bool]]:
+    """Insert under the session's row lock; adds the session to `recovered` when it was failed or halted and
+    its new head is healthy (the run went on: the session is active again)."""
     if not new:
         return []
     locked = AgentSession.objects.select_for_update(of=("self",)).annotate(head_seq=F("head__seq")).get(pk=session.pk)
@@ -505,13 +515,14 @@ def _insert_checkpoints(
                 state_hash=saved.state_hash,
                 raw_bytes=saved.raw_bytes,
                 stored_bytes=saved.stored_bytes,
+                tool_calls=count_tool_calls(item.state),
                 operation_id=item.operation_id,
                 idempotency_key=item.idempotency_key,
                 metadata=item.metadata,
             )
         )
         positions.append(position)
-        status = _SESSION_STATUS_FOR.get(item.status, status)
+        status = _SESSION_STATUS_FOR.get(item.status) or (SessionStatus.ACTIVE if status in _STOPPED else status)
     if not rows:
         return results
     Checkpoint.objects.bulk_create(rows, batch_size=500)
@@ -522,6 +533,8 @@ def _insert_checkpoints(
         last_seq=seq, head=rows[-1], status=status, updated_at=now, last_seen_at=now
     )
     session.last_seq, session.head, session.status = seq, rows[-1], status
+    if locked.status in _STOPPED and status not in _STOPPED:
+        recovered.add(locked.pk)
     return results + [(position, row, True) for position, row in zip(positions, rows, strict=True)]
 
 
@@ -557,41 +570,7 @@ def restore_checkpoint(
     now = now or timezone.now()
     session = AgentSession.objects.select_for_update().get(pk=checkpoint.session_id)
     previous_head = session.head_id
-    session.last_seq += 1
-    session.restore_generation += 1
-    restored = Checkpoint.objects.create(
-        session=session,
-        seq=session.last_seq,
-        parent=checkpoint,
-        starts_branch=checkpoint.seq != session.last_seq - 1,
-        name=f"restore of #{checkpoint.seq}",
-        kind=CheckpointKind.RESTORE,
-        status=CheckpointStatus.COMPLETED,
-        step=checkpoint.step,
-        phase=checkpoint.phase,
-        created_at=now,
-        received_at=now,
-        root=checkpoint.root,
-        state_hash=checkpoint.state_hash,
-        raw_bytes=checkpoint.raw_bytes,
-        stored_bytes=0,
-        metadata={
-            "restored_from": checkpoint.pk,
-            "restored_from_seq": checkpoint.seq,
-            "previous_head": previous_head,
-            "restore_generation": session.restore_generation,
-            "reason": reason,
-        },
-    )
-    session.head = restored
-    if session.status in (SessionStatus.FAILED, SessionStatus.HALTED, SessionStatus.COMPLETED):
-        session.status = SessionStatus.ACTIVE
-    session.updated_at = now
-    session.save(update_fields=["last_seq", "restore_generation", "head", "status", "updated_at"])
-    if session.write_back and session.source_path and session.source_format:
-        from .writeback import write_back_restore
-
-        transaction.on_commit(lambda: write_back_restore(restored.pk))
+    restored = _new_head(session, checkpoint, name=f"restore of #{checkpoint.seq}", reason=reason, now=now)
     record_audit(
         actor,
         "restore",
@@ -605,14 +584,104 @@ def restore_checkpoint(
     return restored
 
 
-def undo_restore(session: AgentSession, *, actor: Actor, reason: str = "") -> Checkpoint:
-    """Undo the latest restore by restoring the head it replaced (itself a new, audited restore)."""
-    head = Checkpoint.objects.filter(pk=session.head_id).first()
-    previous = head.metadata.get("previous_head") if head and head.kind == CheckpointKind.RESTORE else None
-    target = Checkpoint.objects.filter(pk=previous, session=session).first() if previous else None
-    if target is None:
+@transaction.atomic
+def undo_restore(session: AgentSession, *, actor: Actor, reason: str = "", now: datetime | None = None) -> Checkpoint:
+    """Give the agent back exactly the state it had before the latest restore.
+
+    1. Under the session's lock: its head must be a restore R (not itself an undo) whose previous head H
+       is still there.
+    2. A new head U (kind `restore`, child of H, sharing H's state) marked `undo_of` R: agents that order
+       checkpoints by their own ids resume from the newest, so the old state comes back as a new head; the
+       restore generation increments again, so a polling agent reloads.
+    3. An `undo` audit row naming R, its target and H; R's own `restore` row stays.
+    """
+    now = now or timezone.now()
+    locked = AgentSession.objects.select_for_update().get(pk=session.pk)
+    restore = Checkpoint.objects.filter(pk=locked.head_id, kind=CheckpointKind.RESTORE).first()
+    previous_pk = restore.metadata.get("previous_head") if restore and "undo_of" not in restore.metadata else None
+    previous = Checkpoint.objects.filter(pk=previous_pk, session=locked).first() if previous_pk else None
+    if restore is None or previous is None:
         raise NothingToUndo("the session's head is not a restore that can be undone")
-    return restore_checkpoint(target, actor=actor, reason=reason or f"undo restore #{head.seq}")
+    undone = _new_head(
+        locked,
+        previous,
+        name=f"undo of restore #{restore.seq}",
+        reason=reason or f"undo restore #{restore.seq}",
+        now=now,
+        undo_of={"undo_of": restore.pk, "undo_of_seq": restore.seq},
+    )
+    record_audit(
+        actor,
+        "undo",
+        session=locked,
+        checkpoint=undone,
+        target=f"{locked} restore #{restore.seq}",
+        reason=reason or f"undo restore #{restore.seq}",
+        details={
+            "undone_seq": restore.seq,
+            "undone_target_seq": restore.metadata.get("restored_from_seq"),
+            "restored_seq": previous.seq,
+            "new_seq": undone.seq,
+            "restore_generation": locked.restore_generation,
+        },
+        now=now,
+    )
+    return undone
+
+
+def _new_head(
+    session: AgentSession,
+    checkpoint: Checkpoint,
+    *,
+    name: str,
+    reason: str,
+    now: datetime,
+    undo_of: dict[str, int] | None = None,
+) -> Checkpoint:
+    """A `restore` checkpoint sharing `checkpoint`'s state, made the head of `session` (locked by the caller)
+    with the next restore generation; written back to the agent's files where it was imported from."""
+    previous_head = session.head_id
+    session.last_seq += 1
+    session.restore_generation += 1
+    restored = Checkpoint.objects.create(
+        session=session,
+        seq=session.last_seq,
+        parent=checkpoint,
+        starts_branch=checkpoint.seq != session.last_seq - 1,
+        name=name,
+        kind=CheckpointKind.RESTORE,
+        status=CheckpointStatus.COMPLETED,
+        step=checkpoint.step,
+        phase=checkpoint.phase,
+        created_at=now,
+        received_at=now,
+        root=checkpoint.root,
+        state_hash=checkpoint.state_hash,
+        raw_bytes=checkpoint.raw_bytes,
+        stored_bytes=0,
+        tool_calls=checkpoint.tool_calls,
+        metadata={
+            "restored_from": checkpoint.pk,
+            "restored_from_seq": checkpoint.seq,
+            "previous_head": previous_head,
+            "restore_generation": session.restore_generation,
+            "reason": reason,
+            **(undo_of or {}),
+        },
+    )
+    session.head = restored
+    if session.status in (SessionStatus.FAILED, SessionStatus.HALTED, SessionStatus.COMPLETED):
+        session.status = SessionStatus.ACTIVE
+    session.updated_at = now
+    session.save(update_fields=["last_seq", "restore_generation", "head", "status", "updated_at"])
+    if session.write_back and session.source_path and session.source_format:
+        from .writeback import write_back_restore
+
+        transaction.on_commit(lambda: write_back_restore(restored.pk))
+    from .drift import detect_after_ingest  # drift imports services to audit: a cycle at module level
+
+    transaction.on_commit(lambda: detect_after_ingest([session.pk]))  # a failed or halted alert clears now
+    return restored
 
 
 EXTERNAL_ID_MAX = AgentSession._meta.get_field("external_id").max_length
@@ -693,6 +762,7 @@ def _fork(checkpoint: Checkpoint, *, actor: Actor, title: str, external_id: str,
         state_hash=checkpoint.state_hash,
         raw_bytes=checkpoint.raw_bytes,
         stored_bytes=0,
+        tool_calls=checkpoint.tool_calls,
         metadata={"forked_from": checkpoint.pk},
     )
     fork.head = first
@@ -707,6 +777,13 @@ def _fork(checkpoint: Checkpoint, *, actor: Actor, title: str, external_id: str,
         now=now,
     )
     return fork
+
+
+@transaction.atomic
+def request_job_run(job: str, *, actor: Actor, details: dict[str, Any] | None = None) -> AuditEvent:
+    """An operator asked for a background job to run now (the caller queues it once this commits); `details`
+    keep what the operator was shown, e.g. the counts a retention run was expected to delete."""
+    return record_audit(actor, "run_job", target=job, details=details)
 
 
 @transaction.atomic
@@ -798,7 +875,7 @@ class RestorePreview:
     head: Checkpoint | None
     diff: Diff  # from the current head to the target
     forgotten_tool_calls: list[Any]  # tool calls in the head's state that the target does not have
-    later_checkpoints: int  # checkpoints after the target (kept, but no longer the agent's memory)
+    discards: Discards  # what leaves the agent's path: kept in the history, no longer the agent's memory
 
 
 def restore_preview(checkpoint: Checkpoint) -> RestorePreview:
@@ -815,8 +892,7 @@ def restore_preview(checkpoint: Checkpoint) -> RestorePreview:
             found.append(entry.old)
         elif isinstance(entry.old, dict) and isinstance(entry.old.get("tool_calls"), list):
             found.extend(entry.old["tool_calls"])
-    later = Checkpoint.objects.filter(session=session, seq__gt=checkpoint.seq).count()
-    return RestorePreview(checkpoint, head, changes, _once_each(found), later)
+    return RestorePreview(checkpoint, head, changes, _once_each(found), discards(checkpoint))
 
 
 def _once_each(calls: list[Any]) -> list[Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,9 +51,45 @@ class ResolveForm(forms.Form):
     reason = forms.CharField(required=False, max_length=REASON_MAX, strip=True)
 
 
+@dataclass(frozen=True)
+class CheckpointRef:
+    """A checkpoint as the Compare form names it: by seq within a session, or by id."""
+
+    by: str  # "seq" or "id"
+    number: int
+
+    def __str__(self) -> str:
+        return f"#{self.number}" if self.by == "seq" else f"id:{self.number}"
+
+
+_REF = re.compile(r"(?:(?P<id>id:)\s*|(?P<hash>#)\s*)?(?P<number>[0-9]{1,18})", re.IGNORECASE)
+
+
 class CompareForm(forms.Form):
-    a = forms.IntegerField(min_value=1, label="Checkpoint A (id)")
-    b = forms.IntegerField(min_value=1, label="Checkpoint B (id)")
+    """Two checkpoints to compare. What the form sends carries `session` (empty when none is chosen): then
+    `12` or `#12` is the checkpoint #12 of that session, as every label in the console shows it. Links carry
+    ids and no `session`: `?a=345&b=346`. `id:345` names a checkpoint by id anywhere, `#12` a seq anywhere."""
+
+    a = forms.CharField(max_length=40, label="Checkpoint A")
+    b = forms.CharField(max_length=40, label="Checkpoint B")
+    session = forms.IntegerField(required=False, min_value=1, max_value=2**63 - 1, widget=forms.HiddenInput)
+
+    def __init__(self, data: Any) -> None:
+        super().__init__(data)
+        self.typed = "session" in data  # sent by the form, not by a link
+
+    def clean_a(self) -> CheckpointRef:
+        return self._ref(self.cleaned_data["a"])
+
+    def clean_b(self) -> CheckpointRef:
+        return self._ref(self.cleaned_data["b"])
+
+    def _ref(self, text: str) -> CheckpointRef:
+        match = _REF.fullmatch(text.strip())
+        if match is None or int(match["number"]) < 1:
+            raise forms.ValidationError(f"{text!r} names no checkpoint.")
+        by_id = match["id"] or not (match["hash"] or self.typed)
+        return CheckpointRef("id" if by_id else "seq", int(match["number"]))
 
 
 UNRESOLVED = "unresolved"

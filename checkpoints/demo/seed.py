@@ -3,6 +3,11 @@
 Every session is written through the services (ingest, restore, fork, pin), so the demo exercises the
 same paths as real agents. Content comes from one seeded `random.Random`; times are laid out backwards
 from now, so the console always shows activity from the last three days.
+
+The demo holds what a console running its default retention holds, so beat's hourly run deletes none
+of it (tests/checkpoints/test_seed_demo.py runs it an hour and a day later): at most 100 step
+checkpoints per session, routine checkpoints only the three newest of the Dream.OS captain, and
+pre-operation checkpoints only for operations that are not done (they failed, or a rollout is under way).
 """
 
 from __future__ import annotations
@@ -72,11 +77,9 @@ class Run:
     agent: str
     planned_steps: int
     inputs: list[CheckpointInput] = field(default_factory=list)
-    operations_done: list[str] = field(default_factory=list)
     state: State = field(default_factory=dict)
     started: datetime | None = None
     last_at: datetime | None = None
-    last_routine: datetime | None = None
     last_recovery: datetime | None = None
 
     def begin(self, at: datetime) -> None:
@@ -100,14 +103,14 @@ class Run:
             "memory": {key: make(r) for key, make in p.memory.items()},
             "metrics": {"tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0, "tool_errors": 0},
         }
-        self.started = self.last_at = self.last_routine = self.last_recovery = at
+        self.started = self.last_at = self.last_recovery = at
         self.emit(at, name="task_started")
 
     def resume(self, state: State, at: datetime, note: str) -> None:
         """Continue from a stored state (after a restore or a fork)."""
         self.state = {**state, "messages": [*state["messages"], {"role": "user", "content": note}]}
         self.started = self.started or at
-        self.last_at = self.last_routine = self.last_recovery = at
+        self.last_at = self.last_recovery = at
 
     def emit(self, at: datetime, *, name: str, kind: str = CheckpointKind.STEP, **extra: Any) -> int:
         self.inputs.append(
@@ -124,8 +127,8 @@ class Run:
         status: str = CheckpointStatus.COMPLETED,
         status_reason: str = "",
     ) -> int:
-        """One agent step at `at` (routine, recovery and end-of-day checkpoints are added before it when due);
-        returns the index of its checkpoint in `inputs`."""
+        """One agent step at `at` (recovery and end-of-day checkpoints are added before it when due); returns the
+        index of its checkpoint in `inputs`."""
         self._housekeeping(at)
         p, r, s = self.persona, self.rng, self.state
         if call is None:
@@ -137,16 +140,13 @@ class Run:
         else:
             tool_name, tool, arguments, result, ok = call.tool, p.tools[call.tool], call.arguments, call.result, call.ok
         step = s["step"] + 1
-        if tool.risky:
-            operation = f"{tool_name}-{self.session_id}-{step}"
+        if tool.risky and not ok:  # retention lets a pre-operation checkpoint go once its operation is done
             self.emit(
                 at - timedelta(seconds=2),
                 name=f"pre_{tool_name}",
                 kind=CheckpointKind.PRE_OPERATION,
-                operation_id=operation,
+                operation_id=f"{tool_name}-{self.session_id}-{step}",
             )
-            if ok:
-                self.operations_done.append(operation)
         call_id = f"call_{r.getrandbits(40):010x}"
         messages = [
             {
@@ -226,20 +226,14 @@ class Run:
         return memory
 
     def _housekeeping(self, at: datetime) -> None:
-        """Checkpoints the agent's own routines take between steps: routine, recovery, end of day."""
-        assert self.last_at and self.last_routine and self.last_recovery and self.started
+        """Checkpoints the agent's own routines take between steps: recovery, end of day."""
+        assert self.last_at and self.last_recovery and self.started
         gap = at - self.last_at
         if gap <= timedelta(seconds=6):
             return
         if self.last_at.date() != at.date():
             day = (self.last_at.date() - self.started.date()).days + 1
             self.emit(self.last_at + timedelta(seconds=1), name=f"day{day}_final", kind=CheckpointKind.MANUAL)
-        if at - self.last_routine >= ROUTINE_EVERY:
-            self.last_routine = max(self.last_routine + ROUTINE_EVERY, self.last_at + timedelta(seconds=2))
-            if self.last_routine < at - timedelta(seconds=4):
-                self.emit(self.last_routine, name="routine", kind=CheckpointKind.ROUTINE)
-            else:
-                self.last_routine = at
         if at - self.last_recovery >= RECOVERY_EVERY:
             self.last_recovery = at - timedelta(seconds=3)
             memory = {**self.state["memory"], "last_recovery_at": self.last_recovery.isoformat(timespec="seconds")}
@@ -321,14 +315,13 @@ class Seeder:
         checkpoints = self.ingest(session, run)
         if outcome == SessionStatus.COMPLETED:
             AgentSession.objects.filter(pk=session.pk).update(status=SessionStatus.COMPLETED)
-        Checkpoint.objects.filter(operation_id__in=run.operations_done).update(operation_done=True)
         return session, run, checkpoints
 
     # ---- scenarios ----
 
     def research(self) -> None:
         """A long survey with day-end checkpoints, a pinned milestone, and a fork that tries another approach."""
-        steps = self.size(380, 18)
+        steps = self.size(96, 18)  # step checkpoints are kept 100 per session: the whole survey stays
         session, run, checkpoints = self.plain(
             "research-agents",
             "scout-ctx-compression",
@@ -338,8 +331,8 @@ class Seeder:
             steps=steps,
             ends_ago=timedelta(minutes=3),
             gap=(20, 200),
-            pause_rate=0.02,
-            pause=(1800, 4 * 3600),
+            pause_rate=0.15,
+            pause=(2 * 3600, 6 * 3600),
         )
         for checkpoint in checkpoints:
             if checkpoint.kind == CheckpointKind.MANUAL and checkpoint.name == "day1_final":
@@ -376,7 +369,7 @@ class Seeder:
             "scout",
             "Survey: memory architectures for agents",
             RESEARCH,
-            steps=self.size(110, 12),
+            steps=self.size(90, 12),
             ends_ago=timedelta(hours=30),
             outcome=SessionStatus.COMPLETED,
             gap=(15, 160),
@@ -385,7 +378,7 @@ class Seeder:
     def coding(self) -> None:
         """A refactor that broke the tests; an operator restored the last green checkpoint and the agent went on."""
         session = self.session("research-agents", "patchwright-batch-ingest", "patchwright", "Batch inserts in ingest")
-        before, broken, after = self.size(240, 12), self.size(14, 4), self.size(90, 6)
+        before, broken, after = self.size(50, 12), self.size(14, 4), self.size(32, 6)  # 96 step checkpoints
         run = Run(CODING, self.rng, session.external_id, session.agent, planned_steps=before + broken + after)
         end = self.now - timedelta(minutes=2)
         after_times = _schedule(self.rng, after, end=end, gap=(10, 150))
@@ -422,7 +415,6 @@ class Seeder:
             run.step(at)
         session.refresh_from_db()  # the restore moved the head: the next states are stored against it
         self.ingest(session, run, start)
-        Checkpoint.objects.filter(operation_id__in=run.operations_done).update(operation_done=True)
 
     def support(self) -> None:
         """A finished queue, a queue whose progress stalled, and a refund bot halted by the loop detector."""
@@ -432,13 +424,13 @@ class Seeder:
             "helpdesk-triage",
             "Overnight queue, night 1",
             SUPPORT,
-            steps=self.size(190, 12),
+            steps=self.size(95, 12),
             ends_ago=timedelta(hours=44),
             outcome=SessionStatus.COMPLETED,
             gap=(10, 120),
         )
         session = self.session("support-bots", "triage-night-3", "helpdesk-triage", "Overnight queue, night 3")
-        steps, flat = self.size(230, 16), self.size(14, 6)
+        steps, flat = self.size(95, 16), self.size(14, 6)
         run = Run(SUPPORT, self.rng, session.external_id, session.agent, planned_steps=steps + 40)
         times = _schedule(self.rng, steps, end=self.now - timedelta(minutes=6), gap=(10, 140))
         run.begin(times[0])
@@ -489,7 +481,9 @@ class Seeder:
         )
 
     def dreamos(self) -> None:
-        """A coordinator in the Dream.OS style: routine checkpoints every 30 minutes, pre-operation and recovery."""
+        """A coordinator in the Dream.OS style: its state moves every 30 minutes; a recovery checkpoint every two
+        hours and, as Dream.OS keeps them, its three newest routine ones; a rollout under way behind a
+        pre-operation checkpoint."""
         session = self.session("support-bots", "captain.1", "captain.1", "Swarm captain")
         count = self.size(150, 20)
         end = self.now - timedelta(minutes=self.rng.randint(1, 20))
@@ -533,15 +527,15 @@ class Seeder:
                     "session": [*state["memory"]["session"], f"{at:%Y-%m-%d %H:%M} {note}"],
                 },
             }
-            kind, name, operation = CheckpointKind.ROUTINE, "routine", ""
-            if i and i % 4 == 0:
+            kind, name, operation = CheckpointKind.ROUTINE, "routine", ""  # the newest three, before the last
+            if i == count - 5:
+                kind, name, operation = CheckpointKind.PRE_OPERATION, "pre_rollout", f"rollout-{i}"  # not done yet
+            elif i == count - 1 or (i < count - 5 and i % 4 == 0):
                 kind, name = CheckpointKind.RECOVERY, "recovery"
-            elif self.rng.random() < 0.06:
-                kind, name, operation = CheckpointKind.PRE_OPERATION, "pre_rollout", f"rollout-{i}"
+            elif i < count - 5:
+                continue  # a routine checkpoint that Dream.OS (and retention: three per agent) let go already
             inputs.append(CheckpointInput(state=state, name=name, kind=kind, created_at=at, operation_id=operation))
         services.ingest_checkpoints([(session, inputs)], now=self.now)
-        done = [item.operation_id for item in inputs[:-8] if item.operation_id]
-        Checkpoint.objects.filter(session=session, operation_id__in=done).update(operation_done=True)
 
     def pipeline(self) -> None:
         """Nightly loads: one completed, one that failed on a full disk, tonight's still running."""
@@ -552,7 +546,7 @@ class Seeder:
             "etl-runner",
             "Nightly load",
             PIPELINE,
-            steps=self.size(130, 12),
+            steps=self.size(95, 12),
             ends_ago=2 * day - timedelta(hours=2),
             outcome=SessionStatus.COMPLETED,
             gap=(5, 90),
@@ -560,7 +554,7 @@ class Seeder:
         session = self.session(
             "data-pipeline", f"nightly-etl-{(self.now - day):%Y-%m-%d}", "etl-runner", "Nightly load"
         )
-        steps = self.size(120, 14)
+        steps = self.size(95, 14)
         run = Run(PIPELINE, self.rng, session.external_id, session.agent, planned_steps=steps + 10)
         times = _schedule(self.rng, steps + 3, end=self.now - day + timedelta(hours=3), gap=(5, 90))
         run.begin(times[0])

@@ -262,26 +262,44 @@ class Layout:
     drawn: list[Stretch] = field(default_factory=list)  # what rows draw: open branches', one per folded branch
     folds: dict[int, Stretch] = field(default_factory=dict)  # folded branch's lo → the stretch it is drawn as
     attach_points: dict[int, list[Stretch]] = field(default_factory=dict)  # of the drawn stretches
+    undos: dict[int, tuple[int, int | None]] = field(default_factory=dict)  # undo seq → (restore seq, its target)
+
+    @property
+    def undone(self) -> frozenset[int]:
+        """Restores undone right after them: shown in their undo's row, with no row or branch of their own."""
+        return frozenset(restore for restore, _ in self.undos.values())
 
     @classmethod
     def for_session(cls, session: AgentSession) -> Layout:
         points = list(Checkpoint.objects.for_session(session).branch_points())
-        return cls.build(session.last_seq, session.head.seq if session.head is not None else None, points)
+        head_seq = session.head.seq if session.head is not None else None
+        return cls.build(session.last_seq, head_seq, points, _undos(session, points))
 
     @classmethod
-    def build(cls, last_seq: int, head_seq: int | None, points: list[tuple[int, int | None, str]]) -> Layout:
-        """The layout, nothing folded, from the branch starts: (seq, parent seq or None, kind) each."""
+    def build(
+        cls,
+        last_seq: int,
+        head_seq: int | None,
+        points: list[tuple[int, int | None, str]],
+        undos: dict[int, tuple[int, int | None]] | None = None,
+    ) -> Layout:
+        """The layout, nothing folded, from the branch starts: (seq, parent seq or None, kind) each, and the
+        undos made right after their restore (undo seq → (restore seq, its target))."""
+        undos = undos or {}
+        undone = {restore for restore, _ in undos.values()}
         branches = branch_layout(last_seq, head_seq, [(seq, parent) for seq, parent, _ in points])
+        branches = [b for b in branches if b.main or not (b.size == 1 and b.lo in undone)]  # one event, not a branch
         starts = {seq: Start(parent, kind) for seq, parent, kind in points}
         leavers = {s.attach: s.lo for s in branches[0].stretches if s.lo in starts} if branches else {}
         for branch in branches:
             branch.origin = _origin(branch, starts, leavers)
         targets: dict[int, list[int]] = {}
         for seq, start in starts.items():
-            if start.parent is not None and start.kind == CheckpointKind.RESTORE:
+            if start.parent is not None and start.kind == CheckpointKind.RESTORE and seq not in undone:
                 targets.setdefault(start.parent, []).append(seq)
         stretches = sorted((s for branch in branches for s in branch.stretches), key=lambda s: s.lo)
         layout = cls(branches, 1 + max((s.lane for s in stretches), default=0), targets, starts, stretches)
+        layout.undos = undos
         layout.fold(None)
         return layout
 
@@ -327,3 +345,18 @@ class Layout:
                     for lane, css in elbow.segments():
                         cells[lane].segments.append(css)
         return cells, own
+
+
+def _undos(session: AgentSession, points: list[tuple[int, int | None, str]]) -> dict[int, tuple[int, int | None]]:
+    """Undo seq → (the restore it undid, that restore's target), for undos made right after their restore: one
+    small query, only when two restores follow each other (an undo is a restore of the head its restore replaced)."""
+    restores = {seq: parent for seq, parent, kind in points if kind == CheckpointKind.RESTORE}
+    candidates = [seq for seq in restores if seq - 1 in restores]
+    if not candidates:
+        return {}
+    marked = Checkpoint.objects.for_session(session).filter(seq__in=candidates, metadata__has_key="undo_of_seq")
+    return {
+        seq: (undone, restores[undone])
+        for seq, undone in marked.values_list("seq", "metadata__undo_of_seq")
+        if undone == seq - 1 and undone in restores
+    }

@@ -127,7 +127,12 @@ def undo_restore(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     except NothingToUndo:
         messages.error(request, "Nothing to undo: the session's head is not a restore.")
     else:
-        messages.success(request, f"Restore undone: the agent resumes from #{restored.parent.seq} again.")
+        undone, before = restored.metadata["undo_of_seq"], restored.metadata["restored_from_seq"]
+        messages.success(
+            request,
+            f"Restore #{undone} undone: the agent resumes from new checkpoint #{restored.seq} with the state of "
+            f"#{before}, as before the restore.",
+        )
     return navigate(request, safe_next(request, reverse("dashboard:session_detail", args=[session.pk])))
 
 

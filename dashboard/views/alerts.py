@@ -13,8 +13,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
+from checkpoints.history import discards_for
 from checkpoints.humanize import plain_duration
-from checkpoints.models import AlertSeverity, DriftAlert, Project
+from checkpoints.models import AlertSeverity, AlertState, DriftAlert, Project
 from checkpoints.services import Actor, acknowledge_alert, resolve_alert
 
 from ..forms import UNRESOLVED, AlertFilterForm, ResolveForm
@@ -91,8 +92,7 @@ def alert_list(request: HtmxHttpRequest) -> HttpResponse:
     form.is_valid()  # an invalid filter is shown as an error and ignored; the valid ones still apply
     page = list(_alerts(form.cleaned_data, request)[: PAGE_SIZE + 1])
     alerts, more = page[:PAGE_SIZE], len(page) > PAGE_SIZE
-    for alert in alerts:
-        alert.evidence_text = evidence_summary(alert.evidence)
+    _describe(alerts)
     query = request.GET.copy()
     query.pop("after", None)
     first_query = query.urlencode()
@@ -111,11 +111,21 @@ def alert_list(request: HtmxHttpRequest) -> HttpResponse:
     return render_page(request, "dashboard/alert_list.html", context, partial="alert-results")
 
 
+def _describe(alerts: list[DriftAlert]) -> None:
+    """What a row shows beyond the alert's fields: its evidence in words, and what restoring its last good
+    checkpoint discards (for the alerts that still offer it)."""
+    offers = [alert.last_good for alert in alerts if alert.last_good and alert.state != AlertState.RESOLVED]
+    found = discards_for(offers)
+    for alert in alerts:
+        alert.evidence_text = evidence_summary(alert.evidence)
+        alert.discards = found.get(alert.last_good_id) if alert.last_good_id else None
+
+
 def _row_response(
     request: HtmxHttpRequest, alert: DriftAlert, done: str, form: ResolveForm | None = None
 ) -> HttpResponse:
     """The alert's row again, focus on what changed (its state, or the reason that was refused), `done` announced."""
-    alert.evidence_text = evidence_summary(alert.evidence)
+    _describe([alert])
     back = safe_next(request, request.htmx.current_url_abs_path or reverse("dashboard:alert_list"))
     response = render(request, ROW, {"alert": alert, "resolve_form": form, "next": back, "updated": True})
     trigger_client_event(response, "alert-updated", {"id": alert.pk, "state": alert.state})

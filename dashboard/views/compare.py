@@ -6,28 +6,40 @@ The diff is `services.diff_checkpoints`; `presenters.diff` shapes it for reading
 
 from __future__ import annotations
 
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.views.decorators.http import require_GET
 
 from checkpoints.lineage import Relation, relate
+from checkpoints.models import AgentSession, Checkpoint
 from checkpoints.services import diff_checkpoints
 
-from ..forms import CompareForm
+from ..forms import CheckpointRef, CompareForm
 from ..presenters.diff import present_diff
 from .common import VIEW, HtmxHttpRequest, console, get_checkpoint_for_user, parse_int, render_page
+
+
+class NotComparable(Exception):
+    """What to tell the operator instead of a comparison, and the status a page (not an htmx swap) gets."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @console(VIEW)
 @require_GET
 def compare(request: HtmxHttpRequest) -> HttpResponse:
     form = CompareForm(request.GET)
-    if not form.is_valid():
-        context = {"form": form, "error": "Choose two checkpoints to compare: ?a=<id>&b=<id>, both numbers."}
-        response = render_page(request, "dashboard/compare.html", context)
-        response.status_code = 400
+    try:
+        a, b = _pick(request, form)
+    except NotComparable as exc:
+        # htmx swaps the message in place of the previous comparison (it swaps 2xx answers only)
+        fields = {name: form.data.get(name, "") for name in ("session", "a", "b")}
+        context = {"form": form, "fields": fields, "error": str(exc)}
+        response = render_page(request, "dashboard/compare.html", context, partial="compare-result")
+        if not request.htmx:
+            response.status_code = exc.status
         return response
-    a = get_checkpoint_for_user(request, form.cleaned_data["a"])
-    b = get_checkpoint_for_user(request, form.cleaned_data["b"])
     lineage = relate(a, b)
     direct = lineage.relation != Relation.DIVERGED or request.GET.get("base") == "a"
     base = a if direct or lineage.ancestor is None else lineage.ancestor
@@ -44,7 +56,45 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
     old_label = f"A · #{a.seq}" if base is a else f"#{base.seq} · common ancestor"
     context = {"form": form, "a": a, "b": b, "base": base, "lineage": lineage, "diff": diff, "diff_in_place": True}
     context |= {"old_label": old_label, "new_label": f"B · #{b.seq}"}
+    # the form shows the comparison as the console labels it: seqs of A's session
+    same = b.session_id == a.session_id
+    context["fields"] = {"session": a.session_id, "a": f"#{a.seq}", "b": f"#{b.seq}" if same else f"id:{b.pk}"}
     if diff.expanded is not None and request.htmx and not request.htmx.history_restore_request:
         # "show more": only the rows it adds
         return render_page(request, "dashboard/partials/diff.html", context, partial="diff-fragment")
     return render_page(request, "dashboard/compare.html", context, partial="compare-result")
+
+
+def _pick(request: HtmxHttpRequest, form: CompareForm) -> tuple[Checkpoint, Checkpoint]:
+    """The two checkpoints the request names (see CompareForm), or NotComparable saying what is wrong."""
+    if not form.is_valid():
+        errors = [error for name in ("a", "b") for error in form.errors.get(name, []) if name in form.data]
+        raise NotComparable(" ".join(["Choose two checkpoints to compare: #12 or id:345.", *errors]), 400)
+    refs = {name: form.cleaned_data[name] for name in ("a", "b")}
+    found = {name: _by_id(request, ref) for name, ref in refs.items() if ref.by == "id"}
+    session_id = form.cleaned_data.get("session") or next((c.session_id for c in found.values()), None)
+    for name, ref in refs.items():
+        if name not in found:
+            if session_id is None:
+                question = (
+                    f"{ref} is a checkpoint of which session? Compare from a session's timeline, or write id:345."
+                )
+                raise NotComparable(question, 400)
+            found[name] = _by_seq(request, session_id, ref.number)
+    return found["a"], found["b"]
+
+
+def _by_id(request: HtmxHttpRequest, ref: CheckpointRef) -> Checkpoint:
+    try:
+        return get_checkpoint_for_user(request, ref.number)
+    except Http404:
+        raise NotComparable(f"No checkpoint {ref} that you can see.", 404) from None
+
+
+def _by_seq(request: HtmxHttpRequest, session_id: int, seq: int) -> Checkpoint:
+    session = AgentSession.objects.visible_to(request.user).filter(pk=session_id).values_list("external_id", flat=True)
+    name = session.first()
+    pk = Checkpoint.objects.filter(session_id=session_id, seq=seq).values_list("pk", flat=True).first()
+    if name is None or pk is None:
+        raise NotComparable(f"No checkpoint #{seq} in {name or 'that session'}.", 404)
+    return _by_id(request, CheckpointRef("id", pk))

@@ -7,11 +7,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from celery import current_app
+from django.conf import settings
 from django.contrib import messages
 from django.db import transaction
 from django.db.models import OuterRef, Subquery
 from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, redirect
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
@@ -21,9 +22,11 @@ from django_htmx.http import HttpResponseStopPolling
 from checkpoints.jobs import stale_after
 from checkpoints.models import JobRun, JobRunStatus
 from checkpoints.roles import ALL_PROJECTS, in_every_project
+from checkpoints.services import Actor, request_job_run
 
 from .alerts import evidence_summary
 from .common import OPERATE, VIEW, HtmxHttpRequest, console, job_failures, parse_int, render_page
+from .retention import retention_confirmation
 
 # task → the JobRun.job name run_job records it under (checkpoints/tasks.py)
 JOB_FOR_TASK = {
@@ -33,6 +36,8 @@ JOB_FOR_TASK = {
     "checkpoints.tasks.collect_garbage": "gc",
     "checkpoints.tasks.scan_watched_sources": "watched_sources",
 }
+RETENTION_TASK, GC_TASK = "checkpoints.tasks.apply_retention", "checkpoints.tasks.collect_garbage"
+ASKS_FIRST = {RETENTION_TASK, GC_TASK}  # they delete: Run now first says what they remove
 # not among a run's counts: failures are listed apart; retention's preview ids mean nothing here
 NOT_SUMMED_UP = {"errors", "error_count", "checkpoints"}
 
@@ -128,6 +133,7 @@ def _rows(request: HtmxHttpRequest, *, system_figures: bool) -> list[dict[str, A
                 "next_run": _next_run(task, now),
                 # queued by Run now, and no run of it recorded since: no worker has picked it up yet
                 "waiting": task.pk == queued and (run is None or run.started_at < queued_at),
+                "asks_first": task.task in ASKS_FIRST,
             }
         )
     return rows
@@ -146,12 +152,38 @@ def _queue(name: str, kwargs: dict[str, Any]) -> None:
         current_app.send_task(name, kwargs=kwargs)
 
 
+def _gc_confirmation(request: HtmxHttpRequest, task: PeriodicTask, action: str) -> HttpResponse:
+    last = _latest_runs({"gc"}).get("gc")
+    figures = last.result if last and in_every_project(request.user, VIEW) else {}
+    context = {
+        "title": f"{task.name} now?",
+        "removes": (
+            "stored chunks that no checkpoint and no live state references, older than "
+            f"{settings.GC_GRACE_MINUTES} minutes: no checkpoint loses its state"
+        ),
+        "last": f"The last run deleted {figures['deleted']} chunks." if "deleted" in figures else "",
+        "button": "Collect now",
+        "action": action,
+        "back": reverse("dashboard:jobs"),
+        "back_label": "Jobs",
+    }
+    return render(request, "dashboard/job_confirm.html", context)
+
+
 @console(OPERATE, everywhere=True)  # a job runs for every project at once
 @require_POST
 def job_run(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Queue a job now; the jobs that delete (retention, GC) first say what they remove and ask."""
     task = get_object_or_404(PeriodicTask, pk=pk)
+    here = reverse("dashboard:job_run", args=[pk])
+    if request.POST.get("confirm") != "yes":
+        if task.task == RETENTION_TASK:
+            return retention_confirmation(request, action=here, back=reverse("dashboard:jobs"), back_label="Jobs")
+        if task.task == GC_TASK:
+            return _gc_confirmation(request, task, here)
     kwargs = {"triggered_by": f"console:{request.user.get_username()}"} if _takes_triggered_by(task.task) else {}
     dotted = task.task
+    request_job_run(task.name, actor=Actor.for_user(request.user), details={"task": dotted})
     transaction.on_commit(lambda: _queue(dotted, kwargs))
     name = PLAIN_NAMES.get(task.name, task.name)
     messages.success(request, f"Queued “{name}”. Its run appears below when a worker picks it up.")

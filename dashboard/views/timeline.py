@@ -88,6 +88,7 @@ class Row:
     previous_id: int | None = None
     start: Start | None = None  # what it starts, unless its name says so already
     restored_by: list[int] = field(default_factory=list)
+    undoes: tuple[int, int | None] | None = None  # (the restore this undo undid, that restore's target)
     forks: list[AgentSession] = field(default_factory=list)
     run: list[Checkpoint] = field(default_factory=list)  # a collapsed run: its checkpoints, newest first
     is_branch: ClassVar[bool] = False
@@ -198,14 +199,16 @@ def _build_rows(
         if checkpoint.kind == CheckpointKind.RESTORE and checkpoint.seq - 1 in by_seq:
             previous = by_seq[checkpoint.seq - 1].pk  # what the restore changed: the head it replaced
         start = layout.starts.get(checkpoint.seq)
+        undoes = layout.undos.get(checkpoint.seq)
         return Row(
             checkpoint,
             cells,
             own,
             is_head=is_head,
             previous_id=previous,
-            start=start if start and start.label != checkpoint.name else None,
+            start=start if start and start.label != checkpoint.name and not undoes else None,
             restored_by=layout.restore_targets.get(checkpoint.seq, []),
+            undoes=undoes,
             forks=forks.get(checkpoint.pk, []),
         )
 
@@ -221,8 +224,12 @@ def _build_rows(
         )
 
     rows: list[Row] = []
+    undone = layout.undone
     i = 0
     while i < len(checkpoints):
+        if checkpoints[i].seq in undone:  # shown in its undo's row
+            i += 1
+            continue
         j = i
         if collapse:
             while j < len(checkpoints) and routine(checkpoints[j]) and (j == i or _same_run(checkpoints, j, layout)):
@@ -391,7 +398,7 @@ def timeline_page(
         folding = folding.opening(layout.branch_of(at))
     layout.fold(folding)
     folded = [b for b in layout.branches if b.folded]
-    hidden = _merged([s for b in folded for s in b.stretches])
+    hidden = _merged([s for b in folded for s in b.stretches] + [Stretch(seq, seq, None) for seq in layout.undone])
     queryset = Checkpoint.objects.for_session(session).for_timeline()
     before = at + 1 if at is not None else before
     below = None

@@ -55,3 +55,50 @@
     if (dialog) dialog.remove();
   });
 })();
+
+// A failed htmx request never fails silently (whatever the page): an error answer (4xx, 5xx) or a
+// request that never reached the server becomes a notice in a fixed corner, saying what went wrong.
+(function () {
+  function region() {
+    let box = document.getElementById("request-errors");
+    if (!box) {
+      box = document.createElement("div");
+      box.id = "request-errors";
+      box.className = "toasts";
+      document.body.append(box);
+    }
+    return box;
+  }
+  function notify(text) {
+    const notice = document.createElement("div");
+    notice.className = "notice notice-error";
+    notice.setAttribute("role", "alert");
+    const message = document.createElement("span");
+    message.textContent = text;
+    const dismiss = document.createElement("button");
+    dismiss.type = "button";
+    dismiss.className = "btn btn-small btn-quiet";
+    dismiss.textContent = "Dismiss";
+    dismiss.addEventListener("click", () => notice.remove());
+    notice.append(message, dismiss);
+    const box = region();
+    box.replaceChildren(notice); // the latest failure only
+  }
+  function explain(xhr) {
+    // the server's own words: an error notice in its answer, else its page's heading and first paragraph
+    const page = new DOMParser().parseFromString(xhr.responseText || "", "text/html");
+    const notice = page.querySelector(".notice-error");
+    if (notice) return notice.textContent.trim();
+    const heading = page.querySelector("main h1");
+    const detail = page.querySelector("main p");
+    return [heading, detail].filter(Boolean).map((el) => el.textContent.trim()).join(": ");
+  }
+  document.addEventListener("htmx:responseError", function (event) {
+    const xhr = event.detail.xhr;
+    const said = explain(xhr);
+    notify(`That did not work (${xhr.status}${xhr.statusText ? " " + xhr.statusText : ""})${said ? ": " + said : "."}`);
+  });
+  document.addEventListener("htmx:sendError", function () {
+    notify("The console did not answer: check the connection, then try again.");
+  });
+})();

@@ -138,3 +138,20 @@ def looks(page, screenshot):
         page.set_viewport_size({"width": 1366, "height": 860})
 
     return shoot
+
+
+@pytest.fixture
+def widths(page, screenshot):
+    """Shoot the page at 1280 px and at a 390 px phone width (`full=False`: only what the window shows)."""
+
+    def shoot(name: str, *, full: bool = True) -> None:
+        for width, height in ((1280, 800), (390, 844)):
+            page.set_viewport_size({"width": width, "height": height})
+            if full:
+                screenshot(f"{name}-{width}")
+            else:
+                SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"))
+        page.set_viewport_size({"width": 1366, "height": 860})
+
+    return shoot

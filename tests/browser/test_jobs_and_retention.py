@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 from datetime import timedelta
 from io import StringIO
 
@@ -10,7 +11,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from checkpoints.models import AgentSession, JobRun
+from checkpoints.models import AgentSession, Checkpoint, JobRun, RetentionPolicy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,6 +31,24 @@ def test_operator_previews_retention_and_runs_a_job(page, live_server, sign_in, 
     expect(page.get_by_role("status").first).to_be_visible()
     assert JobRun.objects.filter(job="drift_detection", triggered_by="console:olga").exists()
     screenshot("jobs")
+
+
+def test_retention_run_now_asks_first_with_the_counts_by_kind(page, live_server, sign_in, staff_operator, widths):
+    importlib.import_module("checkpoints.migrations.0008_default_retention_and_schedules").install(apps, None)
+    call_command("seed_demo", "--small")
+    RetentionPolicy.objects.filter(project=None, kind="step").update(keep_last=5)  # tighter than the demo's
+    before = Checkpoint.objects.count()
+    sign_in(staff_operator)
+    page.goto(f"{live_server.url}/retention/")
+    page.get_by_role("button", name="Run now…").click()
+    expect(page.get_by_role("heading", name="Run retention now?")).to_be_visible()
+    expect(page.get_by_role("cell", name="step", exact=True)).to_be_visible()
+    assert Checkpoint.objects.count() == before  # asking deletes nothing
+    widths("retention-confirm")
+    page.get_by_role("button", name=re.compile(r"^Delete \d+ checkpoints now$")).click()
+    expect(page.get_by_role("status").filter(has_text="Retention run queued")).to_be_visible()
+    assert Checkpoint.objects.count() < before
+    assert JobRun.objects.filter(job="retention", triggered_by="console:olga").exists()
 
 
 def test_a_session_that_breaks_jobs_is_named_and_the_jobs_go_on(page, live_server, sign_in, alice, looks, poison):

@@ -70,16 +70,23 @@ def test_restore_preview_opens_as_a_modal_over_a_page(page, live_server, sign_in
     assert page.url.endswith("/alerts/")
 
 
-def test_operator_restores_with_a_preview_then_undoes(looks, page, live_server, sign_in, alice, demo, screenshot):
+def test_operator_restores_with_a_preview_then_undoes(
+    looks, page, live_server, sign_in, alice, demo, screenshot, widths
+):
     alert = DriftAlert.objects.select_related("session").get(kind="repetition")
     session, target = alert.session, alert.last_good
     head_before = session.head_id
     sign_in(alice)
     page.goto(f"{live_server.url}/alerts/")
-    page.locator(f"#alert-{alert.pk}").get_by_role("link", name="Restore last good").click()
+    row = page.locator(f"#alert-{alert.pk}")
+    expect(row).to_contain_text(re.compile(r"discards \d+ checkpoints?, \d+ tool calls?"))
+    widths("alerts-discards")
+    row.get_by_role("link", name="Restore last good").click()
     expect(page.get_by_role("heading", name=re.compile(rf"Restore to #{target.seq}"))).to_be_visible()
     expect(page.get_by_text("tool calls the agent will no longer remember").first).to_be_visible()
+    expect(page.get_by_text(re.compile(rf"Restoring #{target.seq} discards \d+ checkpoints"))).to_be_visible()
     looks("restore-preview")
+    widths("restore-preview")
     page.get_by_label("Reason").fill("looping on get_order")
     page.get_by_role("button", name="Restore", exact=True).click()
     page.wait_for_url(re.compile(rf"/sessions/{session.pk}/$"))
@@ -88,9 +95,45 @@ def test_operator_restores_with_a_preview_then_undoes(looks, page, live_server, 
     session.refresh_from_db()
     assert session.head.kind == CheckpointKind.RESTORE and session.head.parent_id == target.pk
     notice.get_by_role("button", name="Undo").click()
-    expect(page.locator(".notice-success")).to_contain_text("Restore undone")
+    expect(page.locator(".notice-success")).to_contain_text("undone: the agent resumes from new checkpoint")
     session.refresh_from_db()
     assert session.head.parent_id == head_before and session.restore_generation == 2
+    undo = page.locator(f"#cp-{session.head.seq}")
+    expect(undo).to_contain_text(f"undoes restore #{session.head.seq - 1} (to #{target.seq})")
+    expect(page.locator(f"#cp-{session.head.seq - 1}")).to_have_count(0)  # folded into the undo
+    expect(page.locator(".tag-side")).to_have_count(0)  # no branch left behind
+    widths("timeline-undo")
+
+
+def test_compare_takes_the_seqs_the_console_shows_and_failed_requests_say_so(
+    page, live_server, sign_in, alice, demo, widths
+):
+    session = AgentSession.objects.get(external_id="patchwright-batch-ingest")
+    a, b = (Checkpoint.objects.get(session=session, seq=seq) for seq in (2, 5))
+    sign_in(alice)
+    page.goto(f"{live_server.url}/compare/?a={a.pk}&b={b.pk}")  # a link: ids
+    expect(page.get_by_label(re.compile("Checkpoint A"))).to_have_value("#2")
+    page.get_by_label(re.compile("Checkpoint B")).fill("#999")
+    page.get_by_role("button", name="Compare").click()
+    result = page.locator("#compare-result")
+    expect(result).to_contain_text(f"No checkpoint #999 in {session.external_id}.")
+    expect(page.locator("#diff-summary")).to_have_count(0)  # the old comparison went
+    widths("compare-not-found")
+    page.get_by_label(re.compile("Checkpoint B")).fill("7")
+    page.get_by_role("button", name="Compare").click()
+    expect(page.locator(".compare-side-b")).to_contain_text("#7")
+    expect(page).to_have_url(re.compile(rf"session={session.pk}&a=%232&b=7"))
+
+    page.evaluate("htmx.ajax('GET', '/checkpoints/999999999/restore/', {target: 'body', swap: 'beforeend'})")
+    toast = page.get_by_role("alert").filter(has_text="That did not work (404")
+    expect(toast).to_contain_text("Not found: There is nothing here, or you may not see it.")
+    widths("request-failed", full=False)
+    toast.get_by_role("button", name="Dismiss").click()
+    expect(toast).to_have_count(0)
+
+    page.route("**/alerts/**", lambda route: route.abort())
+    page.evaluate("() => { htmx.ajax('GET', '/alerts/', {target: '#compare-result'}).catch(() => null); }")
+    expect(page.get_by_role("alert").filter(has_text="The console did not answer")).to_be_visible()
 
 
 def test_operator_forks_and_lands_on_the_new_session(looks, page, live_server, sign_in, alice, demo, screenshot):

@@ -336,7 +336,7 @@ def test_the_detector_audits_the_alerts_it_opens_and_resolves(make_session):
     drift.detect_session(agent.session, now=later)
     resolved = AuditEvent.objects.get(action="alert_resolved")
     assert (resolved.actor, resolved.session, resolved.created_at) == ("system:drift", agent.session, later)
-    assert resolved.reason == "the condition cleared" and resolved.details["kind"] == "halted"
+    assert resolved.reason == "the condition cleared: the head #7 is completed" and resolved.details["kind"] == "halted"
 
 
 def test_a_rise_in_severity_is_audited_as_an_escalation(make_session):
@@ -484,3 +484,113 @@ def test_time_based_alerts_say_how_long_in_plain_words(make_session):
     detect(quiet, now=missed_routine_fires(quiet))
     missed = DriftAlert.objects.get(kind=AlertKind.MISSED_ROUTINE).message
     assert re.fullmatch(r"No checkpoint or heartbeat for 40 min\.", missed)
+
+
+# ---- a failure that cleared: the alert resolves, the next failure is a new incident -------------------
+
+
+def ingest_now(session: AgentSession, *items: CheckpointInput) -> list[Any]:
+    return [checkpoint for checkpoint, _ in ingest_checkpoints([(session, list(items))])]
+
+
+def step(n: int, **fields: Any) -> CheckpointInput:
+    return CheckpointInput(state={"step": n, "tool_calls": [{"step": n, "tool_name": "run"}] * n}, step=n, **fields)
+
+
+def unresolved(session: AgentSession, kind: str = AlertKind.FAILED) -> DriftAlert | None:
+    return DriftAlert.objects.unresolved().filter(session=session, kind=kind).first()
+
+
+def test_a_failed_alert_resolves_when_a_later_checkpoint_completes(make_session, django_capture_on_commit_callbacks):
+    """The issue's case: failed at #4, healthy up to #9, failed again at #10 — restoring the old last good
+    would have discarded every healthy checkpoint in between."""
+    session = make_session()
+    with django_capture_on_commit_callbacks(execute=True):
+        before = ingest_now(session, *(step(n) for n in range(1, 4)), step(4, status="failed", status_reason="boom"))
+    first = unresolved(session)
+    assert first is not None and first.last_good_id == before[2].pk
+    DriftAlert.objects.filter(pk=first.pk).update(state=AlertState.ACKNOWLEDGED)  # acknowledged or not
+
+    with django_capture_on_commit_callbacks(execute=True):
+        healthy = ingest_now(session, step(5))
+    ingest_now(session, *(step(n) for n in range(6, 10)))
+    first.refresh_from_db()
+    assert first.state == AlertState.RESOLVED
+    resolved = AuditEvent.objects.get(action="alert_resolved")
+    assert resolved.details["alert_id"] == first.pk and f"#{healthy[0].seq}" in resolved.reason
+    session.refresh_from_db()
+    assert session.status == "active"  # the run went on: it is no longer failed
+
+    with django_capture_on_commit_callbacks(execute=True):
+        later = ingest_now(session, step(10, status="failed", status_reason="boom again"))
+    second = unresolved(session)
+    assert second is not None and second.pk != first.pk
+    assert second.last_good.seq == later[0].seq - 1  # the checkpoint just before the new failure
+    assert second.checkpoint_id == later[0].pk
+
+
+def test_a_failure_after_recovery_in_one_batch_is_a_new_alert(make_session, django_capture_on_commit_callbacks):
+    """No detection runs between the checkpoints of one batch: the open alert is still recognised as an
+    earlier incident, because a healthy checkpoint stands between its failure and the new one."""
+    session = make_session()
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest_now(session, step(1), step(2, status="halted", status_reason="loop"))
+    first = unresolved(session, AlertKind.HALTED)
+    with django_capture_on_commit_callbacks(execute=True):
+        later = ingest_now(session, *(step(n) for n in range(3, 30)), step(30, status="halted", status_reason="loop"))
+    first.refresh_from_db()
+    assert first.state == AlertState.RESOLVED
+    second = unresolved(session, AlertKind.HALTED)
+    assert second.last_good_id == later[-2].pk
+
+
+def test_consecutive_failures_stay_one_alert_with_the_first_last_good(make_session, django_capture_on_commit_callbacks):
+    session = make_session()
+    with django_capture_on_commit_callbacks(execute=True):
+        good = ingest_now(session, step(1), step(2))
+        ingest_now(session, step(3, status="failed"))
+        ingest_now(session, step(4, status="failed"))
+    [alert] = DriftAlert.objects.filter(session=session)
+    assert alert.state == AlertState.OPEN and alert.last_good_id == good[-1].pk
+
+
+def test_a_restore_clears_a_failed_alert_at_once(make_session, django_capture_on_commit_callbacks):
+    session = make_session()
+    with django_capture_on_commit_callbacks(execute=True):
+        good = ingest_now(session, step(1), step(2, status="failed"))
+    alert = unresolved(session)
+    with django_capture_on_commit_callbacks(execute=True):
+        restore_checkpoint(good[0], actor=Actor.system("test"))
+    alert.refresh_from_db()
+    assert alert.state == AlertState.RESOLVED
+
+
+def test_the_failed_alert_follows_the_heads_branch(make_session, django_capture_on_commit_callbacks):
+    """Checkpoints form a tree: the last good checkpoint of a failure is on the failing checkpoint's own
+    branch, never the newest healthy checkpoint of another one."""
+    session = make_session()
+    with django_capture_on_commit_callbacks(execute=True):
+        base = ingest_now(session, step(1), step(2), step(3))
+        ingest_now(session, step(4), step(5, status="failed"))
+        # the agent goes back to #3 and retries: a later checkpoint on the head's branch completes
+        ingest_now(session, step(4, parent=base[2].pk))
+    assert unresolved(session) is None
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest_now(session, step(5), step(6))  # healthy, on the new branch
+        # then it goes back to #2 and fails straight away
+        failed = ingest_now(session, step(3, parent=base[1].pk, status="failed"))
+    alert = unresolved(session)
+    assert alert.checkpoint_id == failed[0].pk
+    assert alert.last_good_id == base[1].pk  # its parent, not #8 of the other branch
+
+
+def test_the_drift_job_resolves_failed_alerts_of_sessions_that_are_not_active(make_session):
+    """Missed on ingest (a worker that died before its on-commit hook): the job clears it, whatever the
+    session's status."""
+    session = make_session()
+    ingest_now(session, step(1), step(2, status="failed"))
+    drift.detect_session(session)
+    ingest_now(session, step(3))  # on-commit detection never ran
+    AgentSession.objects.filter(pk=session.pk).update(status="completed")
+    assert drift.detect_all()["resolved"] == 1
+    assert unresolved(session) is None

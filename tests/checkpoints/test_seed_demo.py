@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
 from checkpoints import store
 from checkpoints.models import (
@@ -20,6 +22,7 @@ from checkpoints.models import (
     Project,
     SessionStatus,
 )
+from checkpoints.retention import apply_retention
 
 pytestmark = pytest.mark.django_db
 
@@ -148,3 +151,34 @@ def test_force_adds_beside_existing_sessions(seeded):
     seed("--force")
     assert AgentSession.objects.count() == 2 * sessions
     assert AgentSession.objects.filter(external_id="patchwright-batch-ingest-2").exists()
+
+
+@pytest.mark.parametrize("size", [[], ["--small"]], ids=["full", "small"])
+def test_the_demo_survives_its_own_retention_defaults(size):
+    """Beat runs retention hourly with the default policies: the demo must still tell its stories after the
+    first run and a day later — each showcase session keeps every checkpoint the tour visits."""
+    start = timezone.now()
+    call_command("seed_demo", *size, stdout=StringIO(), stderr=StringIO())
+    seeded = set(Checkpoint.objects.values_list("pk", flat=True))
+    for later in (timedelta(hours=1), timedelta(days=1)):
+        result = apply_retention(now=start + later)
+        assert (result["deleted"], result["by_kind"], result["error_count"]) == (0, {}, 0), later
+    assert set(Checkpoint.objects.values_list("pk", flat=True)) == seeded
+
+    coding = AgentSession.objects.get(external_id="patchwright-batch-ingest")
+    restore = coding.checkpoints.get(kind=CheckpointKind.RESTORE)
+    red_run = coding.checkpoints.filter(seq__gt=restore.parent.seq, seq__lt=restore.seq)
+    assert restore.parent.pinned and red_run.count() >= 4  # the last green run, and every red step after it
+    assert coding.checkpoints.filter(seq__gt=restore.seq).count() >= 6  # the agent went on from there
+    scout = AgentSession.objects.get(external_id="scout-ctx-compression")
+    assert AgentSession.objects.filter(forked_from__session=scout).exists()
+    if not size:  # the full survey runs over several days, with a pinned milestone
+        assert scout.checkpoints.filter(name="day1_final", pinned=True).exists()
+        assert scout.checkpoints.filter(kind=CheckpointKind.MANUAL).count() >= 2
+    for alert in DriftAlert.objects.unresolved():
+        drift = alert.session.checkpoints.filter(seq__gt=alert.last_good.seq, seq__lte=alert.checkpoint.seq)
+        assert drift.count() >= 3, alert.kind  # the loop, the flat run, the failing loads
+    captain = AgentSession.objects.get(external_id="captain.1")
+    kinds = list(captain.checkpoints.order_by("seq").values_list("kind", flat=True))
+    assert kinds[-4:-1] == [CheckpointKind.ROUTINE] * 3  # a run of routine checkpoints, as Dream.OS keeps them
+    assert kinds.count(CheckpointKind.RECOVERY) >= 4 and CheckpointKind.PRE_OPERATION in kinds

@@ -7,6 +7,7 @@ import pytest
 from django.db import connection
 
 from checkpoints import services, store
+from checkpoints.history import Discards
 from checkpoints.models import AgentSession, AuditEvent, Checkpoint, CheckpointKind, Chunk
 from checkpoints.services import Actor, CheckpointInput
 
@@ -215,16 +216,39 @@ def test_the_next_checkpoint_after_a_restore_branches_from_it(make_session, make
     assert store.load_state(after.root) == {"n": 0, "retry": True}
 
 
-def test_undo_restores_the_previous_head(make_session, make_checkpoint):
+def test_undo_gives_the_agent_back_its_state_as_a_new_head(make_session, make_checkpoint):
+    """Agents that order checkpoints by their own ids (LangGraph) resume from the newest: the state from
+    before the restore comes back as a new head, and the restore generation changes again."""
     session = make_session()
     made = [make_checkpoint(session, {"n": i}) for i in range(3)]
-    services.restore_checkpoint(made[0], actor=OPERATOR)
+    restore = services.restore_checkpoint(made[0], actor=OPERATOR, reason="looping")
     session.refresh_from_db()
     undone = services.undo_restore(session, actor=OPERATOR)
     session.refresh_from_db()
-    assert undone.parent_id == made[2].pk and session.head_id == undone.pk
-    assert session.restore_generation == 2
-    assert AuditEvent.objects.filter(action="restore").count() == 2
+    assert session.head_id == undone.pk and undone.seq == restore.seq + 1
+    assert (undone.kind, undone.parent_id, bytes(undone.root)) == ("restore", made[2].pk, bytes(made[2].root))
+    assert undone.name == f"undo of restore #{restore.seq}"
+    assert undone.metadata["undo_of"] == restore.pk and undone.metadata["undo_of_seq"] == restore.seq
+    assert session.restore_generation == 2 and undone.metadata["restore_generation"] == 2
+    assert list(AuditEvent.objects.order_by("id").values_list("action", flat=True)) == ["restore", "undo"]
+    event = AuditEvent.objects.get(action="undo")
+    assert (event.checkpoint_id, event.reason) == (undone.pk, f"undo restore #{restore.seq}")
+    assert event.details == {
+        "undone_seq": restore.seq,
+        "undone_target_seq": made[0].seq,
+        "restored_seq": made[2].seq,
+        "new_seq": undone.seq,
+        "restore_generation": 2,
+    }
+
+
+def test_an_undo_cannot_be_undone(make_session, make_checkpoint):
+    session = make_session()
+    made = [make_checkpoint(session, {"n": i}) for i in range(3)]
+    services.restore_checkpoint(made[0], actor=OPERATOR)
+    services.undo_restore(session, actor=OPERATOR)
+    with pytest.raises(services.NothingToUndo):
+        services.undo_restore(session, actor=OPERATOR)
 
 
 def test_undo_without_a_restore_is_refused(make_session, make_checkpoint):
@@ -296,4 +320,4 @@ def test_restore_preview_lists_each_forgotten_tool_call_once(make_session, make_
     target.refresh_from_db()
     preview = services.restore_preview(target)
     assert preview.forgotten_tool_calls == [{**call, "result": "3 hits", "success": True}]
-    assert preview.later_checkpoints == 1 and preview.head.seq == 2
+    assert preview.discards == Discards(checkpoints=1, tool_calls=1) and preview.head.seq == 2

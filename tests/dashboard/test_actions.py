@@ -180,7 +180,7 @@ def test_restore_preview_shows_what_changes(client, alice, run):
     # steps 2, 3 and 4 are forgotten, each once though each appears twice in the state
     assert html.count('<td class="num">') == 3
     assert "timeout" in html  # step 3 failed
-    assert '<span class="stat-value">3</span><span class="stat-label">later checkpoints stay in the history' in html
+    assert "Restoring #1 discards 3 checkpoints, 3 tool calls from the agent's path" in html
     assert "tool_calls[1]" in html  # the structural diff head → target
 
 
@@ -270,11 +270,12 @@ def test_restore_preview_on_a_big_session_runs_a_bounded_number_of_queries(
     target = Checkpoint.objects.get(session=big_session, seq=100)
     client.force_login(alice)
     store.cache.clear()  # cold: both states are read from the chunk table
-    # 4 for the signed-in user and roles, target and head, one chain read per state, the later count
-    with django_assert_max_num_queries(10):
+    # 4 for the signed-in user and roles, target and head, one chain read per state, 4 for what it discards
+    with django_assert_max_num_queries(13):
         response = client.get(restore_url(target))
     assert response.status_code == 200
-    assert '<span class="stat-value">2901</span><span class="stat-label">later checkpoints' in response.content.decode()
+    # the head's path: the restore #3001, then #1501 back to #101; #1502 … #3000 are a side branch now
+    assert "Restoring #100 discards 1402 checkpoints" in response.content.decode()
 
 
 # ---- undo ---------------------------------------------------------------------------------------
@@ -292,10 +293,12 @@ def test_undo_returns_to_the_head_before_the_restore(client, alice, run):
     assert session.restore_generation == 2
     assert list(AuditEvent.objects.values_list("action", "actor").order_by("id")) == [
         ("restore", "alice"),
-        ("restore", "alice"),
+        ("undo", "alice"),
     ]
     [message] = [m for m in get_messages(response.wsgi_request) if "undone" in m.message]
-    assert "#4" in message.message
+    assert message.message == (
+        "Restore #5 undone: the agent resumes from new checkpoint #6 with the state of #4, as before the restore."
+    )
 
 
 def test_undo_without_a_restore_changes_nothing_and_says_so(client, alice, run):

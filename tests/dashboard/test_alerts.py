@@ -77,6 +77,27 @@ def test_alert_list_shows_each_alert_with_its_evidence_and_last_good(client, ali
     assert ">Acknowledge<" in html and "Resolve…" in html
 
 
+def test_restore_last_good_says_what_it_discards(client, alice, alert, make_checkpoint):
+    session = alert.session
+    calls = [{"tool_name": "get_order"}] * 5
+    for step in range(3, 6):
+        make_checkpoint(session, {"step": step, "tool_calls": calls[:step]})
+    client.force_login(alice)
+    html = client.get(LIST).content.decode()
+    row = html[html.index(f'id="alert-{alert.pk}"') :]
+    assert "discards 4 checkpoints, 5 tool calls" in row[: row.index("</tr>")]  # #2 … #5
+
+
+def test_restore_last_good_is_the_main_action_only_for_critical_alerts(client, alice, alert):
+    restore = f'href="{reverse("dashboard:checkpoint_restore", args=[alert.last_good_id])}"'
+    client.force_login(alice)
+    html = client.get(LIST).content.decode()
+    assert f'<a class="btn btn-small" {restore}' in html  # a warning: acknowledge or look first
+    DriftAlert.objects.filter(pk=alert.pk).update(severity="critical")
+    html = client.get(LIST).content.decode()
+    assert f'<a class="btn btn-small btn-primary" {restore}' in html
+
+
 def test_viewer_sees_alerts_but_no_actions(client, bob, alert):
     client.force_login(bob)
     html = client.get(LIST).content.decode()
@@ -220,7 +241,8 @@ def test_alert_list_runs_a_bounded_number_of_queries(
             opened_at=timezone.now() - timedelta(minutes=i),
         )
     client.force_login(alice)
-    with django_assert_max_num_queries(7):
+    # 3 for the user and roles, the page, then four for what each restore offer discards
+    with django_assert_max_num_queries(11):
         response = client.get(LIST)
     assert len(rows(response.content.decode())) == 50
 

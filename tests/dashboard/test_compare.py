@@ -408,3 +408,65 @@ def test_a_show_more_link_that_does_not_fit_the_diff_still_answers(client, bob, 
     client.force_login(bob)
     response = client.get(url(a.pk, b.pk, **query), headers=HTMX)
     assert response.status_code == 200 and 'class="diff-item ' in response.content.decode()
+
+
+# ---- what the form takes: the numbers the console shows ------------------------------------------
+
+
+def typed(session: object, a: str, b: str) -> str:
+    """What the Compare form sends: the session it is about and A and B as typed."""
+    return f"{reverse('dashboard:compare')}?{urlencode({'session': session, 'a': a, 'b': b})}"
+
+
+def test_the_form_takes_the_seqs_the_console_shows(client, bob, pair):
+    first, second = pair
+    client.force_login(bob)
+    for a, b in (("#1", "#2"), ("1", "2"), (" #1 ", "2")):
+        html = client.get(typed(first.session_id, a, b)).content.decode()
+        assert "A · #1" in html and "B · #2" in html, (a, b)
+        assert "changed" in html
+
+
+def test_the_form_names_any_checkpoint_by_id_with_a_prefix(client, bob, pair, make_session, make_checkpoint):
+    first, _ = pair
+    other = make_checkpoint(make_session("run-2"), {"task": {"progress": 99}})
+    client.force_login(bob)
+    response = client.get(typed(first.session_id, "#1", f"id:{other.pk}"))
+    assert response.status_code == 200 and "across sessions" in response.content.decode()
+
+
+def test_the_form_shows_the_comparison_as_seqs_of_its_session(client, bob, pair):
+    first, second = pair
+    client.force_login(bob)
+    html = client.get(url(first.pk, second.pk)).content.decode()  # a link: ids
+    assert 'name="a" value="#1"' in html and 'name="b" value="#2"' in html
+    assert f'name="session" value="{first.session_id}"' in html
+
+
+def test_a_seq_that_is_no_checkpoint_replaces_the_old_comparison_with_a_message(client, bob, pair):
+    first, _ = pair
+    client.force_login(bob)
+    response = client.get(typed(first.session_id, "1", "#99"), headers={"HX-Request": "true"})
+    html = response.content.decode()
+    assert response.status_code == 200  # htmx swaps it in: the previous comparison goes
+    assert html.lstrip().startswith('<div id="compare-result">')
+    assert "No checkpoint #99 in run-1." in html and "diff-summary" not in html
+    assert client.get(typed(first.session_id, "1", "#99")).status_code == 404
+
+
+def test_a_seq_needs_a_session(client, bob, pair):
+    client.force_login(bob)
+    response = client.get(typed("", "1", "2"))
+    assert response.status_code == 400
+    assert "#1 is a checkpoint of which session?" in response.content.decode()
+
+
+def test_seqs_of_another_projects_session_are_not_found(
+    client, bob, pair, make_session, make_checkpoint, other_project
+):
+    theirs = make_session("theirs", in_project=other_project)
+    make_checkpoint(theirs, {"secret": 1})
+    make_checkpoint(theirs, {"secret": 2})
+    client.force_login(bob)
+    response = client.get(typed(theirs.pk, "1", "2"))
+    assert response.status_code == 404 and "secret" not in response.content.decode()

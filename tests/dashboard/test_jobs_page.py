@@ -8,7 +8,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
-from checkpoints.models import JobRun
+from checkpoints.models import AuditEvent, JobRun, RetentionPolicy
 
 JOBS = reverse("dashboard:jobs")
 
@@ -106,13 +106,51 @@ def test_celerys_own_clean_up_task_is_named_plainly(client, alice):
     assert "<strong>Celery: clear expired task results</strong>" in _row(client, task)
 
 
+def test_run_now_of_a_job_that_deletes_asks_first(client, staff_operator, django_capture_on_commit_callbacks):
+    _gc_run()
+    client.force_login(staff_operator)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = client.post(reverse("dashboard:job_run", args=[_gc_task().pk]))
+    html = response.content.decode()
+    assert response.status_code == 200 and not callbacks
+    assert "Collect unreferenced chunks now?" in html
+    assert "no checkpoint and no live state references" in html and "The last run deleted 4 chunks" in html
+    assert 'name="confirm" value="yes"' in html and f'href="{JOBS}"' in html
+    assert JobRun.objects.count() == 1
+
+
+def test_run_now_of_retention_asks_first_with_the_counts_by_kind(
+    client, staff_operator, make_session, make_checkpoint, django_capture_on_commit_callbacks
+):
+    RetentionPolicy.objects.filter(project=None, kind="step").update(
+        keep_last=1, keep_first=False, keep_latest_per_name=False
+    )
+    session = make_session()
+    for i in range(4):
+        make_checkpoint(session, {"i": i})
+    task = PeriodicTask.objects.get(task="checkpoints.tasks.apply_retention")
+    client.force_login(staff_operator)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        html = client.post(reverse("dashboard:job_run", args=[task.pk])).content.decode()
+    assert not callbacks and "Run retention now?" in html and "Delete 3 checkpoints now" in html
+
+
+def test_run_now_of_a_job_that_deletes_nothing_runs_at_once(client, staff_operator, django_capture_on_commit_callbacks):
+    task = PeriodicTask.objects.get(task="checkpoints.tasks.detect_drift")
+    client.force_login(staff_operator)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = client.post(reverse("dashboard:job_run", args=[task.pk]))
+    assert response.status_code == 302 and len(callbacks) == 1
+    assert AuditEvent.objects.get(action="run_job").target == task.name
+
+
 def test_staff_operator_run_now_queues_the_task_and_its_run_is_recorded(
     client, staff_operator, django_capture_on_commit_callbacks
 ):
     client.force_login(staff_operator)
     assert "Run now" in client.get(JOBS).content.decode()
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        response = client.post(reverse("dashboard:job_run", args=[_gc_task().pk]))
+        response = client.post(reverse("dashboard:job_run", args=[_gc_task().pk]), {"confirm": "yes"})
     assert response.status_code == 302 and response.url.startswith(f"{JOBS}?queued={_gc_task().pk}&at=")
     assert len(callbacks) == 1
     run = JobRun.objects.get(job="gc")
@@ -124,7 +162,7 @@ def test_staff_operator_run_now_queues_the_task_and_its_run_is_recorded(
 def test_after_run_now_the_table_refreshes_itself_until_the_run_is_recorded_and_done(client, staff_operator):
     task = _gc_task()
     client.force_login(staff_operator)
-    response = client.post(reverse("dashboard:job_run", args=[task.pk]))  # no worker runs it (not committed)
+    response = client.post(reverse("dashboard:job_run", args=[task.pk]), {"confirm": "yes"})  # no worker runs it
     page = client.get(response.url).content.decode()
     assert f'hx-get="{response.url.replace("&", "&amp;")}" hx-trigger="every 2s"' in page
     assert "queued, waiting for a worker" in page and "<strong>Run now</strong>" not in page
@@ -151,7 +189,7 @@ def test_run_now_buttons_name_their_job(client, staff_operator):
     client.force_login(staff_operator)
     html = client.get(JOBS).content.decode()
     assert 'Run now<span class="visually-hidden">: Detect drift</span>' in html
-    assert 'Run now<span class="visually-hidden">: Collect unreferenced chunks</span>' in html
+    assert 'Run now…<span class="visually-hidden">: Collect unreferenced chunks</span>' in html  # it asks first
 
 
 def test_run_now_sends_no_triggered_by_to_tasks_that_do_not_take_it(

@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from checkpoints.models import Checkpoint, JobRun, JobRunStatus, RetentionPolicy
+from checkpoints.models import AuditEvent, Checkpoint, JobRun, JobRunStatus, RetentionPolicy
 
 URL = "/retention/"
 
@@ -94,6 +94,23 @@ def test_a_project_operator_cannot_run_retention_for_every_project(
     assert not callbacks and not JobRun.objects.exists()
 
 
+def test_run_now_asks_first_with_the_counts_by_kind(client, staff_operator, doomed, django_capture_on_commit_callbacks):
+    RetentionPolicy.objects.filter(project=None, kind="routine").update(keep_last=0, keep_last_scope="session")
+    session = doomed
+    Checkpoint.objects.filter(session=session, seq=2).update(kind="routine")
+    client.force_login(staff_operator)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = client.post(URL)
+    html = response.content.decode()
+    assert response.status_code == 200 and not callbacks
+    assert "Run retention now?" in html
+    assert re.search(r"<td>routine</td>\s*<td class=\"num\">1</td>", html)
+    assert re.search(r"<td>step</td>\s*<td class=\"num\">2</td>", html)
+    assert "Delete 3 checkpoints now" in html and 'name="confirm" value="yes"' in html
+    assert f'href="{URL}"' in html  # Cancel goes back
+    assert Checkpoint.objects.filter(session=session).count() == 5 and not JobRun.objects.exists()
+
+
 def test_staff_operator_run_now_queues_a_run_and_records_it(
     client, staff_operator, doomed, django_capture_on_commit_callbacks
 ):
@@ -101,7 +118,7 @@ def test_staff_operator_run_now_queues_a_run_and_records_it(
     assert "Run now" in client.get(URL).content.decode()
 
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        response = client.post(URL)
+        response = client.post(URL, {"confirm": "yes"})
 
     assert response.status_code == 302 and response["Location"] == URL
     assert len(callbacks) == 1
@@ -114,6 +131,8 @@ def test_staff_operator_run_now_queues_a_run_and_records_it(
     assert "Retention run queued" in page
     assert "console:olga" in page and "Nothing to delete." in page
     assert re.search(r"<td>3</td>\s*<td>2</td>", page)  # the run's deleted and kept counts
+    event = AuditEvent.objects.get(action="run_job")
+    assert (event.actor, event.target) == ("olga", "Apply retention")
 
 
 def test_run_now_requires_a_csrf_token(staff_operator, doomed, django_capture_on_commit_callbacks):
@@ -126,7 +145,7 @@ def test_run_now_requires_a_csrf_token(staff_operator, doomed, django_capture_on
     page = client.get(URL).content.decode()
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
     with django_capture_on_commit_callbacks(execute=True):
-        assert client.post(URL, {"csrfmiddlewaretoken": token}).status_code == 302
+        assert client.post(URL, {"csrfmiddlewaretoken": token, "confirm": "yes"}).status_code == 302
     assert JobRun.objects.filter(job="retention", triggered_by="console:olga").exists()
 
 

@@ -6,7 +6,7 @@ import pytest
 from django.urls import reverse
 
 from checkpoints.models import Phase
-from checkpoints.services import Actor, fork_session, pin_checkpoint, restore_checkpoint
+from checkpoints.services import Actor, fork_session, pin_checkpoint, restore_checkpoint, undo_restore
 from dashboard.views.timeline import PAGE_SIZE
 
 from .trees import NEW_ROOT, grow
@@ -175,6 +175,19 @@ def test_restore_draws_the_abandoned_checkpoints_as_a_side_branch(client, bob, r
     assert 'class="lane c0 up down"' in row_html(html, 6)  # the head's line passes beside the side branch
     assert 'class="lane c1 up down node-dot"' in row_html(html, 6)  # the side branch's newest end, under its heading
     assert 'class="lane c1 up down node-dot"' in row_html(html, 5)
+
+
+def test_a_restore_and_its_undo_fold_into_one_event(client, bob, restored):
+    """No live side branch: the undo row says what it undid, the undone restore has no row of its own."""
+    undo_restore(restored, actor=Actor.system("test"))
+    client.force_login(bob)
+    html = client.get(url(restored)).content.decode()
+    assert rows(html) == [8, 6, 5, 4, 3, 2, 1]  # #7, the restore of #3, is folded into #8
+    assert "undoes restore #7 (to #3)" in row_html(html, 8)
+    assert 'class="tag-side"' not in html and "restore of #3" not in html  # no branch, no row, no heading
+    assert "restored by" not in row_html(html, 3)
+    assert "c1" not in html  # one lane: the head's line
+    assert 'class="lane c0 down node-head"' in row_html(html, 8)
 
 
 def test_a_restore_row_compares_with_the_head_it_replaced(client, bob, restored):
