@@ -123,6 +123,7 @@ class Summary:
     first_at: datetime
     last_at: datetime
     failed: int
+    tool_failed: int
     pinned: int
     forks: int
     newest: Checkpoint | None  # only for a folded branch: its checkpoints are not on the page
@@ -240,6 +241,7 @@ def _build_rows(
         return (
             checkpoint.kind == CheckpointKind.ROUTINE
             and checkpoint.status == CheckpointStatus.COMPLETED
+            and not checkpoint.tool_failed
             and not checkpoint.pinned
             and checkpoint.pk != session.head_id
             and checkpoint.seq not in layout.attach_points
@@ -319,6 +321,7 @@ def _summaries(session: AgentSession, branches: list[Branch], forks: list[AgentS
             first_at=Min("created_at"),
             last_at=Max("created_at"),
             failed=Count("pk", filter=Q(status__in=[CheckpointStatus.FAILED, CheckpointStatus.HALTED])),
+            tool_failed=Count("pk", filter=Q(tool_failed=True)),
             pinned=Count("pk", filter=Q(pinned=True)),
         )
     )
@@ -337,6 +340,7 @@ def _summaries(session: AgentSession, branches: list[Branch], forks: list[AgentS
             first_at=group["first_at"],
             last_at=group["last_at"],
             failed=group["failed"],
+            tool_failed=group["tool_failed"],
             pinned=group["pinned"],
             forks=sum(any(s.lo <= seq <= s.hi for s in branch.stretches) for seq in fork_seqs),
             newest=newest.get(group["newest"]),

@@ -226,3 +226,7 @@ def test_rows_say_what_happened_failures_stand_out_and_the_index_jumps(
     _shoot(page, screenshot, "timeline-rows-390")
     page.evaluate("document.getElementById('gap-10').scrollIntoView()")
     page.screenshot(path=str(SCREENSHOTS / "timeline-rows-gap-390.png"))
+
+    page.locator("#cp-7 a[data-open]").focus()
+    page.keyboard.press("c")  # the compare link inside the closed menu still answers the shortcut
+    page.wait_for_url(re.compile(r"/compare/\?a=\d+&b=\d+"))

@@ -621,3 +621,31 @@ def test_the_fork_marker_draws_its_glyph_as_svg(client, bob, session):
     row = row_html(client.get(url(session)).content.decode(), 3)
 
     assert "⑂" not in row and "<svg" in row[row.index("fork ") - 600 : row.index("fork ")]
+
+
+def test_a_folded_branch_counts_its_tool_failures(client, bob, make_session, make_checkpoint):
+    session = make_session("folded")
+    calls: list[dict] = []
+    for i in range(1, 11):
+        calls = [*calls, {"tool_name": "search", "success": i != 6, "error": "timeout" if i == 6 else None}]
+        make_checkpoint(session, {"tool_calls": calls}, name=f"step_{i}")
+    restore_checkpoint(session.checkpoints.get(seq=3), actor=Actor.system("test"))  # #4–10 fold
+    client.force_login(bob)
+
+    html = client.get(url(session)).content.decode()
+
+    assert "1 with a failed tool call" in branch_html(html, 4)
+    assert 'id="cp-6"' not in html
+
+
+def test_a_routine_checkpoint_whose_tool_call_failed_stays_out_of_runs(client, bob, make_session, make_checkpoint):
+    session = make_session("routine-failure")
+    for i in range(1, 6):
+        call = {"tool_name": "heartbeat", "success": i != 3}
+        make_checkpoint(session, {"tool_calls": [call] * i}, name="routine", kind="routine")
+    make_checkpoint(session, {"done": True}, name="finished")
+    client.force_login(bob)
+
+    html = client.get(url(session)).content.decode()
+
+    assert "tool failed" in row_html(html, 3)
