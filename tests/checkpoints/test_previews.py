@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import io
+
 import pytest
 
 from checkpoints.previews import PREVIEW_MAX, preview_of
@@ -99,3 +101,23 @@ def test_a_restore_adds_no_preview_of_its_own(make_session, make_checkpoint):
     restore = restore_checkpoint(first, actor=Actor.system("test"))
 
     assert restore.preview == "" and not restore.tool_failed
+
+
+@pytest.mark.django_db
+def test_fill_previews_works_out_the_rows_stored_before_previews_existed(make_session, make_checkpoint):
+    from django.core.management import call_command
+
+    from checkpoints.models import Checkpoint
+
+    session = make_session()
+    failed = {**CALL, "id": "c2", "success": False, "error": "timeout"}
+    make_checkpoint(session, {"tool_calls": [CALL]})
+    make_checkpoint(session, {"tool_calls": [CALL, failed]})
+    make_checkpoint(session, {"tool_calls": [CALL, failed]}, kind="routine")
+    expected = list(session.checkpoints.order_by("seq").values_list("preview", "tool_failed"))
+    Checkpoint.objects.update(preview="", tool_failed=False)  # as the migration leaves older rows
+
+    call_command("fill_previews", "--session", str(session.pk), stdout=io.StringIO())
+
+    assert list(session.checkpoints.order_by("seq").values_list("preview", "tool_failed")) == expected
+    assert expected[1] == ("web_search(query=kv cache) failed: timeout", True)
