@@ -14,6 +14,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from .lineage import mark_branch_starts
 from .models import AgentSession, ApiToken, Checkpoint, CheckpointKind, SessionStatus
 from .retention import still_protected
 from .services import Actor, record_audit
@@ -57,34 +58,29 @@ def delete_checkpoints(ids: Iterable[int], *, actor: Actor, reason: str = "") ->
     rows = list(
         Checkpoint.objects.filter(pk__in=list(ids))
         .select_related("session__project")
-        .only(
-            "id", "seq", "name", "kind", "parent_id", "starts_branch", "session__external_id", "session__project__slug"
-        )
+        .only("id", "seq", "name", "kind", "parent_id", "session__external_id", "session__project__slug")
         .order_by("session_id", "seq")
     )
     protected = protected_ids(row.pk for row in rows)
     doomed = {row.pk: row.parent_id for row in rows if row.pk not in protected}
-    branch_starts = {row.pk for row in rows if row.starts_branch}
     if doomed:
 
-        def kept_ancestor(pk: int | None, starts_branch: bool) -> tuple[int | None, bool]:
-            """The nearest kept ancestor, and whether the child starts a branch once it hangs there."""
+        def kept_ancestor(pk: int | None) -> int | None:
             while pk is not None and pk in doomed:
-                starts_branch = starts_branch or pk in branch_starts
                 pk = doomed[pk]
-            return pk, starts_branch
+            return pk
 
         children = Checkpoint.objects.filter(parent_id__in=list(doomed)).exclude(pk__in=list(doomed))
-        moved = []
-        for pk, parent, starts_branch in children.values_list("pk", "parent_id", "starts_branch"):
-            ancestor, branch = kept_ancestor(parent, starts_branch)
-            moved.append(Checkpoint(pk=pk, parent_id=ancestor, starts_branch=branch))
+        moved = [
+            Checkpoint(pk=pk, parent_id=kept_ancestor(parent)) for pk, parent in children.values_list("pk", "parent_id")
+        ]
         if moved:
-            Checkpoint.objects.bulk_update(moved, ["parent", "starts_branch"])
+            Checkpoint.objects.bulk_update(moved, ["parent"])
         gone = set(
             Checkpoint.objects.filter(pk__in=list(doomed)).exclude(still_protected()).values_list("pk", flat=True)
         )
         Checkpoint.objects.filter(pk__in=list(gone)).delete()
+        mark_branch_starts(row.pk for row in moved)
     else:
         gone = set()
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from .jsoncodec import canonical
@@ -199,11 +200,21 @@ class DiffEntry:
     old: Any = None
     new: Any = None
     list_op: str = ""  # appended | inserted | removed | "" for keyed changes
-    line_diff: list[str] = field(default_factory=list)
 
     @property
     def path_text(self) -> str:
         return format_path(self.path)
+
+    @property
+    def is_text_change(self) -> bool:
+        """A long or multi-line text replaced by another: it reads best line by line."""
+        return self.op == "changed" and _is_long_text(self.old) and _is_long_text(self.new)
+
+    @cached_property
+    def line_diff(self) -> list[str]:
+        """Unified diff of a text change, computed when asked for: on texts of thousands of lines it takes
+        long, and a screen that shows a few changes must not pay it for all of them."""
+        return line_diff(self.old, self.new) if self.is_text_change else []
 
     def as_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"op": self.op, "path": self.path_text, "path_parts": list(self.path)}
@@ -266,10 +277,7 @@ def diff_states(a: Any, b: Any) -> Diff:
             if old is MISSING:
                 entries.append(DiffEntry("added", path, new=new))
             else:
-                entry = DiffEntry("changed", path, old=old, new=new)
-                if _is_long_text(old) and _is_long_text(new):
-                    entry.line_diff = line_diff(old, new)
-                entries.append(entry)
+                entries.append(DiffEntry("changed", path, old=old, new=new))
         elif change[0] == "del":
             entries.append(DiffEntry("removed", change[1], old=change[2]))
         else:
@@ -288,3 +296,81 @@ def _length_at(state: Any, path: Path) -> int:
     for part in path:
         node = node[part]
     return len(node)
+
+
+# ---- a long diff, grouped -----------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """Items added to or removed from one list together (one splice): `+ 312 messages` on screen."""
+
+    list_path: Path
+    list_op: str  # appended | inserted | removed
+    entries: list[DiffEntry]
+
+    @property
+    def op(self) -> str:
+        return self.entries[0].op
+
+    @property
+    def start(self) -> int:
+        return self.entries[0].path[-1]  # type: ignore[return-value]
+
+    @property
+    def count(self) -> int:
+        return len(self.entries)
+
+    @property
+    def key(self) -> str:
+        """Names the run among the changes of two states, e.g. `messages@1`."""
+        return f"{format_path(self.list_path)}@{self.start}"
+
+
+@dataclass
+class Group:
+    """The changes under one top-level key of the state, each counted once (a run counts its items)."""
+
+    key: str | None  # None: the state itself, when it is a list or was replaced whole
+    items: list[DiffEntry | Run] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=lambda: {"changed": 0, "added": 0, "removed": 0})
+
+    @property
+    def label(self) -> str:
+        return format_path(() if self.key is None else (self.key,))
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def group_changes(entries: Iterable[DiffEntry]) -> list[Group]:
+    """Changes grouped by top-level key (in the order they come), consecutive list items of one splice as a Run."""
+    groups: dict[str | None, Group] = {}
+    for entry in entries:
+        key = entry.path[0] if entry.path and isinstance(entry.path[0], str) else None
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = Group(key)
+        group.counts[entry.op] += 1
+        last = group.items[-1] if group.items else None
+        if entry.list_op and _continues(last, entry):
+            if isinstance(last, Run):
+                last.entries.append(entry)
+            else:
+                group.items[-1] = Run(entry.path[:-1], entry.list_op, [last, entry])  # type: ignore[list-item]
+        else:
+            group.items.append(entry)
+    return list(groups.values())
+
+
+def _continues(last: DiffEntry | Run | None, entry: DiffEntry) -> bool:
+    """`entry` is the next item of the same list, added or removed the same way as `last`."""
+    if last is None:
+        return False
+    previous = last.entries[-1] if isinstance(last, Run) else last
+    return (
+        previous.list_op == entry.list_op
+        and previous.path[:-1] == entry.path[:-1]
+        and previous.path[-1] == entry.path[-1] - 1  # type: ignore[operator]
+    )

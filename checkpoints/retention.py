@@ -30,15 +30,15 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from .jobs import Failures, contained, each_batch
+from .lineage import mark_branch_starts
 from .models import AgentSession, Checkpoint, CheckpointKind, DriftAlert, Project, RetentionPolicy, RetentionScope
 
 PREVIEW_SIZE = 200
 PLAN_BATCH = 50  # sessions planned per savepoint
 
-# (id, seq, name, kind, created_at, operation_done, pinned, parent_id, starts_branch): all retention reads of a
-# checkpoint
-Row = tuple[int, int, str, str, datetime, bool, bool, int | None, bool]
-ROW_FIELDS = ("id", "seq", "name", "kind", "created_at", "operation_done", "pinned", "parent_id", "starts_branch")
+# (id, seq, name, kind, created_at, operation_done, pinned, parent_id): all retention reads of a checkpoint
+Row = tuple[int, int, str, str, datetime, bool, bool, int | None]
+ROW_FIELDS = ("id", "seq", "name", "kind", "created_at", "operation_done", "pinned", "parent_id")
 
 
 @dataclass
@@ -49,8 +49,7 @@ class SessionPlan:
     total: int
     delete: list[int]  # in seq order
     kinds: Counter[str]
-    # kept child id → (its deleted parent, its nearest kept ancestor, whether it now starts a branch)
-    repoint: dict[int, tuple[int, int | None, bool]]
+    repoint: dict[int, tuple[int, int | None]]  # kept child id → (its deleted parent, its nearest kept ancestor)
 
 
 @dataclass
@@ -160,7 +159,7 @@ class _Rules:
 def _plan_session(rules: _Rules, session_id: int, project_id: int, agent: str, head_id: int | None) -> SessionPlan:
     rows: list[Row] = list(Checkpoint.objects.filter(session_id=session_id).order_by("seq").values_list(*ROW_FIELDS))
     protected = {head_id} if head_id else set()
-    protected.update(row[7] for row in rows if row[3] == CheckpointKind.RESTORE and row[7])
+    protected.update(parent for _, _, _, kind, _, _, _, parent in rows if kind == CheckpointKind.RESTORE and parent)
     first_id = rows[0][0] if rows else None
     by_kind: dict[str, list[Row]] = {}
     for row in rows:
@@ -188,24 +187,21 @@ def _plan_session(rules: _Rules, session_id: int, project_id: int, agent: str, h
         if policy.keep_latest_per_name:
             latest = {row[2]: row[0] for row in kind_rows if row[2]}  # rows are in seq order: the last one wins
             keep.update(latest.values())
-        for pk, _, _, _, _, _, pinned, _, _ in kind_rows:
+        for pk, _, _, _, _, _, pinned, _ in kind_rows:
             if pk not in keep and not pinned and pk not in protected and pk not in rules.protected:
                 delete.add(pk)
                 kinds[kind] += 1
 
-    repoint: dict[int, tuple[int, int | None, bool]] = {}
+    repoint: dict[int, tuple[int, int | None]] = {}
     if delete:
         parents = {row[0]: row[7] for row in rows}
-        branches = {row[0] for row in rows if row[8]}
         for pk, parent in parents.items():
             if pk in delete or parent is None or parent not in delete:
                 continue
             ancestor: int | None = parent
-            starts_branch = pk in branches  # a child of a deleted branch start starts that branch now
             while ancestor is not None and ancestor in delete:
-                starts_branch = starts_branch or ancestor in branches
                 ancestor = parents.get(ancestor)
-            repoint[pk] = (parent, ancestor, starts_branch)
+            repoint[pk] = (parent, ancestor)
     ordered = [row[0] for row in rows if row[0] in delete]
     return SessionPlan(session_id=session_id, total=len(rows), delete=ordered, kinds=kinds, repoint=repoint)
 
@@ -267,22 +263,19 @@ def _apply_session(session_plan: SessionPlan, *, batch_size: int, failures: Fail
     return SessionPlan(session_plan.session_id, session_plan.total, done, kinds, session_plan.repoint)
 
 
-def _delete_batch(ids: list[int], repoint: dict[int, tuple[int, int | None, bool]]) -> list[tuple[int, str]]:
+def _delete_batch(ids: list[int], repoint: dict[int, tuple[int, int | None]]) -> list[tuple[int, str]]:
     """One short transaction: move the kept children of `ids` to their nearest kept ancestor, then delete `ids`."""
     batch = set(ids)
     with transaction.atomic():
-        moved = [
-            Checkpoint(pk=child, parent_id=new, starts_branch=branch)
-            for child, (old, new, branch) in repoint.items()
-            if old in batch
-        ]
+        moved = [Checkpoint(pk=child, parent_id=new) for child, (old, new) in repoint.items() if old in batch]
         if moved:
-            Checkpoint.objects.bulk_update(moved, ["parent", "starts_branch"])
+            Checkpoint.objects.bulk_update(moved, ["parent"])
         doomed = list(
             Checkpoint.objects.filter(pk__in=ids).exclude(still_protected()).order_by("seq").values_list("id", "kind")
         )
         if doomed:
             Checkpoint.objects.filter(pk__in=[pk for pk, _ in doomed]).only("pk").delete()
+        mark_branch_starts(row.pk for row in moved)
     return doomed
 
 

@@ -18,6 +18,7 @@ from checkpoints.services import (
     Actor,
     CheckpointError,
     NothingToUndo,
+    RestorePreview,
     fork_session,
     pin_checkpoint,
     restore_checkpoint,
@@ -28,8 +29,8 @@ from checkpoints.services import (
 )
 
 from ..forms import ForkForm, PinForm, RestoreForm, UndoForm
+from ..presenters.diff import DiffView, present_diff
 from .common import OPERATE, HtmxHttpRequest, console, get_checkpoint_for_user, get_session_for_user
-from .compare import present_diff
 
 FORGOTTEN_LIMIT = 100
 
@@ -75,7 +76,7 @@ def _restore_context(request: HtmxHttpRequest, checkpoint: Checkpoint, form: Res
         "checkpoint": checkpoint,
         "session": checkpoint.session,
         "preview": preview,
-        "diff": present_diff(preview.diff),
+        "diff": _present_preview(preview),
         "forgotten": forgotten[:FORGOTTEN_LIMIT],
         "forgotten_total": len(forgotten),
         "form": form,
@@ -83,6 +84,14 @@ def _restore_context(request: HtmxHttpRequest, checkpoint: Checkpoint, form: Res
         "old_label": f"Now (head #{preview.head.seq})" if preview.head else "Now",
         "new_label": f"After restore (#{checkpoint.seq})",
     }
+
+
+def _present_preview(preview: RestorePreview) -> DiffView:
+    """The head-to-target diff; its "show more" links open the same direct diff on the compare page."""
+    if preview.head is None:
+        return present_diff(preview.diff, query={})
+    query = {"a": preview.head.pk, "b": preview.target.pk, "base": "a"}
+    return present_diff(preview.diff, query=query, old_pk=preview.head.pk, new_pk=preview.target.pk)
 
 
 @console(OPERATE)

@@ -22,7 +22,9 @@ from django.views.decorators.http import require_GET
 from checkpoints import store
 from checkpoints.diff import format_path
 from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, Phase
+from checkpoints.services import diff_checkpoints
 
+from ..presenters.diff import present_diff
 from .common import HtmxHttpRequest, console, get_checkpoint_for_user, parse_int, render_page
 
 CHILD_CAP = 50  # entries one expansion shows; "show more" loads the next ones
@@ -35,6 +37,7 @@ FULL_TEXT_MAX = 200_000  # beyond this, the download has the rest
 MAX_PATH = 64
 TRANSCRIPT_PAGE = 60  # messages per transcript page, newest last
 MESSAGE_MAX = 20_000  # characters of one message shown
+CHANGES_ROWS = 12  # rows of "what changed here"; Compare has the rest
 
 
 @require_GET
@@ -52,6 +55,7 @@ def checkpoint_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "tree": state_tree(state),
         "transcript": Transcript.of(state, before=before),
         **related(checkpoint, request.user),
+        **changed_here(checkpoint),
     }
     return render_page(request, "dashboard/checkpoint_detail.html", context, "checkpoint")
 
@@ -107,6 +111,30 @@ def related(checkpoint: Checkpoint, user: Any) -> dict[str, Any]:
         "metadata_json": json.dumps(checkpoint.metadata, indent=2, ensure_ascii=False, default=str)
         if checkpoint.metadata
         else "",
+    }
+
+
+def changed_here(checkpoint: Checkpoint) -> dict[str, Any]:
+    """ "What changed here": the diff from the checkpoint this one continues (for a restore, from the head it
+    replaced: its parent has the same state), or why there is none (`changed_why`: root or fork)."""
+    session = checkpoint.session
+    before = checkpoint.parent
+    if checkpoint.kind == CheckpointKind.RESTORE and isinstance(checkpoint.metadata.get("previous_head"), int):
+        before = Checkpoint.objects.filter(session=session, pk=checkpoint.metadata["previous_head"]).first() or before
+    if before is None:
+        return {
+            "changed_from": None,
+            "changed_why": "fork" if checkpoint.seq == 1 and session.forked_from_id else "root",
+        }
+    query = {"a": before.pk, "b": checkpoint.pk, "base": "a"}
+    changes = present_diff(
+        diff_checkpoints(before, checkpoint), query=query, rows=CHANGES_ROWS, old_pk=before.pk, new_pk=checkpoint.pk
+    )
+    return {
+        "changed_from": before,
+        "changes": changes,
+        "old_label": f"#{before.seq}",
+        "new_label": f"#{checkpoint.seq}",
     }
 
 

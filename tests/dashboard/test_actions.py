@@ -181,6 +181,19 @@ def test_restore_preview_shows_what_changes(client, alice, run):
     assert "tool_calls[1]" in html  # the structural diff head → target
 
 
+def test_restore_preview_opens_more_of_its_diff_from_the_compare_page(client, alice, make_session, make_checkpoint):
+    session = make_session()
+    target = make_checkpoint(session, state(1))
+    head = make_checkpoint(session, state(12))
+    client.force_login(alice)
+    html = client.get(restore_url(target)).content.decode()
+    assert "− 11 messages" in html and "− 11 items of tool_calls" in html  # what the restore takes away
+    opener = f"{reverse('dashboard:compare')}?a={head.pk}&amp;b={target.pk}&amp;base=a&amp;expand=r%3Amessages%402"
+    assert f'hx-get="{opener}"' in html
+    rows = client.get(opener.replace("&amp;", "&"), headers={"HX-Request": "true"}).content.decode()
+    assert rows.count('class="diff-item diff-item-removed"') == 11 and "step 12" in rows
+
+
 def test_restore_preview_for_htmx_is_a_modal_fragment(client, alice, run):
     client.force_login(alice)
     response = client.get(restore_url(run[1][0]), headers={"HX-Request": "true"})

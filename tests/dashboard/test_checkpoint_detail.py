@@ -9,6 +9,7 @@ import pytest
 from django.urls import reverse
 
 from checkpoints import store
+from checkpoints.cleanup import delete_checkpoints
 from checkpoints.models import Phase
 from checkpoints.services import Actor, fork_session, restore_checkpoint
 from dashboard.views.checkpoint import CHILD_CAP, TRANSCRIPT_PAGE
@@ -311,6 +312,67 @@ def test_history_names_restores_and_forks_of_a_checkpoint(client, bob, session, 
     assert f"?a={checkpoint.pk}&amp;b={restored.pk}" in restore_page  # compares with the head it replaced
     fork_first = fork.checkpoints.get(seq=1)
     assert "The start of a fork of" in client.get(url(fork_first)).content.decode()
+
+
+def test_what_changed_here_comes_first_with_the_diff_from_the_parent(client, bob, checkpoint):
+    client.force_login(bob)
+    html = client.get(url(checkpoint)).content.decode()
+    assert html.index('id="changes"') < html.index('id="meta-heading"') < html.index('id="transcript"')
+    changes = html.split('id="changes"')[1].split("</section>\n\n")[0]
+    assert f'From its parent, <a href="{url(checkpoint.parent)}">#1 task_started</a>' in changes
+    assert "+ 4 messages" in changes and ">task<" in changes
+    compare = f"{reverse('dashboard:compare')}?a={checkpoint.parent_id}&amp;b={checkpoint.pk}&amp;base=a"
+    assert f'href="{compare}">Open in Compare' in changes
+
+
+def test_what_changed_here_shows_a_screenful_of_a_big_change(client, bob, session, make_checkpoint):
+    make_checkpoint(session, {"memory": {f"k{i}": i for i in range(500)}})
+    big = make_checkpoint(session, {"memory": {f"k{i}": -i for i in range(1, 501)}})
+    client.force_login(bob)
+    changes = client.get(url(big)).content.decode().split('id="changes"')[1].split('id="meta-heading"')[0]
+    assert changes.count('class="diff-item ') == 8 and "493 more in memory" in changes
+
+
+def test_a_root_says_there_is_nothing_to_compare_it_with(client, bob, session, make_checkpoint):
+    first = make_checkpoint(session, {"n": 1})
+    again = make_checkpoint(session, {"n": 2}, new_root=True)
+    client.force_login(bob)
+    assert "A root: the first checkpoint of the session." in client.get(url(first)).content.decode()
+    assert "A root: a new start within the session" in client.get(url(again)).content.decode()
+
+
+def test_after_its_parent_was_deleted_the_change_is_from_the_kept_ancestor(client, bob, session, make_checkpoint):
+    first = make_checkpoint(session, {"n": 1})
+    gone = make_checkpoint(session, {"n": 2})
+    after = make_checkpoint(session, {"n": 3})
+    delete_checkpoints([gone.pk], actor=Actor.system())
+    client.force_login(bob)
+    changes = client.get(url(after)).content.decode().split('id="changes"')[1].split('id="meta-heading"')[0]
+    assert f'From its parent, <a href="{url(first)}">#1' in changes and "<strong>1</strong> change" in changes
+
+
+def test_a_restore_shows_what_it_changed_from_the_head_it_replaced(client, bob, session, checkpoint):
+    restored = restore_checkpoint(checkpoint.parent, actor=Actor.system())
+    client.force_login(bob)
+    changes = client.get(url(restored)).content.decode().split('id="changes"')[1].split('id="meta-heading"')[0]
+    assert f'From the head it replaced, <a href="{url(checkpoint)}">#2 tests_failed</a>' in changes
+    assert "− 4 messages" in changes
+
+
+def test_the_start_of_a_fork_is_the_same_state_as_its_source(client, bob, checkpoint):
+    fork = fork_session(checkpoint, actor=Actor.system(), external_id="run-1-alt")
+    client.force_login(bob)
+    html = client.get(url(fork.checkpoints.get(seq=1))).content.decode()
+    assert "at <a" in html and ": the same state, nothing changed." in html
+
+
+def test_the_newest_message_is_one_jump_from_the_top(client, bob, session, make_checkpoint):
+    messages = [{"role": "user", "content": f"message {i}"} for i in range(200)]
+    long_run = make_checkpoint(session, {"messages": messages})
+    client.force_login(bob)
+    html = client.get(url(long_run)).content.decode()
+    jump = html.index('<a href="#msg-199">Newest message')
+    assert jump < html.index('id="changes"') and 'id="msg-199"' in html
 
 
 def test_checkpoint_query_count_is_bounded_on_a_big_session(client, alice, big_session, django_assert_max_num_queries):

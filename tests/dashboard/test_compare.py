@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import urlencode
 
 import pytest
 from django.urls import reverse
@@ -9,9 +10,15 @@ from checkpoints import store
 from checkpoints.models import Checkpoint
 from checkpoints.services import Actor, fork_session
 
+HTMX = {"HX-Request": "true"}
 
-def url(a: object, b: object) -> str:
-    return f"{reverse('dashboard:compare')}?a={a}&b={b}"
+
+def url(a: object, b: object, **query: object) -> str:
+    return f"{reverse('dashboard:compare')}?{urlencode({'a': a, 'b': b, **query})}"
+
+
+def text_of(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).strip()
 
 
 @pytest.fixture
@@ -61,9 +68,8 @@ def test_compare_names_both_checkpoints_and_summarises(client, bob, pair):
     assert response.status_code == 200
     html = response.content.decode()
     assert "#1 task_started" in html and "#2 search_done" in html
-    summary = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html.split('id="diff-summary"')[1].split("</p>")[0]))
-    assert "2 changed" in summary and "2 added" in summary and "1 removed" in summary
-    assert "1 list item appended" in summary and "1 message" in summary
+    summary = text_of(html.split('id="diff-summary"')[1].split("</p>")[0])
+    assert "5 changes in 5 keys: 2 changed · 2 added · 1 removed, of them 1 message appended" in summary
     assert "task.progress" in html and "obsolete" in html
     assert f'href="{reverse("dashboard:compare")}?a={b.pk}&amp;b={a.pk}"' in html  # swap
 
@@ -146,16 +152,6 @@ def test_compare_truncates_long_values_behind_a_toggle(client, bob, make_session
     assert 'class="value-toggle"' in html and "Show all" in html
 
 
-def test_compare_caps_the_rendered_entries(client, bob, make_session, make_checkpoint):
-    session = make_session()
-    a = make_checkpoint(session, {f"k{i}": i for i in range(620)})
-    b = make_checkpoint(session, {f"k{i}": i + 1 for i in range(620)})
-    client.force_login(bob)
-    html = client.get(url(a.pk, b.pk)).content.decode()
-    assert "Showing the first 500 of 620 changes" in html
-    assert html.count('class="diff-row ') == 500
-
-
 def test_compare_on_a_big_session_runs_a_bounded_number_of_queries(
     client, bob, big_session, django_assert_max_num_queries
 ):
@@ -167,3 +163,248 @@ def test_compare_on_a_big_session_runs_a_bounded_number_of_queries(
     with django_assert_max_num_queries(9):
         response = client.get(url(first.pk, last.pk))
     assert response.status_code == 200
+
+
+def message(i: int, words: int = 8) -> dict:
+    return {"role": "assistant" if i % 2 else "user", "content": f"message {i}: " + "lorem ipsum " * words}
+
+
+def test_changes_are_grouped_by_top_level_key_with_their_counts(client, bob, make_session, make_checkpoint):
+    session = make_session()
+    a = make_checkpoint(session, {"memory": {"goal": "a", "old": 1}, "messages": [message(0)], "step": 1})
+    b = make_checkpoint(session, {"memory": {"goal": "b", "new": 2}, "messages": [message(0), message(1)], "step": 2})
+    client.force_login(bob)
+    html = client.get(url(a.pk, b.pk)).content.decode()
+    index = text_of(html.split('class="diff-index"')[1].split("<ul>")[1].split("</nav>")[0])
+    assert index == "memory ±1 +1 −1 messages +1 step ±1"
+    titles = [text_of(title) for title in re.findall(r'class="diff-group-title"[^>]*>(.*?)</h3>', html)]
+    assert titles == [
+        "memory 3 changes: 1 changed 1 added 1 removed",
+        "messages 1 change: 1 added",
+        "step 1 change: 1 changed",
+    ]
+
+
+def test_appended_messages_collapse_into_one_row_that_opens_a_page_at_a_time(
+    client, bob, make_session, make_checkpoint
+):
+    session = make_session()
+    a = make_checkpoint(session, {"messages": [message(0)]})
+    b = make_checkpoint(session, {"messages": [message(i) for i in range(313)]})
+    client.force_login(bob)
+    html = client.get(url(a.pk, b.pk)).content.decode()
+    assert "+ 312 messages" in text_of(html)
+    assert "message 200" not in html  # collapsed: none of them is rendered
+    opener = url(a.pk, b.pk, expand="r:messages@1").replace("&", "&amp;")
+    assert f'href="{opener}#diff-r-' in html  # works without JavaScript
+    assert f'hx-get="{opener}"' in html
+
+    first = client.get(url(a.pk, b.pk, expand="r:messages@1"), headers=HTMX).content.decode()
+    assert "<html" not in first
+    assert first.count('class="diff-item ') == 50
+    assert "messages[1]" in first and "messages[50]" in first and "messages[51]" not in first
+    assert "Show 50 more" in first and "262 more in messages[1–312]" in first
+
+    last = client.get(url(a.pk, b.pk, expand="r:messages@1", offset=300), headers=HTMX).content.decode()
+    assert last.count('class="diff-item ') == 12
+    assert "messages[312]" in last and "more in" not in last
+
+    page = client.get(url(a.pk, b.pk, expand="r:messages@1", offset=50)).content.decode()  # without JavaScript
+    assert "<html" in page and "messages[51]" in page and "showing 51–100" in page
+
+
+def test_a_few_appended_items_are_shown_as_they_are(client, bob, make_session, make_checkpoint):
+    session = make_session()
+    a = make_checkpoint(session, {"messages": [message(0)]})
+    b = make_checkpoint(session, {"messages": [message(i) for i in range(4)]})
+    client.force_login(bob)
+    html = client.get(url(a.pk, b.pk)).content.decode()
+    assert html.count('class="diff-item diff-item-added"') == 3 and "Show them" not in html
+
+
+def test_a_group_shows_its_first_rows_and_the_rest_on_demand(client, bob, make_session, make_checkpoint):
+    session = make_session()
+    a = make_checkpoint(session, {"memory": {f"k{i:03}": i for i in range(120)}})
+    b = make_checkpoint(session, {"memory": {f"k{i:03}": i + 1 for i in range(120)}})
+    client.force_login(bob)
+    html = client.get(url(a.pk, b.pk)).content.decode()
+    assert html.count('class="diff-item ') == 8
+    assert "112 more in memory" in text_of(html)
+    more = client.get(url(a.pk, b.pk, expand="g:memory", offset=8), headers=HTMX).content.decode()
+    assert more.count('class="diff-item ') == 50 and "memory.k008" in more and "62 more in memory" in more
+
+
+def test_groups_past_the_first_screen_open_on_demand(client, bob, make_session, make_checkpoint):
+    session = make_session()
+    a = make_checkpoint(session, {f"key{i:02}": {"a": 1, "b": 1} for i in range(30)})
+    b = make_checkpoint(session, {f"key{i:02}": {"a": 2, "b": 2} for i in range(30)})
+    client.force_login(bob)
+    html = client.get(url(a.pk, b.pk)).content.decode()
+    assert html.count('class="diff-item ') == 40  # PAGE_ROWS: 20 groups of 2
+    assert html.count('class="diff-group"') == 30  # every group is listed and reachable from the index
+    assert "Show the changes in <code>key29</code>" in html
+    rows = client.get(url(a.pk, b.pk, expand="g:key29"), headers=HTMX).content.decode()
+    assert rows.count('class="diff-item ') == 2 and "key29.a" in rows
+
+
+def test_the_path_filter_keeps_the_paths_that_contain_it(client, bob, make_session, make_checkpoint):
+    session = make_session()
+    a = make_checkpoint(session, {"memory": {"goal": "a", "plan": "x"}, "task": {"goal": "a"}, "step": 1})
+    b = make_checkpoint(session, {"memory": {"goal": "b", "plan": "y"}, "task": {"goal": "b"}, "step": 2})
+    client.force_login(bob)
+    html = client.get(url(a.pk, b.pk, path="GOAL")).content.decode().split('id="diff-summary"')[1]
+    assert "memory.goal" in html and "task.goal" in html
+    assert "memory.plan" not in html and ">step<" not in html
+    assert "2 changes in 2 keys on paths containing “GOAL” (of 4)" in text_of(html)
+    assert 'name="path" value="GOAL"' in html
+    nothing = client.get(url(a.pk, b.pk, path="nowhere")).content.decode()
+    assert "No change on a path containing “nowhere” (4 changes elsewhere)" in text_of(nothing)
+
+
+def test_the_path_filter_is_kept_by_the_links_that_open_more(client, bob, make_session, make_checkpoint):
+    session = make_session()
+    a = make_checkpoint(session, {"messages": [message(0)], "notes": []})
+    b = make_checkpoint(session, {"messages": [message(i) for i in range(40)], "notes": list(range(40))})
+    client.force_login(bob)
+    html = client.get(url(a.pk, b.pk, path="messages")).content.decode()
+    assert "notes" not in html.split('id="diff-summary"')[1]
+    assert url(a.pk, b.pk, path="messages", expand="r:messages@1").replace("&", "&amp;") in html
+
+
+def test_an_addition_shows_its_new_value_alone_and_a_change_both_sides(client, bob, make_session, make_checkpoint):
+    session = make_session()
+    a = make_checkpoint(session, {"progress": 10})
+    b = make_checkpoint(session, {"progress": 40, "found": ["paper-1"]})
+    client.force_login(bob)
+    html = client.get(url(a.pk, b.pk)).content.decode()
+    added = html.split('<code class="diff-path">found</code>')[1].split("</li>")[0]
+    assert 'class="diff-val diff-add"' in added and "diff-del" not in added and "absent" not in added
+    changed = text_of(html.split('<code class="diff-path">progress</code>')[1].split("</li>")[0])
+    assert changed == "± changed A · #1: 10 → B · #2: 40"  # short values: on the row's line
+
+
+def test_a_longer_change_shows_a_beside_b(client, bob, make_session, make_checkpoint):
+    session = make_session()
+    a = make_checkpoint(session, {"note": "The build failed on the retry path; rerunning the flaky test first."})
+    b = make_checkpoint(
+        session, {"note": "The build passed after skipping the flaky test; paged the on-call engineer."}
+    )
+    client.force_login(bob)
+    html = client.get(url(a.pk, b.pk)).content.decode()
+    pair = html.split('class="diff-pair"')[1].split("</li>")[0]
+    assert re.search(r'diff-del"><span class="side-name">A · #1</span>.*retry path', pair, re.S)
+    assert re.search(r'diff-add"><span class="side-name">B · #2</span>.*skipping', pair, re.S)
+
+
+@pytest.fixture
+def branches(make_session, make_checkpoint):
+    """#1 … #4 on one line, then the agent went back to #2 and went on: #5, #6."""
+    session = make_session()
+    line = [make_checkpoint(session, {"plan": "a", "done": list(range(i))}) for i in range(1, 5)]
+    retry = make_checkpoint(session, {"plan": "b", "done": [0]}, parent=line[1].pk)
+    retry_next = make_checkpoint(session, {"plan": "b", "done": [0, "x"]})
+    return line, retry, retry_next
+
+
+def test_checkpoints_on_two_branches_are_compared_from_their_common_ancestor(client, bob, branches):
+    line, _, tip = branches
+    client.force_login(bob)
+    html = client.get(url(line[3].pk, tip.pk)).content.decode()
+    lineage = text_of(html.split('id="lineage"')[1].split("</div>")[0])
+    assert "A and B are on different branches. Their common ancestor is #2" in lineage
+    assert "Showing what changed on B's branch since then." in lineage
+    changes = html.split('id="diff-summary"')[1]
+    assert "#2 · common ancestor" in changes
+    assert "done[1]" in changes and "plan" in changes  # B's branch: done [0] → [0, "x"], plan a → b
+    assert "done[2]" not in changes and "done[3]" not in changes  # A's branch alone appended these
+    assert url(tip.pk, line[3].pk).replace("&", "&amp;") in html  # A's branch since #2
+    direct = client.get(url(line[3].pk, tip.pk, base="a")).content.decode()
+    assert "Showing A and B directly." in text_of(direct)
+    assert "done[3]" in direct.split('id="diff-summary"')[1]
+
+
+def test_checkpoints_on_one_line_are_compared_directly(client, bob, branches):
+    line, retry, tip = branches
+    client.force_login(bob)
+    html = client.get(url(line[0].pk, tip.pk)).content.decode()
+    assert "A is an ancestor of B" in html and "common ancestor" not in html
+    back = client.get(url(tip.pk, retry.pk)).content.decode()
+    assert "B is an ancestor of A" in back
+
+
+def test_across_a_fork_the_diff_starts_where_the_fork_left_its_source(client, alice, branches, make_checkpoint):
+    line, _, _ = branches
+    forked = fork_session(line[2], actor=Actor.system())
+    later = make_checkpoint(forked, {"plan": "fork", "done": [0, 1, 2]})
+    client.force_login(alice)
+    html = client.get(url(line[3].pk, later.pk)).content.decode()
+    lineage = text_of(html.split('id="lineage"')[1].split("</div>")[0])
+    assert "on different branches (across a fork). Their common ancestor is #3" in lineage
+    changes = html.split('id="diff-summary"')[1]
+    assert "1 change" in text_of(changes) and "plan" in changes and "done" not in changes
+
+
+def test_two_roots_are_compared_directly_and_say_they_share_no_history(client, bob, make_session, make_checkpoint):
+    session = make_session()
+    a = make_checkpoint(session, {"run": 1})
+    b = make_checkpoint(session, {"run": 2}, new_root=True)
+    client.force_login(bob)
+    assert "share no history" in client.get(url(a.pk, b.pk)).content.decode()
+
+
+def growing_session(make_session, make_checkpoint, name: str, scale: int):
+    """Two checkpoints far apart: messages appended, memory keys changed, a long text rewritten; `scale` times
+    as many of each."""
+    session = make_session(name)
+    lines = [f"line {i} of the notes" for i in range(50 * scale)]
+    a = make_checkpoint(
+        session,
+        {"messages": [message(0, 40)], "memory": {f"k{i}": i for i in range(20 * scale)}, "notes": "\n".join(lines)},
+    )
+    lines[::7] = [f"line {i} rewritten" for i in range(0, len(lines), 7)]
+    b = make_checkpoint(
+        session,
+        {
+            "messages": [message(i, 40) for i in range(50 * scale)],
+            "memory": {f"k{i}": {"value": i, "note": "x" * 200} for i in range(20 * scale)},
+            "notes": "\n".join(lines),
+        },
+    )
+    return a, b
+
+
+def test_the_page_weighs_a_screenful_while_the_state_grows_a_hundred_times(client, bob, make_session, make_checkpoint):
+    client.force_login(bob)
+    small_a, small_b = growing_session(make_session, make_checkpoint, "small", 1)
+    big_a, big_b = growing_session(make_session, make_checkpoint, "big", 100)
+    assert big_b.raw_bytes > 90 * small_b.raw_bytes
+    small = len(client.get(url(small_a.pk, small_b.pk)).content)
+    big = len(client.get(url(big_a.pk, big_b.pk)).content)
+    assert big < 1.5 * small and big < 150_000
+
+
+def test_huge_values_stay_within_the_pages_budget(client, bob, make_session, make_checkpoint):
+    session = make_session()
+    quoted = '"' * 100_000  # every character escapes to six
+    a = make_checkpoint(session, {f"k{i:02}": quoted + "a" for i in range(40)})
+    b = make_checkpoint(session, {f"k{i:02}": quoted + "b" for i in range(40)})
+    client.force_login(bob)
+    response = client.get(url(a.pk, b.pk))
+    html = response.content.decode()
+    assert len(response.content) < 1_000_000
+    assert 'class="sbs"' in html  # the first ones line by line
+    assert "not shown: this page already shows enough" in html
+    assert f"/checkpoints/{b.pk}/tree/?path=%5B%22k39%22%5D" in html  # where the whole value is
+
+
+@pytest.mark.parametrize(
+    "query",
+    [{"expand": "g:memory", "offset": "99999"}, {"expand": "r:nowhere@3"}, {"expand": "g:memory", "offset": "x"}],
+)
+def test_a_show_more_link_that_does_not_fit_the_diff_still_answers(client, bob, make_session, make_checkpoint, query):
+    session = make_session()
+    a = make_checkpoint(session, {"memory": {f"k{i:02}": i for i in range(20)}})
+    b = make_checkpoint(session, {"memory": {f"k{i:02}": -i for i in range(1, 21)}})
+    client.force_login(bob)
+    response = client.get(url(a.pk, b.pk, **query), headers=HTMX)
+    assert response.status_code == 200 and 'class="diff-item ' in response.content.decode()
