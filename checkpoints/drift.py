@@ -36,6 +36,7 @@ from .models import (
     DriftAlert,
     SessionStatus,
 )
+from .previews import failed_call, tool_calls_of
 
 logger = logging.getLogger(__name__)
 
@@ -184,17 +185,6 @@ def progress_of(state: Any) -> tuple[Any, float] | None:
     return None
 
 
-def tool_calls_of(state: Any) -> list[dict[str, Any]]:
-    calls = state.get("tool_calls") if isinstance(state, dict) else None
-    return [call for call in calls if isinstance(call, dict)] if isinstance(calls, list) else []
-
-
-def _failed(call: dict[str, Any]) -> bool:
-    if "success" in call:
-        return call["success"] is False
-    return bool(call.get("error"))
-
-
 def _action(call: dict[str, Any]) -> tuple[str, bytes]:
     name = call.get("tool_name") or call.get("name") or call.get("tool") or ""
     return str(name), jsoncodec.canonical(call.get("arguments"))  # arguments may hold integers beyond 64 bits
@@ -275,7 +265,7 @@ def detect_error_rate(recent: Recent, now: datetime, limits: Limits) -> list[Fin
     rows = [row for row in recent.rows if row.kind not in COPIES][-limits.error_window :]
     failed_rows = [index for index, row in enumerate(rows) if row.status == CheckpointStatus.FAILED]
     calls = tool_calls_of(recent.state(head))[-limits.error_window :]
-    failed_calls = [call for call in calls if _failed(call)]
+    failed_calls = [call for call in calls if failed_call(call)]
     evidence = {
         "window": limits.error_window,
         "failed_checkpoints": len(failed_rows),

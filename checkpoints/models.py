@@ -271,7 +271,7 @@ class CheckpointQuerySet(ProjectScopedQuerySet):
         """The columns a timeline row shows; `metadata` (which can be large) stays behind."""
         return self.only(
             "id", "session_id", "seq", "parent_id", "name", "kind", "status", "status_reason",
-            "step", "created_at", "raw_bytes", "stored_bytes", "pinned",
+            "step", "created_at", "raw_bytes", "stored_bytes", "pinned", "preview", "tool_failed",
         )  # fmt: skip
 
     def branch_points(self) -> models.QuerySet[Any]:
@@ -313,6 +313,10 @@ class CheckpointQuerySet(ProjectScopedQuerySet):
         return {key: value or 0 for key, value in totals.items()}
 
 
+# A checkpoint in trouble: it failed or halted, or a tool call it added failed (the agent went on).
+TROUBLE = Q(status__in=[CheckpointStatus.FAILED, CheckpointStatus.HALTED]) | Q(tool_failed=True)
+
+
 class Checkpoint(models.Model):
     """An immutable snapshot. Its state lives in the store under `root`; forks and restores share roots."""
 
@@ -341,6 +345,15 @@ class Checkpoint(models.Model):
         null=True,
         blank=True,
         help_text="Tool calls its state records, counted when stored (empty: stored before the count existed).",
+    )
+    preview = SafeCharField(
+        max_length=200,
+        blank=True,
+        db_default="",  # processes still running the previous release insert without the column
+        help_text="What happened here in one line (the tool call and its result, or the message it added).",
+    )
+    tool_failed = models.BooleanField(
+        default=False, db_default=False, help_text="A tool call this checkpoint added failed."
     )
     pinned = models.BooleanField(default=False)
     operation_id = SafeCharField(max_length=200, blank=True)
@@ -378,6 +391,8 @@ class Checkpoint(models.Model):
             models.Index(fields=["operation_id"], condition=~Q(operation_id=""), name="checkpoint_operation"),
             # the timeline's branch layout: the few checkpoints where history forks
             models.Index(fields=["session", "seq"], condition=Q(starts_branch=True), name="checkpoint_branch_start"),
+            # the timeline's index of failures: the few checkpoints that failed, halted or had a tool call fail
+            models.Index(fields=["session", "seq"], condition=TROUBLE, name="checkpoint_trouble"),
         ]
 
     def __str__(self) -> str:

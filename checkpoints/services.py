@@ -35,6 +35,7 @@ from .models import (
     Project,
     SessionStatus,
 )
+from .previews import Preview, preview_of
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
@@ -232,6 +233,8 @@ class CheckpointInput:
     new_root: bool = False
 
 
+_New = tuple[int, CheckpointInput, store.Saved, Preview]  # a checkpoint to insert: its place in the results
+
 _SESSION_STATUS_FOR = {
     CheckpointStatus.FAILED: SessionStatus.FAILED,
     CheckpointStatus.HALTED: SessionStatus.HALTED,
@@ -262,14 +265,14 @@ def ingest_checkpoints(
     inputs: dict[int, CheckpointInput] = {}  # the first item of each idempotency key, by position
     with transaction.atomic():
         batch = store.ChunkBatch()
-        planned: list[tuple[AgentSession, list[tuple[int, CheckpointInput, store.Saved]], _Parents]] = []
+        planned: list[tuple[AgentSession, list[_New], _Parents]] = []
         for session, items in groups:
             for item in items:
                 _check_input(item)
             existing = _existing_by_key(session, [item.idempotency_key for item in items])
             parents = _Parents(session, items)
             base = _head_root(session)
-            new: list[tuple[int, CheckpointInput, store.Saved]] = []
+            new: list[_New] = []
             first_with_key: dict[str, int] = {}
             for item in items:
                 if item.idempotency_key in existing:
@@ -285,13 +288,14 @@ def ingest_checkpoints(
                 if item.idempotency_key:
                     first_with_key[item.idempotency_key] = len(results)
                     inputs[len(results)] = item
+                parent_root = parents.base_for(item, base)
                 try:
-                    saved = store.save_state(item.state, base=parents.base_for(item, base), batch=batch)
+                    saved = store.save_state(item.state, base=parent_root, batch=batch)
                 except InvalidJSON as exc:
                     raise InvalidState(str(exc)) from exc
                 base = saved.root
                 parents.saved(item, saved.root)
-                new.append((len(results), item, saved))
+                new.append((len(results), item, saved, preview_of(item.state, _state_or_none(parent_root))))
                 results.append((None, True))  # type: ignore[arg-type]
             planned.append((session, new, parents))
         batch.flush()
@@ -302,7 +306,7 @@ def ingest_checkpoints(
     # Drift detectors that need no state, once committed, only where something alarming arrived (a failed
     # or halted checkpoint, an oversized state) or a failed or halted session goes on healthily (its alert
     # clears): the normal path pays nothing. The rest run in the drift job every few minutes (DESIGN section 7).
-    touched = [session.pk for session, new, _ in planned if any(_alarming(item, saved) for _, item, saved in new)]
+    touched = [session.pk for session, new, _ in planned if any(_alarming(item, saved) for _, item, saved, _ in new)]
     touched += sorted(recovered - set(touched))
     if touched:
         from .drift import detect_after_ingest
@@ -311,6 +315,14 @@ def ingest_checkpoints(
     for position, first in repeats:
         results[position] = (results[first][0], False)
     return results
+
+
+def _state_or_none(root: bytes | None) -> Any:
+    """The parent's state to tell what a checkpoint added (in the store's memory: it was just patched against)."""
+    try:
+        return store.load_shared(root) if root is not None else None
+    except store.StateNotFound:
+        return None
 
 
 def _check_input(item: CheckpointInput) -> None:
@@ -458,7 +470,7 @@ def _head_root(session: AgentSession) -> bytes | None:
 
 def _insert_checkpoints(
     session: AgentSession,
-    new: list[tuple[int, CheckpointInput, store.Saved]],
+    new: list[_New],
     parents: _Parents,
     now: datetime,
     recovered: set[int],
@@ -469,7 +481,7 @@ def _insert_checkpoints(
         return []
     locked = AgentSession.objects.select_for_update(of=("self",)).annotate(head_seq=F("head__seq")).get(pk=session.pk)
     # A concurrent writer may have used the same idempotency key while we stored states.
-    taken = _existing_by_key(locked, [item.idempotency_key for _, item, _ in new])
+    taken = _existing_by_key(locked, [item.idempotency_key for _, item, _, _ in new])
     rows: list[Checkpoint] = []
     positions: list[int] = []
     row_of_key: dict[str, int] = {}  # idempotency key → index in rows
@@ -477,7 +489,7 @@ def _insert_checkpoints(
     seq = locked.last_seq
     status = locked.status
     results: list[tuple[int, Checkpoint, bool]] = []
-    for position, item, saved in new:
+    for position, item, saved, preview in new:
         if item.idempotency_key and item.idempotency_key in taken:
             _check_same_checkpoint(taken[item.idempotency_key], item)
             results.append((position, taken[item.idempotency_key], False))
@@ -516,6 +528,8 @@ def _insert_checkpoints(
                 raw_bytes=saved.raw_bytes,
                 stored_bytes=saved.stored_bytes,
                 tool_calls=count_tool_calls(item.state),
+                preview=preview.text,
+                tool_failed=preview.tool_failed,
                 operation_id=item.operation_id,
                 idempotency_key=item.idempotency_key,
                 metadata=item.metadata,

@@ -23,7 +23,7 @@ from django.shortcuts import render
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
-from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, CheckpointStatus, DriftAlert
+from checkpoints.models import TROUBLE, AgentSession, Checkpoint, CheckpointKind, CheckpointStatus, DriftAlert
 
 from ..presenters.branches import Branch, Cell, Folding, Layout, Start, Stretch
 from .common import HtmxHttpRequest, console, get_session_for_user, parse_int, render_page
@@ -35,6 +35,7 @@ TOGGLES_MAX = 100  # most `open` / `fold` parameters read from one URL
 WINDOW = 2 * PAGE_SIZE  # a page's fetch takes stretches of seqs until they hold this many (a folded branch: one)…
 SPANS_MAX = 100  # …or this many stretches between folded branches
 CHART_POINTS = 500  # the size chart samples at most this many buckets
+INDEX_MAX = 12  # the timeline's index lists this many of each kind of event, newest first
 
 
 @require_GET
@@ -56,7 +57,7 @@ def session_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     )
     context: dict[str, Any] = {"session": session, "page": page}
     if not request.htmx:
-        context.update(session_overview(session))
+        context.update(session_overview(session), landmarks=timeline_index(session, page.forks))
     return render_page(request, "dashboard/session_detail.html", context, "timeline")
 
 
@@ -92,6 +93,7 @@ class Row:
     forks: list[AgentSession] = field(default_factory=list)
     run: list[Checkpoint] = field(default_factory=list)  # a collapsed run: its checkpoints, newest first
     is_branch: ClassVar[bool] = False
+    is_gap: ClassVar[bool] = False
 
     @property
     def branch(self) -> Branch | None:
@@ -122,6 +124,7 @@ class Summary:
     first_at: datetime
     last_at: datetime
     failed: int
+    tool_failed: int
     pinned: int
     forks: int
     newest: Checkpoint | None  # only for a folded branch: its checkpoints are not on the page
@@ -137,6 +140,7 @@ class BranchRow:
     toggle: str  # the query string that folds or opens it
     top: int
     is_branch: ClassVar[bool] = True
+    is_gap: ClassVar[bool] = False
 
     @property
     def bottom(self) -> int:
@@ -144,8 +148,31 @@ class BranchRow:
 
 
 @dataclass
+class GapRow:
+    """Seqs `lo`…`hi` that are gone (retention, or an operator, deleted them): said, not skipped silently."""
+
+    lo: int
+    hi: int
+    cells: list[Cell]
+    is_branch: ClassVar[bool] = False
+    is_gap: ClassVar[bool] = True
+
+    @property
+    def top(self) -> int:
+        return self.hi
+
+    @property
+    def bottom(self) -> int:
+        return self.lo
+
+    @property
+    def count(self) -> int:
+        return self.hi - self.lo + 1
+
+
+@dataclass
 class Page:
-    rows: list[Row | BranchRow]
+    rows: list[Row | BranchRow | GapRow]
     lanes: int
     forks: list[AgentSession]  # sessions forked from any checkpoint of this one
     newer: int | None  # `after` for the newer page
@@ -153,6 +180,7 @@ class Page:
     at_newest: bool
     query: str = ""  # this page's position and folding, kept by the no-JavaScript links that expand a run
     folding: str = ""  # which branches are open or folded against the default, kept by the pager's links
+    at: int | None = None  # the checkpoint jumped to: its row is highlighted
 
     @property
     def lane_slots(self) -> range:
@@ -216,6 +244,7 @@ def _build_rows(
         return (
             checkpoint.kind == CheckpointKind.ROUTINE
             and checkpoint.status == CheckpointStatus.COMPLETED
+            and not checkpoint.tool_failed
             and not checkpoint.pinned
             and checkpoint.pk != session.head_id
             and checkpoint.seq not in layout.attach_points
@@ -299,6 +328,7 @@ def _summaries(session: AgentSession, branches: list[Branch], forks: list[AgentS
             first_at=Min("created_at"),
             last_at=Max("created_at"),
             failed=Count("pk", filter=Q(status__in=[CheckpointStatus.FAILED, CheckpointStatus.HALTED])),
+            tool_failed=Count("pk", filter=Q(tool_failed=True)),
             pinned=Count("pk", filter=Q(pinned=True)),
         )
     )
@@ -317,6 +347,7 @@ def _summaries(session: AgentSession, branches: list[Branch], forks: list[AgentS
             first_at=group["first_at"],
             last_at=group["last_at"],
             failed=group["failed"],
+            tool_failed=group["tool_failed"],
             pinned=group["pinned"],
             forks=sum(any(s.lo <= seq <= s.hi for s in branch.stretches) for seq in fork_seqs),
             newest=newest.get(group["newest"]),
@@ -401,6 +432,7 @@ def timeline_page(
     hidden = _merged([s for b in folded for s in b.stretches] + [Stretch(seq, seq, None) for seq in layout.undone])
     queryset = Checkpoint.objects.for_session(session).for_timeline()
     before = at + 1 if at is not None else before
+    expand = expand or ((at, at) if at is not None else None)  # the checkpoint jumped to is never in a run
     below = None
     if after is not None and before is None:
         low = after + 1
@@ -409,6 +441,7 @@ def timeline_page(
         checkpoints = fetched[:PAGE_SIZE][::-1]
         high = checkpoints[0].seq if len(fetched) > PAGE_SIZE else window.edge
         has_older = low > 1
+        floor = low
     else:
         high = min(before - 1, session.last_seq) if before is not None else session.last_seq
         window = _window(hidden, 1, high, newest_first=True)
@@ -416,15 +449,21 @@ def timeline_page(
         checkpoints, below = fetched[:PAGE_SIZE], fetched[PAGE_SIZE] if len(fetched) > PAGE_SIZE else None
         low = checkpoints[-1].seq if below is not None else window.edge
         has_older = below is not None or not window.complete
+        floor = below.seq + 1 if below is not None else low  # a gap down to the next page's top is told here
     folds = [b for b in folded if low <= b.hi <= high]
     opened = {b.lo: b for b in map(layout.branch_of, (c.seq for c in checkpoints)) if b is not None and not b.main}
     forks = _child_forks(session, user)
     summaries = _summaries(session, folds + list(opened.values()), forks)
     anchor = [("before", high + 1)] if high < session.last_seq else []  # toggles keep the page's top in place
     rows = _build_rows(checkpoints, below, session, layout, forks, collapse=True, expand=expand)
+    gaps = _gaps([c.seq for c in checkpoints], hidden, floor, high) if checkpoints else []
     return Page(
-        rows=_with_branch_rows(
-            rows, folds, summaries, layout, lambda branch: urlencode(anchor + folding.toggled(branch).params())
+        rows=_with_gaps(
+            _with_branch_rows(
+                rows, folds, summaries, layout, lambda branch: urlencode(anchor + folding.toggled(branch).params())
+            ),
+            gaps,
+            layout,
         ),
         lanes=layout.lanes,
         forks=forks,
@@ -433,7 +472,41 @@ def timeline_page(
         at_newest=before is None and after is None,
         query=urlencode(anchor + folding.params()),
         folding=urlencode(folding.params()),
+        at=at,
     )
+
+
+def _gaps(present: list[int], hidden: list[Stretch], lo: int, hi: int) -> list[tuple[int, int]]:
+    """The runs of seqs lo…hi that are neither fetched nor in a folded branch, newest first: the fetch read
+    every other seq of the range, so these are no longer stored (seqs are gapless when written)."""
+    taken = sorted([(seq, seq) for seq in present] + [(s.lo, s.hi) for s in hidden if s.hi >= lo and s.lo <= hi])
+    gaps: list[tuple[int, int]] = []
+    at = lo
+    for start, end in taken:
+        if start > at:
+            gaps.append((at, start - 1))
+        at = max(at, end + 1)
+    if at <= hi:
+        gaps.append((at, hi))
+    return gaps[::-1]
+
+
+def _with_gaps(
+    rows: list[Row | BranchRow], gaps: list[tuple[int, int]], layout: Layout
+) -> list[Row | BranchRow | GapRow]:
+    """`rows` with a marker row where each gap (newest first) falls: below the row it follows."""
+    out: list[Row | BranchRow | GapRow] = []
+    waiting = list(gaps)
+
+    def marker(gap: tuple[int, int]) -> GapRow:
+        return GapRow(*gap, layout.graph(gap[0], gap[1], "")[0])
+
+    for row in rows:
+        while waiting and waiting[0][0] > row.top:
+            out.append(marker(waiting.pop(0)))
+        out.append(row)
+    out.extend(map(marker, waiting))
+    return out
 
 
 def expanded_run(session: AgentSession, span: tuple[int, int], *, folding: Folding, user: Any) -> Page:
@@ -458,6 +531,7 @@ def session_overview(session: AgentSession) -> dict[str, Any]:
         raw_bytes=Sum("raw_bytes"),
         stored_bytes=Sum("stored_bytes"),
         failed=Count("pk", filter=Q(status__in=[CheckpointStatus.FAILED, CheckpointStatus.HALTED])),
+        tool_failed=Count("pk", filter=Q(tool_failed=True)),
         first_at=Min("created_at"),
         last_at=Max("created_at"),
     )
@@ -499,12 +573,16 @@ def session_charts(session: AgentSession, stats: dict[str, Any]) -> dict[str, An
         .annotate(
             total=Count("pk"),
             steps=Count("pk", filter=Q(kind=CheckpointKind.STEP)),
-            failed=Count("pk", filter=Q(status__in=[CheckpointStatus.FAILED, CheckpointStatus.HALTED])),
+            failed=Count("pk", filter=TROUBLE),
         )
         .order_by("slot")
     )
     use_steps = any(slot["steps"] for slot in activity)
-    failed = stats["failed"]
+    failed, tool_failed = stats["failed"], stats["tool_failed"]
+    troubles = [
+        f"{failed} of {stats['count']} checkpoints failed or halted" if failed else "",
+        f"{tool_failed} had a tool call fail" if tool_failed else "",
+    ]
     return {
         "size": [
             {"label": "State size (raw JSON)", "points": raw_points, "css": "series-raw"},
@@ -517,9 +595,42 @@ def session_charts(session: AgentSession, stats: dict[str, Any]) -> dict[str, An
         "rate": [(slot["slot"], slot["steps"] if use_steps else slot["total"]) for slot in activity],
         "error_label": f"Error rate per {unit}",
         "error_note": (
-            f"{failed} of {stats['count']} checkpoints failed or halted."
-            if failed
-            else "No failed or halted checkpoints."
+            "; ".join(filter(None, troubles)) + "." if failed or tool_failed else "No failed checkpoints or tool calls."
         ),
         "errors": [(slot["slot"], 100 * slot["failed"] / slot["total"]) for slot in activity if slot["total"]],
     }
+
+
+# ---- index ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Landmark:
+    """One entry of the timeline's index: a checkpoint to jump to and what happened there."""
+
+    seq: int
+    label: str
+    bad: bool = False
+
+
+def timeline_index(session: AgentSession, forks: list[AgentSession]) -> list[tuple[str, list[Landmark]]]:
+    """Where the events an operator looks for are, newest first, INDEX_MAX of each: restores, forks,
+    failures, phases and alerts. Four queries on indexes (kind, the partial index of checkpoints in
+    trouble, the session's alerts), whatever the session's size."""
+    checkpoints = Checkpoint.objects.for_session(session).order_by("-seq")
+    restores = checkpoints.filter(kind=CheckpointKind.RESTORE).values_list("seq", "parent__seq")[:INDEX_MAX]
+    troubles = checkpoints.filter(TROUBLE).values_list("seq", "name", "status")[:INDEX_MAX]
+    phases = checkpoints.filter(kind=CheckpointKind.PHASE).values_list("seq", "name")[:INDEX_MAX]
+    alerts = (
+        DriftAlert.objects.filter(session=session, checkpoint__isnull=False)
+        .order_by("-opened_at", "-pk")
+        .values_list("checkpoint__seq", "kind", "state")[:INDEX_MAX]
+    )
+    groups = [
+        ("Restores", [Landmark(seq, f"#{seq} back to #{target}" if target else f"#{seq}") for seq, target in restores]),
+        ("Forks", [Landmark(f.forked_from.seq, f"#{f.forked_from.seq} {f.external_id}") for f in forks][-INDEX_MAX:]),
+        ("Failures", [Landmark(seq, f"#{seq} {name or status}", bad=True) for seq, name, status in troubles]),
+        ("Phases", [Landmark(seq, f"#{seq} {name}") for seq, name in phases]),
+        ("Alerts", [Landmark(seq, f"#{seq} {kind.replace('_', ' ')} ({state})") for seq, kind, state in alerts]),
+    ]
+    return [(title, sorted(marks, key=lambda m: -m.seq)) for title, marks in groups if marks]

@@ -7,6 +7,7 @@ from django.core.management import call_command
 from playwright.sync_api import expect
 
 from checkpoints.models import AgentSession
+from tests.browser.conftest import SCREENSHOTS
 from tests.dashboard.trees import NEW_ROOT, grow
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -153,3 +154,82 @@ def test_side_branches_fold_and_open_in_place(page, live_server, sign_in, alice,
     expect(page.locator("#cp-13")).to_contain_text("branched from #9")
     assert page.evaluate("document.documentElement.scrollWidth") <= 390  # the table scrolls, not the page
     _shoot(page, screenshot, "timeline-branches-390")
+
+
+@pytest.fixture
+def agent_with_history(make_session):
+    """60 agent steps with tool calls (every 7th fails, the agent goes on), a halt at #40, a restore of #57,
+    a fork from #20, and #10–#14 removed by retention."""
+    from checkpoints.cleanup import delete_checkpoints
+    from checkpoints.services import Actor, CheckpointInput, fork_session, ingest_checkpoints, restore_checkpoint
+
+    session = make_session("survey")
+    calls: list[dict] = []
+    items = []
+    for step in range(1, 61):
+        ok = step % 7 != 0
+        query = f"context compression benchmark {step}"
+        calls = [
+            *calls,
+            {"tool_name": "web_search", "arguments": {"query": query}, "success": ok}
+            | ({"result": f"10 results; top: arXiv:2310.08560 MemGPT (step {step})"} if ok else {"error": "timeout"}),
+        ]
+        halted = step == 40
+        items.append(
+            CheckpointInput(
+                state={"tool_calls": calls},
+                name="loop_detected" if halted else "tool_called" if ok else "tool_failed",
+                status="halted" if halted else "completed",
+                status_reason="the same search 4 times without progress" if halted else "",
+                step=step,
+            )
+        )
+    ingest_checkpoints([(session, items)])
+    actor = Actor.system("test")
+    delete_checkpoints(session.checkpoints.filter(seq__range=(10, 14)).values_list("pk", flat=True), actor=actor)
+    fork_session(session.checkpoints.get(seq=20), actor=actor)
+    restore_checkpoint(session.checkpoints.get(seq=57), actor=actor, reason="before the last searches")
+    session.refresh_from_db()
+    return session
+
+
+def test_rows_say_what_happened_failures_stand_out_and_the_index_jumps(
+    page, live_server, sign_in, alice, agent_with_history, screenshot
+):
+    session = agent_with_history
+    sign_in(alice)
+    _set_width(page, 1280)
+    page.goto(f"{live_server.url}/sessions/{session.pk}/")
+    expect(page.locator("#cp-59 .preview")).to_contain_text("web_search(query=context compression benchmark 59) →")
+    expect(page.locator("#cp-56")).to_have_class(re.compile("is-tool-failed"))
+    expect(page.locator("#cp-56 .status-cell")).to_contain_text("tool failed")
+    expect(page.locator(".chart-errors")).not_to_contain_text("No failed")
+    expect(page.locator("#cp-20 .marker svg")).to_be_visible()  # the fork glyph
+    menu = page.locator("#cp-59 details.row-menu")
+    expect(menu.get_by_role("link", name="Restore #59")).to_be_hidden()
+    menu.locator("summary").click()
+    expect(menu.get_by_role("link", name="Restore #59")).to_be_visible()
+    _shoot(page, screenshot, "timeline-rows-1280")
+    page.evaluate("document.getElementById('cp-61').scrollIntoView()")
+    page.screenshot(path=str(SCREENSHOTS / "timeline-rows-menu-1280.png"))  # the screen a reader sees, unscaled
+
+    page.locator(".landmarks").get_by_role("link", name="#40 loop_detected").click()
+    expect(page.locator("tr.is-target")).to_have_id("cp-40")
+    assert "at=40" in page.url
+    expect(page.locator("#gap-10")).to_contain_text("#10–#14 removed: 5 checkpoints")
+    _shoot(page, screenshot, "timeline-jumped-1280")
+
+    _set_width(page, 390)
+    page.goto(f"{live_server.url}/sessions/{session.pk}/?at=16")
+    expect(page.locator("#gap-10")).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390  # the table scrolls, not the page
+    preview = page.locator("#cp-16 .preview")
+    expect(preview).to_be_visible()
+    assert preview.bounding_box()["width"] >= 150  # readable: not squeezed to a few characters
+    _shoot(page, screenshot, "timeline-rows-390")
+    page.evaluate("document.getElementById('gap-10').scrollIntoView()")
+    page.screenshot(path=str(SCREENSHOTS / "timeline-rows-gap-390.png"))
+
+    page.locator("#cp-7 a[data-open]").focus()
+    page.keyboard.press("c")  # the compare link inside the closed menu still answers the shortcut
+    page.wait_for_url(re.compile(r"/compare/\?a=\d+&b=\d+"))

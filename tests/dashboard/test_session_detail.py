@@ -448,11 +448,11 @@ def test_a_session_without_checkpoints_says_how_to_add_them(client, bob, make_se
 
 def test_timeline_query_count_is_bounded_on_a_big_session(client, alice, big_session, django_assert_max_num_queries):
     client.force_login(alice)  # sign-in and permissions: 4 queries of each request
-    with django_assert_max_num_queries(14):
+    with django_assert_max_num_queries(18):
         assert client.get(url(big_session)).status_code == 200
     with django_assert_max_num_queries(9):
         assert client.get(url(big_session), {"before": 1700}, headers=HTMX).status_code == 200
-    with django_assert_max_num_queries(15):
+    with django_assert_max_num_queries(19):
         assert client.get(url(big_session), {"after": 1200}).status_code == 200
     with django_assert_max_num_queries(8):
         assert client.get(url(big_session), {"expand": "100-600"}, headers=HTMX).status_code == 200
@@ -473,7 +473,7 @@ def test_timeline_query_count_grows_with_neither_checkpoints_nor_branches(
             ("toggled", {"open": 6, "fold": 14} if session is few else {"open": 1962}, HTMX),
             ("older", {"before": 16 if session is few else 1900}, HTMX),
         ]:
-            with django_assert_max_num_queries(14) as queries:
+            with django_assert_max_num_queries(18) as queries:
                 assert client.get(url(session), params, headers=headers).status_code == 200
             counts[session.pk, name] = len(queries)
     for name in ("page", "timeline", "toggled", "older"):
@@ -495,3 +495,170 @@ def test_charts_show_an_empty_state_without_data():
     assert "No data yet." in bar_chart([], title="Rate", slot=None)
     assert nice_ceiling(273_000, "bytes") == 300 * 1024
     assert nice_ceiling(3, "count") == 4 and nice_ceiling(77, "percent") == 100
+
+
+# ---- what each row says, failures at a glance, the index, retention gaps ------------------------------
+
+
+CALL = {"id": "c1", "tool_name": "fetch_url", "arguments": {"url": "https://arxiv.org/abs/2310.08560"}}
+
+
+@pytest.fixture
+def agent_run(make_session, make_checkpoint, django_capture_on_commit_callbacks):
+    """An agent's steps: a tool call that worked, one that failed (the agent went on), a message, a halt."""
+    session = make_session("agent")
+    ok = {**CALL, "success": True, "result": "200 OK, 5,210 chars"}
+    failed = {**CALL, "id": "c2", "success": False, "error": "HTTP 429 Too Many Requests"}
+    note = {"role": "user", "content": "Please include cost per 1k tokens where the papers report it."}
+    make_checkpoint(session, {"tool_calls": [], "messages": []}, name="task_started")
+    make_checkpoint(session, {"tool_calls": [ok], "messages": []}, name="tool_called")
+    make_checkpoint(session, {"tool_calls": [ok, failed], "messages": []}, name="tool_failed")
+    make_checkpoint(session, {"tool_calls": [ok, failed], "messages": [note]}, name="user_replied")
+    with django_capture_on_commit_callbacks(execute=True):  # the drift detectors open the halted alert
+        make_checkpoint(
+            session,
+            {"tool_calls": [ok, failed], "messages": [note]},
+            name="loop_detected",
+            status="halted",
+            status_reason="the same call 4 times without progress",
+        )
+    session.refresh_from_db()
+    return session
+
+
+def test_each_row_previews_the_tool_call_the_message_or_the_status_reason(client, bob, agent_run):
+    client.force_login(bob)
+    html = client.get(url(agent_run)).content.decode()
+
+    assert "fetch_url(url=https://arxiv.org/abs/2310.08560) → 200 OK, 5,210 chars" in row_html(html, 2)
+    assert "fetch_url(url=https://arxiv.org/abs/2310.08560) failed: HTTP 429 Too Many Requests" in row_html(html, 3)
+    assert "user: Please include cost per 1k tokens" in row_html(html, 4)
+    assert "the same call 4 times without progress" in row_html(html, 5)
+    assert 'class="preview' not in row_html(html, 5)  # it added nothing: no preview repeating the one before
+
+
+def test_a_tool_failure_shows_on_its_row_and_counts_in_the_error_chart(client, bob, agent_run):
+    client.force_login(bob)
+    html = client.get(url(agent_run)).content.decode()
+
+    assert "is-tool-failed" in row_html(html, 3) and "tool failed" in row_html(html, 3)
+    assert "tool failed" not in row_html(html, 4)  # the call failed once, at #3
+    assert "is-bad" in row_html(html, 5)
+    assert "1 of 5 checkpoints failed or halted; 1 had a tool call fail." in html
+    assert "No failed" not in html
+
+
+def test_the_index_jumps_to_restores_forks_failures_phases_and_alerts(client, bob, make_checkpoint, agent_run):
+    restore_checkpoint(agent_run.checkpoints.get(seq=2), actor=Actor.system("test"), reason="back")
+    fork_session(agent_run.checkpoints.get(seq=4), actor=Actor.system("test"))
+    make_checkpoint(agent_run, {"tool_calls": []}, name="phase_1_review", kind="phase", phase=1)
+    client.force_login(bob)
+    html = client.get(url(agent_run)).content.decode()
+    index = html[html.index('class="landmarks') : html.index("</nav>", html.index('class="landmarks'))]
+
+    for title, seq in [("Restores", 6), ("Forks", 4), ("Failures", 3), ("Failures", 5), ("Phases", 7), ("Alerts", 5)]:
+        group = index[index.index(title) :]
+        assert f'href="{url(agent_run)}?at={seq}#cp-{seq}"' in group[: group.find("</ul>")], (title, seq)
+    jumped = client.get(url(agent_run), {"at": 3}).content.decode()
+    assert rows(jumped)[0] == 3
+    assert "is-target" in row_html(jumped, 3) and "is-target" not in row_html(jumped, 2)
+
+
+def test_a_routine_checkpoint_jumped_to_is_not_hidden_in_a_run(client, bob, make_session, make_checkpoint):
+    session = make_session("routine")
+    for i in range(8):
+        make_checkpoint(session, {"i": i}, name="routine", kind="routine")
+    client.force_login(bob)
+
+    html = client.get(url(session), {"at": 6}).content.decode()
+
+    assert "is-target" in row_html(html, 6)
+
+
+def test_retention_gaps_show_as_marker_rows_with_their_ranges(client, bob, make_session, make_checkpoint):
+    from checkpoints.cleanup import delete_checkpoints
+
+    session = make_session("kept")
+    for i in range(1, 21):
+        make_checkpoint(session, {"i": i}, name=f"step_{i}")
+    gone = session.checkpoints.filter(seq__in=[*range(5, 10), 12]).values_list("pk", flat=True)
+    delete_checkpoints(gone, actor=Actor.system("retention"))
+    client.force_login(bob)
+
+    html = client.get(url(session)).content.decode()
+
+    assert re.findall(r'<tr class="gap-row" id="gap-(\d+)">', html) == ["12", "5"]
+    assert "#12 was removed" in html and "#5–#9 removed: 5 checkpoints" in html
+    assert html.index('id="cp-13"') < html.index('id="gap-12"') < html.index('id="cp-11"')
+    assert html.index('id="cp-10"') < html.index('id="gap-5"') < html.index('id="cp-4"')
+
+
+def test_a_gap_between_two_pages_ends_one_and_starts_the_next(client, bob, make_session, make_checkpoint):
+    from checkpoints.cleanup import delete_checkpoints
+
+    session = make_session("boundary")
+    for i in range(1, PAGE_SIZE + 21):
+        make_checkpoint(session, {"i": i}, name="step", kind="step")
+    gone = session.checkpoints.filter(seq__in=range(15, 21)).values_list("pk", flat=True)  # #15–20, page 1 ends at #21
+    delete_checkpoints(gone, actor=Actor.system("retention"))
+    client.force_login(bob)
+
+    first = client.get(url(session)).content.decode()
+    second = client.get(url(session), {"before": rows(first)[-1]}).content.decode()
+
+    assert rows(first)[-1] == 21 and first.index('id="cp-21"') < first.index('id="gap-15"')
+    assert rows(second)[0] == 14 and second.index('id="gap-15"') < second.index('id="cp-14"')
+
+
+def test_folded_branches_are_not_mistaken_for_gaps(client, bob, many_branches):
+    client.force_login(bob)
+
+    for params in ({}, {"before": 1000}, {"after": 500}):
+        assert "gap-row" not in client.get(url(many_branches), params).content.decode()
+
+
+def test_row_actions_sit_in_one_menu_per_row(client, alice, session):
+    client.force_login(alice)
+    html = client.get(url(session)).content.decode()
+    row = row_html(html, 6)
+
+    assert row.count("<details") == 1 and "Actions<span" in row
+    menu = row[row.index("<details") :]
+    for action in ("Compare", "Restore", "Fork", "Pin"):
+        assert f">{action}<" in menu
+
+
+def test_the_fork_marker_draws_its_glyph_as_svg(client, bob, session):
+    fork_session(session.checkpoints.get(seq=3), actor=Actor.system("test"))
+    client.force_login(bob)
+    row = row_html(client.get(url(session)).content.decode(), 3)
+
+    assert "⑂" not in row and "<svg" in row[row.index("fork ") - 600 : row.index("fork ")]
+
+
+def test_a_folded_branch_counts_its_tool_failures(client, bob, make_session, make_checkpoint):
+    session = make_session("folded")
+    calls: list[dict] = []
+    for i in range(1, 11):
+        calls = [*calls, {"tool_name": "search", "success": i != 6, "error": "timeout" if i == 6 else None}]
+        make_checkpoint(session, {"tool_calls": calls}, name=f"step_{i}")
+    restore_checkpoint(session.checkpoints.get(seq=3), actor=Actor.system("test"))  # #4–10 fold
+    client.force_login(bob)
+
+    html = client.get(url(session)).content.decode()
+
+    assert "1 with a failed tool call" in branch_html(html, 4)
+    assert 'id="cp-6"' not in html
+
+
+def test_a_routine_checkpoint_whose_tool_call_failed_stays_out_of_runs(client, bob, make_session, make_checkpoint):
+    session = make_session("routine-failure")
+    for i in range(1, 6):
+        call = {"tool_name": "heartbeat", "success": i != 3}
+        make_checkpoint(session, {"tool_calls": [call] * i}, name="routine", kind="routine")
+    make_checkpoint(session, {"done": True}, name="finished")
+    client.force_login(bob)
+
+    html = client.get(url(session)).content.decode()
+
+    assert "tool failed" in row_html(html, 3)
