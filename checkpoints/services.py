@@ -387,7 +387,8 @@ def check_json_field(name: str, value: Any) -> None:
         raise InvalidInput(name, str(exc)) from None
 
 
-_COMPARED = ("name", "kind", "status", "status_reason", "step", "phase", "operation_id", "metadata")
+# compared as they are; metadata is compared without where the file lay (_located)
+_COMPARED = ("name", "kind", "status", "status_reason", "step", "phase", "operation_id")
 
 
 def _state_digest(state: Any) -> bytes:
@@ -404,7 +405,7 @@ def _located(metadata: Any) -> Any:
 
 def checkpoint_differences(existing: Checkpoint, item: CheckpointInput) -> list[str]:
     """The fields in which `item` is not the stored checkpoint `existing` (none: it is the same one)."""
-    differ = [name for name in _COMPARED if name != "metadata" and getattr(existing, name) != getattr(item, name)]
+    differ = [name for name in _COMPARED if getattr(existing, name) != getattr(item, name)]
     if _located(existing.metadata) != _located(item.metadata):
         differ.append("metadata")
     if item.parent is not None and item.parent != existing.parent_id:
@@ -428,11 +429,7 @@ def _check_same_checkpoint(existing: Checkpoint, item: CheckpointInput) -> None:
 
 
 def _check_same_input(first: CheckpointInput, item: CheckpointInput) -> None:
-    differ = [
-        name
-        for name in (*_COMPARED, "created_at")
-        if name != "metadata" and getattr(first, name) != getattr(item, name)
-    ]
+    differ = [name for name in (*_COMPARED, "created_at") if getattr(first, name) != getattr(item, name)]
     if _located(first.metadata) != _located(item.metadata):
         differ.append("metadata")
     if _state_digest(first.state) != _state_digest(item.state):
