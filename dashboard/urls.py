@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import path, register_converter
 
 from .views import (
     actions,
@@ -17,30 +17,49 @@ from .views import (
     timeline,
 )
 
+
+class IdConverter:
+    """A whole number a database id or number column can hold: a larger one matches no page (404), instead of
+    reaching a lookup that Django keeps in range for a field but not for a foreign key (SQLite: OverflowError)."""
+
+    regex = "[0-9]+"
+
+    def to_python(self, value: str) -> int:
+        number = int(value)
+        if number >= 2**63:
+            raise ValueError(value)
+        return number
+
+    def to_url(self, value: int) -> str:
+        return str(value)
+
+
+register_converter(IdConverter, "id")
+
 app_name = "dashboard"
 
 urlpatterns = [
     path("", overview.overview, name="overview"),
     path("sessions/", sessions.session_list, name="session_list"),
-    path("sessions/<int:pk>/", timeline.session_detail, name="session_detail"),
-    path("sessions/<int:pk>/undo/", actions.undo_restore, name="session_undo"),
-    path("sessions/<int:pk>/export/", imports.session_export, name="session_export"),
-    path("sessions/<int:pk>/phases/<int:number>/", phases.phase_detail, name="phase_detail"),
-    path("sessions/<int:pk>/phases/<int:number>/feedback/", phases.phase_feedback, name="phase_feedback"),
-    path("checkpoints/<int:pk>/", checkpoint.checkpoint_detail, name="checkpoint_detail"),
-    path("checkpoints/<int:pk>/tree/", checkpoint.checkpoint_subtree, name="checkpoint_subtree"),
-    path("checkpoints/<int:pk>/download/", checkpoint.checkpoint_download, name="checkpoint_download"),
-    path("checkpoints/<int:pk>/restore/", actions.restore, name="checkpoint_restore"),
-    path("checkpoints/<int:pk>/fork/", actions.fork, name="checkpoint_fork"),
-    path("checkpoints/<int:pk>/pin/", actions.pin, name="checkpoint_pin"),
+    path("sessions/<id:pk>/", timeline.session_detail, name="session_detail"),
+    path("sessions/<id:pk>/undo/", actions.undo_restore, name="session_undo"),
+    path("sessions/<id:pk>/export/", imports.session_export, name="session_export"),
+    path("sessions/<id:pk>/phases/<id:number>/", phases.phase_detail, name="phase_detail"),
+    path("sessions/<id:pk>/phases/<id:number>/feedback/", phases.phase_feedback, name="phase_feedback"),
+    path("checkpoints/<id:pk>/", checkpoint.checkpoint_detail, name="checkpoint_detail"),
+    path("checkpoints/<id:pk>/tree/", checkpoint.checkpoint_subtree, name="checkpoint_subtree"),
+    path("checkpoints/<id:pk>/download/", checkpoint.checkpoint_download, name="checkpoint_download"),
+    path("checkpoints/<id:pk>/restore/", actions.restore, name="checkpoint_restore"),
+    path("checkpoints/<id:pk>/fork/", actions.fork, name="checkpoint_fork"),
+    path("checkpoints/<id:pk>/pin/", actions.pin, name="checkpoint_pin"),
     path("compare/", compare.compare, name="compare"),
     path("alerts/", alerts.alert_list, name="alert_list"),
-    path("alerts/<int:pk>/acknowledge/", alerts.acknowledge, name="alert_acknowledge"),
-    path("alerts/<int:pk>/resolve/", alerts.resolve, name="alert_resolve"),
+    path("alerts/<id:pk>/acknowledge/", alerts.acknowledge, name="alert_acknowledge"),
+    path("alerts/<id:pk>/resolve/", alerts.resolve, name="alert_resolve"),
     path("audit/", audit.audit_log, name="audit_log"),
     path("retention/", retention.retention, name="retention"),
     path("imports/", imports.import_upload, name="import_upload"),
-    path("imports/<int:pk>/", imports.import_job, name="import_job"),
+    path("imports/<id:pk>/", imports.import_job, name="import_job"),
     path("jobs/", jobs.job_list, name="jobs"),
-    path("jobs/<int:pk>/run/", jobs.job_run, name="job_run"),
+    path("jobs/<id:pk>/run/", jobs.job_run, name="job_run"),
 ]

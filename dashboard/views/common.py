@@ -8,7 +8,7 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils.cache import patch_vary_headers
 from django_htmx.http import trigger_client_event
@@ -77,8 +77,6 @@ def get_alert_for_user(request: HtmxHttpRequest, pk: int) -> DriftAlert:
 
 
 def get_phase_for_user(request: HtmxHttpRequest, session_pk: int, number: int) -> Phase:
-    if not 0 < session_pk < 2**63:  # Django keeps an exact lookup in range for a field, not for a foreign key
-        raise Http404("No such phase.")
     queryset = Phase.objects.select_related("session__project", "session__head", "session__forked_from__session")
     return _get_for_user(request, queryset, session_id=session_pk, number=number)
 

@@ -172,6 +172,7 @@ def test_the_hostile_input_covers_every_console_get_view():
     ),
 )
 @example(name="phase_detail", ids=[2**63, 1])  # a session id beyond 64 bits: SQLite raised OverflowError
+@example(name="phase_detail", ids=[1, 2**63])  # a phase number beyond 64 bits: the same
 def test_no_id_in_a_path_makes_a_console_page_fail(client_of_alice, world, name, ids):
     args = ids if GET_VIEWS[name][0] == "phase" else ids[:1]
     assert client_of_alice.get(reverse(f"dashboard:{name}", args=args)).status_code in (200, 404)
