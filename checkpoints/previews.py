@@ -71,7 +71,8 @@ def _call_line(call: dict[str, Any]) -> str:
     name = call.get("tool_name") or call.get("name") or call.get("tool") or "tool"
     head = f"{name}({_arguments(call.get('arguments') or call.get('args'))})"
     if failed_call(call):
-        return f"{head} failed: {_text(call.get('error') or call.get('result'))}"
+        why = _text(call.get("error") or call.get("result"))
+        return f"{head} failed: {why}" if why else f"{head} failed"
     result = call.get("result", call.get("output"))
     return f"{head} → {_text(result)}" if result not in (None, "") else head
 

@@ -27,6 +27,10 @@ def test_a_failed_tool_call_says_it_failed_and_why():
 
     assert preview.text == "web_search(query=kv cache) failed: HTTP 429 Too Many Requests"
     assert preview.tool_failed
+    silent = {**CALL, "success": False, "result": None}
+    assert (
+        preview_of({"tool_calls": [CALL, silent]}, {"tool_calls": [CALL]}).text == "web_search(query=kv cache) failed"
+    )
 
 
 def test_a_call_made_earlier_is_not_counted_again():
