@@ -124,25 +124,31 @@ def snapshot(slug: str) -> dict:
     for session in AgentSession.objects.filter(project__slug=slug).order_by("external_id"):
         phases = []
         for phase in session.phases.order_by("number"):
-            outputs = [
-                (
-                    o.agent_name,
-                    o.status,
-                    o.content,
-                    o.model,
-                    o.tokens_in,
-                    o.tokens_out,
-                    o.tools_used,
-                    o.duration,
-                    o.error,
-                )
-                for o in phase.outputs.order_by("agent_name")
-            ]
-            feedback = [
-                (f.action, f.reviewed, f.approved, f.comments, f.requested_changes, f.retry_count, f.reviewer_name)
-                + (f.created_at,)
-                for f in phase.feedback.order_by("created_at", "action")
-            ]
+            outputs = sorted(  # attempts share an agent name: compared as a set, not in database order
+                [
+                    (
+                        o.agent_name,
+                        o.status,
+                        o.content,
+                        o.model,
+                        o.tokens_in,
+                        o.tokens_out,
+                        o.tools_used,
+                        o.duration,
+                        o.error,
+                    )
+                    for o in phase.outputs.all()
+                ],
+                key=repr,
+            )
+            feedback = sorted(
+                [
+                    (f.action, f.reviewed, f.approved, f.comments, f.requested_changes, f.retry_count, f.reviewer_name)
+                    + (f.created_at,)
+                    for f in phase.feedback.all()
+                ],
+                key=repr,
+            )
             fields = ("number", "name", "status", "started_at", "completed_at", "duration", "retry_count")
             fields += ("tokens_in", "tokens_out", "cost", "errors", "metadata")
             phases.append(({name: getattr(phase, name) for name in fields}, outputs, feedback))
