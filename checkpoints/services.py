@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, Max, Min, Q, Sum
 from django.utils import timezone
 
@@ -536,10 +536,17 @@ def _insert_checkpoints(
         status = _SESSION_STATUS_FOR.get(item.status) or (SessionStatus.ACTIVE if status in _STOPPED else status)
     if not rows:
         return results
+    ids = _reserve_checkpoint_ids(len(rows))
+    if ids:
+        for row, pk in zip(rows, ids, strict=True):
+            row.pk = pk
+        for child, parent in parent_rows.items():
+            rows[child].parent_id = ids[parent]
     Checkpoint.objects.bulk_create(rows, batch_size=500)
-    for child, parent in parent_rows.items():  # parents stored in the same statement: their ids are known now
-        rows[child].parent_id = rows[parent].pk
-    Checkpoint.objects.bulk_update([rows[child] for child in parent_rows], ["parent"], batch_size=500)
+    if not ids:  # parents stored in the same statement: their ids are known now
+        for child, parent in parent_rows.items():
+            rows[child].parent_id = rows[parent].pk
+        Checkpoint.objects.bulk_update([rows[child] for child in parent_rows], ["parent"], batch_size=500)
     AgentSession.objects.filter(pk=locked.pk).update(
         last_seq=seq, head=rows[-1], status=status, updated_at=now, last_seen_at=now
     )
@@ -547,6 +554,20 @@ def _insert_checkpoints(
     if locked.status in _STOPPED and status not in _STOPPED:
         recovered.add(locked.pk)
     return results + [(position, row, True) for position, row in zip(positions, rows, strict=True)]
+
+
+def _reserve_checkpoint_ids(count: int) -> list[int]:
+    """Ids for `count` checkpoints about to be inserted, on PostgreSQL, so that a row whose parent is stored in
+    the same statement is written once: setting `parent` afterwards would write every such row again (an indexed
+    column: no HOT update, one dead row per checkpoint). Empty where ids come only from the insert (SQLite)."""
+    if connection.vendor != "postgresql":
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s) ORDER BY 1",
+            [Checkpoint._meta.db_table, count],
+        )
+        return [pk for (pk,) in cursor.fetchall()]
 
 
 def record_live_state(session: AgentSession, *, state: Any, now: datetime | None = None) -> AgentSession:
