@@ -6,13 +6,21 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Cast, Upper
 from django.utils import timezone
 
 from . import limits
 from .fields import SafeCharField, SafeJSONField, SafeTextField
 from .roles import VIEW_SESSIONS, in_every_project, roles_granting
+
+
+def trigram_index(column: str, *, name: str) -> GinIndex:
+    """A pg_trgm index that a case-insensitive substring search (`icontains`) uses, in the expression Django
+    compares; created only where PostgreSQL has the extension (migration 0018), absent on SQLite."""
+    return GinIndex(OpClass(Upper(Cast(column, models.TextField())), name="gin_trgm_ops"), name=name)
 
 
 class ProjectQuerySet(models.QuerySet["Project"]):
@@ -211,6 +219,8 @@ class AgentSession(models.Model):
             models.Index(fields=["project", "status", "-updated_at"], name="session_project_status"),
             # overview: sessions ordered by recent activity
             models.Index(fields=["-updated_at"], name="session_updated"),
+            # name search (console, admin): icontains is UPPER(column::text) LIKE, matched by trigrams (PostgreSQL)
+            *(trigram_index(column, name=f"session_{column}_trigram") for column in ("external_id", "title", "agent")),
         ]
 
     def __str__(self) -> str:
