@@ -351,10 +351,11 @@ class Checkpoint(models.Model):
     state_hash = models.BinaryField(max_length=32, help_text="Digest of the canonical JSON of the state.")
     raw_bytes = models.BigIntegerField(default=0, help_text="Size of the state as canonical JSON.")
     stored_bytes = models.BigIntegerField(default=0, help_text="New compressed bytes this checkpoint added.")
-    tool_calls = models.IntegerField(  # no CHECK: adding the column does not scan the table
+    calls_made = models.IntegerField(  # no CHECK: adding the column does not scan the table
         null=True,
         blank=True,
-        help_text="Tool calls its state records, counted when stored (empty: stored before the count existed).",
+        help_text="Tool calls made on the path to it: its parent's and the ones it added, counted when stored "
+        "(empty: stored before the count existed; manage.py fill_previews counts them).",
     )
     preview = SafeCharField(
         max_length=200,

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from . import jsoncodec, limits, store
 from .diff import Diff, diff_states
-from .history import Discards, count_tool_calls, discards
+from .history import Discards, discards
 from .jsoncodec import InvalidJSON
 from .models import (
     AgentSession,
@@ -348,12 +348,12 @@ class _Parents:
     def __init__(self, session: AgentSession, items: Sequence[CheckpointInput]) -> None:
         ids = {item.parent for item in items if item.parent is not None}
         keys = {item.parent_key for item in items if item.parent_key}
-        self.by_id: dict[int, tuple[int, bytes]] = {}  # pk → (seq, root)
+        self.by_id: dict[int, tuple[int, bytes, int | None]] = {}  # pk → (seq, root, calls_made)
         self.by_key: dict[str, int] = {}  # idempotency key → pk
         if ids or keys:
             rows = Checkpoint.objects.filter(session=session).filter(Q(pk__in=ids) | Q(idempotency_key__in=keys))
-            for pk, seq, key, root in rows.values_list("pk", "seq", "idempotency_key", "root"):
-                self.by_id[pk] = (seq, bytes(root))
+            for pk, seq, key, root, calls in rows.values_list("pk", "seq", "idempotency_key", "root", "calls_made"):
+                self.by_id[pk] = (seq, bytes(root), calls)
                 if key:
                     self.by_key[key] = pk
         if missing := sorted(ids - self.by_id.keys()):
@@ -476,7 +476,11 @@ def _insert_checkpoints(
     its new head is healthy (the run went on: the session is active again)."""
     if not new:
         return []
-    locked = AgentSession.objects.select_for_update(of=("self",)).annotate(head_seq=F("head__seq")).get(pk=session.pk)
+    locked = (
+        AgentSession.objects.select_for_update(of=("self",))
+        .annotate(head_seq=F("head__seq"), head_calls=F("head__calls_made"))
+        .get(pk=session.pk)
+    )
     # A concurrent writer may have used the same idempotency key while we stored states.
     taken = _existing_by_key(locked, [item.idempotency_key for _, item, _, _ in new])
     rows: list[Checkpoint] = []
@@ -492,18 +496,23 @@ def _insert_checkpoints(
             results.append((position, taken[item.idempotency_key], False))
             continue
         seq += 1
-        parent_id, parent_seq = None, None
+        parent_id, parent_seq, parent_calls = None, None, 0
         if item.parent is not None:
-            parent_id, parent_seq = item.parent, parents.by_id[item.parent][0]
+            parent_id = item.parent
+            parent_seq, _, parent_calls = parents.by_id[item.parent]
         elif item.parent_key and item.parent_key not in row_of_key:
             stored = taken.get(item.parent_key)  # a concurrent writer may have stored the parent meanwhile
             parent_id = stored.pk if stored else parents.by_key[item.parent_key]
-            parent_seq = stored.seq if stored else parents.by_id[parent_id][0]
+            if stored:
+                parent_seq, parent_calls = stored.seq, stored.calls_made
+            else:
+                parent_seq, _, parent_calls = parents.by_id[parent_id]
         elif item.parent_key or (not item.new_root and rows):
             parent_rows[len(rows)] = row_of_key[item.parent_key] if item.parent_key else len(rows) - 1
-            parent_seq = rows[parent_rows[len(rows)]].seq
+            parent_seq, parent_calls = rows[parent_rows[len(rows)]].seq, rows[parent_rows[len(rows)]].calls_made
         elif not item.new_root:
             parent_id, parent_seq = locked.head_id, locked.head_seq
+            parent_calls = locked.head_calls if locked.head_id else 0
         if item.idempotency_key:
             row_of_key[item.idempotency_key] = len(rows)
         rows.append(
@@ -524,7 +533,7 @@ def _insert_checkpoints(
                 state_hash=saved.state_hash,
                 raw_bytes=saved.raw_bytes,
                 stored_bytes=saved.stored_bytes,
-                tool_calls=count_tool_calls(item.state),
+                calls_made=None if parent_calls is None else parent_calls + preview.tool_calls,
                 preview=preview.text,
                 tool_failed=preview.tool_failed,
                 operation_id=item.operation_id,
@@ -691,7 +700,7 @@ def _new_head(
         state_hash=checkpoint.state_hash,
         raw_bytes=checkpoint.raw_bytes,
         stored_bytes=0,
-        tool_calls=checkpoint.tool_calls,
+        calls_made=checkpoint.calls_made,  # no call made here: the path's calls are the target's
         metadata={
             "restored_from": checkpoint.pk,
             "restored_from_seq": checkpoint.seq,
@@ -794,7 +803,7 @@ def _fork(checkpoint: Checkpoint, *, actor: Actor, title: str, external_id: str,
         state_hash=checkpoint.state_hash,
         raw_bytes=checkpoint.raw_bytes,
         stored_bytes=0,
-        tool_calls=checkpoint.tool_calls,
+        calls_made=0,  # the fork's own path starts here
         metadata={"forked_from": checkpoint.pk},
     )
     fork.head = first
