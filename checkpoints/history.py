@@ -4,23 +4,20 @@ The head's path is a few runs of consecutive seqs read from the session's branch
 restore to a target on that path takes the agent off everything after the target; a target on a branch
 the head is not on, off everything after the point where the target's branch leaves the path. Counting
 them reads index entries of the discarded seq ranges (retention leaves gaps, so the ranges are counted,
-not measured); the tool calls come from the counter each checkpoint keeps (`tool_calls`): the head's
-minus the meeting point's. A whole list of targets costs four queries.
+not measured); the tool calls come from the counter each checkpoint keeps of the calls made on its path
+(`calls_made`, its parent's plus what it added, worked out at ingest with its preview): the head's minus the
+meeting point's. A whole list of targets costs four queries.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from django.db.models import Count, Q
 
-from . import store
 from .lineage import Span, path_from, shapes_within
 from .models import AgentSession, Checkpoint
-
-MESSAGE_LISTS = ("messages", "conversation_history", "history", "transcript")
 
 
 @dataclass(frozen=True)
@@ -28,25 +25,7 @@ class Discards:
     """What restoring a checkpoint takes off the agent's path (all of it stays in the history)."""
 
     checkpoints: int
-    tool_calls: int | None  # None: a count is missing and the state could not be read
-
-
-def count_tool_calls(state: Any) -> int:
-    """The tool calls a state records: its `tool_calls` log, else the calls its messages made."""
-    if not isinstance(state, dict):
-        return 0
-    log = state.get("tool_calls")
-    if isinstance(log, list):
-        return len(log)
-    for key in MESSAGE_LISTS:
-        messages = state.get(key)
-        if isinstance(messages, list):
-            return sum(
-                len(message["tool_calls"])
-                for message in messages
-                if isinstance(message, dict) and isinstance(message.get("tool_calls"), list)
-            )
-    return 0
+    tool_calls: int | None  # None: stored before calls were counted (manage.py fill_previews counts them)
 
 
 def meeting_point(path: list[Span], other: list[Span]) -> int:
@@ -121,30 +100,12 @@ def _count(plans: dict[int, tuple[int, int, Q]]) -> dict[int, int]:
 
 
 def _tool_calls(wanted: Iterable[tuple[int, int]]) -> dict[tuple[int, int], int | None]:
-    """The tool-call counts of the checkpoints at (session, seq); counts missing from checkpoints stored before
-    the counter existed are read from their states once and kept."""
+    """The calls made on the paths to the checkpoints at (session, seq)."""
     where = Q()
     for session_id, seq in wanted:
         if seq:
             where |= Q(session_id=session_id, seq=seq)
     if not where:
         return {}
-    found: dict[tuple[int, int], int | None] = {}
-    for pk, session_id, seq, root, tool_calls in Checkpoint.objects.filter(where).values_list(
-        "pk", "session_id", "seq", "root", "tool_calls"
-    ):
-        if tool_calls is None:
-            tool_calls = fill_tool_calls(pk, bytes(root))
-        found[(session_id, seq)] = tool_calls
-    return found
-
-
-def fill_tool_calls(pk: int, root: bytes) -> int | None:
-    """Count and keep the tool calls of a checkpoint stored before the counter existed (derived data: the
-    checkpoint itself does not change)."""
-    try:
-        count = count_tool_calls(store.load_shared(root))
-    except store.StateNotFound:
-        return None
-    Checkpoint.objects.filter(pk=pk, tool_calls__isnull=True).update(tool_calls=count)
-    return count
+    rows = Checkpoint.objects.filter(where).values_list("session_id", "seq", "calls_made")
+    return {(session_id, seq): calls for session_id, seq, calls in rows}

@@ -6,13 +6,21 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Cast, Upper
 from django.utils import timezone
 
 from . import limits
 from .fields import SafeCharField, SafeJSONField, SafeTextField
 from .roles import VIEW_SESSIONS, in_every_project, roles_granting
+
+
+def trigram_index(column: str, *, name: str) -> GinIndex:
+    """A pg_trgm index that a case-insensitive substring search (`icontains`) uses, in the expression Django
+    compares; created only where PostgreSQL has the extension (migration 0018), absent on SQLite."""
+    return GinIndex(OpClass(Upper(Cast(column, models.TextField())), name="gin_trgm_ops"), name=name)
 
 
 class ProjectQuerySet(models.QuerySet["Project"]):
@@ -211,6 +219,8 @@ class AgentSession(models.Model):
             models.Index(fields=["project", "status", "-updated_at"], name="session_project_status"),
             # overview: sessions ordered by recent activity
             models.Index(fields=["-updated_at"], name="session_updated"),
+            # name search (console, admin): icontains is UPPER(column::text) LIKE, matched by trigrams (PostgreSQL)
+            *(trigram_index(column, name=f"session_{column}_trigram") for column in ("external_id", "title", "agent")),
         ]
 
     def __str__(self) -> str:
@@ -341,10 +351,11 @@ class Checkpoint(models.Model):
     state_hash = models.BinaryField(max_length=32, help_text="Digest of the canonical JSON of the state.")
     raw_bytes = models.BigIntegerField(default=0, help_text="Size of the state as canonical JSON.")
     stored_bytes = models.BigIntegerField(default=0, help_text="New compressed bytes this checkpoint added.")
-    tool_calls = models.IntegerField(  # no CHECK: adding the column does not scan the table
+    calls_made = models.IntegerField(  # no CHECK: adding the column does not scan the table
         null=True,
         blank=True,
-        help_text="Tool calls its state records, counted when stored (empty: stored before the count existed).",
+        help_text="Tool calls made on the path to it: its parent's and the ones it added, counted when stored "
+        "(empty: stored before the count existed; manage.py fill_previews counts them).",
     )
     preview = SafeCharField(
         max_length=200,

@@ -1,8 +1,10 @@
 """What happened at a checkpoint, in one line, worked out when it is stored.
 
 A timeline row cannot afford to read a state (a page shows a hundred), so ingest compares the new state with
-its parent's (already in memory: the store patches against it) and keeps one line and one flag on the row:
-the tool calls and messages the checkpoint added, and whether one of those calls failed.
+its parent's (already in memory: the store patches against it) and keeps one line, one flag and one count on
+the row: the tool calls and messages the checkpoint added, whether one of those calls failed, and how many
+calls it added (a restore offer sums them over what it discards: an agent that keeps only its last messages
+records no more calls in its state as it goes on, but each checkpoint still adds its own).
 """
 
 from __future__ import annotations
@@ -16,16 +18,18 @@ from . import store
 from .models import Checkpoint, CheckpointKind
 
 PREVIEW_MAX = 200  # characters kept: a row shows one line of it
-MESSAGE_KEYS = ("messages", "conversation_history")  # OpenAI / Ares / LangGraph, Kaizen
+MESSAGE_KEYS = ("messages", "conversation_history", "history", "transcript")  # OpenAI / Ares / LangGraph, Kaizen
 
 
 @dataclass(frozen=True)
 class Preview:
     text: str = ""
     tool_failed: bool = False
+    tool_calls: int = 0  # the calls added: to the state's `tool_calls` log, else by the messages added
 
 
 def tool_calls_of(state: Any) -> list[dict[str, Any]]:
+    """The state's own log of tool calls (`tool_calls`); empty when it keeps none."""
     calls = state.get("tool_calls") if isinstance(state, dict) else None
     return [call for call in calls if isinstance(call, dict)] if isinstance(calls, list) else []
 
@@ -47,14 +51,22 @@ def preview_of(state: Any, previous: Any = None) -> Preview:
     else:
         text = next((line for line in map(_message_line, reversed(messages)) if line), "")
         failed = failed or any(_failed_tool_message(message) for message in messages)
-    return Preview(_clip(text), failed)
+    log = isinstance(state, dict) and isinstance(state.get("tool_calls"), list)
+    count = len(calls) if log else sum(len(m["tool_calls"]) for m in messages if isinstance(m.get("tool_calls"), list))
+    return Preview(_clip(text), failed, count)
 
 
 def _added(now: list[Any], before: list[Any]) -> list[Any]:
-    """The items appended since `before`; only the newest when the list was rewritten rather than appended to
-    (told by the item before the new ones: comparing whole lists on every ingest would cost O(state))."""
-    if len(now) >= len(before) and (not before or now[len(before) - 1] == before[-1]):
+    """The items appended since `before`: those after its last item, looked for where an append puts it, then
+    from the end (a sliding window drops items at the front as it appends: as many looks as items added, not
+    a comparison of whole lists); only the newest when that item is gone (the list was rewritten)."""
+    if not before:
+        return now
+    if len(now) >= len(before) and now[len(before) - 1] == before[-1]:
         return now[len(before) :]
+    for index in range(len(now) - 1, -1, -1):
+        if now[index] == before[-1]:
+            return now[index + 1 :]
     return now[-1:]
 
 
@@ -111,27 +123,36 @@ def _clip(text: str, limit: int = PREVIEW_MAX) -> str:
 
 
 def fill_previews(checkpoints: QuerySet[Checkpoint] | None = None, *, batch_size: int = 500) -> int:
-    """Work out the previews of checkpoints stored before previews existed (`manage.py fill_previews`);
-    returns how many changed. Session by session in seq order, so each parent's state is still in the
-    store's memory when its child is read; restores and forks are skipped (they add nothing)."""
+    """Work out the previews, tool failures and call counts of checkpoints stored before they were kept
+    (`manage.py fill_previews`); returns how many rows were filled. Session by session in seq order, so each
+    parent's state is still in the store's memory and its count known when its child is read; restores and
+    forks add nothing and are not read. Written back `batch_size` rows at a time."""
     rows = (
         (checkpoints if checkpoints is not None else Checkpoint.objects.all())
-        .filter(preview="", tool_failed=False)
-        .exclude(kind__in=[CheckpointKind.RESTORE, CheckpointKind.FORK])
+        .filter(calls_made__isnull=True)
         .order_by("session_id", "seq")
-        .values_list("pk", "root", "parent__root")
+        .values_list("pk", "session_id", "kind", "root", "parent_id", "parent__root", "parent__calls_made")
     )
+    fields = ["preview", "tool_failed", "calls_made"]
+    made: dict[int, int] = {}  # pk → calls made, of this session's rows filled so far
     changed: list[Checkpoint] = []
-    count = 0
-    for pk, root, parent_root in rows.iterator(chunk_size=batch_size):
-        try:
-            previous = store.load_shared(parent_root) if parent_root is not None else None
-            preview = preview_of(store.load_shared(root), previous)
-        except store.StateNotFound:
-            continue  # nothing to read it from; the row keeps its name alone
-        if preview != Preview():
-            changed.append(Checkpoint(pk=pk, preview=preview.text, tool_failed=preview.tool_failed))
+    count, session = 0, None
+    for pk, session_id, kind, root, parent_id, parent_root, parent_calls in rows.iterator(chunk_size=batch_size):
+        if session_id != session:
+            made, session = {}, session_id
+        before = made.get(parent_id, parent_calls) if parent_id else 0
+        if before is None:
+            continue  # its parent could not be counted either
+        preview = Preview()
+        if kind not in (CheckpointKind.RESTORE, CheckpointKind.FORK):
+            try:
+                previous = store.load_shared(parent_root) if parent_root is not None else None
+                preview = preview_of(store.load_shared(root), previous)
+            except store.StateNotFound:
+                continue  # nothing to read it from; the row keeps its name alone
+        made[pk] = before + preview.tool_calls
+        changed.append(Checkpoint(pk=pk, preview=preview.text, tool_failed=preview.tool_failed, calls_made=made[pk]))
         if len(changed) >= batch_size:
-            count += Checkpoint.objects.bulk_update(changed, ["preview", "tool_failed"])
+            count += Checkpoint.objects.bulk_update(changed, fields)
             changed.clear()
-    return count + (Checkpoint.objects.bulk_update(changed, ["preview", "tool_failed"]) if changed else 0)
+    return count + (Checkpoint.objects.bulk_update(changed, fields) if changed else 0)

@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
+    "django.contrib.postgres",  # index expressions with an operator class (trigram search); inert on SQLite
     "django_htmx",
     "template_partials",
     "django_celery_beat",

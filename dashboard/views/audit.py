@@ -16,6 +16,9 @@ from .common import HtmxHttpRequest, console, parse_int, render_page
 from .pagination import keyset_page
 
 ORDER = ("-created_at", "-pk")
+# The session filter offers the sessions of this many newest events (and any session a link asks for): a list of
+# every session ever audited grows with the store, thousands of options built and rendered on every page.
+RECENT_EVENTS = 200
 # "Who" choices that group actors: the system (jobs, detectors, commands) acts with neither a user nor a token.
 SYSTEM = Q(actor_user__isnull=True, actor_token__isnull=True)
 ACTOR_GROUPS = {"@people": ("People and API tokens", ~SYSTEM), "@system": ("The system (jobs, detectors)", SYSTEM)}
@@ -39,7 +42,7 @@ class AuditFilterForm(forms.Form):
         super().__init__(*args, **kwargs)
         actors = events.order_by("actor").values_list("actor", flat=True).distinct()
         actions = events.order_by("action").values_list("action", flat=True).distinct()
-        audited = Q(pk__in=events.values("session"))
+        audited = Q(pk__in=events.filter(session__isnull=False).order_by(*ORDER).values("session")[:RECENT_EVENTS])
         wanted = parse_int(self.data.get("session"), below=2**63)
         if wanted is not None:  # a link from a session that has no events yet still selects it
             audited |= Q(pk=wanted)

@@ -49,7 +49,11 @@ def _beyond(queryset: QuerySet[Any], order: tuple[str, str], cursor: str, *, bac
     except Exception as exc:  # any garbage in the URL: start from the first page
         raise ValueError(cursor) from exc
     op = "lt" if descending != backwards else "gt"
-    return queryset.filter(Q(**{f"{column}__{op}": value}) | Q(**{column: value, f"pk__{op}": pk}))
+    # The first condition repeats what the OR implies: it is the one an index range can start from, so a deep
+    # page reads its own rows instead of every row before the cursor.
+    return queryset.filter(**{f"{column}__{op}e": value}).filter(
+        Q(**{f"{column}__{op}": value}) | Q(**{column: value, f"pk__{op}": pk})
+    )
 
 
 def keyset_page(

@@ -226,6 +226,12 @@ def test_rows_say_what_happened_failures_stand_out_and_the_index_jumps(
     preview = page.locator("#cp-16 .preview")
     expect(preview).to_be_visible()
     assert preview.bounding_box()["width"] >= 150  # readable: not squeezed to a few characters
+    wrap = page.locator(".table-wrap:has(table.timeline)")
+    assert wrap.evaluate("el => el.scrollWidth <= el.clientWidth")  # every column fits: nothing to scroll to
+    status, menu = page.locator("#cp-7 .status-folded"), page.locator("#cp-7 .actions summary")
+    expect(status).to_contain_text("tool failed")  # folded under the name, on screen without scrolling
+    for box in (status.bounding_box(), menu.bounding_box()):
+        assert box["x"] + box["width"] <= 390
     _shoot(page, screenshot, "timeline-rows-390")
     page.evaluate("document.getElementById('gap-10').scrollIntoView()")
     page.screenshot(path=str(SCREENSHOTS / "timeline-rows-gap-390.png"))

@@ -6,6 +6,7 @@ import pytest
 
 from checkpoints import history
 from checkpoints.models import Checkpoint
+from checkpoints.previews import fill_previews
 from checkpoints.services import Actor, CheckpointInput, ingest_checkpoints, restore_checkpoint
 
 pytestmark = pytest.mark.django_db
@@ -27,7 +28,7 @@ def seqs(*checkpoints: Checkpoint) -> list[int]:
     return [checkpoint.seq for checkpoint in checkpoints]
 
 
-def test_ingest_counts_the_tool_calls_a_state_records(make_session, make_checkpoint):
+def test_ingest_counts_the_tool_calls_made_on_the_path_to_each_checkpoint(make_session, make_checkpoint):
     session = make_session()
     log = make_checkpoint(session, calls(7))
     chat = make_checkpoint(
@@ -42,8 +43,27 @@ def test_ingest_counts_the_tool_calls_a_state_records(make_session, make_checkpo
         },
     )
     plain = make_checkpoint(session, ["not", "a", "dict"])
-    assert [c.tool_calls for c in Checkpoint.objects.order_by("seq")] == [7, 3, 0]
-    assert (log.tool_calls, chat.tool_calls, plain.tool_calls) == (7, 3, 0)
+    assert [c.calls_made for c in Checkpoint.objects.order_by("seq")] == [7, 10, 10]  # 7 logged, 3 in messages
+    assert (log.calls_made, chat.calls_made, plain.calls_made) == (7, 10, 10)
+
+
+def window(n: int, keep: int = 4, per_step: int = 1) -> dict[str, Any]:
+    """The state of an agent that keeps only its last `keep` messages, after `n` steps of `per_step` calls."""
+    messages = [
+        {"role": "assistant", "tool_calls": [{"id": f"call-{i}-{j}", "name": "run_tests"} for j in range(per_step)]}
+        for i in range(n)
+    ]
+    return {"step": n, "messages": messages[-keep:]}
+
+
+def test_the_calls_of_an_agent_keeping_a_sliding_window_are_counted_as_they_are_made(make_session):
+    """Its state records at most four calls however long it runs: each checkpoint counts the calls it added."""
+    session = make_session()
+    items = [CheckpointInput(state=window(n, per_step=2), step=n) for n in range(1, 11)]
+    line = [checkpoint for checkpoint, _ in ingest_checkpoints([(session, items)])]
+    assert history.discards(line[3]).tool_calls == 12  # #5 … #10 made two calls each
+    restore_checkpoint(line[3], actor=OPERATOR)
+    assert history.discards(line[1]).tool_calls == 4  # #3 and #4; the restore added none
 
 
 def test_restoring_an_earlier_checkpoint_discards_the_rest_of_the_line(make_session):
@@ -98,12 +118,16 @@ def test_a_target_in_another_run_of_the_session_discards_the_whole_path(make_ses
     assert (found.checkpoints, found.tool_calls) == (5, 5)
 
 
-def test_counts_missing_from_older_checkpoints_are_read_from_their_states(make_session):
+def test_checkpoints_stored_before_calls_were_counted_are_counted_by_fill_previews(make_session):
     session = make_session()
     line = run(session, 1, 6)
-    Checkpoint.objects.update(tool_calls=None)  # stored before the counter existed
-    assert history.discards(line[1]).tool_calls == 4
-    assert Checkpoint.objects.get(pk=line[-1].pk).tool_calls == 6  # filled in for the next time
+    restore_checkpoint(line[2], actor=OPERATOR)
+    run(session, 4, 5)
+    Checkpoint.objects.update(calls_made=None)  # stored before the counter existed
+    assert history.discards(line[1]).tool_calls is None  # the offer names the checkpoints alone
+    assert fill_previews() == 9
+    assert list(Checkpoint.objects.order_by("seq").values_list("calls_made", flat=True)) == [1, 2, 3, 4, 5, 6, 3, 4, 5]
+    assert history.discards(line[1]).tool_calls == 5 - 2
 
 
 def test_many_targets_cost_a_fixed_number_of_queries(make_session, django_assert_max_num_queries):

@@ -43,6 +43,16 @@ def test_a_call_made_earlier_is_not_counted_again():
     assert not preview.tool_failed
 
 
+def test_a_log_kept_as_a_sliding_window_counts_the_calls_it_appended():
+    """The agent keeps its last four calls: two new ones push two old ones out."""
+    log = [{**CALL, "id": f"c{n}", "arguments": {"query": f"q{n}"}} for n in range(1, 7)]
+
+    preview = preview_of({"tool_calls": log[2:]}, {"tool_calls": log[:4]})
+
+    assert (preview.text, preview.tool_calls) == ("web_search(query=q6)", 2)
+    assert preview_of({"tool_calls": log[2:]}, {"tool_calls": log[2:]}).tool_calls == 0
+
+
 def test_a_new_message_reads_as_its_role_and_first_words():
     state = {"messages": [{"role": "assistant", "content": "Done.   The survey\nis written."}]}
 
@@ -118,13 +128,13 @@ def test_fill_previews_works_out_the_rows_stored_before_previews_existed(make_se
     make_checkpoint(session, {"tool_calls": [CALL]})
     make_checkpoint(session, {"tool_calls": [CALL, failed]})
     make_checkpoint(session, {"tool_calls": [CALL, failed]}, kind="routine")
-    expected = list(session.checkpoints.order_by("seq").values_list("preview", "tool_failed"))
-    Checkpoint.objects.update(preview="", tool_failed=False)  # as the migration leaves older rows
+    expected = list(session.checkpoints.order_by("seq").values_list("preview", "tool_failed", "calls_made"))
+    Checkpoint.objects.update(preview="", tool_failed=False, calls_made=None)  # as the migrations leave older rows
 
     call_command("fill_previews", "--session", str(session.pk), stdout=io.StringIO())
 
-    assert list(session.checkpoints.order_by("seq").values_list("preview", "tool_failed")) == expected
-    assert expected[1] == ("web_search(query=kv cache) failed: timeout", True)
+    assert list(session.checkpoints.order_by("seq").values_list("preview", "tool_failed", "calls_made")) == expected
+    assert expected[1] == ("web_search(query=kv cache) failed: timeout", True, 2)
 
 
 @pytest.mark.django_db

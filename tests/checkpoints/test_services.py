@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from checkpoints import services, store
 from checkpoints.history import Discards
@@ -64,6 +65,33 @@ def test_parents_named_by_key_link_a_tree_and_a_new_root_starts_a_second_run(mak
     assert [c.seq for c, _ in made] == [4, 5, 6, 7]
     assert [c.starts_branch for c, _ in made] == [True, True, False, True]
     assert [store.load_state(bytes(c.root)) for c, _ in made][1] == {"run": 2, "step": 0}
+
+
+def _chain_with_a_branch() -> list[CheckpointInput]:
+    """Five checkpoints in a row, a branch from the second (by key), and one more after the branch."""
+    items = [CheckpointInput(state={"n": n}, idempotency_key=f"k{n}") for n in range(1, 6)]
+    return [*items, CheckpointInput(state={"n": "2b"}, parent_key="k2"), CheckpointInput(state={"n": 7})]
+
+
+def test_parents_stored_in_the_same_call_are_linked_as_sent(make_session, make_checkpoint):
+    session = make_session()
+    make_checkpoint(session, {"n": 0})
+    made = services.ingest_checkpoints([(session, _chain_with_a_branch())])
+    stored = dict(Checkpoint.objects.filter(session=session).values_list("seq", "parent__seq"))
+    assert stored == {1: None, 2: 1, 3: 2, 4: 3, 5: 4, 6: 5, 7: 3, 8: 7}
+    assert {c.pk: c.parent_id for c, _ in made} == dict(
+        Checkpoint.objects.filter(session=session, seq__gt=1).values_list("pk", "parent_id")
+    )
+
+
+@pytest.mark.postgres
+def test_ingest_writes_each_checkpoint_row_once(make_session, make_checkpoint):
+    """No update after the insert to link in-call parents: each would leave a dead row version behind."""
+    session = make_session()
+    make_checkpoint(session, {"n": 0})
+    with CaptureQueriesContext(connection) as queries:
+        services.ingest_checkpoints([(session, _chain_with_a_branch())])
+    assert not [q["sql"] for q in queries if q["sql"].startswith('UPDATE "checkpoints_checkpoint"')]
 
 
 @pytest.mark.parametrize(

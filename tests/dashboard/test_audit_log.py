@@ -4,6 +4,7 @@ from django.urls import reverse
 
 from checkpoints.drift import detect_session
 from checkpoints.services import Actor, fork_session, pin_checkpoint, record_audit, restore_checkpoint
+from dashboard.views import audit
 from tests.dashboard.test_session_list import add_sessions
 
 URL = reverse("dashboard:audit_log")
@@ -119,6 +120,22 @@ def test_a_link_from_a_session_without_events_selects_it(client, bob, make_sessi
     assert not response.context["form"].errors
     assert f'<option value="{quiet.pk}" selected>acme/quiet</option>' in html
     assert "No entry matches these filters" in html
+
+
+def test_the_session_filter_offers_the_sessions_of_recent_events_and_the_one_asked_for(
+    client, bob, alice, make_session, monkeypatch
+):
+    monkeypatch.setattr(audit, "RECENT_EVENTS", 2)
+    old, middle, new = (make_session(name) for name in ("old", "middle", "new"))
+    for session in (old, middle, new):
+        record_audit(Actor.for_user(alice), "acknowledge", session=session, reason=session.external_id)
+    client.force_login(bob)
+    offered = [str(label) for value, label in client.get(URL).context["form"].fields["session"].choices if value]
+    assert offered == ["acme/middle", "acme/new"]
+    response = client.get(URL, {"session": old.pk})
+    assert reasons(response) == ["old"] and f'<option value="{old.pk}" selected>acme/old</option>' in (
+        response.content.decode()
+    )
 
 
 def test_unknown_filter_value_is_reported_and_ignored(client, bob, make_session):

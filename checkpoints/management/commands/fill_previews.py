@@ -10,9 +10,9 @@ from checkpoints.previews import fill_previews
 
 class Command(BaseCommand):
     help = (
-        "Work out the one-line previews (and failed tool calls) of checkpoints stored before the console kept "
-        "them, so their timeline rows say what happened and the error chart counts their tool failures. "
-        "Safe to run again: it reads only checkpoints without a preview."
+        "Work out the one-line previews, failed tool calls and tool-call counts of checkpoints stored before the "
+        "console kept them, so their timeline rows say what happened, the error chart counts their tool failures "
+        "and restore offers count the calls they discard. Safe to run again: it reads only uncounted checkpoints."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
