@@ -136,6 +136,22 @@ class AgentSessionQuerySet(ProjectScopedQuerySet):
             .with_open_alert_count()
         )
 
+    def for_drift_check(self, *, idle_before: datetime) -> AgentSessionQuerySet:
+        """Sessions whose drift alerts can change: active ones with checkpoints the drift job has not read or
+        heard from since `idle_before` (the time-based rules move with the clock), those with new checkpoints
+        and an unresolved failed or halted alert, and those with an unresolved long-running or missed-routine
+        alert (it clears once the session stops or goes idle). One scan of the sessions, none of checkpoints."""
+        unseen = Q(drift_checked_seq__isnull=True) | ~Q(drift_checked_seq=models.F("last_seq"))
+        heard = Q(last_seen_at__gte=idle_before) | Q(last_seen_at__isnull=True)
+        alerts = DriftAlert.objects.unresolved()
+        status_alerts = alerts.filter(kind__in=[AlertKind.FAILED, AlertKind.HALTED]).values("session_id")
+        running_alerts = alerts.filter(kind__in=[AlertKind.LONG_RUNNING, AlertKind.MISSED_ROUTINE])
+        return self.filter(
+            (Q(status=SessionStatus.ACTIVE) & (unseen | heard))
+            | (unseen & Q(pk__in=status_alerts))
+            | Q(pk__in=running_alerts.values("session_id"))
+        )
+
     def needing_attention(self, *, stale_before: datetime) -> AgentSessionQuerySet:
         """Sessions an operator should look at, most urgent first (`attention`): 0 open alerts, 1 failed or
         halted, 2 active with a heartbeat older than `stale_before`. The newest open alert's `alert_kind` and
@@ -186,6 +202,11 @@ class AgentSession(models.Model):
     last_seq = models.PositiveIntegerField(default=0, help_text="Highest seq handed out; seqs are never reused.")
     restore_generation = models.PositiveIntegerField(default=0)
     last_seen_at = models.DateTimeField(null=True, blank=True)
+    drift_checked_seq = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="last_seq when drift detection last read its checkpoints: the job skips sessions with none new.",
+    )
     live_root = models.BinaryField(
         max_length=32, null=True, blank=True, help_text="Store address of the latest live state sent."
     )
