@@ -578,14 +578,36 @@ class AlertState(models.TextChoices):
     RESOLVED = "resolved"
 
 
+# Most severe first: the alert list's order, and the leading column of the index that serves it.
+SEVERITY_RANK = models.Case(
+    models.When(severity=AlertSeverity.CRITICAL, then=models.Value(2)),
+    models.When(severity=AlertSeverity.WARNING, then=models.Value(1)),
+    default=models.Value(0),
+    output_field=models.SmallIntegerField(),
+)
+UNRESOLVED = ~Q(state=AlertState.RESOLVED)
+
+
 class DriftAlertQuerySet(ProjectScopedQuerySet):
     project_path = "session__project"
 
     def unresolved(self) -> DriftAlertQuerySet:
-        return self.exclude(state=AlertState.RESOLVED)
+        return self.filter(UNRESOLVED)
 
     def open(self) -> DriftAlertQuerySet:
         return self.filter(state=AlertState.OPEN)
+
+    def most_severe_first(self, *, after: tuple[int, datetime, int] | None = None) -> DriftAlertQuerySet:
+        """Most severe first, then newest first, from after the (`severity_rank`, opened_at, id) of the last
+        row of the previous page: for unresolved alerts an index range in the order of `alert_unresolved_list`.
+        """
+        from django.db.models.fields.tuple_lookups import Tuple, TupleLessThan
+
+        alerts = self.annotate(severity_rank=SEVERITY_RANK)
+        if after is not None:
+            key = Tuple(models.F("severity_rank"), models.F("opened_at"), models.F("pk"))
+            alerts = alerts.filter(TupleLessThan(key, after))
+        return alerts.order_by("-severity_rank", "-opened_at", "-pk")
 
 
 class DriftAlert(models.Model):
@@ -618,13 +640,23 @@ class DriftAlert(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["session", "kind"],
-                condition=~Q(state="resolved"),
+                condition=UNRESOLVED,
                 name="one_unresolved_alert_per_session_kind",
             )
         ]
         indexes = [
             # overview and alerts list: open alerts, newest first
             models.Index(fields=["state", "-opened_at"], name="alert_state_opened"),
+            # the API's alerts list: every alert of a project, newest first
+            models.Index(fields=["-opened_at", "-id"], name="alert_opened"),
+            # the alerts list (unresolved by default): most severe first, newest first, a page at a time
+            models.Index(
+                SEVERITY_RANK.desc(),
+                models.F("opened_at").desc(),
+                models.F("id").desc(),
+                condition=UNRESOLVED,
+                name="alert_unresolved_list",
+            ),  # fmt: skip
             # alert badges of a session
             models.Index(fields=["session", "state"], name="alert_session_state"),
         ]
