@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -152,31 +153,41 @@ class AgentSessionQuerySet(ProjectScopedQuerySet):
             | Q(pk__in=running_alerts.values("session_id"))
         )
 
-    def needing_attention(self, *, stale_before: datetime) -> AgentSessionQuerySet:
-        """Sessions an operator should look at, most urgent first (`attention`): 0 open alerts, 1 failed or
-        halted, 2 active with a heartbeat older than `stale_before`. The newest open alert's `alert_kind` and
-        `alert_message` come along."""
-        newest_open = DriftAlert.objects.filter(session=models.OuterRef("pk"), state=AlertState.OPEN).order_by(
-            "-opened_at", "-pk"
-        )
+    def needing_attention(
+        self, *, stale_before: datetime, limit: int, grouped: Iterable[str] = ()
+    ) -> list[AgentSession]:
+        """The `limit` sessions an operator should look at first, most urgent first (`attention`): 0 an open
+        alert (of a kind not in `grouped`: the overview shows those as one line each), newest alert first,
+        1 failed or halted, 2 active with a heartbeat older than `stale_before`, by recent activity. The newest
+        open alert's `alert_kind` and `alert_message` come along.
+
+        Each class is read newest first by an index and cut at `limit`, so the cost does not grow with the
+        number of sessions or alerts; only the sessions shown are joined to their heads and badges.
+        """
+        alerts = DriftAlert.objects.open().filter(session__in=self.values("pk")).exclude(kind__in=list(grouped))
+        newest: dict[int, tuple[str, str]] = {}
+        # a session holds one open alert of a kind at most: this many alerts name `limit` sessions
+        for session_id, kind, message in alerts.order_by("-opened_at", "-pk").values_list(
+            "session_id", "kind", "message"
+        )[: limit * len(AlertKind)]:
+            newest.setdefault(session_id, (kind, message))
+        chosen = dict.fromkeys(list(newest)[:limit], 0)
         silent = Q(last_seen_at__lt=stale_before) | Q(last_seen_at__isnull=True, created_at__lt=stale_before)
-        attention = models.Case(
-            models.When(models.Exists(newest_open), then=0),
-            models.When(status__in=[SessionStatus.FAILED, SessionStatus.HALTED], then=1),
-            models.When(Q(status=SessionStatus.ACTIVE) & silent, then=2),
-            default=None,
-            output_field=models.IntegerField(),
-        )
-        return (
-            self.for_list()
-            .annotate(
-                attention=attention,
-                alert_kind=models.Subquery(newest_open.values("kind")[:1]),
-                alert_message=models.Subquery(newest_open.values("message")[:1]),
-            )
-            .filter(attention__isnull=False)
-            .order_by("attention", "-updated_at", "-pk")
-        )
+        for attention, candidates in (
+            (1, self.filter(status__in=[SessionStatus.FAILED, SessionStatus.HALTED])),
+            (2, self.filter(silent, status=SessionStatus.ACTIVE)),
+        ):
+            room = limit - len(chosen)
+            if room <= 0:
+                break
+            found = candidates.order_by("-updated_at", "-pk").values_list("pk", flat=True)[: room + len(chosen)]
+            for pk in [pk for pk in found if pk not in chosen][:room]:
+                chosen[pk] = attention
+        shown = {session.pk: session for session in self.filter(pk__in=list(chosen)).for_list()}
+        for pk, attention in chosen.items():
+            shown[pk].attention = attention
+            shown[pk].alert_kind, shown[pk].alert_message = newest.get(pk, ("", "")) if attention == 0 else ("", "")
+        return [shown[pk] for pk in chosen if pk in shown]
 
 
 class AgentSession(models.Model):
@@ -596,6 +607,12 @@ class DriftAlertQuerySet(ProjectScopedQuerySet):
 
     def open(self) -> DriftAlertQuerySet:
         return self.filter(state=AlertState.OPEN)
+
+    def open_kinds_at_least(self, sessions: int) -> dict[str, int]:
+        """The kinds that `sessions` or more sessions have an open alert of, with how many: a burst the
+        overview shows as one line rather than one row a session (a session has one open alert of a kind)."""
+        counts = self.open().order_by().values("kind").annotate(n=models.Count("pk")).filter(n__gte=sessions)
+        return {row["kind"]: row["n"] for row in counts.order_by("-n", "kind")}
 
     def most_severe_first(self, *, after: tuple[int, datetime, int] | None = None) -> DriftAlertQuerySet:
         """Most severe first, then newest first, from after the (`severity_rank`, opened_at, id) of the last
