@@ -30,6 +30,7 @@ from .models import (
     AlertKind,
     AlertSeverity,
     AlertState,
+    AuditEvent,
     Checkpoint,
     CheckpointKind,
     CheckpointStatus,
@@ -474,9 +475,13 @@ def run_detectors(recent: Recent, now: datetime, limits: Limits, kinds: Iterable
 
 def audit_alert(alert: DriftAlert, action: str, *, actor: str, reason: str, now: datetime, **details: Any) -> None:
     """The AuditEvent of a detector's change to an alert: `alert_opened`, `alert_escalated` or `alert_resolved`."""
-    from .services import Actor, record_audit
+    _alert_event(alert, action, actor=actor, reason=reason, now=now, **details).save()
 
-    record_audit(
+
+def _alert_event(alert: DriftAlert, action: str, *, actor: str, reason: str, now: datetime, **details: Any) -> Any:
+    from .services import Actor, audit_event
+
+    return audit_event(
         Actor.system(actor),
         action,
         session=alert.session,
@@ -496,11 +501,14 @@ def sync_alerts(
     now: datetime,
     head: Row | None = None,
     unresolved: list[DriftAlert] | None = None,
+    clearing: list[tuple[DriftAlert, str]] | None = None,
 ) -> tuple[int, int]:
     """Open, update or resolve the session's alerts of `kinds` (only those evaluated); returns (opened, resolved).
 
     `unresolved`: the session's unresolved alerts as `unresolved_alerts` reads them, when the caller read them
-    for many sessions at once. An alert whose finding did not change is not written again.
+    for many sessions at once. An alert whose finding did not change is not written again. `clearing`: a
+    list the alerts to resolve (with the reason) go to, for the caller to resolve with others at once; they
+    are not counted in the result then.
 
     An alert keeps the `last_good` it opened with: later runs see a window that starts after the drift began.
     A failed or halted alert is one incident: when a healthy checkpoint stands between its failure and the
@@ -557,14 +565,18 @@ def sync_alerts(
             opened += 1
         except IntegrityError:  # a concurrent run (ingest and beat) opened it first
             DriftAlert.objects.unresolved().filter(session=session, kind=kind).update(**fields)
+    cleared = []
     for kind, alert in existing.items():
         if kind not in found:
             alert.session = session
             reason = "the condition cleared"
             if kind in STATUS_KINDS and head is not None:
                 reason += f": the head #{head.seq} is {head.status}"
-            resolved += resolve_by_detector(alert, actor=DETECTOR_ACTOR, reason=reason, now=now)
-    return opened, resolved
+            cleared.append((alert, reason))
+    if clearing is not None:
+        clearing += cleared
+        return opened, resolved
+    return opened, resolved + resolve_all_by_detector(cleared, actor=DETECTOR_ACTOR, now=now)
 
 
 def unresolved_alerts(session_ids: list[int]) -> dict[int, list[DriftAlert]]:
@@ -589,15 +601,27 @@ def _earlier_incident(alert: DriftAlert, finding: Finding) -> bool:
 
 def resolve_by_detector(alert: DriftAlert, *, actor: str, reason: str, now: datetime) -> int:
     """Resolve `alert` unless someone already did, auditing it in the same transaction; returns 1 if it resolved."""
+    return resolve_all_by_detector([(alert, reason)], actor=actor, now=now)
+
+
+def resolve_all_by_detector(alerts: list[tuple[DriftAlert, str]], *, actor: str, now: datetime) -> int:
+    """Resolve each (alert, reason) unless someone already did, auditing each in the same transaction; returns
+    how many resolved. Three statements however many: the run that clears thousands at once (after a rule
+    changed) takes seconds."""
+    if not alerts:
+        return 0
     with transaction.atomic():
-        changed = (
-            DriftAlert.objects.filter(pk=alert.pk)
-            .exclude(state=AlertState.RESOLVED)
-            .update(state=AlertState.RESOLVED, resolved_at=now)
+        pending = DriftAlert.objects.filter(pk__in=[alert.pk for alert, _ in alerts]).exclude(state=AlertState.RESOLVED)
+        claimed = set(pending.select_for_update().values_list("pk", flat=True))
+        if not claimed:
+            return 0
+        DriftAlert.objects.filter(pk__in=claimed).update(state=AlertState.RESOLVED, resolved_at=now)
+        AuditEvent.objects.bulk_create(
+            _alert_event(alert, "alert_resolved", actor=actor, reason=reason, now=now)
+            for alert, reason in alerts
+            if alert.pk in claimed
         )
-        if changed:
-            audit_alert(alert, "alert_resolved", actor=actor, reason=reason, now=now)
-    return changed
+    return len(claimed)
 
 
 # ---- running -------------------------------------------------------------------------------------
@@ -698,18 +722,25 @@ def detect_all(now: datetime | None = None) -> dict[str, Any]:
     def detect_batch(batch: list[int]) -> tuple[int, int]:
         opened = resolved = 0
         alerts = unresolved_alerts(batch)
-        read = []
+        read, clearing = [], []
         for session, recent in recents_for(batch, limits=limits, timed=True).values():
             kinds = _kinds_for(session)
             findings = run_detectors(recent, now, limits, kinds)
             session_opened, session_resolved = sync_alerts(
-                session, findings, kinds=kinds, now=now, head=recent.head, unresolved=alerts[session.pk]
+                session,
+                findings,
+                kinds=kinds,
+                now=now,
+                head=recent.head,
+                unresolved=alerts[session.pk],
+                clearing=clearing,
             )
             opened += session_opened
             resolved += session_resolved
             if session.drift_checked_seq != session.last_seq:
                 session.drift_checked_seq = session.last_seq
                 read.append(session)
+        resolved += resolve_all_by_detector(clearing, actor=DETECTOR_ACTOR, now=now)
         AgentSession.objects.bulk_update(read, ["drift_checked_seq"])
         return opened, resolved
 

@@ -655,3 +655,16 @@ def test_a_rerun_does_not_rewrite_an_unchanged_alert(make_session, django_assert
     with django_assert_num_queries(7):
         drift.detect_all(now=agent.now)
     assert alert_kinds(agent.session) == {AlertKind.REPETITION}
+
+
+def test_the_job_clears_a_storm_of_alerts_in_a_few_statements_each_audited(make_session, django_assert_max_num_queries):
+    agents = [Agent(make_session(f"run-{i}")).steps(3).flush() for i in range(12)]
+    drift.detect_all(now=T0 + timedelta(hours=3))
+    assert DriftAlert.objects.unresolved().filter(kind=AlertKind.LONG_RUNNING).count() == 12
+    with django_assert_max_num_queries(14):  # as many for 12 alerts as for one
+        result = drift.detect_all(now=T0 + timedelta(days=2))
+    assert result["resolved"] == 24  # long running and missed routine, on every session
+    assert DriftAlert.objects.unresolved().count() == 0
+    resolved = AuditEvent.objects.filter(action="alert_resolved", actor="system:drift")
+    assert sorted(resolved.values_list("session_id", flat=True)) == sorted([a.session.pk for a in agents] * 2)
+    assert set(resolved.values_list("reason", flat=True)) == {"the condition cleared"}
