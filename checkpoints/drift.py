@@ -703,6 +703,37 @@ def _kinds_for(session: AgentSession) -> list[str]:
     return [*STATUS_KINDS, *RUNNING_KINDS] if unseen else RUNNING_KINDS
 
 
+def detect_batch(
+    session_ids: list[int], *, now: datetime, limits: Limits, kinds: list[str] | None = None
+) -> tuple[int, int]:
+    """Run the detectors over `session_ids` and sync their alerts, in the same few queries however many;
+    returns (opened, resolved). With `kinds`, those detectors; without, what can have changed for each
+    session (`_kinds_for`), noting the seq read up to so that the job skips it until new checkpoints arrive."""
+    opened = resolved = 0
+    alerts = unresolved_alerts(session_ids)
+    read, clearing = [], []
+    timed = kinds is None or any(kind in TIMED for kind in kinds)
+    for session, recent in recents_for(session_ids, limits=limits, timed=timed).values():
+        evaluated = _kinds_for(session) if kinds is None else kinds
+        session_opened, session_resolved = sync_alerts(
+            session,
+            run_detectors(recent, now, limits, evaluated),
+            kinds=evaluated,
+            now=now,
+            head=recent.head,
+            unresolved=alerts[session.pk],
+            clearing=clearing,
+        )
+        opened += session_opened
+        resolved += session_resolved
+        if kinds is None and session.drift_checked_seq != session.last_seq:
+            session.drift_checked_seq = session.last_seq
+            read.append(session)
+    resolved += resolve_all_by_detector(clearing, actor=DETECTOR_ACTOR, now=now)
+    AgentSession.objects.bulk_update(read, ["drift_checked_seq"])
+    return opened, resolved
+
+
 def detect_all(now: datetime | None = None) -> dict[str, Any]:
     """The detectors over the sessions whose alerts can change (the `drift_detection` job and
     `manage.py detect_drift`; `AgentSessionQuerySet.for_drift_check` says which): every detector over an active
@@ -719,35 +750,13 @@ def detect_all(now: datetime | None = None) -> dict[str, Any]:
     limits = Limits.from_settings()
     failures = Failures()
 
-    def detect_batch(batch: list[int]) -> tuple[int, int]:
-        opened = resolved = 0
-        alerts = unresolved_alerts(batch)
-        read, clearing = [], []
-        for session, recent in recents_for(batch, limits=limits, timed=True).values():
-            kinds = _kinds_for(session)
-            findings = run_detectors(recent, now, limits, kinds)
-            session_opened, session_resolved = sync_alerts(
-                session,
-                findings,
-                kinds=kinds,
-                now=now,
-                head=recent.head,
-                unresolved=alerts[session.pk],
-                clearing=clearing,
-            )
-            opened += session_opened
-            resolved += session_resolved
-            if session.drift_checked_seq != session.last_seq:
-                session.drift_checked_seq = session.last_seq
-                read.append(session)
-        resolved += resolve_all_by_detector(clearing, actor=DETECTOR_ACTOR, now=now)
-        AgentSession.objects.bulk_update(read, ["drift_checked_seq"])
-        return opened, resolved
+    def detect(batch: list[int]) -> tuple[int, int]:
+        return detect_batch(batch, now=now, limits=limits)
 
     candidates = AgentSession.objects.for_drift_check(idle_before=now - limits.idle_after)
     ids = candidates.order_by("pk").values_list("pk", flat=True)
     totals = {"opened": 0, "resolved": 0}
-    for opened, resolved in each_batch(ids.iterator(chunk_size=1000), detect_batch, failures, size=DETECT_BATCH):
+    for opened, resolved in each_batch(ids.iterator(chunk_size=1000), detect, failures, size=DETECT_BATCH):
         totals["opened"] += opened
         totals["resolved"] += resolved
     return {**totals, **failures.as_dict()}

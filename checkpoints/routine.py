@@ -52,12 +52,12 @@ def take_routine_checkpoints(now: datetime | None = None) -> dict[str, Any]:
     candidates = AgentSession.objects.filter((Q(status=SessionStatus.ACTIVE) & silent) | Q(pk__in=alerted))
 
     def check_batch(batch: list[int]) -> int:
-        missed = 0
-        for session in AgentSession.objects.filter(pk__in=batch).defer("metadata", "live_root"):
-            drift.detect_session(session, kinds=[AlertKind.MISSED_ROUTINE], now=now, limits=limits)
-            heartbeat = session.last_seen_at or session.created_at
-            missed += session.status == SessionStatus.ACTIVE and idle_before <= heartbeat < stale_before
-        return missed
+        drift.detect_batch(batch, now=now, limits=limits, kinds=[AlertKind.MISSED_ROUTINE])
+        heard = AgentSession.objects.filter(pk__in=batch, status=SessionStatus.ACTIVE)
+        return sum(
+            idle_before <= (seen or created) < stale_before
+            for seen, created in heard.values_list("last_seen_at", "created_at")
+        )
 
     ids = candidates.order_by("pk").values_list("pk", flat=True).iterator(chunk_size=1000)
     missed = sum(each_batch(ids, check_batch, failures, size=drift.DETECT_BATCH))
