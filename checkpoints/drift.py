@@ -26,6 +26,7 @@ from . import jsoncodec, store
 from .humanize import plain_duration
 from .jobs import Failures, each_batch
 from .models import (
+    SEVERITY_RANKS,
     AgentSession,
     AlertKind,
     AlertSeverity,
@@ -46,7 +47,6 @@ COPIES = {CheckpointKind.ROUTINE, CheckpointKind.PRE_OPERATION, CheckpointKind.R
 # A fresh start: the cycle and running-time counters begin again after one of these.
 RESETS = [CheckpointKind.RECOVERY, CheckpointKind.RESTORE, CheckpointKind.FORK]
 BAD = {CheckpointStatus.FAILED, CheckpointStatus.HALTED}
-SEVERITY_RANK = {AlertSeverity.INFO: 0, AlertSeverity.WARNING: 1, AlertSeverity.CRITICAL: 2}
 DETECTOR_ACTOR = "system:drift"
 DETECT_BATCH = 100  # sessions per savepoint in detect_all
 
@@ -541,7 +541,7 @@ def sync_alerts(
             if not extra and all(getattr(alert, name) == value for name, value in fields.items()):
                 continue
             previous = alert.severity
-            escalated = SEVERITY_RANK.get(finding.severity, 0) > SEVERITY_RANK.get(previous, 0)
+            escalated = SEVERITY_RANKS.get(finding.severity, 0) > SEVERITY_RANKS.get(previous, 0)
             with transaction.atomic() if escalated else nullcontext():
                 DriftAlert.objects.filter(pk=alert.pk).update(**fields, **extra)
                 if escalated:

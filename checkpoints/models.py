@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.db.models.fields.tuple_lookups import Tuple, TupleLessThan
 from django.utils import timezone
 
 from . import limits
@@ -186,7 +187,7 @@ class AgentSessionQuerySet(ProjectScopedQuerySet):
         shown = {session.pk: session for session in self.filter(pk__in=list(chosen)).for_list()}
         for pk, attention in chosen.items():
             shown[pk].attention = attention
-            shown[pk].alert_kind, shown[pk].alert_message = newest.get(pk, ("", "")) if attention == 0 else ("", "")
+            shown[pk].alert_kind, shown[pk].alert_message = newest.get(pk, ("", ""))
         return [shown[pk] for pk in chosen if pk in shown]
 
 
@@ -589,8 +590,9 @@ class AlertState(models.TextChoices):
     RESOLVED = "resolved"
 
 
-# Most severe first: the alert list's order, and the leading column of the index that serves it.
-SEVERITY_RANK = models.Case(
+# Most severe first: the alert list's order (the rank in SQL leads the index that serves it) and escalation.
+SEVERITY_RANKS = {AlertSeverity.INFO: 0, AlertSeverity.WARNING: 1, AlertSeverity.CRITICAL: 2}
+SEVERITY_RANK = models.Case(  # the same text as in the index: PostgreSQL matches it to use the index
     models.When(severity=AlertSeverity.CRITICAL, then=models.Value(2)),
     models.When(severity=AlertSeverity.WARNING, then=models.Value(1)),
     default=models.Value(0),
@@ -618,8 +620,6 @@ class DriftAlertQuerySet(ProjectScopedQuerySet):
         """Most severe first, then newest first, from after the (`severity_rank`, opened_at, id) of the last
         row of the previous page: for unresolved alerts an index range in the order of `alert_unresolved_list`.
         """
-        from django.db.models.fields.tuple_lookups import Tuple, TupleLessThan
-
         alerts = self.annotate(severity_rank=SEVERITY_RANK)
         if after is not None:
             key = Tuple(models.F("severity_rank"), models.F("opened_at"), models.F("pk"))

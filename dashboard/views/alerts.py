@@ -15,7 +15,7 @@ from django_htmx.http import trigger_client_event
 
 from checkpoints.history import discards_for
 from checkpoints.humanize import plain_duration
-from checkpoints.models import AlertSeverity, AlertState, Checkpoint, DriftAlert, Project
+from checkpoints.models import SEVERITY_RANKS, AlertSeverity, AlertState, Checkpoint, DriftAlert, Project
 from checkpoints.services import Actor, acknowledge_alert, resolve_alert
 
 from ..forms import UNRESOLVED, AlertFilterForm, ResolveForm
@@ -25,8 +25,6 @@ from .common import TRIAGE, VIEW, HtmxHttpRequest, console, get_alert_for_user, 
 PAGE_SIZE = 50
 ROW = "dashboard/alert_list.html#alert-row"
 LAST_GOOD_FIELDS = ["id", "session_id", "seq", "name"]  # what a row shows of it and what its discards need
-# a page cursor names the severity of its row; the list orders by its rank (DriftAlertQuerySet.most_severe_first)
-SEVERITY_RANK = {AlertSeverity.CRITICAL: 2, AlertSeverity.WARNING: 1, AlertSeverity.INFO: 0}
 
 
 def evidence_summary(evidence: Any, *, limit: int = 4) -> str:
@@ -78,7 +76,7 @@ def _alerts(filters: dict[str, Any], request: HtmxHttpRequest) -> Any:
     after = filters.get("after")
     if after:
         severity, opened_at, pk = after
-        after = (SEVERITY_RANK[AlertSeverity(severity)], opened_at, pk)
+        after = (SEVERITY_RANKS[AlertSeverity(severity)], opened_at, pk)  # the cursor names its row's severity
     return alerts.most_severe_first(after=after)
 
 
