@@ -614,7 +614,7 @@ def request_context() -> dict[str, Any]:
     small = AgentSession.objects.filter(last_seq__range=(80, 100)).order_by("pk").first()
     deep_session = deep(AgentSession.objects.order_by("-updated_at", "-pk"))
     deep_event = deep(AuditEvent.objects.order_by("-created_at", "-pk"))
-    deep_alert = deep(DriftAlert.objects.unresolved().order_by("-opened_at", "-pk"))
+    deep_alert = deep(DriftAlert.objects.unresolved().most_severe_first())
     project = Project.objects.get(slug="research")
     _, token = services.create_api_token(project, name=f"bench-{time.time_ns()}")
     since = ours.filter(seq=big.last_seq - 500).values_list("created_at", flat=True).first() or timezone_now()
@@ -627,7 +627,7 @@ def request_context() -> dict[str, Any]:
         "before_last": before_last,
         "sessions_deep": _cursor(deep_session, "updated_at"),
         "audit_deep": _cursor(deep_event, "created_at"),
-        "alerts_deep": f"{deep_alert.opened_at.isoformat()}_{deep_alert.pk}",
+        "alerts_deep": f"{deep_alert.severity}_{deep_alert.opened_at.isoformat()}_{deep_alert.pk}",
         "token": token,
         "since": since.isoformat().replace("+00:00", "Z"),
     }

@@ -769,9 +769,19 @@ class AlertFilter(Schema):
     state: AlertState | None = None
 
 
+ALERT_FIELDS = [
+    "id", "session_id", "checkpoint_id", "kind", "severity", "state", "message", "evidence", "opened_at",
+    "acknowledged_at", "resolved_at", "last_good_id",
+]  # fmt: skip
+
+
 @api.get("/alerts", response={200: list[AlertOut], **ERRORS}, tags=["alerts"])
 def list_alerts(request: HttpRequest, filters: Query[AlertFilter]) -> Any:
-    qs = DriftAlert.objects.filter(session__project=_token(request).project).select_related("session")
+    qs = (
+        DriftAlert.objects.filter(session__project=_token(request).project)
+        .select_related("session")
+        .only(*ALERT_FIELDS, "session__external_id")
+    )
     condition = Q()
     if filters.session:
         condition &= Q(session__external_id=filters.session)
@@ -794,7 +804,7 @@ def list_alerts(request: HttpRequest, filters: Query[AlertFilter]) -> Any:
             "resolved_at": alert.resolved_at,
             "last_good": alert.last_good_id,
         }
-        for alert in qs.filter(condition).order_by("-opened_at")[:500]
+        for alert in qs.filter(condition).order_by("-opened_at", "-pk")[:500]
     ]
 
 

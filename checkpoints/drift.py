@@ -19,17 +19,19 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import F, OuterRef, Subquery
 from django.utils import timezone
 
 from . import jsoncodec, store
 from .humanize import plain_duration
 from .jobs import Failures, each_batch
 from .models import (
+    SEVERITY_RANKS,
     AgentSession,
     AlertKind,
     AlertSeverity,
     AlertState,
+    AuditEvent,
     Checkpoint,
     CheckpointKind,
     CheckpointStatus,
@@ -45,7 +47,6 @@ COPIES = {CheckpointKind.ROUTINE, CheckpointKind.PRE_OPERATION, CheckpointKind.R
 # A fresh start: the cycle and running-time counters begin again after one of these.
 RESETS = [CheckpointKind.RECOVERY, CheckpointKind.RESTORE, CheckpointKind.FORK]
 BAD = {CheckpointStatus.FAILED, CheckpointStatus.HALTED}
-SEVERITY_RANK = {AlertSeverity.INFO: 0, AlertSeverity.WARNING: 1, AlertSeverity.CRITICAL: 2}
 DETECTOR_ACTOR = "system:drift"
 DETECT_BATCH = 100  # sessions per savepoint in detect_all
 
@@ -73,6 +74,7 @@ ROW_FIELDS = [
     "parent_id",
 ]  # fmt: skip
 STATUS_KINDS = [AlertKind.FAILED, AlertKind.HALTED]  # alerts about the head's own status
+RUNNING_KINDS = [AlertKind.LONG_RUNNING, AlertKind.MISSED_ROUTINE]  # rules about an agent expected to be running
 ANCESTORS_FETCHED = 20  # rows read one by one above the window when looking for a failure's last good
 
 
@@ -100,6 +102,7 @@ class Limits:
     state_max_bytes: int = 8 * 1024 * 1024
     routine_interval: timedelta = timedelta(minutes=30)
     routine_grace: timedelta = timedelta(minutes=5)
+    idle_after: timedelta = timedelta(hours=24)
 
     @classmethod
     def from_settings(cls) -> Limits:
@@ -116,6 +119,7 @@ class Limits:
             state_max_bytes=settings.DRIFT_STATE_MAX_BYTES,
             routine_interval=timedelta(minutes=settings.ROUTINE_INTERVAL_MINUTES),
             routine_grace=timedelta(minutes=settings.DRIFT_ROUTINE_GRACE_MINUTES),
+            idle_after=timedelta(hours=settings.DRIFT_IDLE_HOURS),
         )
 
 
@@ -124,7 +128,7 @@ class Recent:
     """What the detectors know of one session: its newest checkpoints (oldest first) and a few facts."""
 
     rows: list[Row]
-    active: bool = True
+    active: bool = True  # the session's status is active
     started_at: datetime | None = None
     heartbeat_at: datetime | None = None
     last_reset: Row | None = None  # newest recovery/restore/fork checkpoint, possibly older than `rows`
@@ -141,6 +145,14 @@ class Recent:
                 if row.pk == self.head_pk:
                     return row
         return self.rows[-1] if self.rows else None
+
+    def running(self, now: datetime, limits: Limits) -> bool:
+        """Whether the agent is expected to be running: active and heard from within `limits.idle_after`.
+
+        Most sessions a console keeps are finished or left idle without a final status; the rules about a
+        running agent (long running, missed routine) would fire on every one of them, drowning the rest."""
+        heartbeat = self.heartbeat_at
+        return self.active and heartbeat is not None and now - heartbeat <= limits.idle_after
 
     def ancestors(self, row: Row) -> Iterator[Row]:
         """`row`'s parent, its parent, …: its branch back in time, from the window and then a few more."""
@@ -394,7 +406,7 @@ def detect_cycle_count(recent: Recent, now: datetime, limits: Limits) -> list[Fi
 def detect_long_running(recent: Recent, now: datetime, limits: Limits) -> list[Finding]:
     reset = recent.last_reset
     since = reset.created_at if reset else recent.started_at
-    if not recent.active or recent.head is None or since is None or now - since <= limits.long_running:
+    if not recent.running(now, limits) or recent.head is None or since is None or now - since <= limits.long_running:
         return []
     drift_from = since + limits.long_running
     within = [row for row in recent.rows if row.created_at <= drift_from]
@@ -413,7 +425,9 @@ def detect_long_running(recent: Recent, now: datetime, limits: Limits) -> list[F
 
 def detect_missed_routine(recent: Recent, now: datetime, limits: Limits) -> list[Finding]:
     heartbeat = recent.heartbeat_at
-    if not recent.active or heartbeat is None or now - heartbeat <= limits.routine_interval + limits.routine_grace:
+    if heartbeat is None or not recent.running(now, limits):
+        return []
+    if now - heartbeat <= limits.routine_interval + limits.routine_grace:
         return []
     minutes = int((now - heartbeat).total_seconds() // 60)
     return [
@@ -461,9 +475,13 @@ def run_detectors(recent: Recent, now: datetime, limits: Limits, kinds: Iterable
 
 def audit_alert(alert: DriftAlert, action: str, *, actor: str, reason: str, now: datetime, **details: Any) -> None:
     """The AuditEvent of a detector's change to an alert: `alert_opened`, `alert_escalated` or `alert_resolved`."""
-    from .services import Actor, record_audit
+    _alert_event(alert, action, actor=actor, reason=reason, now=now, **details).save()
 
-    record_audit(
+
+def _alert_event(alert: DriftAlert, action: str, *, actor: str, reason: str, now: datetime, **details: Any) -> Any:
+    from .services import Actor, audit_event
+
+    return audit_event(
         Actor.system(actor),
         action,
         session=alert.session,
@@ -482,8 +500,15 @@ def sync_alerts(
     kinds: Iterable[str],
     now: datetime,
     head: Row | None = None,
+    unresolved: list[DriftAlert] | None = None,
+    clearing: list[tuple[DriftAlert, str]] | None = None,
 ) -> tuple[int, int]:
     """Open, update or resolve the session's alerts of `kinds` (only those evaluated); returns (opened, resolved).
+
+    `unresolved`: the session's unresolved alerts as `unresolved_alerts` reads them, when the caller read them
+    for many sessions at once. An alert whose finding did not change is not written again. `clearing`: a
+    list the alerts to resolve (with the reason) go to, for the caller to resolve with others at once; they
+    are not counted in the result then.
 
     An alert keeps the `last_good` it opened with: later runs see a window that starts after the drift began.
     A failed or halted alert is one incident: when a healthy checkpoint stands between its failure and the
@@ -493,12 +518,9 @@ def sync_alerts(
     """
     found = {finding.kind: finding for finding in findings}
     kinds = set(kinds) | set(found)
-    existing = {
-        alert.kind: alert
-        for alert in DriftAlert.objects.unresolved()
-        .filter(session=session, kind__in=kinds)
-        .annotate(checkpoint_seq=F("checkpoint__seq"))
-    }
+    if unresolved is None:
+        unresolved = unresolved_alerts([session.pk])[session.pk]
+    existing = {alert.kind: alert for alert in unresolved if alert.kind in kinds}
     opened = resolved = 0
     for kind, finding in found.items():
         alert = existing.get(kind)
@@ -515,9 +537,11 @@ def sync_alerts(
         }
         last_good = finding.last_good.pk if finding.last_good else None
         if alert is not None:
-            extra = {"last_good_id": last_good} if alert.last_good_id is None else {}
+            extra = {"last_good_id": last_good} if alert.last_good_id is None and last_good else {}
+            if not extra and all(getattr(alert, name) == value for name, value in fields.items()):
+                continue
             previous = alert.severity
-            escalated = SEVERITY_RANK.get(finding.severity, 0) > SEVERITY_RANK.get(previous, 0)
+            escalated = SEVERITY_RANKS.get(finding.severity, 0) > SEVERITY_RANKS.get(previous, 0)
             with transaction.atomic() if escalated else nullcontext():
                 DriftAlert.objects.filter(pk=alert.pk).update(**fields, **extra)
                 if escalated:
@@ -541,14 +565,27 @@ def sync_alerts(
             opened += 1
         except IntegrityError:  # a concurrent run (ingest and beat) opened it first
             DriftAlert.objects.unresolved().filter(session=session, kind=kind).update(**fields)
+    cleared = []
     for kind, alert in existing.items():
         if kind not in found:
             alert.session = session
             reason = "the condition cleared"
             if kind in STATUS_KINDS and head is not None:
                 reason += f": the head #{head.seq} is {head.status}"
-            resolved += resolve_by_detector(alert, actor=DETECTOR_ACTOR, reason=reason, now=now)
-    return opened, resolved
+            cleared.append((alert, reason))
+    if clearing is not None:
+        clearing += cleared
+        return opened, resolved
+    return opened, resolved + resolve_all_by_detector(cleared, actor=DETECTOR_ACTOR, now=now)
+
+
+def unresolved_alerts(session_ids: list[int]) -> dict[int, list[DriftAlert]]:
+    """The unresolved alerts of each session, with the seq of the checkpoint each was last raised on: one query."""
+    found: dict[int, list[DriftAlert]] = {pk: [] for pk in session_ids}
+    alerts = DriftAlert.objects.unresolved().filter(session_id__in=session_ids)
+    for alert in alerts.annotate(checkpoint_seq=F("checkpoint__seq")).order_by("pk"):
+        found[alert.session_id].append(alert)
+    return found
 
 
 def _earlier_incident(alert: DriftAlert, finding: Finding) -> bool:
@@ -564,53 +601,76 @@ def _earlier_incident(alert: DriftAlert, finding: Finding) -> bool:
 
 def resolve_by_detector(alert: DriftAlert, *, actor: str, reason: str, now: datetime) -> int:
     """Resolve `alert` unless someone already did, auditing it in the same transaction; returns 1 if it resolved."""
+    return resolve_all_by_detector([(alert, reason)], actor=actor, now=now)
+
+
+def resolve_all_by_detector(alerts: list[tuple[DriftAlert, str]], *, actor: str, now: datetime) -> int:
+    """Resolve each (alert, reason) unless someone already did, auditing each in the same transaction; returns
+    how many resolved. Three statements however many: the run that clears thousands at once (after a rule
+    changed) takes seconds."""
+    if not alerts:
+        return 0
     with transaction.atomic():
-        changed = (
-            DriftAlert.objects.filter(pk=alert.pk)
-            .exclude(state=AlertState.RESOLVED)
-            .update(state=AlertState.RESOLVED, resolved_at=now)
+        pending = DriftAlert.objects.filter(pk__in=[alert.pk for alert, _ in alerts]).exclude(state=AlertState.RESOLVED)
+        claimed = set(pending.select_for_update().values_list("pk", flat=True))
+        if not claimed:
+            return 0
+        DriftAlert.objects.filter(pk__in=claimed).update(state=AlertState.RESOLVED, resolved_at=now)
+        AuditEvent.objects.bulk_create(
+            _alert_event(alert, "alert_resolved", actor=actor, reason=reason, now=now)
+            for alert, reason in alerts
+            if alert.pk in claimed
         )
-        if changed:
-            audit_alert(alert, "alert_resolved", actor=actor, reason=reason, now=now)
-    return changed
+    return len(claimed)
 
 
 # ---- running -------------------------------------------------------------------------------------
 
+SESSION_FIELDS = [
+    "pk", "project_id", "status", "head_id", "last_seq", "last_seen_at", "created_at", "drift_checked_seq",
+]  # fmt: skip
 
-def recent_for(session: AgentSession, *, limits: Limits, timed: bool) -> Recent:
-    """The session's newest `limits.window` checkpoints (one index range) and, for the timed detectors,
-    its last recovery checkpoint and start."""
 
-    def row(values: dict[str, Any]) -> Row:
-        return Row(
-            **{**values, "state_hash": bytes(values["state_hash"]), "root": bytes(values["root"])},
-        )
+def _row(values: dict[str, Any]) -> Row:
+    return Row(**{**values, "state_hash": bytes(values["state_hash"]), "root": bytes(values["root"])})
 
-    checkpoints = Checkpoint.objects.filter(session_id=session.pk)
-    # the head comes with the rows (a caller's session may predate a restore)
-    newest = list(checkpoints.order_by("-seq").values(*ROW_FIELDS, head=F("session__head_id"))[: limits.window])
-    head_pk = newest[0]["head"] if newest else None
-    rows = [row({key: value for key, value in values.items() if key != "head"}) for values in reversed(newest)]
-    last_reset = started_at = None
+
+def recents_for(session_ids: list[int], *, limits: Limits, timed: bool) -> dict[int, tuple[AgentSession, Recent]]:
+    """Each session as it is now (a caller's copy may predate a restore) and what the detectors know of it, in
+    three queries whatever their number: the sessions (for the timed detectors with the id of the last
+    recovery checkpoint and the time of the first checkpoint, an index probe each), their newest
+    `limits.window` checkpoints (an index range each) and those recovery checkpoints."""
+    sessions = AgentSession.objects.filter(pk__in=session_ids).only(*SESSION_FIELDS)
     if timed:
-        reset = checkpoints.filter(kind__in=RESETS).order_by("-seq").values(*ROW_FIELDS).first()
-        last_reset = row(reset) if reset else None
-        first = checkpoints.order_by("seq").values_list("created_at", flat=True).first()
-        started_at = min(filter(None, [session.created_at, first]))
-    heartbeat = session.last_seen_at or (rows[-1].created_at if rows else session.created_at)
+        theirs = Checkpoint.objects.filter(session_id=OuterRef("pk"))
+        sessions = sessions.annotate(
+            reset_pk=Subquery(theirs.filter(kind__in=RESETS).order_by("-seq").values("pk")[:1]),
+            first_at=Subquery(theirs.order_by("seq").values("created_at")[:1]),
+        )
+    found = list(sessions.order_by("pk"))
+    rows: dict[int, list[Row]] = {session.pk: [] for session in found}
+    newest = Checkpoint.objects.newest_per_session(found, count=limits.window)
+    for values in newest.values(*ROW_FIELDS, "session_id"):
+        rows[values.pop("session_id")].append(_row(values))
+    resets: dict[int, Row] = {}
+    if timed:
+        wanted = [session.reset_pk for session in found if session.reset_pk]
+        resets = {values["pk"]: _row(values) for values in Checkpoint.objects.filter(pk__in=wanted).values(*ROW_FIELDS)}
+    return {session.pk: (session, _recent(session, rows[session.pk], resets, timed=timed)) for session in found}
 
+
+def _recent(session: AgentSession, rows: list[Row], resets: dict[int, Row], *, timed: bool) -> Recent:
     def fetch(pk: int) -> Row | None:
-        values = checkpoints.filter(pk=pk).values(*ROW_FIELDS).first()
-        return row(values) if values else None
+        values = Checkpoint.objects.filter(session_id=session.pk, pk=pk).values(*ROW_FIELDS).first()
+        return _row(values) if values else None
 
     return Recent(
         rows=rows,
         active=session.status == SessionStatus.ACTIVE,
-        started_at=started_at,
-        heartbeat_at=heartbeat,
-        last_reset=last_reset,
-        head_pk=head_pk,
+        started_at=min(filter(None, [session.created_at, session.first_at])) if timed else None,
+        heartbeat_at=session.last_seen_at or (rows[-1].created_at if rows else session.created_at),
+        last_reset=resets.get(session.reset_pk) if timed else None,
+        head_pk=session.head_id,
         fetch=fetch,
     )
 
@@ -627,40 +687,76 @@ def detect_session(
     now = now or timezone.now()
     limits = limits or Limits.from_settings()
     kinds = list(kinds) if kinds is not None else list(CHEAP if cheap_only else DETECTORS)
-    recent = recent_for(session, limits=limits, timed=any(kind in TIMED for kind in kinds))
-    findings = run_detectors(recent, now, limits, kinds)
-    return sync_alerts(session, findings, kinds=kinds, now=now, head=recent.head)
+    found = recents_for([session.pk], limits=limits, timed=any(kind in TIMED for kind in kinds)).get(session.pk)
+    if found is None:
+        return 0, 0
+    session, recent = found
+    return sync_alerts(session, run_detectors(recent, now, limits, kinds), kinds=kinds, now=now, head=recent.head)
+
+
+def _kinds_for(session: AgentSession) -> list[str]:
+    """What can have changed since the job last looked: everything when checkpoints arrived, else only what the
+    clock moves. An ended session keeps only its failed or halted alert, and its running alerts resolve."""
+    unseen = session.drift_checked_seq != session.last_seq
+    if session.status == SessionStatus.ACTIVE:
+        return list(DETECTORS if unseen else TIMED)
+    return [*STATUS_KINDS, *RUNNING_KINDS] if unseen else RUNNING_KINDS
+
+
+def detect_batch(
+    session_ids: list[int], *, now: datetime, limits: Limits, kinds: list[str] | None = None
+) -> tuple[int, int]:
+    """Run the detectors over `session_ids` and sync their alerts, in the same few queries however many;
+    returns (opened, resolved). With `kinds`, those detectors; without, what can have changed for each
+    session (`_kinds_for`), noting the seq read up to so that the job skips it until new checkpoints arrive."""
+    opened = resolved = 0
+    alerts = unresolved_alerts(session_ids)
+    read, clearing = [], []
+    timed = kinds is None or any(kind in TIMED for kind in kinds)
+    for session, recent in recents_for(session_ids, limits=limits, timed=timed).values():
+        evaluated = _kinds_for(session) if kinds is None else kinds
+        session_opened, session_resolved = sync_alerts(
+            session,
+            run_detectors(recent, now, limits, evaluated),
+            kinds=evaluated,
+            now=now,
+            head=recent.head,
+            unresolved=alerts[session.pk],
+            clearing=clearing,
+        )
+        opened += session_opened
+        resolved += session_resolved
+        if kinds is None and session.drift_checked_seq != session.last_seq:
+            session.drift_checked_seq = session.last_seq
+            read.append(session)
+    resolved += resolve_all_by_detector(clearing, actor=DETECTOR_ACTOR, now=now)
+    AgentSession.objects.bulk_update(read, ["drift_checked_seq"])
+    return opened, resolved
 
 
 def detect_all(now: datetime | None = None) -> dict[str, Any]:
-    """Every detector over every active session (the `drift_detection` job and `manage.py detect_drift`), and
-    the status detectors over the other sessions that still have a failed or halted alert, so such an alert
-    resolves once the head is healthy whatever the session's status.
+    """The detectors over the sessions whose alerts can change (the `drift_detection` job and
+    `manage.py detect_drift`; `AgentSessionQuerySet.for_drift_check` says which): every detector over an active
+    session with checkpoints the job has not read, the time-based ones over active sessions heard from lately,
+    the status detectors over other sessions with new checkpoints and a failed or halted alert (it resolves once
+    the head is healthy, whatever the session's status), and the rules about a running agent while one of their
+    alerts is unresolved (they resolve it once the session has ended or gone idle).
 
     Sessions go DETECT_BATCH at a time through `jobs.each_batch`: a session whose data breaks a detector is
-    named in the result's `errors`, its alerts left as they were, and the others are checked all the same.
+    named in the result's `errors`, its alerts left as they were, and the others are checked all the same. A
+    batch reads its sessions, checkpoints and alerts in four queries, and notes the seq it read up to.
     """
     now = now or timezone.now()
     limits = Limits.from_settings()
     failures = Failures()
 
-    def detect_batch(batch: list[int]) -> tuple[int, int]:
-        opened = resolved = 0
-        for session in AgentSession.objects.filter(pk__in=batch).defer("metadata", "live_root"):
-            kinds = None if session.status == SessionStatus.ACTIVE else STATUS_KINDS
-            session_opened, session_resolved = detect_session(session, kinds=kinds, now=now, limits=limits)
-            opened += session_opened
-            resolved += session_resolved
-        return opened, resolved
+    def detect(batch: list[int]) -> tuple[int, int]:
+        return detect_batch(batch, now=now, limits=limits)
 
-    status_alerts = DriftAlert.objects.unresolved().filter(kind__in=STATUS_KINDS).values("session_id")
-    active = (
-        AgentSession.objects.filter(Q(status=SessionStatus.ACTIVE) | Q(pk__in=status_alerts))
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
+    candidates = AgentSession.objects.for_drift_check(idle_before=now - limits.idle_after)
+    ids = candidates.order_by("pk").values_list("pk", flat=True)
     totals = {"opened": 0, "resolved": 0}
-    for opened, resolved in each_batch(active.iterator(chunk_size=1000), detect_batch, failures, size=DETECT_BATCH):
+    for opened, resolved in each_batch(ids.iterator(chunk_size=1000), detect, failures, size=DETECT_BATCH):
         totals["opened"] += opened
         totals["resolved"] += resolved
     return {**totals, **failures.as_dict()}
@@ -668,8 +764,10 @@ def detect_all(now: datetime | None = None) -> dict[str, Any]:
 
 def detect_after_ingest(session_ids: list[int]) -> None:
     """The state-free detectors, run once checkpoints are committed; a detector's failure never fails an ingest."""
-    for session in AgentSession.objects.filter(pk__in=session_ids).defer("metadata", "live_root"):
+    now, limits, kinds = timezone.now(), Limits.from_settings(), list(ON_INGEST)
+    for session, recent in recents_for(session_ids, limits=limits, timed=False).values():
         try:
-            detect_session(session, kinds=list(ON_INGEST))
+            findings = run_detectors(recent, now, limits, kinds)
+            sync_alerts(session, findings, kinds=kinds, now=now, head=recent.head)
         except Exception:
             logger.exception("drift detection failed for session %s", session.pk)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -9,6 +10,7 @@ from django.conf import settings
 from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
 from django.db.models import Q
+from django.db.models.fields.tuple_lookups import Tuple, TupleLessThan
 from django.db.models.functions import Cast, Upper
 from django.utils import timezone
 
@@ -144,31 +146,57 @@ class AgentSessionQuerySet(ProjectScopedQuerySet):
             .with_open_alert_count()
         )
 
-    def needing_attention(self, *, stale_before: datetime) -> AgentSessionQuerySet:
-        """Sessions an operator should look at, most urgent first (`attention`): 0 open alerts, 1 failed or
-        halted, 2 active with a heartbeat older than `stale_before`. The newest open alert's `alert_kind` and
-        `alert_message` come along."""
-        newest_open = DriftAlert.objects.filter(session=models.OuterRef("pk"), state=AlertState.OPEN).order_by(
-            "-opened_at", "-pk"
+    def for_drift_check(self, *, idle_before: datetime) -> AgentSessionQuerySet:
+        """Sessions whose drift alerts can change: active ones with checkpoints the drift job has not read or
+        heard from since `idle_before` (the time-based rules move with the clock), those with new checkpoints
+        and an unresolved failed or halted alert, and those with an unresolved long-running or missed-routine
+        alert (it clears once the session stops or goes idle). One scan of the sessions, none of checkpoints."""
+        unseen = Q(drift_checked_seq__isnull=True) | ~Q(drift_checked_seq=models.F("last_seq"))
+        heard = Q(last_seen_at__gte=idle_before) | Q(last_seen_at__isnull=True)
+        alerts = DriftAlert.objects.unresolved()
+        status_alerts = alerts.filter(kind__in=[AlertKind.FAILED, AlertKind.HALTED]).values("session_id")
+        running_alerts = alerts.filter(kind__in=[AlertKind.LONG_RUNNING, AlertKind.MISSED_ROUTINE])
+        return self.filter(
+            (Q(status=SessionStatus.ACTIVE) & (unseen | heard))
+            | (unseen & Q(pk__in=status_alerts))
+            | Q(pk__in=running_alerts.values("session_id"))
         )
+
+    def needing_attention(
+        self, *, stale_before: datetime, limit: int, grouped: Iterable[str] = ()
+    ) -> list[AgentSession]:
+        """The `limit` sessions an operator should look at first, most urgent first (`attention`): 0 an open
+        alert (of a kind not in `grouped`: the overview shows those as one line each), newest alert first,
+        1 failed or halted, 2 active with a heartbeat older than `stale_before`, by recent activity. The newest
+        open alert's `alert_kind` and `alert_message` come along.
+
+        Each class is read newest first by an index and cut at `limit`, so the cost does not grow with the
+        number of sessions or alerts; only the sessions shown are joined to their heads and badges.
+        """
+        alerts = DriftAlert.objects.open().filter(session__in=self.values("pk")).exclude(kind__in=list(grouped))
+        newest: dict[int, tuple[str, str]] = {}
+        # a session holds one open alert of a kind at most: this many alerts name `limit` sessions
+        for session_id, kind, message in alerts.order_by("-opened_at", "-pk").values_list(
+            "session_id", "kind", "message"
+        )[: limit * len(AlertKind)]:
+            newest.setdefault(session_id, (kind, message))
+        chosen = dict.fromkeys(list(newest)[:limit], 0)
         silent = Q(last_seen_at__lt=stale_before) | Q(last_seen_at__isnull=True, created_at__lt=stale_before)
-        attention = models.Case(
-            models.When(models.Exists(newest_open), then=0),
-            models.When(status__in=[SessionStatus.FAILED, SessionStatus.HALTED], then=1),
-            models.When(Q(status=SessionStatus.ACTIVE) & silent, then=2),
-            default=None,
-            output_field=models.IntegerField(),
-        )
-        return (
-            self.for_list()
-            .annotate(
-                attention=attention,
-                alert_kind=models.Subquery(newest_open.values("kind")[:1]),
-                alert_message=models.Subquery(newest_open.values("message")[:1]),
-            )
-            .filter(attention__isnull=False)
-            .order_by("attention", "-updated_at", "-pk")
-        )
+        for attention, candidates in (
+            (1, self.filter(status__in=[SessionStatus.FAILED, SessionStatus.HALTED])),
+            (2, self.filter(silent, status=SessionStatus.ACTIVE)),
+        ):
+            room = limit - len(chosen)
+            if room <= 0:
+                break
+            found = candidates.order_by("-updated_at", "-pk").values_list("pk", flat=True)[: room + len(chosen)]
+            for pk in [pk for pk in found if pk not in chosen][:room]:
+                chosen[pk] = attention
+        shown = {session.pk: session for session in self.filter(pk__in=list(chosen)).for_list()}
+        for pk, attention in chosen.items():
+            shown[pk].attention = attention
+            shown[pk].alert_kind, shown[pk].alert_message = newest.get(pk, ("", ""))
+        return [shown[pk] for pk in chosen if pk in shown]
 
 
 class AgentSession(models.Model):
@@ -194,6 +222,11 @@ class AgentSession(models.Model):
     last_seq = models.PositiveIntegerField(default=0, help_text="Highest seq handed out; seqs are never reused.")
     restore_generation = models.PositiveIntegerField(default=0)
     last_seen_at = models.DateTimeField(null=True, blank=True)
+    drift_checked_seq = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="last_seq when drift detection last read its checkpoints: the job skips sessions with none new.",
+    )
     live_root = models.BinaryField(
         max_length=32, null=True, blank=True, help_text="Store address of the latest live state sent."
     )
@@ -568,14 +601,41 @@ class AlertState(models.TextChoices):
     RESOLVED = "resolved"
 
 
+# Most severe first: the alert list's order (the rank in SQL leads the index that serves it) and escalation.
+SEVERITY_RANKS = {AlertSeverity.INFO: 0, AlertSeverity.WARNING: 1, AlertSeverity.CRITICAL: 2}
+SEVERITY_RANK = models.Case(  # the same text as in the index: PostgreSQL matches it to use the index
+    models.When(severity=AlertSeverity.CRITICAL, then=models.Value(2)),
+    models.When(severity=AlertSeverity.WARNING, then=models.Value(1)),
+    default=models.Value(0),
+    output_field=models.SmallIntegerField(),
+)
+UNRESOLVED = ~Q(state=AlertState.RESOLVED)
+
+
 class DriftAlertQuerySet(ProjectScopedQuerySet):
     project_path = "session__project"
 
     def unresolved(self) -> DriftAlertQuerySet:
-        return self.exclude(state=AlertState.RESOLVED)
+        return self.filter(UNRESOLVED)
 
     def open(self) -> DriftAlertQuerySet:
         return self.filter(state=AlertState.OPEN)
+
+    def open_kinds_at_least(self, sessions: int) -> dict[str, int]:
+        """The kinds that `sessions` or more sessions have an open alert of, with how many: a burst the
+        overview shows as one line rather than one row a session (a session has one open alert of a kind)."""
+        counts = self.open().order_by().values("kind").annotate(n=models.Count("pk")).filter(n__gte=sessions)
+        return {row["kind"]: row["n"] for row in counts.order_by("-n", "kind")}
+
+    def most_severe_first(self, *, after: tuple[int, datetime, int] | None = None) -> DriftAlertQuerySet:
+        """Most severe first, then newest first, from after the (`severity_rank`, opened_at, id) of the last
+        row of the previous page: for unresolved alerts an index range in the order of `alert_unresolved_list`.
+        """
+        alerts = self.annotate(severity_rank=SEVERITY_RANK)
+        if after is not None:
+            key = Tuple(models.F("severity_rank"), models.F("opened_at"), models.F("pk"))
+            alerts = alerts.filter(TupleLessThan(key, after))
+        return alerts.order_by("-severity_rank", "-opened_at", "-pk")
 
 
 class DriftAlert(models.Model):
@@ -608,13 +668,23 @@ class DriftAlert(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["session", "kind"],
-                condition=~Q(state="resolved"),
+                condition=UNRESOLVED,
                 name="one_unresolved_alert_per_session_kind",
             )
         ]
         indexes = [
             # overview and alerts list: open alerts, newest first
             models.Index(fields=["state", "-opened_at"], name="alert_state_opened"),
+            # the API's alerts list: every alert of a project, newest first
+            models.Index(fields=["-opened_at", "-id"], name="alert_opened"),
+            # the alerts list (unresolved by default): most severe first, newest first, a page at a time
+            models.Index(
+                SEVERITY_RANK.desc(),
+                models.F("opened_at").desc(),
+                models.F("id").desc(),
+                condition=UNRESOLVED,
+                name="alert_unresolved_list",
+            ),  # fmt: skip
             # alert badges of a session
             models.Index(fields=["session", "state"], name="alert_session_state"),
         ]

@@ -2,7 +2,8 @@
 
 Only a state that changed since the session's last checkpoint is taken, so running the job twice takes nothing
 new; the store shares every unchanged chunk, so a routine checkpoint costs a small patch. Sessions whose
-heartbeat is older than the interval get a `missed_routine` alert, resolved when the heartbeat returns.
+heartbeat is older than the interval get a `missed_routine` alert, resolved when the heartbeat returns or the
+session goes idle (silent for longer than DRIFT_IDLE_HOURS: nobody expects it to run).
 """
 
 from __future__ import annotations
@@ -40,19 +41,23 @@ def take_routine_checkpoints(now: datetime | None = None) -> dict[str, Any]:
 
     taken = sum(each_batch(live.iterator(chunk_size=1000), take_batch, failures, size=ROUTINE_BATCH))
 
-    # Silent active sessions get the alert; sessions holding one are looked at again, to resolve it.
+    # Silent active sessions that are not idle get the alert; sessions holding one are looked at again, to
+    # resolve it.
     stale_before = now - limits.routine_interval - limits.routine_grace
-    silent = Q(last_seen_at__lt=stale_before) | Q(last_seen_at__isnull=True, created_at__lt=stale_before)
+    idle_before = now - limits.idle_after
+    silent = Q(last_seen_at__lt=stale_before, last_seen_at__gte=idle_before) | Q(
+        last_seen_at__isnull=True, created_at__lt=stale_before, created_at__gte=idle_before
+    )
     alerted = DriftAlert.objects.unresolved().filter(kind=AlertKind.MISSED_ROUTINE).values("session")
     candidates = AgentSession.objects.filter((Q(status=SessionStatus.ACTIVE) & silent) | Q(pk__in=alerted))
 
     def check_batch(batch: list[int]) -> int:
-        missed = 0
-        for session in AgentSession.objects.filter(pk__in=batch).defer("metadata", "live_root"):
-            drift.detect_session(session, kinds=[AlertKind.MISSED_ROUTINE], now=now, limits=limits)
-            heartbeat = session.last_seen_at or session.created_at
-            missed += session.status == SessionStatus.ACTIVE and heartbeat < stale_before
-        return missed
+        drift.detect_batch(batch, now=now, limits=limits, kinds=[AlertKind.MISSED_ROUTINE])
+        heard = AgentSession.objects.filter(pk__in=batch, status=SessionStatus.ACTIVE)
+        return sum(
+            idle_before <= (seen or created) < stale_before
+            for seen, created in heard.values_list("last_seen_at", "created_at")
+        )
 
     ids = candidates.order_by("pk").values_list("pk", flat=True).iterator(chunk_size=1000)
     missed = sum(each_batch(ids, check_batch, failures, size=drift.DETECT_BATCH))

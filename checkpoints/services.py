@@ -106,9 +106,37 @@ def record_audit(
     details: dict[str, Any] | None = None,
     now: datetime | None = None,
 ) -> AuditEvent:
+    event = audit_event(
+        actor,
+        action,
+        project=project,
+        session=session,
+        checkpoint=checkpoint,
+        target=target,
+        reason=reason,
+        details=details,
+        now=now,
+    )
+    event.save()
+    return event
+
+
+def audit_event(
+    actor: Actor,
+    action: str,
+    *,
+    project: Project | None = None,
+    session: AgentSession | None = None,
+    checkpoint: Checkpoint | None = None,
+    target: str = "",
+    reason: str = "",
+    details: dict[str, Any] | None = None,
+    now: datetime | None = None,
+) -> AuditEvent:
+    """The AuditEvent `record_audit` saves, unsaved: for a job that writes many in one statement."""
     # the session's project by id: a job auditing many sessions does not load each one's project
     project_id = project.pk if project is not None else session.project_id if session is not None else None
-    return AuditEvent.objects.create(
+    return AuditEvent(
         actor_user=actor.user,
         actor_token=actor.token,
         actor=actor.label,

@@ -254,6 +254,7 @@ DRIFT_STALLED_WINDOW = env_int("DRIFT_STALLED_WINDOW", 12)  # step checkpoints w
 DRIFT_STALLED_SAME_HASH = env_int("DRIFT_STALLED_SAME_HASH", 3)  # consecutive step checkpoints, same state
 DRIFT_STATE_MAX_BYTES = env_int("DRIFT_STATE_MAX_BYTES", 8 * 1024 * 1024)  # context bloat
 DRIFT_ROUTINE_GRACE_MINUTES = env_int("DRIFT_ROUTINE_GRACE_MINUTES", 5)
+DRIFT_IDLE_HOURS = env_int("DRIFT_IDLE_HOURS", 24)  # an active session silent longer is idle, not running
 ROUTINE_INTERVAL_MINUTES = env_int("ROUTINE_INTERVAL_MINUTES", 30)
 IMPORT_UPLOAD_MAX_BYTES = env_int("IMPORT_UPLOAD_MAX_BYTES", 512 * 1024 * 1024)
 # Uploaded archives (checkpoints/archives.py), checked from their index before anything is unpacked.

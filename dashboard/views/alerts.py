@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from django.contrib import messages
-from django.db.models import Case, IntegerField, Q, Value, When
+from django.db.models import Prefetch, prefetch_related_objects
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -15,7 +15,7 @@ from django_htmx.http import trigger_client_event
 
 from checkpoints.history import discards_for
 from checkpoints.humanize import plain_duration
-from checkpoints.models import AlertSeverity, AlertState, DriftAlert, Project
+from checkpoints.models import SEVERITY_RANKS, AlertSeverity, AlertState, Checkpoint, DriftAlert, Project
 from checkpoints.services import Actor, acknowledge_alert, resolve_alert
 
 from ..forms import UNRESOLVED, AlertFilterForm, ResolveForm
@@ -24,8 +24,7 @@ from .common import TRIAGE, VIEW, HtmxHttpRequest, console, get_alert_for_user, 
 
 PAGE_SIZE = 50
 ROW = "dashboard/alert_list.html#alert-row"
-# the list shows the most severe alerts first, the newest first within a severity
-SEVERITY_RANK = {AlertSeverity.CRITICAL: 0, AlertSeverity.WARNING: 1, AlertSeverity.INFO: 2}
+LAST_GOOD_FIELDS = ["id", "session_id", "seq", "name"]  # what a row shows of it and what its discards need
 
 
 def evidence_summary(evidence: Any, *, limit: int = 4) -> str:
@@ -56,8 +55,11 @@ def _short(value: Any, width: int = 60) -> str:
 
 
 def _alerts(filters: dict[str, Any], request: HtmxHttpRequest) -> Any:
-    alerts = DriftAlert.objects.visible_to(request.user).select_related(
-        "session__project", "last_good", "acknowledged_by"
+    """The list's rows in its order; each row's last good checkpoint is read later, for the page's rows only."""
+    alerts = (
+        DriftAlert.objects.visible_to(request.user)
+        .select_related("session__project", "acknowledged_by")
+        .defer("session__metadata", "session__live_root")
     )
     for name in ("kind", "severity"):
         if filters.get(name):
@@ -71,17 +73,11 @@ def _alerts(filters: dict[str, Any], request: HtmxHttpRequest) -> Any:
         alerts = alerts.filter(session__project__slug=filters["project"])
     if filters.get("session"):
         alerts = alerts.filter(session_id=filters["session"])
-    rank = Case(*(When(severity=s, then=Value(r)) for s, r in SEVERITY_RANK.items()), output_field=IntegerField())
-    alerts = alerts.annotate(severity_rank=rank)
-    if filters.get("after"):
-        severity, opened_at, pk = filters["after"]
-        at = SEVERITY_RANK[AlertSeverity(severity)]
-        alerts = alerts.filter(
-            Q(severity_rank__gt=at)
-            | Q(severity_rank=at, opened_at__lt=opened_at)
-            | Q(severity_rank=at, opened_at=opened_at, pk__lt=pk)
-        )
-    return alerts.order_by("severity_rank", "-opened_at", "-pk")
+    after = filters.get("after")
+    if after:
+        severity, opened_at, pk = after
+        after = (SEVERITY_RANKS[AlertSeverity(severity)], opened_at, pk)  # the cursor names its row's severity
+    return alerts.most_severe_first(after=after)
 
 
 @console(VIEW)
@@ -114,6 +110,7 @@ def alert_list(request: HtmxHttpRequest) -> HttpResponse:
 def _describe(alerts: list[DriftAlert]) -> None:
     """What a row shows beyond the alert's fields: its evidence in words, and what restoring its last good
     checkpoint discards (for the alerts that still offer it)."""
+    prefetch_related_objects(alerts, Prefetch("last_good", queryset=Checkpoint.objects.only(*LAST_GOOD_FIELDS)))
     offers = [alert.last_good for alert in alerts if alert.last_good and alert.state != AlertState.RESOLVED]
     found = discards_for(offers)
     for alert in alerts:

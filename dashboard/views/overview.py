@@ -17,6 +17,7 @@ from .common import HtmxHttpRequest, console, render_page
 
 STALE_AFTER = timedelta(minutes=30)  # the routine checkpoint interval: a quiet active session has stopped
 ATTENTION_ROWS = 10
+GROUP_AT = 5  # sessions with an open alert of one kind that the overview shows as one line
 RECENT_ACTIONS = 8
 APPROVAL_ROWS = 8
 REFRESH_SECONDS = 30
@@ -31,7 +32,8 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
     totals = Checkpoint.objects.filter(session__in=sessions).totals(
         since=timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
     )
-    attention = list(sessions.needing_attention(stale_before=now - STALE_AFTER)[: ATTENTION_ROWS + 1])
+    bursts = DriftAlert.objects.filter(session__in=sessions).open_kinds_at_least(GROUP_AT)
+    attention = sessions.needing_attention(stale_before=now - STALE_AFTER, limit=ATTENTION_ROWS + 1, grouped=bursts)
     waiting = waiting_for_approval(Phase.objects.filter(session__in=sessions)).select_related("session__project")
     approvals = list(waiting.order_by("completed_at", "pk")[: APPROVAL_ROWS + 1])
     context = {
@@ -41,6 +43,7 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
         "open_alerts": DriftAlert.objects.filter(session__in=sessions).open().count(),
         "totals": totals,
         "ratio": totals["raw_bytes"] / totals["stored_bytes"] if totals["stored_bytes"] else None,
+        "bursts": bursts,
         "attention": attention[:ATTENTION_ROWS],
         "more_attention": len(attention) > ATTENTION_ROWS,
         "approvals": approvals[:APPROVAL_ROWS],

@@ -394,6 +394,17 @@ def test_alerts_are_listed_with_filters(session, api):
     assert api.get("/alerts", {"kind": "repetition"}).json()[0]["state"] == "resolved"
 
 
+def test_alerts_are_listed_newest_first_whatever_their_state(session, api):
+    at = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+    kinds = ["stalled", "repetition", "error_rate", "failed"]
+    for minutes, (kind, state) in enumerate(zip(kinds, ["open", "resolved", "acknowledged", "open"], strict=True)):
+        DriftAlert.objects.create(
+            session=session, kind=kind, message=kind, state=state, opened_at=at + timedelta(minutes=minutes // 2)
+        )
+    listed = api.get("/alerts").json()
+    assert [alert["kind"] for alert in listed] == ["failed", "error_rate", "repetition", "stalled"]
+
+
 def test_openapi_schema_describes_the_endpoints(client):
     response = client.get("/api/v1/openapi.json")
     assert response.status_code == 200

@@ -594,3 +594,77 @@ def test_the_drift_job_resolves_failed_alerts_of_sessions_that_are_not_active(ma
     AgentSession.objects.filter(pk=session.pk).update(status="completed")
     assert drift.detect_all()["resolved"] == 1
     assert unresolved(session) is None
+
+
+# ---- at scale: rules about a running agent, and a job that reads only what changed -------------------
+
+
+def test_an_idle_session_gets_neither_a_long_running_nor_a_missed_routine_alert(make_session):
+    """An active session last heard from two days ago was left idle: nobody expects it to run."""
+    agent = Agent(make_session()).steps(10).flush()
+    drift.detect_all(now=agent.at + timedelta(days=2))
+    assert alert_kinds(agent.session) == set()
+
+
+def test_a_recently_active_long_session_gets_long_running_and_missed_routine(make_session):
+    agent = Agent(make_session()).steps(10)
+    agent.at = T0 + timedelta(hours=5)
+    agent.steps(2).flush()
+    drift.detect_all(now=agent.at + timedelta(minutes=5))
+    assert alert_kinds(agent.session) == {AlertKind.LONG_RUNNING}
+    drift.detect_all(now=agent.at + timedelta(minutes=50))
+    assert alert_kinds(agent.session) == {AlertKind.LONG_RUNNING, AlertKind.MISSED_ROUTINE}
+
+
+def test_running_alerts_resolve_once_the_session_goes_idle_or_ends(make_session):
+    idle, ended = Agent(make_session("idle")), Agent(make_session("ended"))
+    for agent in (idle, ended):
+        agent.steps(5).flush()
+    now = T0 + timedelta(hours=2, minutes=30)
+    drift.detect_all(now=now)
+    assert alert_kinds(idle.session) == alert_kinds(ended.session) == {"long_running", "missed_routine"}
+    AgentSession.objects.filter(pk=ended.session.pk).update(status="completed")
+    drift.detect_all(now=now + timedelta(minutes=5))
+    assert alert_kinds(ended.session) == set()
+    assert alert_kinds(idle.session) == {"long_running", "missed_routine"}
+    assert drift.detect_all(now=now + timedelta(days=1))["resolved"] == 2
+    assert alert_kinds(idle.session) == set()
+
+
+def test_the_job_reads_only_sessions_with_new_checkpoints_or_a_running_clock(make_session):
+    idle, working = Agent(make_session("idle")).steps(10).flush(), Agent(make_session("working"))
+    working.at = T0 + timedelta(days=3)
+    working.steps(3).flush()
+    now = working.now
+    assert drift.detect_all(now=now)["sessions_done"] == 2
+    assert drift.detect_all(now=now)["sessions_done"] == 1  # the idle one has nothing new
+    idle.at = now
+    for _ in range(4):
+        idle.step("get_order", {"order_id": "A-10482"}, progress=2)
+    result = drift.detect_all(now=idle.flush().now)
+    assert result["sessions_done"] == 2
+    assert AlertKind.REPETITION in alert_kinds(idle.session)
+
+
+def test_a_rerun_does_not_rewrite_an_unchanged_alert(make_session, django_assert_num_queries):
+    agent = Agent(make_session())
+    repetition_fires(agent)
+    drift.detect_all(now=agent.now)
+    AgentSession.objects.filter(pk=agent.session.pk).update(drift_checked_seq=None)  # read it all again
+    # which sessions; the batch's savepoint, alerts, sessions, checkpoints, what it read, release: no alert written
+    with django_assert_num_queries(7):
+        drift.detect_all(now=agent.now)
+    assert alert_kinds(agent.session) == {AlertKind.REPETITION}
+
+
+def test_the_job_clears_a_storm_of_alerts_in_a_few_statements_each_audited(make_session, django_assert_max_num_queries):
+    agents = [Agent(make_session(f"run-{i}")).steps(3).flush() for i in range(12)]
+    drift.detect_all(now=T0 + timedelta(hours=3))
+    assert DriftAlert.objects.unresolved().filter(kind=AlertKind.LONG_RUNNING).count() == 12
+    with django_assert_max_num_queries(14):  # as many for 12 alerts as for one
+        result = drift.detect_all(now=T0 + timedelta(days=2))
+    assert result["resolved"] == 24  # long running and missed routine, on every session
+    assert DriftAlert.objects.unresolved().count() == 0
+    resolved = AuditEvent.objects.filter(action="alert_resolved", actor="system:drift")
+    assert sorted(resolved.values_list("session_id", flat=True)) == sorted([a.session.pk for a in agents] * 2)
+    assert set(resolved.values_list("reason", flat=True)) == {"the condition cleared"}

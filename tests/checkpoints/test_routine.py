@@ -85,6 +85,18 @@ def test_a_stale_heartbeat_opens_missed_routine_and_a_fresh_one_resolves_it(make
     assert alert.resolved_at == T0 + timedelta(hours=2, minutes=11)
 
 
+def test_an_idle_session_gets_no_missed_routine_alert_and_loses_the_one_it_had(make_session, make_checkpoint):
+    """Silent for longer than DRIFT_IDLE_HOURS (24): left idle, nobody expects a heartbeat from it any more."""
+    session = started(make_session, make_checkpoint)
+    assert routine(T0 + timedelta(hours=2)) == {"taken": 0, "missed": 1}
+    assert routine(T0 + timedelta(days=2)) == {"taken": 0, "missed": 0}
+    alert = DriftAlert.objects.get(session=session, kind=AlertKind.MISSED_ROUTINE)
+    assert (alert.state, alert.resolved_at) == (AlertState.RESOLVED, T0 + timedelta(days=2))
+    idle = started(make_session, make_checkpoint, "run-2")
+    assert routine(T0 + timedelta(days=3)) == {"taken": 0, "missed": 0}
+    assert not DriftAlert.objects.filter(session=idle).exists()
+
+
 def test_the_task_records_a_job_run(make_session, make_checkpoint):
     session = started(make_session, make_checkpoint)
     record_live_state(session, state={"step": 99}, now=T0 + timedelta(minutes=1))

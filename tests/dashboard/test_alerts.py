@@ -365,3 +365,32 @@ def test_resolve_with_a_too_long_reason_shows_the_error(client, alice, alert):
 def test_evidence_counted_in_minutes_or_seconds_reads_as_durations():
     summary = evidence_summary({"minutes": 7342, "limit_minutes": 120, "idle_seconds": 95, "count": 3})
     assert summary == "count: 3 · idle seconds: 1 min 35 s · limit minutes: 2 h · minutes: 5 d 2 h"
+
+
+def test_the_default_list_pages_unresolved_alerts_most_severe_first(client, bob, make_session):
+    now = timezone.now()
+    DriftAlert.objects.bulk_create(
+        DriftAlert(
+            session=make_session(f"run-{i}"),
+            kind="stalled",
+            severity=("info", "critical", "warning")[i % 3],
+            state=("open", "acknowledged", "resolved", "open")[i % 4],
+            message=f"alert {i}",
+            opened_at=now - timedelta(minutes=i // 7),  # ties within a minute: the id breaks them
+        )
+        for i in range(80)
+    )
+    client.force_login(bob)
+    seen: list[str] = []
+    query = ""
+    while True:
+        html = client.get(f"{LIST}?{query}").content.decode()
+        seen += rows(html)
+        found = re.search(r'href="\?([^"]*after=[^"]+)"[^>]*>Older alerts', html)
+        if not found:
+            break
+        query = found.group(1).replace("&amp;", "&")
+    expected = DriftAlert.objects.exclude(state="resolved").values_list("pk", "severity", "opened_at")
+    rank = {"critical": 0, "warning": 1, "info": 2}
+    order = sorted(expected, key=lambda row: (rank[row[1]], -row[2].timestamp(), -row[0]))
+    assert seen == [str(pk) for pk, _, _ in order]

@@ -106,6 +106,40 @@ def test_sessions_needing_attention_come_first_alerts_then_failures_then_silence
     assert f'href="{reverse("dashboard:session_detail", args=[alerting.pk])}"' in html
 
 
+def test_a_burst_of_alerts_of_one_kind_is_one_line_linking_to_the_filtered_alerts(client, bob, make_session):
+    now = timezone.now()
+    for i in range(6):
+        DriftAlert.objects.create(session=make_session(f"long-{i}"), kind="long_running", message="long")
+    looping = make_session("looping")
+    DriftAlert.objects.create(session=looping, kind="repetition", message="same call 5 times")
+    AgentSession.objects.update(last_seen_at=now)
+    client.force_login(bob)
+    response = client.get(URL)
+    assert attention(response) == ["looping"]
+    assert response.context["bursts"] == {"long_running": 6}
+    html = response.content.decode()
+    link = reverse("dashboard:alert_list") + "?kind=long_running&amp;state=open"
+    assert f'<a data-open href="{link}">6 sessions: long running</a>' in html
+    assert "long-0" not in html
+
+
+def test_attention_lists_the_most_urgent_few_of_many(client, bob, make_session):
+    now = timezone.now()
+    kinds = ["stalled", "repetition", "error_rate", "cycle_count"]
+    alerting = []
+    for i in range(12):  # three of each kind: no burst
+        session = make_session(f"alerting-{i:02d}")
+        DriftAlert.objects.create(session=session, kind=kinds[i % 4], message="m", opened_at=now - timedelta(minutes=i))
+        alerting.append(session.external_id)
+    failed = make_session("failed")
+    AgentSession.objects.update(last_seen_at=now)
+    AgentSession.objects.filter(pk=failed.pk).update(status="failed")
+    client.force_login(bob)
+    response = client.get(URL)
+    assert attention(response) == alerting[:10]  # the newest alerts first
+    assert response.context["more_attention"]
+
+
 def test_all_clear_when_nothing_needs_attention(client, bob, make_session):
     session = make_session()
     AgentSession.objects.filter(pk=session.pk).update(last_seen_at=timezone.now())
@@ -163,9 +197,10 @@ def test_query_count_is_bounded_on_thousands_of_checkpoints(
         record_audit(Actor.for_user(alice), "acknowledge", session=session, reason="looking")
     AgentSession.objects.filter(pk__in=[s.pk for s in sessions[1::5]]).update(status="failed")
     client.force_login(bob)
-    # 10: the "Waiting for approval" queue is one query
-    with django_assert_max_num_queries(10):
+    # 13: the "Waiting for approval" queue is one query; "Needs attention" five (bursts, then each class
+    # cut at ten rows by an index, then the sessions shown)
+    with django_assert_max_num_queries(13):
         response = client.get(URL)
     assert len(response.context["attention"]) == 10 and response.context["more_attention"]
-    with django_assert_max_num_queries(10):
+    with django_assert_max_num_queries(13):
         client.get(URL, headers=HTMX)
