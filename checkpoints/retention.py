@@ -20,21 +20,31 @@ other sessions are processed all the same (`jobs.each_batch`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from .jobs import Failures, contained, each_batch
 from .lineage import mark_branch_starts
-from .models import AgentSession, Checkpoint, CheckpointKind, DriftAlert, Project, RetentionPolicy, RetentionScope
+from .models import (
+    AgentSession,
+    AuditEvent,
+    Checkpoint,
+    CheckpointKind,
+    DriftAlert,
+    Project,
+    RetentionPolicy,
+    RetentionScope,
+)
 
 PREVIEW_SIZE = 200
-PLAN_BATCH = 50  # sessions planned per savepoint
+PROJECT_PREVIEW = 50  # ids kept per project, so a recorded dry run can show each user their projects' share
+PLAN_BATCH = 50  # sessions planned per savepoint, their rows read in one query
 
 # (id, seq, name, kind, created_at, operation_done, pinned, parent_id): all retention reads of a checkpoint
 Row = tuple[int, int, str, str, datetime, bool, bool, int | None]
@@ -43,39 +53,69 @@ ROW_FIELDS = ("id", "seq", "name", "kind", "created_at", "operation_done", "pinn
 
 @dataclass
 class SessionPlan:
-    """What retention deletes in one session, and where the kept children of deleted checkpoints move."""
+    """What retention deletes in one session, and the parent of each (to re-point their kept children)."""
 
     session_id: int
+    project_id: int
     total: int
     delete: list[int]  # in seq order
     kinds: Counter[str]
-    repoint: dict[int, tuple[int, int | None]]  # kept child id → (its deleted parent, its nearest kept ancestor)
+    parents: dict[int, int | None]  # each id to delete → its parent
 
 
 @dataclass
-class Plan:
+class Figures:
+    """What a run deletes and keeps: in all, or in one project."""
+
     deleted: int = 0
     kept: int = 0
     by_kind: Counter[str] = field(default_factory=Counter)
-    checkpoints: list[int] = field(default_factory=list)  # the first PREVIEW_SIZE ids to delete
-    failures: Failures = field(default_factory=Failures)  # sessions that could not be planned or applied
+    checkpoints: list[int] = field(default_factory=list)  # the first ids to delete
 
-    def add(self, session_plan: SessionPlan) -> None:
+    def add(self, session_plan: SessionPlan, *, preview: int) -> None:
         self.deleted += len(session_plan.delete)
         self.kept += session_plan.total - len(session_plan.delete)
         self.by_kind.update(session_plan.kinds)
-        room = PREVIEW_SIZE - len(self.checkpoints)
+        room = preview - len(self.checkpoints)
         if room > 0:
             self.checkpoints.extend(session_plan.delete[:room])
 
-    def as_dict(self) -> dict[str, Any]:
+    def counts(self) -> dict[str, Any]:
         return {
             "deleted": self.deleted,
             "kept": self.kept,
             "by_kind": dict(sorted(self.by_kind.items())),
             "checkpoints": list(self.checkpoints),
-            **self.failures.as_dict(),
         }
+
+
+@dataclass
+class Plan(Figures):
+    failures: Failures = field(default_factory=Failures)  # sessions that could not be planned or applied
+    projects: dict[int, Figures] = field(default_factory=dict)
+
+    def add(self, session_plan: SessionPlan, *, preview: int = PREVIEW_SIZE) -> None:
+        super().add(session_plan, preview=preview)
+        self.projects.setdefault(session_plan.project_id, Figures()).add(session_plan, preview=PROJECT_PREVIEW)
+
+    def as_dict(self) -> dict[str, Any]:
+        projects = {str(pk): figures.counts() for pk, figures in sorted(self.projects.items())}
+        return {**self.counts(), **self.failures.as_dict(), "projects": projects}
+
+
+def recorded_plan(result: dict[str, Any], *, projects: Iterable[int]) -> Plan:
+    """A recorded run's figures in `projects` only: a dry run spans every project, a user sees their own."""
+    plan = Plan()
+    recorded = result.get("projects", {})
+    for pk in sorted(projects):
+        figures = recorded.get(str(pk))
+        if figures is None:
+            continue
+        plan.deleted += figures["deleted"]
+        plan.kept += figures["kept"]
+        plan.by_kind.update(figures["by_kind"])
+        plan.checkpoints.extend(figures["checkpoints"])
+    return plan
 
 
 def describe(policy: RetentionPolicy) -> str:
@@ -156,8 +196,12 @@ class _Rules:
         return self._agent_keep[key]
 
 
-def _plan_session(rules: _Rules, session_id: int, project_id: int, agent: str, head_id: int | None) -> SessionPlan:
-    rows: list[Row] = list(Checkpoint.objects.filter(session_id=session_id).order_by("seq").values_list(*ROW_FIELDS))
+Session = tuple[int, int, str, int | None]  # (id, project_id, agent, head_id)
+
+
+def _plan_session(rules: _Rules, session: Session, rows: list[Row]) -> SessionPlan:
+    """`rows` are the session's checkpoints in seq order."""
+    session_id, project_id, agent, head_id = session
     protected = {head_id} if head_id else set()
     protected.update(parent for _, _, _, kind, _, _, _, parent in rows if kind == CheckpointKind.RESTORE and parent)
     first_id = rows[0][0] if rows else None
@@ -192,18 +236,22 @@ def _plan_session(rules: _Rules, session_id: int, project_id: int, agent: str, h
                 delete.add(pk)
                 kinds[kind] += 1
 
-    repoint: dict[int, tuple[int, int | None]] = {}
-    if delete:
-        parents = {row[0]: row[7] for row in rows}
-        for pk, parent in parents.items():
-            if pk in delete or parent is None or parent not in delete:
-                continue
-            ancestor: int | None = parent
-            while ancestor is not None and ancestor in delete:
-                ancestor = parents.get(ancestor)
-            repoint[pk] = (parent, ancestor)
     ordered = [row[0] for row in rows if row[0] in delete]
-    return SessionPlan(session_id=session_id, total=len(rows), delete=ordered, kinds=kinds, repoint=repoint)
+    parents = {row[0]: row[7] for row in rows if row[0] in delete}
+    return SessionPlan(session_id, project_id, len(rows), ordered, kinds, parents)
+
+
+def _plan_sessions(rules: _Rules, sessions: list[Session]) -> list[SessionPlan]:
+    """One query reads the rows of every session in the batch (not one per session)."""
+    rows: dict[int, list[Row]] = {session[0]: [] for session in sessions}
+    query = (
+        Checkpoint.objects.filter(session_id__in=list(rows))
+        .order_by("session_id", "seq")
+        .values_list("session_id", *ROW_FIELDS)
+    )
+    for row in query:
+        rows[row[0]].append(row[1:])
+    return [_plan_session(rules, session, rows[session[0]]) for session in sessions]
 
 
 def iter_session_plans(
@@ -218,11 +266,12 @@ def iter_session_plans(
     rows = (AgentSession.objects.all() if sessions is None else sessions).order_by("pk")
     rows = rows.values_list("pk", "project_id", "agent", "head_id")
 
-    def plan_batch(batch: list[tuple[int, int, str, int | None]]) -> list[SessionPlan]:
-        return [_plan_session(rules, *session) for session in batch]
-
     for plans in each_batch(
-        rows.iterator(chunk_size=1000), plan_batch, failures, size=PLAN_BATCH, key=lambda session: session[0]
+        rows.iterator(chunk_size=1000),
+        lambda batch: _plan_sessions(rules, batch),
+        failures,
+        size=PLAN_BATCH,
+        key=lambda session: session[0],
     ):
         yield from plans
 
@@ -234,47 +283,77 @@ def plan_retention(*, now: datetime | None = None, sessions: QuerySet[AgentSessi
     return plan
 
 
-def still_protected() -> Q:
-    """Protections checked again at delete time: a checkpoint pinned, restored or forked since planning stays."""
-    return (
+def protected_among(ids: Iterable[int]) -> set[int]:
+    """Which of `ids` a protection keeps now: pinned, restored or forked since planning, a head or an unresolved
+    alert's checkpoint. Each test starts from the batch's own ids (index lookups), never from a whole table."""
+    batch = Checkpoint.objects.filter(pk__in=list(ids))
+    unresolved = DriftAlert.objects.unresolved()
+    protected = batch.filter(
         Q(pinned=True)
-        | Q(pk__in=AgentSession.objects.filter(head__isnull=False).values("head_id"))
-        | Q(pk__in=AgentSession.objects.filter(forked_from__isnull=False).values("forked_from_id"))
-        | Q(pk__in=Checkpoint.objects.filter(kind=CheckpointKind.RESTORE, parent__isnull=False).values("parent_id"))
-        | Q(pk__in=DriftAlert.objects.unresolved().filter(last_good__isnull=False).values("last_good_id"))
-        | Q(pk__in=DriftAlert.objects.unresolved().filter(checkpoint__isnull=False).values("checkpoint_id"))
+        | Exists(AgentSession.objects.filter(head=OuterRef("pk")))
+        | Exists(AgentSession.objects.filter(forked_from=OuterRef("pk")))
+        | Exists(Checkpoint.objects.filter(parent=OuterRef("pk"), kind=CheckpointKind.RESTORE))
+        | Exists(unresolved.filter(last_good=OuterRef("pk")))
+        | Exists(unresolved.filter(checkpoint=OuterRef("pk")))
     )
+    return set(protected.order_by().values_list("pk", flat=True))
 
 
 def _apply_session(session_plan: SessionPlan, *, batch_size: int, failures: Failures) -> SessionPlan:
-    """Delete a session's planned checkpoints in batches; returns what was really deleted.
+    """Delete a session's planned checkpoints in batches, in seq order; returns what was really deleted.
 
     A batch that fails is rolled back whole and recorded in `failures`; the batches before it stay done (each
     left the timeline a tree), the ones after it are not tried.
     """
     done: list[int] = []
     kinds: Counter[str] = Counter()
+    parents = dict(session_plan.parents)
     with contained(session_plan.session_id, failures):
         for start in range(0, len(session_plan.delete), batch_size):
             batch = session_plan.delete[start : start + batch_size]
-            deleted = _delete_batch(batch, session_plan.repoint)
+            deleted = _delete_batch(batch, parents)
             done.extend(pk for pk, _ in deleted)
             kinds.update(kind for _, kind in deleted)
-    return SessionPlan(session_plan.session_id, session_plan.total, done, kinds, session_plan.repoint)
+    return SessionPlan(session_plan.session_id, session_plan.project_id, session_plan.total, done, kinds, {})
 
 
-def _delete_batch(ids: list[int], repoint: dict[int, tuple[int, int | None]]) -> list[tuple[int, str]]:
-    """One short transaction: move the kept children of `ids` to their nearest kept ancestor, then delete `ids`."""
-    batch = set(ids)
+def _delete_batch(ids: list[int], parents: dict[int, int | None]) -> list[tuple[int, str]]:
+    """One short transaction: keep what became protected since planning, move the children of the rest to
+    their nearest kept ancestor (the timeline stays a tree), clear every other reference to them, delete them.
+
+    `parents` maps the ids planned for deletion to their parents; the ones found protected leave it (they stay,
+    and children may hang from them). A parent is older (lower seq) than its child and batches go in seq order,
+    so each ancestor of this batch's children that `parents` still holds is gone or goes now. The references are cleared here, one statement per foreign key to
+    Checkpoint, not by Django's delete collector: heads, fork sources and unresolved alerts' checkpoints are
+    protected, so what remains are children (`parent`), resolved alerts (`last_good`, `checkpoint`) and audit
+    rows (`checkpoint`).
+    """
     with transaction.atomic():
-        moved = [Checkpoint(pk=child, parent_id=new) for child, (old, new) in repoint.items() if old in batch]
+        protected = protected_among(ids)
+        for pk in protected:
+            parents.pop(pk, None)
+        doomed = list(
+            Checkpoint.objects.filter(pk__in=[pk for pk in ids if pk not in protected])
+            .order_by("seq")
+            .values_list("id", "kind")
+        )
+        if not doomed:
+            return []
+        gone = [pk for pk, _ in doomed]
+
+        def kept_ancestor(pk: int | None) -> int | None:
+            while pk is not None and pk in parents:
+                pk = parents[pk]
+            return pk
+
+        children = Checkpoint.objects.filter(parent__in=gone).exclude(pk__in=gone).values_list("pk", "parent_id")
+        moved = [Checkpoint(pk=pk, parent_id=kept_ancestor(parent)) for pk, parent in children]
         if moved:
             Checkpoint.objects.bulk_update(moved, ["parent"])
-        doomed = list(
-            Checkpoint.objects.filter(pk__in=ids).exclude(still_protected()).order_by("seq").values_list("id", "kind")
-        )
-        if doomed:
-            Checkpoint.objects.filter(pk__in=[pk for pk, _ in doomed]).only("pk").delete()
+        DriftAlert.objects.filter(last_good__in=gone).update(last_good=None)
+        DriftAlert.objects.filter(checkpoint__in=gone).update(checkpoint=None)
+        AuditEvent.objects.filter(checkpoint__in=gone).update(checkpoint=None)
+        Checkpoint.objects.filter(pk__in=gone)._raw_delete(Checkpoint.objects.db)
         mark_branch_starts(row.pk for row in moved)
     return doomed
 
@@ -283,9 +362,9 @@ def apply_retention(*, dry_run: bool = False, now: datetime | None = None, batch
     """Delete what the policies let go.
 
     1. Plan one session at a time (ids and a few columns, never states).
-    2. Per batch of `batch_size`, in its own short transaction: re-point kept children of the batch's checkpoints to
-       their nearest kept ancestor (the timeline stays a tree), then delete the batch, checking the protections
-       again so a checkpoint pinned or restored meanwhile survives.
+    2. Per batch of `batch_size`, in its own short transaction: check the protections again (a checkpoint pinned
+       or restored meanwhile survives), re-point the children of the rest to their nearest kept ancestor (the
+       timeline stays a tree), then delete them.
     3. One `retention` audit row with the counts.
 
     A session that fails in step 1 or 2 is named in the result's `errors` (with `error_count` and

@@ -18,7 +18,8 @@ from checkpoints.models import (
     JobRunStatus,
     RetentionPolicy,
 )
-from checkpoints.retention import apply_retention, describe, plan_retention
+from checkpoints import retention
+from checkpoints.retention import apply_retention, describe, plan_retention, recorded_plan
 from checkpoints.services import Actor, fork_session, pin_checkpoint, restore_checkpoint
 
 pytestmark = pytest.mark.django_db
@@ -369,3 +370,82 @@ def test_planning_reads_a_bounded_number_of_queries(big_session, django_assert_m
         plan = plan_retention()
     assert plan.deleted > 0
     assert plan.deleted + plan.kept == Checkpoint.objects.count()
+
+
+def test_a_checkpoint_protected_after_planning_survives_and_keeps_its_children(
+    make_session, make_checkpoint, monkeypatch
+):
+    """Between planning and its batch a checkpoint is pinned, restored, forked or named by a new alert: it stays,
+    and the children of the deleted ones hang from the nearest checkpoint that stayed."""
+    set_policy("step", keep_last=1)
+    session = make_session()
+    made = steps(make_checkpoint, session, 12)
+    branches: list[Checkpoint] = []
+    plan_sessions = retention._plan_sessions
+
+    def plan_then_protect(rules, sessions):
+        plans = plan_sessions(rules, sessions)
+        pin_checkpoint(made[2], actor=Actor.system("test"))
+        restore_checkpoint(made[4], actor=Actor.system("test"))
+        fork_session(made[6], actor=Actor.system("test"))
+        DriftAlert.objects.create(session=session, kind="stall", message="x", last_good=made[8], checkpoint=made[9])
+        branches.append(make_checkpoint(session, {"branch": 1}, name="branch", parent=made[10].pk))
+        return plans
+
+    monkeypatch.setattr(retention, "_plan_sessions", plan_then_protect)
+
+    result = apply_retention(batch_size=3)
+
+    assert result["deleted"] == 6
+    parents = dict(Checkpoint.objects.filter(session=session).values_list("pk", "parent_id"))
+    assert {made[i].pk for i in (2, 4, 6, 8, 9, 11)} <= set(parents)
+    assert not {made[i].pk for i in (0, 1, 3, 5, 7, 10)} & set(parents)
+    assert parents[made[2].pk] is None
+    assert parents[made[4].pk] == made[2].pk
+    assert parents[made[8].pk] == made[6].pk
+    assert parents[made[11].pk] == parents[branches[0].pk] == made[9].pk
+    assert all(parent is None or parent in parents for parent in parents.values())
+
+
+def test_deleting_clears_references_from_resolved_alerts_and_audit_rows(make_session, make_checkpoint):
+    set_policy("step", keep_last=1)
+    session = make_session()
+    made = steps(make_checkpoint, session, 3)
+    pin_checkpoint(made[0], actor=Actor.system("test"))
+    pin_checkpoint(made[0], actor=Actor.system("test"), pinned=False)
+    alert = DriftAlert.objects.create(
+        session=session, kind="loop", message="old", state="resolved", last_good=made[0], checkpoint=made[1]
+    )
+
+    assert apply_retention()["deleted"] == 2
+
+    alert.refresh_from_db()
+    assert (alert.last_good_id, alert.checkpoint_id) == (None, None)
+    pins = AuditEvent.objects.filter(action__in=["pin", "unpin"])
+    assert pins.count() == 2 and not pins.exclude(checkpoint=None).exists()
+
+
+def test_planning_reads_many_sessions_in_a_few_queries(make_session, make_checkpoint, django_assert_max_num_queries):
+    set_policy("step", keep_last=1)
+    for i in range(12):
+        steps(make_checkpoint, make_session(f"run-{i}"), 3)
+    with django_assert_max_num_queries(8):
+        plan = plan_retention()
+    assert (plan.deleted, plan.kept) == (24, 12)
+
+
+def test_a_recorded_dry_run_shows_each_project_its_own_figures(
+    project, other_project, make_session, make_checkpoint
+):
+    set_policy("step", keep_last=1)
+    steps(make_checkpoint, make_session("ours"), 3)
+    steps(make_checkpoint, make_session("theirs", in_project=other_project), 5, kind="manual")
+    set_policy("manual", keep_last=2)
+    result = apply_retention(dry_run=True)
+
+    ours = recorded_plan(result, projects=[project.pk])
+    both = recorded_plan(result, projects=[project.pk, other_project.pk])
+
+    assert (ours.deleted, ours.kept, dict(ours.by_kind)) == (2, 1, {"step": 2})
+    assert len(ours.checkpoints) == 2 and set(ours.checkpoints) < set(both.checkpoints)
+    assert (both.deleted, both.kept, dict(both.by_kind)) == (5, 3, {"step": 2, "manual": 3})
