@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from checkpoints import store
+from checkpoints import retention, store
 from checkpoints.models import (
     AgentSession,
     AuditEvent,
@@ -18,7 +18,6 @@ from checkpoints.models import (
     JobRunStatus,
     RetentionPolicy,
 )
-from checkpoints import retention
 from checkpoints.retention import apply_retention, describe, plan_retention, recorded_plan
 from checkpoints.services import Actor, fork_session, pin_checkpoint, restore_checkpoint
 
@@ -434,9 +433,7 @@ def test_planning_reads_many_sessions_in_a_few_queries(make_session, make_checkp
     assert (plan.deleted, plan.kept) == (24, 12)
 
 
-def test_a_recorded_dry_run_shows_each_project_its_own_figures(
-    project, other_project, make_session, make_checkpoint
-):
+def test_a_recorded_dry_run_shows_each_project_its_own_figures(project, other_project, make_session, make_checkpoint):
     set_policy("step", keep_last=1)
     steps(make_checkpoint, make_session("ours"), 3)
     steps(make_checkpoint, make_session("theirs", in_project=other_project), 5, kind="manual")
