@@ -26,7 +26,8 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db.models import Case, Exists, F, OuterRef, Q, QuerySet, When, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from .jobs import Failures, contained, each_batch
@@ -46,9 +47,10 @@ PREVIEW_SIZE = 200
 PROJECT_PREVIEW = 50  # ids kept per project, so a recorded dry run can show each user their projects' share
 PLAN_BATCH = 50  # sessions planned per savepoint, their rows read in one query
 
-# (id, seq, name, kind, created_at, operation_done, pinned, parent_id): all retention reads of a checkpoint
-Row = tuple[int, int, str, str, datetime, bool, bool, int | None]
-ROW_FIELDS = ("id", "seq", "name", "kind", "created_at", "operation_done", "pinned", "parent_id")
+# (id, seq, name, kind, created_at, operation_done, pinned, parent_id): all retention reads of a checkpoint;
+# created_at only for the kinds a max_age rule reads (reading a time costs more than the rest of the row)
+Row = tuple[int, int, str, str, datetime | None, bool, bool, int | None]
+ROW_FIELDS = ("id", "seq", "name", "kind", "aged_at", "operation_done", "pinned", "parent_id")
 
 
 @dataclass
@@ -169,7 +171,7 @@ class _Rules:
                 alerts.filter(checkpoint__isnull=False).values_list("checkpoint_id", flat=True),
             )
         )
-        self._agent_keep: dict[tuple[int, str, str], set[int]] = {}
+        self._agent_keep: dict[tuple[str, int], set[int]] = {}
 
     def policy(self, project_id: int, kind: str) -> RetentionPolicy | None:
         policy = self.project.get((project_id, kind)) or self.global_.get(kind)
@@ -184,24 +186,33 @@ class _Rules:
         )
         return policy if has_rule else None
 
-    def agent_keep(self, project_id: int, agent: str, policy: RetentionPolicy) -> set[int]:
-        key = (project_id, agent, policy.kind)
+    @property
+    def aged_kinds(self) -> set[str]:
+        """The kinds some policy keeps by age: the only rows whose creation time planning reads."""
+        policies = [*self.global_.values(), *self.project.values()]
+        return {policy.kind for policy in policies if policy.max_age is not None}
+
+    def agent_keep(self, policy: RetentionPolicy) -> set[int]:
+        """The newest `keep_last` checkpoints of the policy's kind of each agent in each project: every agent in
+        one query (ids of different agents never meet, so one set serves them all)."""
+        key = (policy.kind, policy.keep_last or 0)
         if key not in self._agent_keep:
-            newest = (
-                Checkpoint.objects.filter(session__project_id=project_id, session__agent=agent, kind=policy.kind)
-                .order_by("-created_at", "-id")
-                .values_list("id", flat=True)
+            newest = Window(
+                RowNumber(),
+                partition_by=[F("session__project_id"), F("session__agent")],
+                order_by=[F("created_at").desc(), F("id").desc()],
             )
-            self._agent_keep[key] = set(newest[: policy.keep_last or 0])
+            ranked = Checkpoint.objects.filter(kind=policy.kind).annotate(rank=newest).filter(rank__lte=key[1])
+            self._agent_keep[key] = set(ranked.order_by().values_list("id", flat=True)) if key[1] else set()
         return self._agent_keep[key]
 
 
-Session = tuple[int, int, str, int | None]  # (id, project_id, agent, head_id)
+Session = tuple[int, int, int | None]  # (id, project_id, head_id)
 
 
 def _plan_session(rules: _Rules, session: Session, rows: list[Row]) -> SessionPlan:
     """`rows` are the session's checkpoints in seq order."""
-    session_id, project_id, agent, head_id = session
+    session_id, project_id, head_id = session
     protected = {head_id} if head_id else set()
     protected.update(parent for _, _, _, kind, _, _, _, parent in rows if kind == CheckpointKind.RESTORE and parent)
     first_id = rows[0][0] if rows else None
@@ -218,12 +229,12 @@ def _plan_session(rules: _Rules, session: Session, rows: list[Row]) -> SessionPl
         keep: set[int] = set()
         if policy.keep_last is not None:
             if policy.keep_last_scope == RetentionScope.AGENT:
-                keep |= rules.agent_keep(project_id, agent, policy)
+                keep |= rules.agent_keep(policy)
             elif policy.keep_last:
                 keep.update(row[0] for row in kind_rows[-policy.keep_last :])
         if policy.max_age is not None:
             cutoff = rules.now - policy.max_age
-            keep.update(row[0] for row in kind_rows if row[4] >= cutoff)
+            keep.update(row[0] for row in kind_rows if row[4] is not None and row[4] >= cutoff)
         if policy.until_operation_done:
             keep.update(row[0] for row in kind_rows if not row[5])
         if policy.keep_first and first_id is not None:
@@ -244,8 +255,10 @@ def _plan_session(rules: _Rules, session: Session, rows: list[Row]) -> SessionPl
 def _plan_sessions(rules: _Rules, sessions: list[Session]) -> list[SessionPlan]:
     """One query reads the rows of every session in the batch (not one per session)."""
     rows: dict[int, list[Row]] = {session[0]: [] for session in sessions}
+    aged_at = Case(When(kind__in=rules.aged_kinds, then=F("created_at")), default=None)
     query = (
         Checkpoint.objects.filter(session_id__in=list(rows))
+        .annotate(aged_at=aged_at)
         .order_by("session_id", "seq")
         .values_list("session_id", *ROW_FIELDS)
     )
@@ -264,7 +277,7 @@ def iter_session_plans(
     """
     rules = _Rules(now or timezone.now())
     rows = (AgentSession.objects.all() if sessions is None else sessions).order_by("pk")
-    rows = rows.values_list("pk", "project_id", "agent", "head_id")
+    rows = rows.values_list("pk", "project_id", "head_id")
 
     for plans in each_batch(
         rows.iterator(chunk_size=1000),

@@ -446,3 +446,11 @@ def test_a_recorded_dry_run_shows_each_project_its_own_figures(project, other_pr
     assert (ours.deleted, ours.kept, dict(ours.by_kind)) == (2, 1, {"step": 2})
     assert len(ours.checkpoints) == 2 and set(ours.checkpoints) < set(both.checkpoints)
     assert (both.deleted, both.kept, dict(both.by_kind)) == (5, 3, {"step": 2, "manual": 3})
+
+
+def test_without_any_age_rule_the_other_rules_still_apply(make_session, make_checkpoint):
+    set_policy("recovery", keep_last=1)  # the only default with max_age
+    session = make_session()
+    steps(make_checkpoint, session, 3, kind="recovery")
+    make_checkpoint(session, {"end": 1}, name="end")
+    assert apply_retention()["by_kind"] == {"recovery": 2}
