@@ -26,11 +26,11 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Case, Exists, F, OuterRef, Q, QuerySet, When, Window
+from django.db.models import F, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
-from .jobs import Failures, contained, each_batch
+from .jobs import Failures, concerns_the_whole_run, contained, each_batch
 from .lineage import mark_branch_starts
 from .models import (
     AgentSession,
@@ -47,10 +47,9 @@ PREVIEW_SIZE = 200
 PROJECT_PREVIEW = 50  # ids kept per project, so a recorded dry run can show each user their projects' share
 PLAN_BATCH = 50  # sessions planned per savepoint, their rows read in one query
 
-# (id, seq, name, kind, created_at, operation_done, pinned, parent_id): all retention reads of a checkpoint;
-# created_at only for the kinds a max_age rule reads (reading a time costs more than the rest of the row)
-Row = tuple[int, int, str, str, datetime | None, bool, bool, int | None]
-ROW_FIELDS = ("id", "seq", "name", "kind", "aged_at", "operation_done", "pinned", "parent_id")
+# (id, seq, name, kind, created_at, operation_done, pinned, parent_id): all retention reads of a checkpoint
+Row = tuple[int, int, str, str, datetime, bool, bool, int | None]
+ROW_FIELDS = ("id", "seq", "name", "kind", "created_at", "operation_done", "pinned", "parent_id")
 
 
 @dataclass
@@ -186,12 +185,6 @@ class _Rules:
         )
         return policy if has_rule else None
 
-    @property
-    def aged_kinds(self) -> set[str]:
-        """The kinds some policy keeps by age: the only rows whose creation time planning reads."""
-        policies = [*self.global_.values(), *self.project.values()]
-        return {policy.kind for policy in policies if policy.max_age is not None}
-
     def agent_keep(self, policy: RetentionPolicy) -> set[int]:
         """The newest `keep_last` checkpoints of the policy's kind of each agent in each project: every agent in
         one query (ids of different agents never meet, so one set serves them all)."""
@@ -234,7 +227,7 @@ def _plan_session(rules: _Rules, session: Session, rows: list[Row]) -> SessionPl
                 keep.update(row[0] for row in kind_rows[-policy.keep_last :])
         if policy.max_age is not None:
             cutoff = rules.now - policy.max_age
-            keep.update(row[0] for row in kind_rows if row[4] is not None and row[4] >= cutoff)
+            keep.update(row[0] for row in kind_rows if row[4] >= cutoff)
         if policy.until_operation_done:
             keep.update(row[0] for row in kind_rows if not row[5])
         if policy.keep_first and first_id is not None:
@@ -255,10 +248,8 @@ def _plan_session(rules: _Rules, session: Session, rows: list[Row]) -> SessionPl
 def _plan_sessions(rules: _Rules, sessions: list[Session]) -> list[SessionPlan]:
     """One query reads the rows of every session in the batch (not one per session)."""
     rows: dict[int, list[Row]] = {session[0]: [] for session in sessions}
-    aged_at = Case(When(kind__in=rules.aged_kinds, then=F("created_at")), default=None)
     query = (
         Checkpoint.objects.filter(session_id__in=list(rows))
-        .annotate(aged_at=aged_at)
         .order_by("session_id", "seq")
         .values_list("session_id", *ROW_FIELDS)
     )
@@ -297,19 +288,69 @@ def plan_retention(*, now: datetime | None = None, sessions: QuerySet[AgentSessi
 
 
 def protected_among(ids: Iterable[int]) -> set[int]:
-    """Which of `ids` a protection keeps now: pinned, restored or forked since planning, a head or an unresolved
-    alert's checkpoint. Each test starts from the batch's own ids (index lookups), never from a whole table."""
-    batch = Checkpoint.objects.filter(pk__in=list(ids))
-    unresolved = DriftAlert.objects.unresolved()
-    protected = batch.filter(
-        Q(pinned=True)
-        | Exists(AgentSession.objects.filter(head=OuterRef("pk")))
-        | Exists(AgentSession.objects.filter(forked_from=OuterRef("pk")))
-        | Exists(Checkpoint.objects.filter(parent=OuterRef("pk"), kind=CheckpointKind.RESTORE))
-        | Exists(unresolved.filter(last_good=OuterRef("pk")))
-        | Exists(unresolved.filter(checkpoint=OuterRef("pk")))
+    """Which of `ids` a protection keeps now: pinned, a head, a fork source, a restore target or an unresolved
+    alert's checkpoint (pinned, restored or forked since planning, too). Each test looks the batch's own ids up
+    in an index of the referencing column, never reads a whole table."""
+    batch = list(ids)
+    unresolved = DriftAlert.objects.unresolved().order_by()
+    found = (
+        Checkpoint.objects.filter(pk__in=batch, pinned=True)
+        .order_by()
+        .values_list("pk")
+        .union(
+            AgentSession.objects.filter(head__in=batch).values_list("head_id"),
+            AgentSession.objects.filter(forked_from__in=batch).values_list("forked_from_id"),
+            Checkpoint.objects.filter(parent__in=batch, kind=CheckpointKind.RESTORE)
+            .order_by()
+            .values_list("parent_id"),
+            unresolved.filter(last_good__in=batch).values_list("last_good_id"),
+            unresolved.filter(checkpoint__in=batch).values_list("checkpoint_id"),
+        )
     )
-    return set(protected.order_by().values_list("pk", flat=True))
+    return {pk for (pk,) in found}
+
+
+def _applied(plans: Iterable[SessionPlan], *, batch_size: int, failures: Failures) -> Iterator[SessionPlan]:
+    """Each plan, applied: what was really deleted, in the order planned.
+
+    A session with `batch_size` or more to delete goes alone, batch by batch; the others share batches (most
+    sessions have a few dozen to delete, and a batch costs the same ten statements and a commit whatever its
+    size)."""
+    group: list[SessionPlan] = []
+    for session_plan in plans:
+        if len(session_plan.delete) >= batch_size:
+            yield from _apply_group(group, failures=failures)
+            group = []
+            yield _apply_session(session_plan, batch_size=batch_size, failures=failures)
+            continue
+        group.append(session_plan)
+        if sum(len(member.delete) for member in group) >= batch_size:
+            yield from _apply_group(group, failures=failures)
+            group = []
+    yield from _apply_group(group, failures=failures)
+
+
+def _apply_group(group: list[SessionPlan], *, failures: Failures) -> list[SessionPlan]:
+    """Delete the planned checkpoints of a few sessions in one batch. When it fails, each session is tried on its
+    own, so the one at fault is named and the others are done."""
+    ids = [pk for session_plan in group for pk in session_plan.delete]
+    if not ids:
+        return group
+    parents = {pk: parent for session_plan in group for pk, parent in session_plan.parents.items()}
+    try:
+        deleted = _delete_batch(ids, parents)
+    except Exception as exc:
+        if concerns_the_whole_run(exc):
+            raise
+        return [_apply_session(session_plan, batch_size=len(ids), failures=failures) for session_plan in group]
+    kinds = dict(deleted)
+    done = []
+    for session_plan in group:
+        failures.succeeded([session_plan.session_id])
+        gone = [pk for pk in session_plan.delete if pk in kinds]
+        counts = Counter(kinds[pk] for pk in gone)
+        done.append(SessionPlan(session_plan.session_id, session_plan.project_id, session_plan.total, gone, counts, {}))
+    return done
 
 
 def _apply_session(session_plan: SessionPlan, *, batch_size: int, failures: Failures) -> SessionPlan:
@@ -375,7 +416,7 @@ def apply_retention(*, dry_run: bool = False, now: datetime | None = None, batch
     """Delete what the policies let go.
 
     1. Plan one session at a time (ids and a few columns, never states).
-    2. Per batch of `batch_size`, in its own short transaction: check the protections again (a checkpoint pinned
+    2. Per batch of `batch_size` (sessions with little to delete share one), in its own short transaction: check the protections again (a checkpoint pinned
        or restored meanwhile survives), re-point the children of the rest to their nearest kept ancestor (the
        timeline stays a tree), then delete them.
     3. One `retention` audit row with the counts.
@@ -387,11 +428,11 @@ def apply_retention(*, dry_run: bool = False, now: datetime | None = None, batch
 
     now = now or timezone.now()
     plan = Plan()
-    for session_plan in iter_session_plans(now=now, failures=plan.failures):
-        if dry_run or not session_plan.delete:
-            plan.add(session_plan)
-            continue
-        plan.add(_apply_session(session_plan, batch_size=batch_size, failures=plan.failures))
+    plans = iter_session_plans(now=now, failures=plan.failures)
+    if not dry_run:
+        plans = _applied(plans, batch_size=batch_size, failures=plan.failures)
+    for session_plan in plans:
+        plan.add(session_plan)
     result = plan.as_dict()
     if not dry_run:
         record_audit(

@@ -448,9 +448,36 @@ def test_a_recorded_dry_run_shows_each_project_its_own_figures(project, other_pr
     assert (both.deleted, both.kept, dict(both.by_kind)) == (5, 3, {"step": 2, "manual": 3})
 
 
-def test_without_any_age_rule_the_other_rules_still_apply(make_session, make_checkpoint):
-    set_policy("recovery", keep_last=1)  # the only default with max_age
-    session = make_session()
-    steps(make_checkpoint, session, 3, kind="recovery")
-    make_checkpoint(session, {"end": 1}, name="end")
-    assert apply_retention()["by_kind"] == {"recovery": 2}
+def test_sessions_with_little_to_delete_share_a_batch(make_session, make_checkpoint, django_assert_max_num_queries):
+    set_policy("step", keep_last=1)
+    sessions = [make_session(f"run-{i}") for i in range(12)]
+    for session in sessions:
+        steps(make_checkpoint, session, 3)
+    with django_assert_max_num_queries(25):  # one batch for all twelve, not one per session
+        result = apply_retention()
+    assert (result["deleted"], result["kept"], result["sessions_done"]) == (24, 12, 12)
+    assert all(seqs(session) == [3] for session in sessions)
+
+
+def test_when_a_shared_batch_fails_each_session_is_tried_alone_and_the_bad_one_is_named(
+    make_session, make_checkpoint, monkeypatch
+):
+    set_policy("step", keep_last=1)
+    good, bad, other = (make_session(name) for name in ("good", "bad", "other"))
+    for session in (good, bad, other):
+        steps(make_checkpoint, session, 3)
+    doomed_in_bad = Checkpoint.objects.get(session=bad, seq=1).pk
+    delete_batch = retention._delete_batch
+
+    def failing_on_bad(ids, parents):
+        if doomed_in_bad in ids:
+            raise ValueError("cannot delete this one")
+        return delete_batch(ids, parents)
+
+    monkeypatch.setattr(retention, "_delete_batch", failing_on_bad)
+
+    result = apply_retention()
+
+    assert seqs(good) == seqs(other) == [3] and seqs(bad) == [1, 2, 3]
+    assert (result["deleted"], result["error_count"]) == (4, 1)
+    assert [error["id"] for error in result["errors"]] == [bad.pk]
