@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q, QuerySet, Window
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
@@ -287,11 +288,19 @@ def plan_retention(*, now: datetime | None = None, sessions: QuerySet[AgentSessi
     return plan
 
 
+def _ids(ids: list[int]) -> list[int] | RawSQL:
+    """`ids` for an `__in` lookup: on PostgreSQL one array parameter (the batch's statements quote, parse and
+    plan one value instead of hundreds each), elsewhere the plain list."""
+    if connection.vendor == "postgresql":
+        return RawSQL("SELECT unnest(%s::bigint[])", (ids,))
+    return ids
+
+
 def protected_among(ids: Iterable[int]) -> set[int]:
     """Which of `ids` a protection keeps now: pinned, a head, a fork source, a restore target or an unresolved
     alert's checkpoint (pinned, restored or forked since planning, too). Each test looks the batch's own ids up
     in an index of the referencing column, never reads a whole table."""
-    batch = list(ids)
+    batch = _ids(list(ids))
     unresolved = DriftAlert.objects.unresolved().order_by()
     found = (
         Checkpoint.objects.filter(pk__in=batch, pinned=True)
@@ -377,23 +386,24 @@ def _delete_batch(ids: list[int], parents: dict[int, int | None]) -> list[tuple[
 
     `parents` maps the ids planned for deletion to their parents; the ones found protected leave it (they stay,
     and children may hang from them). A parent is older (lower seq) than its child and batches go in seq order,
-    so each ancestor of this batch's children that `parents` still holds is gone or goes now. The references are cleared here, one statement per foreign key to
-    Checkpoint, not by Django's delete collector: heads, fork sources and unresolved alerts' checkpoints are
-    protected, so what remains are children (`parent`), resolved alerts (`last_good`, `checkpoint`) and audit
-    rows (`checkpoint`).
+    so each ancestor of this batch's children that `parents` still holds is gone or goes now.
+
+    The references are cleared here, one statement per foreign key to Checkpoint, not by Django's delete
+    collector: heads, fork sources and unresolved alerts' checkpoints are protected, so what remains are
+    children (`parent`), resolved alerts (`last_good`, `checkpoint`) and audit rows (`checkpoint`).
     """
     with transaction.atomic():
         protected = protected_among(ids)
         for pk in protected:
             parents.pop(pk, None)
         doomed = list(
-            Checkpoint.objects.filter(pk__in=[pk for pk in ids if pk not in protected])
+            Checkpoint.objects.filter(pk__in=_ids([pk for pk in ids if pk not in protected]))
             .order_by("seq")
             .values_list("id", "kind")
         )
         if not doomed:
             return []
-        gone = [pk for pk, _ in doomed]
+        gone = _ids([pk for pk, _ in doomed])
 
         def kept_ancestor(pk: int | None) -> int | None:
             while pk is not None and pk in parents:
