@@ -422,7 +422,7 @@ def _delete_batch(ids: list[int], parents: dict[int, int | None]) -> list[tuple[
     return doomed
 
 
-def apply_retention(*, dry_run: bool = False, now: datetime | None = None, batch_size: int = 500) -> dict[str, Any]:
+def apply_retention(*, dry_run: bool = False, now: datetime | None = None, batch_size: int = 1000) -> dict[str, Any]:
     """Delete what the policies let go.
 
     1. Plan one session at a time (ids and a few columns, never states).
