@@ -1,6 +1,6 @@
 """Manual clean-up (the admin site): deleting checkpoints by hand, archiving and purging sessions, revoking tokens.
 
-Deletion never touches a protected checkpoint: the protections are retention's own (`retention.still_protected`):
+Deletion never touches a protected checkpoint: the protections are retention's own (`retention.protected_among`):
 pinned, a session's head, a fork source, a restore target, an unresolved alert's `last_good` or `checkpoint`.
 Each function is one transaction and records its AuditEvent in it.
 """
@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from .lineage import mark_branch_starts
 from .models import AgentSession, ApiToken, Checkpoint, CheckpointKind, SessionStatus
-from .retention import still_protected
+from .retention import protected_among
 from .services import Actor, record_audit
 
 BATCH_SIZE = 500
@@ -38,12 +38,8 @@ def _label(checkpoint: Checkpoint) -> str:
     return f"{checkpoint.session} {checkpoint}"
 
 
-def protected_ids(ids: Iterable[int]) -> set[int]:
-    return set(Checkpoint.objects.filter(pk__in=list(ids)).filter(still_protected()).values_list("pk", flat=True))
-
-
 def is_protected(checkpoint: Checkpoint) -> bool:
-    return bool(protected_ids([checkpoint.pk]))
+    return bool(protected_among([checkpoint.pk]))
 
 
 @transaction.atomic
@@ -61,7 +57,7 @@ def delete_checkpoints(ids: Iterable[int], *, actor: Actor, reason: str = "") ->
         .only("id", "seq", "name", "kind", "parent_id", "session__external_id", "session__project__slug")
         .order_by("session_id", "seq")
     )
-    protected = protected_ids(row.pk for row in rows)
+    protected = protected_among(row.pk for row in rows)
     doomed = {row.pk: row.parent_id for row in rows if row.pk not in protected}
     if doomed:
 
@@ -76,9 +72,7 @@ def delete_checkpoints(ids: Iterable[int], *, actor: Actor, reason: str = "") ->
         ]
         if moved:
             Checkpoint.objects.bulk_update(moved, ["parent"])
-        gone = set(
-            Checkpoint.objects.filter(pk__in=list(doomed)).exclude(still_protected()).values_list("pk", flat=True)
-        )
+        gone = set(doomed) - protected_among(doomed)
         Checkpoint.objects.filter(pk__in=list(gone)).delete()
         mark_branch_starts(row.pk for row in moved)
     else:

@@ -42,7 +42,8 @@ def _refs(data: bytes) -> list[bytes]:
 
 
 def live_roots() -> set[bytes]:
-    roots = {bytes(r) for r in Checkpoint.objects.values_list("root", flat=True).distinct()}
+    # .order_by(): the model's ordering would make DISTINCT sort every row by (session, seq, root) on disk
+    roots = {bytes(r) for r in Checkpoint.objects.order_by().values_list("root", flat=True).distinct()}
     roots.update(
         bytes(r) for r in AgentSession.objects.filter(live_root__isnull=False).values_list("live_root", flat=True)
     )

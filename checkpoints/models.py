@@ -864,6 +864,10 @@ class JobRunQuerySet(models.QuerySet["JobRun"]):
     def for_job(self, job: str) -> JobRunQuerySet:
         return self.filter(job=job)
 
+    def completed(self) -> JobRunQuerySet:
+        """Runs that finished their work (some sessions may have failed): their result holds its figures."""
+        return self.filter(status__in=[JobRunStatus.SUCCEEDED, JobRunStatus.SUCCEEDED_WITH_ERRORS])
+
 
 class JobRun(models.Model):
     """One run of a background job (retention, routine checkpoints, drift detection, GC…): when, what, how many."""

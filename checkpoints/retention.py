@@ -20,21 +20,33 @@ other sessions are processed all the same (`jobs.each_batch`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
-from django.db.models import F, Q, QuerySet
+from django.db import connection, transaction
+from django.db.models import F, Q, QuerySet, Window
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
-from .jobs import Failures, contained, each_batch
+from .jobs import Failures, concerns_the_whole_run, contained, each_batch
 from .lineage import mark_branch_starts
-from .models import AgentSession, Checkpoint, CheckpointKind, DriftAlert, Project, RetentionPolicy, RetentionScope
+from .models import (
+    AgentSession,
+    AuditEvent,
+    Checkpoint,
+    CheckpointKind,
+    DriftAlert,
+    Project,
+    RetentionPolicy,
+    RetentionScope,
+)
 
 PREVIEW_SIZE = 200
-PLAN_BATCH = 50  # sessions planned per savepoint
+PROJECT_PREVIEW = 50  # ids kept per project, so a recorded dry run can show each user their projects' share
+PLAN_BATCH = 50  # sessions planned per savepoint, their rows read in one query
 
 # (id, seq, name, kind, created_at, operation_done, pinned, parent_id): all retention reads of a checkpoint
 Row = tuple[int, int, str, str, datetime, bool, bool, int | None]
@@ -43,39 +55,69 @@ ROW_FIELDS = ("id", "seq", "name", "kind", "created_at", "operation_done", "pinn
 
 @dataclass
 class SessionPlan:
-    """What retention deletes in one session, and where the kept children of deleted checkpoints move."""
+    """What retention deletes in one session, and the parent of each (to re-point their kept children)."""
 
     session_id: int
+    project_id: int
     total: int
     delete: list[int]  # in seq order
     kinds: Counter[str]
-    repoint: dict[int, tuple[int, int | None]]  # kept child id → (its deleted parent, its nearest kept ancestor)
+    parents: dict[int, int | None]  # each id to delete → its parent
 
 
 @dataclass
-class Plan:
+class Figures:
+    """What a run deletes and keeps: in all, or in one project."""
+
     deleted: int = 0
     kept: int = 0
     by_kind: Counter[str] = field(default_factory=Counter)
-    checkpoints: list[int] = field(default_factory=list)  # the first PREVIEW_SIZE ids to delete
-    failures: Failures = field(default_factory=Failures)  # sessions that could not be planned or applied
+    checkpoints: list[int] = field(default_factory=list)  # the first ids to delete
 
-    def add(self, session_plan: SessionPlan) -> None:
+    def add(self, session_plan: SessionPlan, *, preview: int) -> None:
         self.deleted += len(session_plan.delete)
         self.kept += session_plan.total - len(session_plan.delete)
         self.by_kind.update(session_plan.kinds)
-        room = PREVIEW_SIZE - len(self.checkpoints)
+        room = preview - len(self.checkpoints)
         if room > 0:
             self.checkpoints.extend(session_plan.delete[:room])
 
-    def as_dict(self) -> dict[str, Any]:
+    def counts(self) -> dict[str, Any]:
         return {
             "deleted": self.deleted,
             "kept": self.kept,
             "by_kind": dict(sorted(self.by_kind.items())),
             "checkpoints": list(self.checkpoints),
-            **self.failures.as_dict(),
         }
+
+
+@dataclass
+class Plan(Figures):
+    failures: Failures = field(default_factory=Failures)  # sessions that could not be planned or applied
+    projects: dict[int, Figures] = field(default_factory=dict)
+
+    def add(self, session_plan: SessionPlan, *, preview: int = PREVIEW_SIZE) -> None:
+        super().add(session_plan, preview=preview)
+        self.projects.setdefault(session_plan.project_id, Figures()).add(session_plan, preview=PROJECT_PREVIEW)
+
+    def as_dict(self) -> dict[str, Any]:
+        projects = {str(pk): figures.counts() for pk, figures in sorted(self.projects.items())}
+        return {**self.counts(), **self.failures.as_dict(), "projects": projects}
+
+
+def recorded_plan(result: dict[str, Any], *, projects: Iterable[int]) -> Plan:
+    """A recorded run's figures in `projects` only: a dry run spans every project, a user sees their own."""
+    plan = Plan()
+    recorded = result.get("projects", {})
+    for pk in sorted(projects):
+        figures = recorded.get(str(pk))
+        if figures is None:
+            continue
+        plan.deleted += figures["deleted"]
+        plan.kept += figures["kept"]
+        plan.by_kind.update(figures["by_kind"])
+        plan.checkpoints.extend(figures["checkpoints"])
+    return plan
 
 
 def describe(policy: RetentionPolicy) -> str:
@@ -129,7 +171,7 @@ class _Rules:
                 alerts.filter(checkpoint__isnull=False).values_list("checkpoint_id", flat=True),
             )
         )
-        self._agent_keep: dict[tuple[int, str, str], set[int]] = {}
+        self._agent_keep: dict[tuple[str, int], set[int]] = {}
 
     def policy(self, project_id: int, kind: str) -> RetentionPolicy | None:
         policy = self.project.get((project_id, kind)) or self.global_.get(kind)
@@ -144,20 +186,27 @@ class _Rules:
         )
         return policy if has_rule else None
 
-    def agent_keep(self, project_id: int, agent: str, policy: RetentionPolicy) -> set[int]:
-        key = (project_id, agent, policy.kind)
+    def agent_keep(self, policy: RetentionPolicy) -> set[int]:
+        """The newest `keep_last` checkpoints of the policy's kind of each agent in each project: every agent in
+        one query (ids of different agents never meet, so one set serves them all)."""
+        key = (policy.kind, policy.keep_last or 0)
         if key not in self._agent_keep:
-            newest = (
-                Checkpoint.objects.filter(session__project_id=project_id, session__agent=agent, kind=policy.kind)
-                .order_by("-created_at", "-id")
-                .values_list("id", flat=True)
+            newest = Window(
+                RowNumber(),
+                partition_by=[F("session__project_id"), F("session__agent")],
+                order_by=[F("created_at").desc(), F("id").desc()],
             )
-            self._agent_keep[key] = set(newest[: policy.keep_last or 0])
+            ranked = Checkpoint.objects.filter(kind=policy.kind).annotate(rank=newest).filter(rank__lte=key[1])
+            self._agent_keep[key] = set(ranked.order_by().values_list("id", flat=True)) if key[1] else set()
         return self._agent_keep[key]
 
 
-def _plan_session(rules: _Rules, session_id: int, project_id: int, agent: str, head_id: int | None) -> SessionPlan:
-    rows: list[Row] = list(Checkpoint.objects.filter(session_id=session_id).order_by("seq").values_list(*ROW_FIELDS))
+Session = tuple[int, int, int | None]  # (id, project_id, head_id)
+
+
+def _plan_session(rules: _Rules, session: Session, rows: list[Row]) -> SessionPlan:
+    """`rows` are the session's checkpoints in seq order."""
+    session_id, project_id, head_id = session
     protected = {head_id} if head_id else set()
     protected.update(parent for _, _, _, kind, _, _, _, parent in rows if kind == CheckpointKind.RESTORE and parent)
     first_id = rows[0][0] if rows else None
@@ -174,7 +223,7 @@ def _plan_session(rules: _Rules, session_id: int, project_id: int, agent: str, h
         keep: set[int] = set()
         if policy.keep_last is not None:
             if policy.keep_last_scope == RetentionScope.AGENT:
-                keep |= rules.agent_keep(project_id, agent, policy)
+                keep |= rules.agent_keep(policy)
             elif policy.keep_last:
                 keep.update(row[0] for row in kind_rows[-policy.keep_last :])
         if policy.max_age is not None:
@@ -192,18 +241,22 @@ def _plan_session(rules: _Rules, session_id: int, project_id: int, agent: str, h
                 delete.add(pk)
                 kinds[kind] += 1
 
-    repoint: dict[int, tuple[int, int | None]] = {}
-    if delete:
-        parents = {row[0]: row[7] for row in rows}
-        for pk, parent in parents.items():
-            if pk in delete or parent is None or parent not in delete:
-                continue
-            ancestor: int | None = parent
-            while ancestor is not None and ancestor in delete:
-                ancestor = parents.get(ancestor)
-            repoint[pk] = (parent, ancestor)
     ordered = [row[0] for row in rows if row[0] in delete]
-    return SessionPlan(session_id=session_id, total=len(rows), delete=ordered, kinds=kinds, repoint=repoint)
+    parents = {row[0]: row[7] for row in rows if row[0] in delete}
+    return SessionPlan(session_id, project_id, len(rows), ordered, kinds, parents)
+
+
+def _plan_sessions(rules: _Rules, sessions: list[Session]) -> list[SessionPlan]:
+    """One query reads the rows of every session in the batch (not one per session)."""
+    rows: dict[int, list[Row]] = {session[0]: [] for session in sessions}
+    query = (
+        Checkpoint.objects.filter(session_id__in=list(rows))
+        .order_by("session_id", "seq")
+        .values_list("session_id", *ROW_FIELDS)
+    )
+    for row in query:
+        rows[row[0]].append(row[1:])
+    return [_plan_session(rules, session, rows[session[0]]) for session in sessions]
 
 
 def iter_session_plans(
@@ -216,13 +269,14 @@ def iter_session_plans(
     """
     rules = _Rules(now or timezone.now())
     rows = (AgentSession.objects.all() if sessions is None else sessions).order_by("pk")
-    rows = rows.values_list("pk", "project_id", "agent", "head_id")
-
-    def plan_batch(batch: list[tuple[int, int, str, int | None]]) -> list[SessionPlan]:
-        return [_plan_session(rules, *session) for session in batch]
+    rows = rows.values_list("pk", "project_id", "head_id")
 
     for plans in each_batch(
-        rows.iterator(chunk_size=1000), plan_batch, failures, size=PLAN_BATCH, key=lambda session: session[0]
+        rows.iterator(chunk_size=1000),
+        lambda batch: _plan_sessions(rules, batch),
+        failures,
+        size=PLAN_BATCH,
+        key=lambda session: session[0],
     ):
         yield from plans
 
@@ -234,58 +288,147 @@ def plan_retention(*, now: datetime | None = None, sessions: QuerySet[AgentSessi
     return plan
 
 
-def still_protected() -> Q:
-    """Protections checked again at delete time: a checkpoint pinned, restored or forked since planning stays."""
-    return (
-        Q(pinned=True)
-        | Q(pk__in=AgentSession.objects.filter(head__isnull=False).values("head_id"))
-        | Q(pk__in=AgentSession.objects.filter(forked_from__isnull=False).values("forked_from_id"))
-        | Q(pk__in=Checkpoint.objects.filter(kind=CheckpointKind.RESTORE, parent__isnull=False).values("parent_id"))
-        | Q(pk__in=DriftAlert.objects.unresolved().filter(last_good__isnull=False).values("last_good_id"))
-        | Q(pk__in=DriftAlert.objects.unresolved().filter(checkpoint__isnull=False).values("checkpoint_id"))
+def _ids(ids: list[int]) -> list[int] | RawSQL:
+    """`ids` for an `__in` lookup: on PostgreSQL one array parameter (the batch's statements quote, parse and
+    plan one value instead of hundreds each), elsewhere the plain list."""
+    if connection.vendor == "postgresql":
+        return RawSQL("SELECT unnest(%s::bigint[])", (ids,))
+    return ids
+
+
+def protected_among(ids: Iterable[int]) -> set[int]:
+    """Which of `ids` a protection keeps now: pinned, a head, a fork source, a restore target or an unresolved
+    alert's checkpoint (pinned, restored or forked since planning, too). Each test looks the batch's own ids up
+    in an index of the referencing column, never reads a whole table."""
+    batch = _ids(list(ids))
+    unresolved = DriftAlert.objects.unresolved().order_by()
+    found = (
+        Checkpoint.objects.filter(pk__in=batch, pinned=True)
+        .order_by()
+        .values_list("pk")
+        .union(
+            AgentSession.objects.filter(head__in=batch).values_list("head_id"),
+            AgentSession.objects.filter(forked_from__in=batch).values_list("forked_from_id"),
+            Checkpoint.objects.filter(parent__in=batch, kind=CheckpointKind.RESTORE)
+            .order_by()
+            .values_list("parent_id"),
+            unresolved.filter(last_good__in=batch).values_list("last_good_id"),
+            unresolved.filter(checkpoint__in=batch).values_list("checkpoint_id"),
+        )
     )
+    return {pk for (pk,) in found}
+
+
+def _applied(plans: Iterable[SessionPlan], *, batch_size: int, failures: Failures) -> Iterator[SessionPlan]:
+    """Each plan, applied: what was really deleted, in the order planned.
+
+    A session with `batch_size` or more to delete goes alone, batch by batch; the others share batches (most
+    sessions have a few dozen to delete, and a batch costs the same ten statements and a commit whatever its
+    size)."""
+    group: list[SessionPlan] = []
+    for session_plan in plans:
+        if len(session_plan.delete) >= batch_size:
+            yield from _apply_group(group, failures=failures)
+            group = []
+            yield _apply_session(session_plan, batch_size=batch_size, failures=failures)
+            continue
+        group.append(session_plan)
+        if sum(len(member.delete) for member in group) >= batch_size:
+            yield from _apply_group(group, failures=failures)
+            group = []
+    yield from _apply_group(group, failures=failures)
+
+
+def _apply_group(group: list[SessionPlan], *, failures: Failures) -> list[SessionPlan]:
+    """Delete the planned checkpoints of a few sessions in one batch. When it fails, each session is tried on its
+    own, so the one at fault is named and the others are done."""
+    ids = [pk for session_plan in group for pk in session_plan.delete]
+    if not ids:
+        return group
+    parents = {pk: parent for session_plan in group for pk, parent in session_plan.parents.items()}
+    try:
+        deleted = _delete_batch(ids, parents)
+    except Exception as exc:
+        if concerns_the_whole_run(exc):
+            raise
+        return [_apply_session(session_plan, batch_size=len(ids), failures=failures) for session_plan in group]
+    kinds = dict(deleted)
+    done = []
+    for session_plan in group:
+        failures.succeeded([session_plan.session_id])
+        gone = [pk for pk in session_plan.delete if pk in kinds]
+        counts = Counter(kinds[pk] for pk in gone)
+        done.append(SessionPlan(session_plan.session_id, session_plan.project_id, session_plan.total, gone, counts, {}))
+    return done
 
 
 def _apply_session(session_plan: SessionPlan, *, batch_size: int, failures: Failures) -> SessionPlan:
-    """Delete a session's planned checkpoints in batches; returns what was really deleted.
+    """Delete a session's planned checkpoints in batches, in seq order; returns what was really deleted.
 
     A batch that fails is rolled back whole and recorded in `failures`; the batches before it stay done (each
     left the timeline a tree), the ones after it are not tried.
     """
     done: list[int] = []
     kinds: Counter[str] = Counter()
+    parents = dict(session_plan.parents)
     with contained(session_plan.session_id, failures):
         for start in range(0, len(session_plan.delete), batch_size):
             batch = session_plan.delete[start : start + batch_size]
-            deleted = _delete_batch(batch, session_plan.repoint)
+            deleted = _delete_batch(batch, parents)
             done.extend(pk for pk, _ in deleted)
             kinds.update(kind for _, kind in deleted)
-    return SessionPlan(session_plan.session_id, session_plan.total, done, kinds, session_plan.repoint)
+    return SessionPlan(session_plan.session_id, session_plan.project_id, session_plan.total, done, kinds, {})
 
 
-def _delete_batch(ids: list[int], repoint: dict[int, tuple[int, int | None]]) -> list[tuple[int, str]]:
-    """One short transaction: move the kept children of `ids` to their nearest kept ancestor, then delete `ids`."""
-    batch = set(ids)
+def _delete_batch(ids: list[int], parents: dict[int, int | None]) -> list[tuple[int, str]]:
+    """One short transaction: keep what became protected since planning, move the children of the rest to
+    their nearest kept ancestor (the timeline stays a tree), clear every other reference to them, delete them.
+
+    `parents` maps the ids planned for deletion to their parents; the ones found protected leave it (they stay,
+    and children may hang from them). A parent is older (lower seq) than its child and batches go in seq order,
+    so each ancestor of this batch's children that `parents` still holds is gone or goes now.
+
+    The references are cleared here, one statement per foreign key to Checkpoint, not by Django's delete
+    collector: heads, fork sources and unresolved alerts' checkpoints are protected, so what remains are
+    children (`parent`), resolved alerts (`last_good`, `checkpoint`) and audit rows (`checkpoint`).
+    """
     with transaction.atomic():
-        moved = [Checkpoint(pk=child, parent_id=new) for child, (old, new) in repoint.items() if old in batch]
+        protected = protected_among(ids)
+        for pk in protected:
+            parents.pop(pk, None)
+        doomed = list(
+            Checkpoint.objects.filter(pk__in=_ids([pk for pk in ids if pk not in protected]))
+            .order_by("seq")
+            .values_list("id", "kind")
+        )
+        if not doomed:
+            return []
+        gone = _ids([pk for pk, _ in doomed])
+
+        def kept_ancestor(pk: int | None) -> int | None:
+            while pk is not None and pk in parents:
+                pk = parents[pk]
+            return pk
+
+        children = Checkpoint.objects.filter(parent__in=gone).exclude(pk__in=gone).values_list("pk", "parent_id")
+        moved = [Checkpoint(pk=pk, parent_id=kept_ancestor(parent)) for pk, parent in children]
         if moved:
             Checkpoint.objects.bulk_update(moved, ["parent"])
-        doomed = list(
-            Checkpoint.objects.filter(pk__in=ids).exclude(still_protected()).order_by("seq").values_list("id", "kind")
-        )
-        if doomed:
-            Checkpoint.objects.filter(pk__in=[pk for pk, _ in doomed]).only("pk").delete()
+        DriftAlert.objects.filter(last_good__in=gone).update(last_good=None)
+        DriftAlert.objects.filter(checkpoint__in=gone).update(checkpoint=None)
+        AuditEvent.objects.filter(checkpoint__in=gone).update(checkpoint=None)
+        Checkpoint.objects.filter(pk__in=gone)._raw_delete(Checkpoint.objects.db)
         mark_branch_starts(row.pk for row in moved)
     return doomed
 
 
-def apply_retention(*, dry_run: bool = False, now: datetime | None = None, batch_size: int = 500) -> dict[str, Any]:
+def apply_retention(*, dry_run: bool = False, now: datetime | None = None, batch_size: int = 1000) -> dict[str, Any]:
     """Delete what the policies let go.
 
     1. Plan one session at a time (ids and a few columns, never states).
-    2. Per batch of `batch_size`, in its own short transaction: re-point kept children of the batch's checkpoints to
-       their nearest kept ancestor (the timeline stays a tree), then delete the batch, checking the protections
-       again so a checkpoint pinned or restored meanwhile survives.
+    2. Per batch of `batch_size` (sessions with little to delete share one), in its own short transaction: check the protections again (a checkpoint pinned
+       or restored meanwhile survives), re-point the children of the rest to their nearest kept ancestor (the
+       timeline stays a tree), then delete them.
     3. One `retention` audit row with the counts.
 
     A session that fails in step 1 or 2 is named in the result's `errors` (with `error_count` and
@@ -295,11 +438,11 @@ def apply_retention(*, dry_run: bool = False, now: datetime | None = None, batch
 
     now = now or timezone.now()
     plan = Plan()
-    for session_plan in iter_session_plans(now=now, failures=plan.failures):
-        if dry_run or not session_plan.delete:
-            plan.add(session_plan)
-            continue
-        plan.add(_apply_session(session_plan, batch_size=batch_size, failures=plan.failures))
+    plans = iter_session_plans(now=now, failures=plan.failures)
+    if not dry_run:
+        plans = _applied(plans, batch_size=batch_size, failures=plan.failures)
+    for session_plan in plans:
+        plan.add(session_plan)
     result = plan.as_dict()
     if not dry_run:
         record_audit(

@@ -58,6 +58,7 @@ urlpatterns = [
     path("alerts/<id:pk>/resolve/", alerts.resolve, name="alert_resolve"),
     path("audit/", audit.audit_log, name="audit_log"),
     path("retention/", retention.retention, name="retention"),
+    path("retention/dry-run/", retention.retention_dry_run, name="retention_dry_run"),
     path("imports/", imports.import_upload, name="import_upload"),
     path("imports/<id:pk>/", imports.import_job, name="import_job"),
     path("jobs/", jobs.job_list, name="jobs"),

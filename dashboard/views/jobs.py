@@ -38,8 +38,9 @@ JOB_FOR_TASK = {
 }
 RETENTION_TASK, GC_TASK = "checkpoints.tasks.apply_retention", "checkpoints.tasks.collect_garbage"
 ASKS_FIRST = {RETENTION_TASK, GC_TASK}  # they delete: Run now first says what they remove
-# not among a run's counts: failures are listed apart; retention's preview ids mean nothing here
-NOT_SUMMED_UP = {"errors", "error_count", "checkpoints"}
+# not among a run's counts: failures are listed apart; retention's preview ids and per-project figures mean
+# nothing here
+NOT_SUMMED_UP = {"errors", "error_count", "checkpoints", "projects"}
 
 
 def _latest_runs(jobs: set[str]) -> dict[str, JobRun]:

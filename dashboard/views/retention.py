@@ -1,19 +1,24 @@
-"""Retention: the policies in force, a dry-run preview of the next run, "Run now", and the recorded runs."""
+"""Retention: the policies in force, the last dry run's preview of the next run, "Run now", and the recorded runs.
+
+The preview is a recorded dry run, not a plan made for each page view (planning reads every checkpoint's row: seconds
+at a million); the page says when it was computed and queues a new one on request.
+"""
 
 from __future__ import annotations
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import QuerySet
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import pluralize
 from django.urls import reverse
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_http_methods, require_POST
 
 from checkpoints import tasks
-from checkpoints.models import AgentSession, Checkpoint, JobRun, Project
-from checkpoints.retention import describe, plan_retention, policies_in_force
+from checkpoints.models import Checkpoint, JobRun, JobRunStatus, Project
+from checkpoints.retention import describe, plan_retention, policies_in_force, recorded_plan
 from checkpoints.roles import ALL_PROJECTS, in_every_project
 from checkpoints.services import Actor, request_job_run
 
@@ -22,6 +27,7 @@ from .common import OPERATE, VIEW, HtmxHttpRequest, console, job_failures, rende
 PREVIEW_ROWS = 50
 RUNS_SHOWN = 20
 RETENTION_JOB = "Apply retention"  # the name of its schedule, as the Jobs page shows it
+RETENTION_DRY_RUN = "Apply retention (dry run)"
 
 
 @console(VIEW)
@@ -29,27 +35,53 @@ RETENTION_JOB = "Apply retention"  # the name of its schedule, as the Jobs page 
 def retention(request: HtmxHttpRequest) -> HttpResponse:
     if request.method == "POST":
         return _run_now(request)
-    plan = plan_retention(sessions=AgentSession.objects.visible_to(request.user))
-    preview = (
-        Checkpoint.objects.filter(pk__in=plan.checkpoints[:PREVIEW_ROWS])
+    projects = Project.objects.allowing(request.user)
+    runs = list(JobRun.objects.for_job("retention")[:RUNS_SHOWN])
+    dry_run = JobRun.objects.for_job("retention").filter(dry_run=True).completed().first()
+    plan = recorded_plan(dry_run.result, projects=projects.values_list("pk", flat=True)) if dry_run else None
+    context = {
+        "policies": [(policy, describe(policy)) for policy in policies_in_force(projects=projects)],
+        "dry_run": dry_run,
+        "plan": plan,
+        "failed": job_failures(dry_run.result, request.user) if dry_run else None,
+        "by_kind": sorted(plan.by_kind.items()) if plan else [],
+        "preview": _preview(plan.checkpoints[:PREVIEW_ROWS], projects) if plan else [],
+        "more": plan.deleted - min(plan.deleted, PREVIEW_ROWS) if plan else 0,
+        "ran_since": dry_run is not None and any(_ran_after(run, dry_run) for run in runs),
+        "computing": any(run.dry_run and run.status == JobRunStatus.RUNNING for run in runs),
+        "runs": runs,
+        "system_figures": in_every_project(request.user, VIEW),  # a run's counts span every project
+        "can_run": request.user.has_perm(OPERATE, ALL_PROJECTS),
+        "can_recompute": request.user.has_perm(OPERATE),
+    }
+    return render_page(request, "dashboard/retention.html", context)
+
+
+def _preview(ids: list[int], projects: QuerySet[Project]) -> QuerySet[Checkpoint]:
+    """The first checkpoints the dry run would delete that still exist (a run since may have deleted some)."""
+    return (
+        Checkpoint.objects.filter(pk__in=ids, session__project__in=projects)
         .select_related("session__project")
         .defer("metadata", "root", "state_hash", "session__metadata", "session__live_root")
         .order_by("session__project__slug", "session__external_id", "seq")
     )
-    context = {
-        "policies": [
-            (policy, describe(policy)) for policy in policies_in_force(projects=Project.objects.allowing(request.user))
-        ],
-        "plan": plan,
-        "failed": job_failures(plan.failures.as_dict(), request.user),
-        "by_kind": sorted(plan.by_kind.items()),
-        "preview": preview,
-        "more": plan.deleted - min(plan.deleted, PREVIEW_ROWS),
-        "runs": JobRun.objects.for_job("retention")[:RUNS_SHOWN],
-        "system_figures": in_every_project(request.user, VIEW),  # a run's counts span every project
-        "can_run": request.user.has_perm(OPERATE, ALL_PROJECTS),
-    }
-    return render_page(request, "dashboard/retention.html", context)
+
+
+def _ran_after(run: JobRun, dry_run: JobRun) -> bool:
+    """A real run that finished after the dry run started: the preview counts checkpoints it may have deleted."""
+    return not run.dry_run and run.finished_at is not None and run.finished_at > dry_run.started_at
+
+
+@console(OPERATE)
+@require_POST
+def retention_dry_run(request: HtmxHttpRequest) -> HttpResponse:
+    """Queue a dry run (it deletes nothing) to refresh the preview; it plans every project, and each user sees
+    their own projects' share of it."""
+    request_job_run(RETENTION_DRY_RUN, actor=Actor.for_user(request.user), details={"task": "apply_retention"})
+    by = f"console:{request.user.get_username()}"
+    transaction.on_commit(lambda: tasks.apply_retention.delay(dry_run=True, triggered_by=by))
+    messages.success(request, "Dry run queued: its figures show here when it finishes.")
+    return redirect("dashboard:retention")
 
 
 def _run_now(request: HtmxHttpRequest) -> HttpResponse:

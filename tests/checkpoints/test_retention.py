@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from checkpoints import store
+from checkpoints import retention, store
 from checkpoints.models import (
     AgentSession,
     AuditEvent,
@@ -18,7 +18,7 @@ from checkpoints.models import (
     JobRunStatus,
     RetentionPolicy,
 )
-from checkpoints.retention import apply_retention, describe, plan_retention
+from checkpoints.retention import apply_retention, describe, plan_retention, recorded_plan
 from checkpoints.services import Actor, fork_session, pin_checkpoint, restore_checkpoint
 
 pytestmark = pytest.mark.django_db
@@ -369,3 +369,115 @@ def test_planning_reads_a_bounded_number_of_queries(big_session, django_assert_m
         plan = plan_retention()
     assert plan.deleted > 0
     assert plan.deleted + plan.kept == Checkpoint.objects.count()
+
+
+def test_a_checkpoint_protected_after_planning_survives_and_keeps_its_children(
+    make_session, make_checkpoint, monkeypatch
+):
+    """Between planning and its batch a checkpoint is pinned, restored, forked or named by a new alert: it stays,
+    and the children of the deleted ones hang from the nearest checkpoint that stayed."""
+    set_policy("step", keep_last=1)
+    session = make_session()
+    made = steps(make_checkpoint, session, 12)
+    branches: list[Checkpoint] = []
+    plan_sessions = retention._plan_sessions
+
+    def plan_then_protect(rules, sessions):
+        plans = plan_sessions(rules, sessions)
+        pin_checkpoint(made[2], actor=Actor.system("test"))
+        restore_checkpoint(made[4], actor=Actor.system("test"))
+        fork_session(made[6], actor=Actor.system("test"))
+        DriftAlert.objects.create(session=session, kind="stall", message="x", last_good=made[8], checkpoint=made[9])
+        branches.append(make_checkpoint(session, {"branch": 1}, name="branch", parent=made[10].pk))
+        return plans
+
+    monkeypatch.setattr(retention, "_plan_sessions", plan_then_protect)
+
+    result = apply_retention(batch_size=3)
+
+    assert result["deleted"] == 6
+    parents = dict(Checkpoint.objects.filter(session=session).values_list("pk", "parent_id"))
+    assert {made[i].pk for i in (2, 4, 6, 8, 9, 11)} <= set(parents)
+    assert not {made[i].pk for i in (0, 1, 3, 5, 7, 10)} & set(parents)
+    assert parents[made[2].pk] is None
+    assert parents[made[4].pk] == made[2].pk
+    assert parents[made[8].pk] == made[6].pk
+    assert parents[made[11].pk] == parents[branches[0].pk] == made[9].pk
+    assert all(parent is None or parent in parents for parent in parents.values())
+
+
+def test_deleting_clears_references_from_resolved_alerts_and_audit_rows(make_session, make_checkpoint):
+    set_policy("step", keep_last=1)
+    session = make_session()
+    made = steps(make_checkpoint, session, 3)
+    pin_checkpoint(made[0], actor=Actor.system("test"))
+    pin_checkpoint(made[0], actor=Actor.system("test"), pinned=False)
+    alert = DriftAlert.objects.create(
+        session=session, kind="loop", message="old", state="resolved", last_good=made[0], checkpoint=made[1]
+    )
+
+    assert apply_retention()["deleted"] == 2
+
+    alert.refresh_from_db()
+    assert (alert.last_good_id, alert.checkpoint_id) == (None, None)
+    pins = AuditEvent.objects.filter(action__in=["pin", "unpin"])
+    assert pins.count() == 2 and not pins.exclude(checkpoint=None).exists()
+
+
+def test_planning_reads_many_sessions_in_a_few_queries(make_session, make_checkpoint, django_assert_max_num_queries):
+    set_policy("step", keep_last=1)
+    for i in range(12):
+        steps(make_checkpoint, make_session(f"run-{i}"), 3)
+    with django_assert_max_num_queries(8):
+        plan = plan_retention()
+    assert (plan.deleted, plan.kept) == (24, 12)
+
+
+def test_a_recorded_dry_run_shows_each_project_its_own_figures(project, other_project, make_session, make_checkpoint):
+    set_policy("step", keep_last=1)
+    steps(make_checkpoint, make_session("ours"), 3)
+    steps(make_checkpoint, make_session("theirs", in_project=other_project), 5, kind="manual")
+    set_policy("manual", keep_last=2)
+    result = apply_retention(dry_run=True)
+
+    ours = recorded_plan(result, projects=[project.pk])
+    both = recorded_plan(result, projects=[project.pk, other_project.pk])
+
+    assert (ours.deleted, ours.kept, dict(ours.by_kind)) == (2, 1, {"step": 2})
+    assert len(ours.checkpoints) == 2 and set(ours.checkpoints) < set(both.checkpoints)
+    assert (both.deleted, both.kept, dict(both.by_kind)) == (5, 3, {"step": 2, "manual": 3})
+
+
+def test_sessions_with_little_to_delete_share_a_batch(make_session, make_checkpoint, django_assert_max_num_queries):
+    set_policy("step", keep_last=1)
+    sessions = [make_session(f"run-{i}") for i in range(12)]
+    for session in sessions:
+        steps(make_checkpoint, session, 3)
+    with django_assert_max_num_queries(25):  # one batch for all twelve, not one per session
+        result = apply_retention()
+    assert (result["deleted"], result["kept"], result["sessions_done"]) == (24, 12, 12)
+    assert all(seqs(session) == [3] for session in sessions)
+
+
+def test_when_a_shared_batch_fails_each_session_is_tried_alone_and_the_bad_one_is_named(
+    make_session, make_checkpoint, monkeypatch
+):
+    set_policy("step", keep_last=1)
+    good, bad, other = (make_session(name) for name in ("good", "bad", "other"))
+    for session in (good, bad, other):
+        steps(make_checkpoint, session, 3)
+    doomed_in_bad = Checkpoint.objects.get(session=bad, seq=1).pk
+    delete_batch = retention._delete_batch
+
+    def failing_on_bad(ids, parents):
+        if doomed_in_bad in ids:
+            raise ValueError("cannot delete this one")
+        return delete_batch(ids, parents)
+
+    monkeypatch.setattr(retention, "_delete_batch", failing_on_bad)
+
+    result = apply_retention()
+
+    assert seqs(good) == seqs(other) == [3] and seqs(bad) == [1, 2, 3]
+    assert (result["deleted"], result["error_count"]) == (4, 1)
+    assert [error["id"] for error in result["errors"]] == [bad.pk]

@@ -9,6 +9,14 @@ from django.urls import reverse
 from checkpoints.models import AuditEvent, Checkpoint, JobRun, JobRunStatus, RetentionPolicy
 
 URL = "/retention/"
+DRY_RUN_URL = "/retention/dry-run/"
+
+
+def record_dry_run():
+    """What beat, the command or the page's Recompute button leave behind: a recorded dry run."""
+    from checkpoints.tasks import apply_retention
+
+    return apply_retention.delay(dry_run=True, triggered_by="test").get()
 
 
 @pytest.fixture
@@ -44,7 +52,8 @@ def test_wrong_method_is_405(client, alice):
     assert client.delete(URL).status_code == 405
 
 
-def test_viewer_sees_policies_and_preview_but_no_run_button(client, bob, doomed):
+def test_viewer_sees_policies_and_the_last_dry_run_but_no_run_button(client, bob, doomed):
+    record_dry_run()
     client.force_login(bob)
     response = client.get(URL)
     html = response.content.decode()
@@ -56,7 +65,8 @@ def test_viewer_sees_policies_and_preview_but_no_run_button(client, bob, doomed)
     for checkpoint in Checkpoint.objects.filter(session=doomed, seq__lte=3):
         assert reverse("dashboard:checkpoint_detail", args=[checkpoint.pk]) in html
     assert reverse("dashboard:session_detail", args=[doomed.pk]) in html
-    assert "Run now" not in html
+    assert "Run now" not in html and "Recompute" not in html
+    assert "by a dry run (test)" in html
     assert 'aria-current="page">Retention' in html
     assert Checkpoint.objects.filter(session=doomed).count() == 5  # the preview deletes nothing
 
@@ -68,6 +78,7 @@ def test_preview_and_policies_cover_only_the_users_projects(
     for i in range(5):
         make_checkpoint(theirs, {"i": i}, name=f"theirs-{i}")
     RetentionPolicy.objects.create(project=other_project, kind="routine", keep_last=9)
+    record_dry_run()
     client.force_login(bob)
     html = client.get(URL).content.decode()
     assert re.search(r'stat-value">3</span><span class="stat-label">to delete', html)  # ours only, not 6
@@ -129,7 +140,7 @@ def test_staff_operator_run_now_queues_a_run_and_records_it(
 
     page = client.get(URL).content.decode()
     assert "Retention run queued" in page
-    assert "console:olga" in page and "Nothing to delete." in page
+    assert "console:olga" in page and "No dry run recorded yet" in page
     assert re.search(r"<td>3</td>\s*<td>2</td>", page)  # the run's deleted and kept counts
     event = AuditEvent.objects.get(action="run_job")
     assert (event.actor, event.target) == ("olga", "Apply retention")
@@ -158,6 +169,7 @@ def test_page_shows_runs_from_the_command_and_skipped_runs(client, bob, db):
 
 
 def test_page_query_count_is_bounded_on_a_big_session(client, bob, big_session, django_assert_max_num_queries):
+    record_dry_run()
     client.force_login(bob)
     with django_assert_max_num_queries(16):
         response = client.get(URL)
@@ -172,9 +184,77 @@ def test_the_preview_plans_the_other_sessions_and_names_one_it_cannot_read(
     for i in range(4):
         make_checkpoint(bad, {"i": i}, name=f"step-{i}")
     poison(bad)
+    record_dry_run()
     client.force_login(bob)
     response = client.get(URL)
     html = response.content.decode()
     assert response.status_code == 200
     assert response.context["plan"].deleted == 3  # the doomed session's plan, complete
     assert "1 session failed and was left out" in html and "acme/unreadable" in html
+
+
+def test_the_page_shows_the_last_dry_run_with_its_time_not_a_plan_of_its_own(
+    client, bob, doomed, make_checkpoint, time_machine
+):
+    time_machine.move_to("2027-03-02 09:00Z")
+    record_dry_run()
+    for i in range(5, 9):  # arrive after the dry run: the next real run deletes them too
+        make_checkpoint(doomed, {"i": i}, name=f"step-{i}")
+    time_machine.move_to("2027-03-02 09:30Z")
+    client.force_login(bob)
+
+    html = client.get(URL).content.decode()
+
+    assert re.search(r'stat-value">3</span><span class="stat-label">to delete', html)
+    assert 'Computed <time datetime="2027-03-02T09:00' in html and "30 min ago" in html
+    assert "Retention ran after it" not in html
+
+
+def test_no_dry_run_yet_says_so_and_offers_one_to_operators(client, alice, bob, doomed):
+    client.force_login(bob)
+    html = client.get(URL).content.decode()
+    assert "No dry run recorded yet" in html and "to delete" not in html
+    assert DRY_RUN_URL not in html
+    client.force_login(alice)
+    assert f'action="{DRY_RUN_URL}"' in client.get(URL).content.decode()
+
+
+def test_an_operator_queues_a_dry_run_that_refreshes_the_preview(
+    client, alice, doomed, django_capture_on_commit_callbacks
+):
+    client.force_login(alice)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = client.post(DRY_RUN_URL)
+
+    assert response.status_code == 302 and response["Location"] == URL
+    assert len(callbacks) == 1
+    run = JobRun.objects.get(job="retention")
+    assert run.dry_run and run.triggered_by == "console:alice" and run.status == JobRunStatus.SUCCEEDED
+    assert Checkpoint.objects.filter(session=doomed).count() == 5
+    event = AuditEvent.objects.get(action="run_job")
+    assert (event.actor, event.target) == ("alice", "Apply retention (dry run)")
+    html = client.get(URL).content.decode()
+    assert "Dry run queued" in html and "by a dry run (console:alice)" in html and "Recompute" in html
+    assert re.search(r'stat-value">3</span><span class="stat-label">to delete', html)
+
+
+def test_a_dry_run_is_queued_by_post_from_operators_only(
+    client, alice, bob, doomed, django_capture_on_commit_callbacks
+):
+    assert client.post(DRY_RUN_URL).status_code == 302  # signed out: to sign in
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        client.force_login(bob)
+        assert client.post(DRY_RUN_URL).status_code == 403
+        client.force_login(alice)
+        assert client.get(DRY_RUN_URL).status_code == 405
+    assert not callbacks and not JobRun.objects.exists()
+
+
+def test_a_real_run_after_the_dry_run_is_said(client, staff_operator, doomed):
+    from checkpoints.tasks import apply_retention
+
+    record_dry_run()
+    apply_retention.delay(triggered_by="test").get()
+    client.force_login(staff_operator)
+    html = client.get(URL).content.decode()
+    assert "Retention ran after it: some of these checkpoints may be gone." in html
