@@ -106,7 +106,10 @@ PERIODIC = {
 def apply_retention(dry_run: bool = False, triggered_by: str = "beat") -> dict[str, Any]:
     from .retention import apply_retention as work
 
-    return run_job("retention", lambda: work(dry_run=dry_run), triggered_by=triggered_by, dry_run=dry_run).result
+    result = run_job("retention", lambda: work(dry_run=dry_run), triggered_by=triggered_by, dry_run=dry_run).result
+    if not dry_run:  # the retention page previews the next run from the newest dry run: keep it current
+        apply_retention.delay(dry_run=True, triggered_by="after retention")
+    return result
 
 
 @shared_task(**PERIODIC)

@@ -235,7 +235,7 @@ def test_retention_dry_run_then_confirm(admin_client, admin_user, session):
     response = admin_client.post(url, follow=True)
     assert "Retention deleted 2 checkpoints (2 step)" in _messages(response)[0]
     assert Checkpoint.objects.filter(session=session).count() == 3
-    run = JobRun.objects.get(job="retention")
+    run = JobRun.objects.get(job="retention", dry_run=False)
     assert run.triggered_by == "admin:admin"
     assert AuditEvent.objects.get(action="run_retention").actor_user == admin_user
 

@@ -82,7 +82,7 @@ def test_retention_deletes_in_every_healthy_session_and_names_the_unreadable_one
     assert count(good) == count(other) == 1  # both projects' healthy sessions were processed
     assert count(bad) == 4  # nothing of the bad session was deleted
     assert (result["deleted"], result["kept"], result["sessions_done"]) == (6, 2, 2)
-    only_error_names(JobRun.objects.get(job="retention"), bad)
+    only_error_names(JobRun.objects.get(job="retention", dry_run=False), bad)
     assert AuditEvent.objects.get(action="retention").details["error_count"] == 1
 
 
@@ -106,7 +106,19 @@ def test_retention_without_any_bad_session_succeeds_plainly(three, make_checkpoi
         make_checkpoint(session, {"i": 2})
     result = apply_retention.delay(triggered_by="test").get()
     assert (result["deleted"], result["errors"], result["error_count"], result["sessions_done"]) == (3, [], 0, 3)
-    assert JobRun.objects.get(job="retention").status == JobRunStatus.SUCCEEDED
+    assert JobRun.objects.get(job="retention", dry_run=False).status == JobRunStatus.SUCCEEDED
+
+
+def test_a_real_run_is_followed_by_a_dry_run_so_the_preview_shows_what_the_next_one_would_do(three, make_checkpoint):
+    set_step_policy(keep_last=1)
+    for session in three:
+        make_checkpoint(session, {"i": 1})
+        make_checkpoint(session, {"i": 2})
+    apply_retention.delay(triggered_by="test").get()
+
+    preview = JobRun.objects.get(job="retention", dry_run=True)
+    assert (preview.status, preview.triggered_by) == (JobRunStatus.SUCCEEDED, "after retention")
+    assert (preview.result["deleted"], preview.result["kept"]) == (0, 3)
 
 
 # ---- drift -----------------------------------------------------------------------------------------

@@ -334,7 +334,7 @@ def test_command_json_prints_the_counts_without_the_preview_and_records_the_run(
     counts = {"deleted": 4, "kept": 2, "by_kind": {"step": 4}, "sessions_done": 1, "error_count": 0, "errors": []}
     assert json.loads(out.getvalue()) == counts
     assert len(seqs(session)) == 6
-    run = JobRun.objects.get(job="retention")
+    run = JobRun.objects.get(job="retention", dry_run=True)
     assert run.dry_run and run.triggered_by == "command" and run.status == JobRunStatus.SUCCEEDED
 
     out = StringIO()
@@ -359,7 +359,7 @@ def test_the_task_records_a_job_run_and_an_audit_event(make_session, make_checkp
     steps(make_checkpoint, make_session(), 3)
     result = task.delay(triggered_by="test").get()
     assert result["deleted"] == 2
-    run = JobRun.objects.get(job="retention")
+    run = JobRun.objects.get(job="retention", dry_run=False)
     assert run.triggered_by == "test" and run.result["deleted"] == 2 and run.finished_at
     assert AuditEvent.objects.filter(action="retention", details__deleted=2).exists()
 
