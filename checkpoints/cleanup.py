@@ -14,6 +14,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from . import tallies
 from .lineage import mark_branch_starts
 from .models import AgentSession, ApiToken, Checkpoint, CheckpointKind, SessionStatus
 from .retention import still_protected
@@ -79,6 +80,7 @@ def delete_checkpoints(ids: Iterable[int], *, actor: Actor, reason: str = "") ->
         gone = set(
             Checkpoint.objects.filter(pk__in=list(doomed)).exclude(still_protected()).values_list("pk", flat=True)
         )
+        tallies.forget(gone)
         Checkpoint.objects.filter(pk__in=list(gone)).delete()
         mark_branch_starts(row.pk for row in moved)
     else:
@@ -137,7 +139,8 @@ def purge_session(session: AgentSession, *, actor: Actor) -> int:
     """Delete a session with its checkpoints, phases and alerts; returns how many checkpoints went.
 
     References into the session (forks of its checkpoints, audit rows) are cleared with UPDATEs first, so the
-    checkpoints are deleted in batches without Django collecting a million rows. Chunks are left to GC.
+    checkpoints are deleted in batches without Django collecting a million rows. Chunks are left to GC; the
+    session's tallies go with it.
     """
     checkpoints = Checkpoint.objects.filter(session=session)
     count = checkpoints.count()

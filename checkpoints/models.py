@@ -198,6 +198,13 @@ class AgentSession(models.Model):
     )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
+    # Running tallies of its checkpoints, kept by checkpoints.tallies with every insert and delete (db_default:
+    # the columns are added without rewriting the table).
+    checkpoint_count = models.IntegerField(default=0, db_default=0)
+    raw_bytes = models.BigIntegerField(default=0, db_default=0, help_text="Its checkpoints' state sizes, summed.")
+    stored_bytes = models.BigIntegerField(default=0, db_default=0, help_text="What its checkpoints added to the store.")
+    failed_count = models.IntegerField(default=0, db_default=0, help_text="Checkpoints that failed or halted.")
+    tool_failed_count = models.IntegerField(default=0, db_default=0, help_text="Checkpoints with a failed tool call.")
 
     objects = AgentSessionQuerySet.as_manager()
 
@@ -405,6 +412,68 @@ class Checkpoint(models.Model):
     @property
     def state_hash_hex(self) -> str:
         return bytes(self.state_hash).hex()
+
+
+ROLLUP_BLOCK = 20  # seqs per rollup block: a chart of up to 500 × this many seqs reads checkpoint rows instead
+
+
+class SessionRollup(models.Model):
+    """The checkpoints of one session with seqs in one block of ROLLUP_BLOCK, created in one hour (UTC): what the
+    timeline's charts draw and the overview counts, read in a few thousand rows however long the session.
+
+    Kept by checkpoints.tallies with every insert and delete; `manage.py recount_tallies` rebuilds them.
+    """
+
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+", db_index=False)
+    block = models.IntegerField(help_text="(seq - 1) // ROLLUP_BLOCK")
+    hour = models.DateTimeField()
+    count = models.IntegerField()
+    steps = models.IntegerField(help_text="Checkpoints of kind step.")
+    trouble = models.IntegerField(help_text="Checkpoints in trouble: failed, halted or with a failed tool call.")
+    raw_max = models.BigIntegerField(help_text="The largest state.")
+    stored_bytes = models.BigIntegerField()
+    first_seq = models.IntegerField()
+    last_seq = models.IntegerField()
+
+    class Meta:
+        constraints = [
+            # one row per (session, block, hour); also serves a session's charts and recounting a block
+            models.UniqueConstraint(fields=["session", "block", "hour"], name="rollup_per_session_block_hour"),
+        ]
+        indexes = [
+            # the overview: checkpoints created today
+            models.Index(fields=["hour"], name="rollup_hour"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} block {self.block} at {self.hour:%Y-%m-%d %H:00}"
+
+
+class TalliedField(models.TextChoices):
+    NAME = "name"
+    KIND = "kind"
+    STATUS = "status"
+
+
+class SessionCount(models.Model):
+    """How many checkpoints of a session have a given name, kind or status (the summary API's counts).
+
+    Kept by checkpoints.tallies with every insert and delete; a value no checkpoint has any more has no row.
+    """
+
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+", db_index=False)
+    field = models.CharField(max_length=10, choices=TalliedField.choices)
+    value = models.CharField(max_length=200)
+    count = models.IntegerField()
+
+    class Meta:
+        constraints = [
+            # one row per value; also serves a session's counts
+            models.UniqueConstraint(fields=["session", "field", "value"], name="count_per_session_field_value"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} {self.field}={self.value}: {self.count}"
 
 
 class Chunk(models.Model):

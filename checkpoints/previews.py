@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from . import store
+from . import store, tallies
 from .models import Checkpoint, CheckpointKind
 
 PREVIEW_MAX = 200  # characters kept: a row shows one line of it
@@ -113,17 +113,19 @@ def _clip(text: str, limit: int = PREVIEW_MAX) -> str:
 def fill_previews(checkpoints: QuerySet[Checkpoint] | None = None, *, batch_size: int = 500) -> int:
     """Work out the previews of checkpoints stored before previews existed (`manage.py fill_previews`);
     returns how many changed. Session by session in seq order, so each parent's state is still in the
-    store's memory when its child is read; restores and forks are skipped (they add nothing)."""
+    store's memory when its child is read; restores and forks are skipped (they add nothing). The sessions
+    where a failed tool call turns up are recounted: their tallies count such checkpoints."""
     rows = (
         (checkpoints if checkpoints is not None else Checkpoint.objects.all())
         .filter(preview="", tool_failed=False)
         .exclude(kind__in=[CheckpointKind.RESTORE, CheckpointKind.FORK])
         .order_by("session_id", "seq")
-        .values_list("pk", "root", "parent__root")
+        .values_list("pk", "session_id", "root", "parent__root")
     )
     changed: list[Checkpoint] = []
     count = 0
-    for pk, root, parent_root in rows.iterator(chunk_size=batch_size):
+    failing: set[int] = set()  # sessions with a newly marked failed tool call
+    for pk, session_id, root, parent_root in rows.iterator(chunk_size=batch_size):
         try:
             previous = store.load_shared(parent_root) if parent_root is not None else None
             preview = preview_of(store.load_shared(root), previous)
@@ -131,7 +133,11 @@ def fill_previews(checkpoints: QuerySet[Checkpoint] | None = None, *, batch_size
             continue  # nothing to read it from; the row keeps its name alone
         if preview != Preview():
             changed.append(Checkpoint(pk=pk, preview=preview.text, tool_failed=preview.tool_failed))
+        if preview.tool_failed:
+            failing.add(session_id)
         if len(changed) >= batch_size:
             count += Checkpoint.objects.bulk_update(changed, ["preview", "tool_failed"])
             changed.clear()
-    return count + (Checkpoint.objects.bulk_update(changed, ["preview", "tool_failed"]) if changed else 0)
+    count += Checkpoint.objects.bulk_update(changed, ["preview", "tool_failed"]) if changed else 0
+    tallies.recount(sorted(failing))
+    return count

@@ -29,6 +29,7 @@ from django.db import transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
+from . import tallies
 from .jobs import Failures, contained, each_batch
 from .lineage import mark_branch_starts
 from .models import AgentSession, Checkpoint, CheckpointKind, DriftAlert, Project, RetentionPolicy, RetentionScope
@@ -274,6 +275,7 @@ def _delete_batch(ids: list[int], repoint: dict[int, tuple[int, int | None]]) ->
             Checkpoint.objects.filter(pk__in=ids).exclude(still_protected()).order_by("seq").values_list("id", "kind")
         )
         if doomed:
+            tallies.forget([pk for pk, _ in doomed])
             Checkpoint.objects.filter(pk__in=[pk for pk, _ in doomed]).only("pk").delete()
         mark_branch_starts(row.pk for row in moved)
     return doomed

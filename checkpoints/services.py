@@ -19,7 +19,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, F, Max, Min, Q, Sum
 from django.utils import timezone
 
-from . import jsoncodec, limits, store
+from . import jsoncodec, limits, store, tallies
 from .diff import Diff, diff_states
 from .history import Discards, count_tool_calls, discards
 from .jsoncodec import InvalidJSON
@@ -540,6 +540,7 @@ def _insert_checkpoints(
     for child, parent in parent_rows.items():  # parents stored in the same statement: their ids are known now
         rows[child].parent_id = rows[parent].pk
     Checkpoint.objects.bulk_update([rows[child] for child in parent_rows], ["parent"], batch_size=500)
+    tallies.count_in(rows)
     AgentSession.objects.filter(pk=locked.pk).update(
         last_seq=seq, head=rows[-1], status=status, updated_at=now, last_seen_at=now
     )
@@ -680,6 +681,7 @@ def _new_head(
             **(undo_of or {}),
         },
     )
+    tallies.count_in([restored])
     session.head = restored
     if session.status in (SessionStatus.FAILED, SessionStatus.HALTED, SessionStatus.COMPLETED):
         session.status = SessionStatus.ACTIVE
@@ -776,6 +778,7 @@ def _fork(checkpoint: Checkpoint, *, actor: Actor, title: str, external_id: str,
         tool_calls=checkpoint.tool_calls,
         metadata={"forked_from": checkpoint.pk},
     )
+    tallies.count_in([first])
     fork.head = first
     fork.save(update_fields=["head"])
     record_audit(

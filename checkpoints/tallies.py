@@ -1,0 +1,256 @@
+"""Running tallies of each session's checkpoints, so that no page counts a session's rows to describe it.
+
+* On the session: how many checkpoints, their raw and stored bytes, how many failed or halted and how many had a
+  tool call fail (the timeline's header, the API's totals, the overview's storage).
+* `SessionRollup`, per block of ROLLUP_BLOCK seqs and hour of creation: count, steps, checkpoints in trouble, the
+  largest state, stored bytes, first and last seq (the timeline's charts, the overview's "today").
+* `SessionCount`, per name, kind and status: how many checkpoints have it (the summary API).
+
+Whatever inserts checkpoints calls `count_in` after the INSERT, whatever deletes them calls `forget` before the
+DELETE, in the same transaction and under the session's row lock (ingest, restore and fork hold it already;
+`forget` takes it), so the tallies move with the rows or not at all. Checkpoints are immutable: nothing else
+changes what is tallied (`fill_previews`, which marks failed tool calls of old checkpoints, recounts). `recount`
+rebuilds the tallies from the rows: the migration that introduced them, and `manage.py recount_tallies`.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from collections.abc import Collection, Iterable, Sequence
+from datetime import UTC, datetime
+from functools import reduce
+from typing import Any
+
+from django.apps import apps as global_apps
+from django.db import connection, transaction
+from django.db.models import Count, F, Max, Min, Q, QuerySet, Sum
+from django.db.models.functions import TruncHour
+
+from .models import (
+    ROLLUP_BLOCK,
+    TROUBLE,
+    AgentSession,
+    Checkpoint,
+    CheckpointKind,
+    CheckpointStatus,
+    SessionCount,
+    SessionRollup,
+    TalliedField,
+)
+
+_STOPPED = (CheckpointStatus.FAILED, CheckpointStatus.HALTED)
+_UPSERT_ROWS = 500  # rows per INSERT … ON CONFLICT statement
+_SPANS = 200  # seq ranges per recount query (SQLite refuses conditions nested 1,000 deep)
+SESSION_FIELDS = ["checkpoint_count", "raw_bytes", "stored_bytes", "failed_count", "tool_failed_count"]
+
+
+def _hour(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def _block(seq: int) -> int:
+    return (seq - 1) // ROLLUP_BLOCK
+
+
+def count_in(checkpoints: Sequence[Checkpoint]) -> None:
+    """Add checkpoints just inserted into one session to its tallies: one UPDATE of the session and one upsert each
+    of the rollups and the counts they touch, however many checkpoints."""
+    if not checkpoints:
+        return
+    session_id = checkpoints[0].session_id
+    _add_to_session(session_id, checkpoints, sign=1)
+    rollups: dict[tuple[int, datetime], tuple[int, ...]] = {}
+    for c in checkpoints:
+        key = (_block(c.seq), _hour(c.created_at))
+        count, steps, trouble, raw_max, stored, first, last = rollups.get(key, (0, 0, 0, 0, 0, c.seq, c.seq))
+        rollups[key] = (
+            count + 1,
+            steps + (c.kind == CheckpointKind.STEP),
+            trouble + (c.status in _STOPPED or c.tool_failed),
+            max(raw_max, c.raw_bytes),
+            stored + c.stored_bytes,
+            min(first, c.seq),
+            max(last, c.seq),
+        )
+    greatest, least = ("GREATEST", "LEAST") if connection.vendor == "postgresql" else ("MAX", "MIN")
+    hour = SessionRollup._meta.get_field("hour")
+    _upsert(
+        SessionRollup,
+        ["block", "hour", "count", "steps", "trouble", "raw_max", "stored_bytes", "first_seq", "last_seq"],
+        [(session_id, block, hour.get_db_prep_value(at, connection), *row) for (block, at), row in rollups.items()],
+        conflict=["session_id", "block", "hour"],
+        merge={
+            "count": "{old} + {new}",
+            "steps": "{old} + {new}",
+            "trouble": "{old} + {new}",
+            "raw_max": greatest + "({old}, {new})",
+            "stored_bytes": "{old} + {new}",
+            "first_seq": least + "({old}, {new})",
+            "last_seq": greatest + "({old}, {new})",
+        },
+    )
+    _add_counts(session_id, checkpoints, sign=1)
+
+
+def forget(ids: Collection[int]) -> None:
+    """Take checkpoints that are about to be deleted out of their sessions' tallies; call it in the deleting
+    transaction, before the DELETE. Locks their sessions (in id order) as ingest does, then per session: one UPDATE,
+    the counts' upsert, and a recount of the rollup blocks they leave from the rows that stay (a block is
+    ROLLUP_BLOCK seqs: the largest state and the first and last seq cannot be taken back by subtraction)."""
+    doomed = list(
+        Checkpoint.objects.filter(pk__in=list(ids))
+        .order_by("session_id", "seq")
+        .only("session_id", "seq", "name", "kind", "status", "tool_failed", "raw_bytes", "stored_bytes")
+    )
+    if not doomed:
+        return
+    by_session: dict[int, list[Checkpoint]] = {}
+    for checkpoint in doomed:
+        by_session.setdefault(checkpoint.session_id, []).append(checkpoint)
+    list(AgentSession.objects.select_for_update().filter(pk__in=list(by_session)).order_by("pk").values_list("pk"))
+    for session_id, rows in by_session.items():
+        _add_to_session(session_id, rows, sign=-1)
+        _add_counts(session_id, rows, sign=-1)
+        _recount_blocks(session_id, sorted({_block(c.seq) for c in rows}), without=[c.pk for c in rows])
+
+
+def recount(session_ids: Iterable[int], *, apps: Any = global_apps, batch_size: int = 100) -> int:
+    """Rebuild the tallies of these sessions from their rows, `batch_size` sessions per transaction, each batch
+    under its sessions' locks; returns how many sessions. `apps` lets a migration pass its historical models."""
+    models = {name: apps.get_model("checkpoints", name) for name in ("AgentSession", "Checkpoint", "SessionCount")}
+    rollup_model = apps.get_model("checkpoints", "SessionRollup")
+    ids = list(session_ids)
+    for start in range(0, len(ids), batch_size):
+        batch = ids[start : start + batch_size]
+        with transaction.atomic():
+            sessions = list(models["AgentSession"].objects.select_for_update().filter(pk__in=batch).order_by("pk"))
+            rows = models["Checkpoint"].objects.filter(session_id__in=batch).order_by()
+            rollup_model.objects.filter(session_id__in=batch).delete()
+            rollup_model.objects.bulk_create(_rollups(rows, rollup_model), batch_size=_UPSERT_ROWS)
+            models["SessionCount"].objects.filter(session_id__in=batch).delete()
+            models["SessionCount"].objects.bulk_create(
+                [
+                    models["SessionCount"](session_id=session_id, field=field, value=value, count=n)
+                    for field in TalliedField.values
+                    for session_id, value, n in rows.values_list("session_id", field).annotate(n=Count("pk"))
+                ],
+                batch_size=_UPSERT_ROWS,
+            )
+            totals = rows.values("session_id").annotate(
+                n=Count("pk"),
+                raw=Sum("raw_bytes"),
+                stored=Sum("stored_bytes"),
+                failures=Count("pk", filter=Q(status__in=_STOPPED)),
+                tool_failures=Count("pk", filter=Q(tool_failed=True)),
+            )
+            by_session = {row["session_id"]: row for row in totals}
+            for session in sessions:
+                row = by_session.get(session.pk, {})
+                values = [row.get(key) or 0 for key in ("n", "raw", "stored", "failures", "tool_failures")]
+                for name, value in zip(SESSION_FIELDS, values, strict=True):
+                    setattr(session, name, value)
+            models["AgentSession"].objects.bulk_update(sessions, SESSION_FIELDS)
+    return len(ids)
+
+
+def _add_to_session(session_id: int, checkpoints: Sequence[Checkpoint], *, sign: int) -> None:
+    AgentSession.objects.filter(pk=session_id).update(
+        checkpoint_count=F("checkpoint_count") + sign * len(checkpoints),
+        raw_bytes=F("raw_bytes") + sign * sum(c.raw_bytes for c in checkpoints),
+        stored_bytes=F("stored_bytes") + sign * sum(c.stored_bytes for c in checkpoints),
+        failed_count=F("failed_count") + sign * sum(c.status in _STOPPED for c in checkpoints),
+        tool_failed_count=F("tool_failed_count") + sign * sum(c.tool_failed for c in checkpoints),
+    )
+
+
+def _add_counts(session_id: int, checkpoints: Sequence[Checkpoint], *, sign: int) -> None:
+    """Move each name's, kind's and status's count by `sign` per checkpoint; a count that reaches 0 goes."""
+    counts = Counter((field, getattr(c, field)) for c in checkpoints for field in TalliedField.values)
+    rows = [(session_id, field, value, sign * n) for (field, value), n in counts.items()]
+    _upsert(SessionCount, ["field", "value", "count"], rows, conflict=["session_id", "field", "value"])
+    if sign < 0:
+        values = {value for _, value in counts}
+        SessionCount.objects.filter(session_id=session_id, value__in=values, count__lte=0).delete()
+
+
+def _upsert(
+    model: Any,
+    columns: list[str],
+    rows: list[tuple[Any, ...]],
+    *,
+    conflict: list[str],
+    merge: dict[str, str] | None = None,
+) -> None:
+    """INSERT `rows` (session_id first), adding each one's numbers to the row it meets (ON CONFLICT … DO UPDATE,
+    PostgreSQL and SQLite alike): concurrent writers never lose each other's increments."""
+    quote = connection.ops.quote_name
+    table = quote(model._meta.db_table)
+    merge = merge or {"count": "{old} + {new}"}
+    sets = ", ".join(
+        f"{quote(name)} = " + how.format(old=f"{table}.{quote(name)}", new=f"EXCLUDED.{quote(name)}")
+        for name, how in merge.items()
+    )
+    names = ", ".join(map(quote, ["session_id", *columns]))
+    on = ", ".join(map(quote, conflict))
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), _UPSERT_ROWS):
+            chunk = rows[start : start + _UPSERT_ROWS]
+            values = ", ".join(["(" + ", ".join(["%s"] * (len(columns) + 1)) + ")"] * len(chunk))
+            sql = f"INSERT INTO {table} ({names}) VALUES {values} ON CONFLICT ({on}) DO UPDATE SET {sets}"
+            cursor.execute(sql, [value for row in chunk for value in row])
+
+
+def _recount_blocks(session_id: int, blocks: list[int], *, without: list[int]) -> None:
+    """Rebuild the session's rollups of `blocks` (sorted) from its rows, leaving out the checkpoints `without`."""
+    spans: list[tuple[int, int]] = []
+    for block in blocks:
+        if spans and spans[-1][1] == block - 1:
+            spans[-1] = (spans[-1][0], block)
+        else:
+            spans.append((block, block))
+    SessionRollup.objects.filter(session_id=session_id, block__in=blocks).delete()
+    for start in range(0, len(spans), _SPANS):
+        seqs = reduce(
+            operator.or_,
+            (
+                Q(seq__range=(lo * ROLLUP_BLOCK + 1, (hi + 1) * ROLLUP_BLOCK))
+                for lo, hi in spans[start : start + _SPANS]
+            ),
+        )
+        rows = Checkpoint.objects.filter(seqs, session_id=session_id).exclude(pk__in=without).order_by()
+        SessionRollup.objects.bulk_create(_rollups(rows, SessionRollup))
+
+
+def _rollups(checkpoints: QuerySet[Any], model: Any) -> list[Any]:
+    """The rollup rows of `checkpoints`, by session, block and hour, from one grouped query."""
+    grouped = (
+        checkpoints.annotate(
+            rollup_block=(F("seq") - 1) / ROLLUP_BLOCK, rollup_hour=TruncHour("created_at", tzinfo=UTC)
+        )
+        .values("session_id", "rollup_block", "rollup_hour")
+        .annotate(
+            n=Count("pk"),
+            steps=Count("pk", filter=Q(kind=CheckpointKind.STEP)),
+            trouble=Count("pk", filter=TROUBLE),
+            raw_max=Max("raw_bytes"),
+            stored=Sum("stored_bytes"),
+            first_seq=Min("seq"),
+            last_seq=Max("seq"),
+        )
+    )
+    return [
+        model(
+            session_id=row["session_id"],
+            block=row["rollup_block"],
+            hour=row["rollup_hour"],
+            count=row["n"],
+            steps=row["steps"],
+            trouble=row["trouble"],
+            raw_max=row["raw_max"],
+            stored_bytes=row["stored"],
+            first_seq=row["first_seq"],
+            last_seq=row["last_seq"],
+        )
+        for row in grouped
+    ]
