@@ -136,6 +136,14 @@ class AgentSessionQuerySet(ProjectScopedQuerySet):
             .with_open_alert_count()
         )
 
+    def totals(self, *, since: datetime) -> dict[str, int]:
+        """Raw and stored bytes of these sessions, and how many checkpoints they made since `since` (counted by
+        the hour): from their tallies, whatever the number of checkpoints."""
+        totals = self.order_by().aggregate(raw_bytes=models.Sum("raw_bytes"), stored_bytes=models.Sum("stored_bytes"))
+        recent = SessionRollup.objects.filter(session__in=self.order_by().values("pk"), hour__gte=since)
+        totals["created_since"] = recent.aggregate(n=models.Sum("count"))["n"]
+        return {key: value or 0 for key, value in totals.items()}
+
     def needing_attention(self, *, stale_before: datetime) -> AgentSessionQuerySet:
         """Sessions an operator should look at, most urgent first (`attention`): 0 open alerts, 1 failed or
         halted, 2 active with a heartbeat older than `stale_before`. The newest open alert's `alert_kind` and
@@ -309,15 +317,6 @@ class CheckpointQuerySet(ProjectScopedQuerySet):
             .filter(rank__lte=count)
             .order_by("session_id", "seq")
         )
-
-    def totals(self, *, since: datetime) -> dict[str, int]:
-        """Raw and stored bytes, and how many checkpoints were created since `since`: one scan."""
-        totals = self.aggregate(
-            raw_bytes=models.Sum("raw_bytes"),
-            stored_bytes=models.Sum("stored_bytes"),
-            created_since=models.Count("pk", filter=Q(created_at__gte=since)),
-        )
-        return {key: value or 0 for key, value in totals.items()}
 
 
 # A checkpoint in trouble: it failed or halted, or a tool call it added failed (the agent went on).
