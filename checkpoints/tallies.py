@@ -118,40 +118,45 @@ def forget(ids: Collection[int]) -> None:
 def recount(session_ids: Iterable[int], *, apps: Any = global_apps, batch_size: int = 100) -> int:
     """Rebuild the tallies of these sessions from their rows, `batch_size` sessions per transaction, each batch
     under its sessions' locks; returns how many sessions. `apps` lets a migration pass its historical models."""
-    models = {name: apps.get_model("checkpoints", name) for name in ("AgentSession", "Checkpoint", "SessionCount")}
-    rollup_model = apps.get_model("checkpoints", "SessionRollup")
     ids = list(session_ids)
     for start in range(0, len(ids), batch_size):
-        batch = ids[start : start + batch_size]
         with transaction.atomic():
-            sessions = list(models["AgentSession"].objects.select_for_update().filter(pk__in=batch).order_by("pk"))
-            rows = models["Checkpoint"].objects.filter(session_id__in=batch).order_by()
-            rollup_model.objects.filter(session_id__in=batch).delete()
-            rollup_model.objects.bulk_create(_rollups(rows, rollup_model), batch_size=_UPSERT_ROWS)
-            models["SessionCount"].objects.filter(session_id__in=batch).delete()
-            models["SessionCount"].objects.bulk_create(
-                [
-                    models["SessionCount"](session_id=session_id, field=field, value=value, count=n)
-                    for field in TalliedField.values
-                    for session_id, value, n in rows.values_list("session_id", field).annotate(n=Count("pk"))
-                ],
-                batch_size=_UPSERT_ROWS,
-            )
-            totals = rows.values("session_id").annotate(
-                n=Count("pk"),
-                raw=Sum("raw_bytes"),
-                stored=Sum("stored_bytes"),
-                failures=Count("pk", filter=Q(status__in=_STOPPED)),
-                tool_failures=Count("pk", filter=Q(tool_failed=True)),
-            )
-            by_session = {row["session_id"]: row for row in totals}
-            for session in sessions:
-                row = by_session.get(session.pk, {})
-                values = [row.get(key) or 0 for key in ("n", "raw", "stored", "failures", "tool_failures")]
-                for name, value in zip(SESSION_FIELDS, values, strict=True):
-                    setattr(session, name, value)
-            models["AgentSession"].objects.bulk_update(sessions, SESSION_FIELDS)
+            _recount_batch(ids[start : start + batch_size], apps)
     return len(ids)
+
+
+def _recount_batch(batch: list[int], apps: Any) -> None:
+    """Two reads of the sessions' checkpoints: the rollups, then one grouping that gives both the counts and the
+    session's totals."""
+    session_model, rollup_model, count_model = (
+        apps.get_model("checkpoints", name) for name in ("AgentSession", "SessionRollup", "SessionCount")
+    )
+    sessions = list(session_model.objects.select_for_update().filter(pk__in=batch).order_by("pk"))
+    rows = apps.get_model("checkpoints", "Checkpoint").objects.filter(session_id__in=batch).order_by()
+    rollup_model.objects.filter(session_id__in=batch).delete()
+    rollup_model.objects.bulk_create(_rollups(rows, rollup_model), batch_size=_UPSERT_ROWS)
+    counts: Counter[tuple[int, str, str]] = Counter()
+    totals = {session.pk: [0] * len(SESSION_FIELDS) for session in sessions}
+    grouped = rows.values("session_id", *TalliedField.values, "tool_failed").annotate(
+        n=Count("pk"), raw=Sum("raw_bytes"), stored=Sum("stored_bytes")
+    )
+    for row in grouped:
+        n, total = row["n"], totals[row["session_id"]]
+        for field in TalliedField.values:
+            counts[row["session_id"], field, row[field]] += n
+        for i, value in enumerate(
+            (n, row["raw"], row["stored"], n * (row["status"] in _STOPPED), n * row["tool_failed"])
+        ):
+            total[i] += value
+    count_model.objects.filter(session_id__in=batch).delete()
+    count_model.objects.bulk_create(
+        [count_model(session_id=s, field=field, value=value, count=n) for (s, field, value), n in counts.items()],
+        batch_size=_UPSERT_ROWS,
+    )
+    for session in sessions:
+        for name, value in zip(SESSION_FIELDS, totals[session.pk], strict=True):
+            setattr(session, name, value)
+    session_model.objects.bulk_update(sessions, SESSION_FIELDS)
 
 
 def _add_to_session(session_id: int, checkpoints: Sequence[Checkpoint], *, sign: int) -> None:
