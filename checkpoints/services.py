@@ -541,10 +541,7 @@ def _insert_checkpoints(
     for child, parent in parent_rows.items():  # parents stored in the same statement: their ids are known now
         rows[child].parent_id = rows[parent].pk
     Checkpoint.objects.bulk_update([rows[child] for child in parent_rows], ["parent"], batch_size=500)
-    tallies.count_in(rows)
-    AgentSession.objects.filter(pk=locked.pk).update(
-        last_seq=seq, head=rows[-1], status=status, updated_at=now, last_seen_at=now
-    )
+    tallies.count_in(rows, last_seq=seq, head=rows[-1], status=status, updated_at=now, last_seen_at=now)
     session.last_seq, session.head, session.status = seq, rows[-1], status
     if locked.status in _STOPPED and status not in _STOPPED:
         recovered.add(locked.pk)

@@ -53,13 +53,14 @@ def _block(seq: int) -> int:
     return (seq - 1) // ROLLUP_BLOCK
 
 
-def count_in(checkpoints: Sequence[Checkpoint]) -> None:
-    """Add checkpoints just inserted into one session to its tallies: one UPDATE of the session and one upsert each
-    of the rollups and the counts they touch, however many checkpoints."""
+def count_in(checkpoints: Sequence[Checkpoint], **session_fields: Any) -> None:
+    """Add checkpoints just inserted into one session to its tallies: one UPDATE of the session (which also sets
+    `session_fields`, the caller's own changes to it) and one upsert each of the rollups and the counts they touch,
+    however many checkpoints."""
     if not checkpoints:
         return
     session_id = checkpoints[0].session_id
-    _add_to_session(session_id, checkpoints, sign=1)
+    _add_to_session(session_id, checkpoints, sign=1, **session_fields)
     rollups: dict[tuple[int, datetime], tuple[int, ...]] = {}
     for c in checkpoints:
         key = (_block(c.seq), _hour(c.created_at))
@@ -159,8 +160,9 @@ def _recount_batch(batch: list[int], apps: Any) -> None:
     session_model.objects.bulk_update(sessions, SESSION_FIELDS)
 
 
-def _add_to_session(session_id: int, checkpoints: Sequence[Checkpoint], *, sign: int) -> None:
+def _add_to_session(session_id: int, checkpoints: Sequence[Checkpoint], *, sign: int, **session_fields: Any) -> None:
     AgentSession.objects.filter(pk=session_id).update(
+        **session_fields,
         checkpoint_count=F("checkpoint_count") + sign * len(checkpoints),
         raw_bytes=F("raw_bytes") + sign * sum(c.raw_bytes for c in checkpoints),
         stored_bytes=F("stored_bytes") + sign * sum(c.stored_bytes for c in checkpoints),
