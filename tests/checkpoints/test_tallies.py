@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 from collections import Counter
@@ -24,7 +25,15 @@ from checkpoints.models import (
     SessionRollup,
 )
 from checkpoints.retention import apply_retention
-from checkpoints.services import Actor, CheckpointInput, fork_session, ingest_checkpoints, restore_checkpoint
+from checkpoints.services import (
+    Actor,
+    CheckpointInput,
+    NothingToUndo,
+    fork_session,
+    ingest_checkpoints,
+    restore_checkpoint,
+    undo_restore,
+)
 
 START = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 CALL = {"id": "ok", "tool_name": "fetch_url", "arguments": {"url": "https://example.org"}, "success": True}
@@ -96,7 +105,9 @@ def item(
 INGEST = st.tuples(
     st.just("ingest"),
     st.lists(
-        st.tuples(st.integers(0, 400), st.booleans(), st.booleans(), st.sampled_from(["step", "routine"])), max_size=25
+        st.tuples(st.integers(0, 400), st.booleans(), st.booleans(), st.sampled_from(["step", "routine"])),
+        min_size=1,
+        max_size=25,
     ),
 )
 PICK = st.integers(0, 10**6)
@@ -104,13 +115,13 @@ OPERATIONS = st.lists(
     st.one_of(
         INGEST,
         st.tuples(st.just("restore"), PICK),
+        st.tuples(st.just("undo")),
         st.tuples(st.just("fork"), PICK),
         st.tuples(st.just("retention")),
-        st.tuples(st.just("delete"), st.lists(PICK, max_size=30)),
+        st.tuples(st.just("delete"), st.lists(PICK, min_size=1, max_size=30)),
     ),
-    min_size=1,
     max_size=8,
-)
+).map(lambda later: [("ingest", [(0, False, False, "step")] * 3), *later])  # something to restore, fork or delete
 _runs = itertools.count()
 
 
@@ -119,8 +130,9 @@ _runs = itertools.count()
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
 @given(operations=OPERATIONS)
-def test_ingest_restore_fork_retention_and_cleanup_keep_the_tallies_equal_to_a_count(project, operations):
-    RetentionPolicy.objects.update_or_create(project=project, kind="routine", defaults={"keep_last": 3})
+def test_ingest_restore_undo_fork_retention_and_cleanup_keep_the_tallies_equal_to_a_count(project, operations):
+    for kind, keep in (("step", 2), ("routine", 1)):  # retention deletes most of what it finds
+        RetentionPolicy.objects.update_or_create(project=project, kind=kind, defaults={"keep_last": keep})
     system = Actor.system("test")
     session = AgentSession.objects.create(project=project, external_id=f"run-{next(_runs)}", agent="a")
     sessions = [session]
@@ -129,13 +141,16 @@ def test_ingest_restore_fork_retention_and_cleanup_keep_the_tallies_equal_to_a_c
         if operation == "ingest":
             items = [item(i, minutes=m, failed=f, tool_failed=t, kind=k) for i, (m, f, t, k) in enumerate(args[0])]
             ingest_checkpoints([(session, items)])
-        elif operation == "restore" and present:
+        elif operation == "restore":
             restore_checkpoint(present[args[0] % len(present)], actor=system)
-        elif operation == "fork" and present:
+        elif operation == "undo":
+            with contextlib.suppress(NothingToUndo):
+                undo_restore(session, actor=system)
+        elif operation == "fork":
             sessions.append(fork_session(present[args[0] % len(present)], actor=system))
         elif operation == "retention":
             apply_retention(now=START + timedelta(days=400))
-        elif operation == "delete" and present:
+        elif operation == "delete":
             delete_checkpoints({present[pick % len(present)].pk for pick in args[0]}, actor=system)
     assert_tallied(*sessions)
 
