@@ -268,14 +268,14 @@ def _delete_batch(ids: list[int], repoint: dict[int, tuple[int, int | None]]) ->
     """One short transaction: move the kept children of `ids` to their nearest kept ancestor, then delete `ids`."""
     batch = set(ids)
     with transaction.atomic():
-        moved = [Checkpoint(pk=child, parent_id=new) for child, (old, new) in repoint.items() if old in batch]
-        if moved:
-            Checkpoint.objects.bulk_update(moved, ["parent"])
         doomed = list(
             Checkpoint.objects.filter(pk__in=ids).exclude(still_protected()).order_by("seq").values_list("id", "kind")
         )
+        tallies.forget([pk for pk, _ in doomed])  # first: its session lock comes before any row lock
+        moved = [Checkpoint(pk=child, parent_id=new) for child, (old, new) in repoint.items() if old in batch]
+        if moved:
+            Checkpoint.objects.bulk_update(moved, ["parent"])
         if doomed:
-            tallies.forget([pk for pk, _ in doomed])
             Checkpoint.objects.filter(pk__in=[pk for pk, _ in doomed]).only("pk").delete()
         mark_branch_starts(row.pk for row in moved)
     return doomed

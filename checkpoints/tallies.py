@@ -96,20 +96,20 @@ def count_in(checkpoints: Sequence[Checkpoint], **session_fields: Any) -> None:
 
 def forget(ids: Collection[int]) -> None:
     """Take checkpoints that are about to be deleted out of their sessions' tallies; call it in the deleting
-    transaction, before the DELETE. Locks their sessions (in id order) as ingest does, then per session: one UPDATE,
+    transaction before it locks any checkpoint row (re-pointing children, the DELETE): two deleters that took row
+    locks first and then waited for each other's session lock would deadlock. Locks their sessions (in id order) as ingest does, then per session: one UPDATE,
     the counts' upsert, and a recount of the rollup blocks they leave from the rows that stay (a block is
-    ROLLUP_BLOCK seqs: the largest state and the first and last seq cannot be taken back by subtraction)."""
-    doomed = list(
-        Checkpoint.objects.filter(pk__in=list(ids))
-        .order_by("session_id", "seq")
-        .only("session_id", "seq", "name", "kind", "status", "tool_failed", "raw_bytes", "stored_bytes")
-    )
-    if not doomed:
-        return
+    ROLLUP_BLOCK seqs: the largest state and the first and last seq cannot be taken back by subtraction).
+
+    The rows are read once the locks are held: a checkpoint that a concurrent deleter took out meanwhile is gone
+    by then, and not subtracted twice."""
+    doomed = Checkpoint.objects.filter(pk__in=list(ids))
+    sessions = AgentSession.objects.filter(pk__in=doomed.values("session_id")).order_by("pk")
+    list(sessions.select_for_update().values_list("pk"))
     by_session: dict[int, list[Checkpoint]] = {}
-    for checkpoint in doomed:
+    fields = ("session_id", "seq", "name", "kind", "status", "tool_failed", "raw_bytes", "stored_bytes")
+    for checkpoint in doomed.order_by("session_id", "seq").only(*fields):
         by_session.setdefault(checkpoint.session_id, []).append(checkpoint)
-    list(AgentSession.objects.select_for_update().filter(pk__in=list(by_session)).order_by("pk").values_list("pk"))
     for session_id, rows in by_session.items():
         _add_to_session(session_id, rows, sign=-1)
         _add_counts(session_id, rows, sign=-1)

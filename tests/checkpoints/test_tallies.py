@@ -5,12 +5,15 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import threading
+import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import connection, transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -153,6 +156,38 @@ def test_ingest_restore_undo_fork_retention_and_cleanup_keep_the_tallies_equal_t
         elif operation == "delete":
             delete_checkpoints({present[pick % len(present)].pk for pick in args[0]}, actor=system)
     assert_tallied(*sessions)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_deleters_of_the_same_checkpoint_take_it_out_of_the_tallies_once(project):
+    session = AgentSession.objects.create(project=project, external_id="raced", agent="a")
+    ingest_checkpoints([(session, [item(i, minutes=i) for i in range(6)])])
+    doomed = Checkpoint.objects.get(session=session, seq=2).pk
+    first_holds_the_lock = threading.Event()
+    errors: list[BaseException] = []
+
+    def second_deleter() -> None:
+        try:
+            first_holds_the_lock.wait()
+            delete_checkpoints([doomed], actor=Actor.system("admin"))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    other = threading.Thread(target=second_deleter)
+    other.start()
+    with transaction.atomic():
+        tallies.forget([doomed])
+        first_holds_the_lock.set()
+        time.sleep(0.5)  # the other deleter finds the row still there, then waits for the session's lock
+        Checkpoint.objects.filter(pk=doomed).delete()
+    other.join()
+
+    assert not errors
+    assert_tallied(session)
+    assert session.checkpoint_count == 5
 
 
 # ---- repair and upgrades ----------------------------------------------------------------------------
