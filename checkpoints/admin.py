@@ -34,6 +34,7 @@ from .jobs import run_job
 from .logins import reset_login_attempts
 from .retention import apply_retention, describe, plan_retention
 from .services import Actor, acknowledge_alert, pin_checkpoint, record_audit, resolve_alert
+from .tallies import SESSION_FIELDS
 
 STATE_PREVIEW_BYTES = 20_000
 
@@ -179,7 +180,7 @@ class AgentSessionAdmin(admin.ModelAdmin):
     list_filter = ["status", "project", "agent", "source_format", ("updated_at", admin.DateFieldListFilter)]
     search_fields = ["external_id", "title", "agent"]
     raw_id_fields = ["project", "head", "forked_from"]
-    readonly_fields = ["last_seq", "restore_generation", "live_state_at", "created_at", "updated_at"]
+    readonly_fields = ["last_seq", "restore_generation", "live_state_at", "created_at", "updated_at", *SESSION_FIELDS]
     exclude = ["live_root"]
     list_select_related = ["project"]
     date_hierarchy = "updated_at"

@@ -14,6 +14,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from . import tallies
 from .lineage import mark_branch_starts
 from .models import AgentSession, ApiToken, Checkpoint, CheckpointKind, SessionStatus
 from .retention import protected_among
@@ -47,9 +48,10 @@ def delete_checkpoints(ids: Iterable[int], *, actor: Actor, reason: str = "") ->
     """Delete the given checkpoints except the protected ones, which are refused.
 
     1. Read the checkpoints; the protected ones are refused.
-    2. Kept children of deleted checkpoints move to their nearest kept ancestor (the timeline stays a tree).
-    3. Delete, checking the protections again in the DELETE's own query.
-    4. One `delete_checkpoints` audit row per session, naming what was deleted and refused.
+    2. Check the protections again, and take what goes out of its sessions' tallies (under their locks).
+    3. Kept children of deleted checkpoints move to their nearest kept ancestor (the timeline stays a tree).
+    4. Delete.
+    5. One `delete_checkpoints` audit row per session, naming what was deleted and refused.
     """
     rows = list(
         Checkpoint.objects.filter(pk__in=list(ids))
@@ -66,13 +68,14 @@ def delete_checkpoints(ids: Iterable[int], *, actor: Actor, reason: str = "") ->
                 pk = doomed[pk]
             return pk
 
+        gone = set(doomed) - protected_among(doomed)
+        tallies.forget(gone)  # first: its session locks come before any row lock, as in every deleter
         children = Checkpoint.objects.filter(parent_id__in=list(doomed)).exclude(pk__in=list(doomed))
         moved = [
             Checkpoint(pk=pk, parent_id=kept_ancestor(parent)) for pk, parent in children.values_list("pk", "parent_id")
         ]
         if moved:
             Checkpoint.objects.bulk_update(moved, ["parent"])
-        gone = set(doomed) - protected_among(doomed)
         Checkpoint.objects.filter(pk__in=list(gone)).delete()
         mark_branch_starts(row.pk for row in moved)
     else:
@@ -131,7 +134,8 @@ def purge_session(session: AgentSession, *, actor: Actor) -> int:
     """Delete a session with its checkpoints, phases and alerts; returns how many checkpoints went.
 
     References into the session (forks of its checkpoints, audit rows) are cleared with UPDATEs first, so the
-    checkpoints are deleted in batches without Django collecting a million rows. Chunks are left to GC.
+    checkpoints are deleted in batches without Django collecting a million rows. Chunks are left to GC; the
+    session's tallies go with it.
     """
     checkpoints = Checkpoint.objects.filter(session=session)
     count = checkpoints.count()

@@ -7,22 +7,14 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
 from django.db.models import Q
 from django.db.models.fields.tuple_lookups import Tuple, TupleLessThan
-from django.db.models.functions import Cast, Upper
 from django.utils import timezone
 
 from . import limits
 from .fields import SafeCharField, SafeJSONField, SafeTextField
 from .roles import VIEW_SESSIONS, in_every_project, roles_granting
-
-
-def trigram_index(column: str, *, name: str) -> GinIndex:
-    """A pg_trgm index that a case-insensitive substring search (`icontains`) uses, in the expression Django
-    compares; created only where PostgreSQL has the extension (migration 0018), absent on SQLite."""
-    return GinIndex(OpClass(Upper(Cast(column, models.TextField())), name="gin_trgm_ops"), name=name)
 
 
 class ProjectQuerySet(models.QuerySet["Project"]):
@@ -162,6 +154,14 @@ class AgentSessionQuerySet(ProjectScopedQuerySet):
             | Q(pk__in=running_alerts.values("session_id"))
         )
 
+    def totals(self, *, since: datetime) -> dict[str, int]:
+        """Raw and stored bytes of these sessions, and how many checkpoints they made since `since` (counted by
+        the hour): from their tallies, whatever the number of checkpoints."""
+        totals = self.order_by().aggregate(raw_bytes=models.Sum("raw_bytes"), stored_bytes=models.Sum("stored_bytes"))
+        recent = SessionRollup.objects.filter(session__in=self.order_by().values("pk"), hour__gte=since)
+        totals["created_since"] = recent.aggregate(n=models.Sum("count"))["n"]
+        return {key: value or 0 for key, value in totals.items()}
+
     def needing_attention(
         self, *, stale_before: datetime, limit: int, grouped: Iterable[str] = ()
     ) -> list[AgentSession]:
@@ -239,6 +239,13 @@ class AgentSession(models.Model):
     )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
+    # Running tallies of its checkpoints, kept by checkpoints.tallies with every insert and delete (db_default:
+    # the columns are added without rewriting the table).
+    checkpoint_count = models.IntegerField(default=0, db_default=0)
+    raw_bytes = models.BigIntegerField(default=0, db_default=0, help_text="Its checkpoints' state sizes, summed.")
+    stored_bytes = models.BigIntegerField(default=0, db_default=0, help_text="What its checkpoints added to the store.")
+    failed_count = models.IntegerField(default=0, db_default=0, help_text="Checkpoints that failed or halted.")
+    tool_failed_count = models.IntegerField(default=0, db_default=0, help_text="Checkpoints with a failed tool call.")
 
     objects = AgentSessionQuerySet.as_manager()
 
@@ -253,7 +260,8 @@ class AgentSession(models.Model):
             # overview: sessions ordered by recent activity
             models.Index(fields=["-updated_at"], name="session_updated"),
             # name search (console, admin): icontains is UPPER(column::text) LIKE, matched by trigrams (PostgreSQL)
-            *(trigram_index(column, name=f"session_{column}_trigram") for column in ("external_id", "title", "agent")),
+            # search (`matching`, the admin): pg_trgm GIN indexes on UPPER(column::text), made by migration 0018 on
+            # PostgreSQL only and kept out of the model state, which SQLite would build when it remakes the table
         ]
 
     def __str__(self) -> str:
@@ -345,15 +353,6 @@ class CheckpointQuerySet(ProjectScopedQuerySet):
             .filter(rank__lte=count)
             .order_by("session_id", "seq")
         )
-
-    def totals(self, *, since: datetime) -> dict[str, int]:
-        """Raw and stored bytes, and how many checkpoints were created since `since`: one scan."""
-        totals = self.aggregate(
-            raw_bytes=models.Sum("raw_bytes"),
-            stored_bytes=models.Sum("stored_bytes"),
-            created_since=models.Count("pk", filter=Q(created_at__gte=since)),
-        )
-        return {key: value or 0 for key, value in totals.items()}
 
 
 # A checkpoint in trouble: it failed or halted, or a tool call it added failed (the agent went on).
@@ -449,6 +448,68 @@ class Checkpoint(models.Model):
     @property
     def state_hash_hex(self) -> str:
         return bytes(self.state_hash).hex()
+
+
+ROLLUP_BLOCK = 20  # seqs per rollup block: a chart of up to 500 × this many seqs reads checkpoint rows instead
+
+
+class SessionRollup(models.Model):
+    """The checkpoints of one session with seqs in one block of ROLLUP_BLOCK, created in one hour (UTC): what the
+    timeline's charts draw and the overview counts, read in a few thousand rows however long the session.
+
+    Kept by checkpoints.tallies with every insert and delete; `manage.py recount_tallies` rebuilds them.
+    """
+
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+", db_index=False)
+    block = models.IntegerField(help_text="(seq - 1) // ROLLUP_BLOCK")
+    hour = models.DateTimeField()
+    count = models.IntegerField()
+    steps = models.IntegerField(help_text="Checkpoints of kind step.")
+    trouble = models.IntegerField(help_text="Checkpoints in trouble: failed, halted or with a failed tool call.")
+    raw_max = models.BigIntegerField(help_text="The largest state.")
+    stored_bytes = models.BigIntegerField()
+    first_seq = models.IntegerField()
+    last_seq = models.IntegerField()
+
+    class Meta:
+        constraints = [
+            # one row per (session, block, hour); also serves a session's charts and recounting a block
+            models.UniqueConstraint(fields=["session", "block", "hour"], name="rollup_per_session_block_hour"),
+        ]
+        indexes = [
+            # the overview: checkpoints created today
+            models.Index(fields=["hour"], name="rollup_hour"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} block {self.block} at {self.hour:%Y-%m-%d %H:00}"
+
+
+class TalliedField(models.TextChoices):
+    NAME = "name"
+    KIND = "kind"
+    STATUS = "status"
+
+
+class SessionCount(models.Model):
+    """How many checkpoints of a session have a given name, kind or status (the summary API's counts).
+
+    Kept by checkpoints.tallies with every insert and delete; a value no checkpoint has any more has no row.
+    """
+
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+", db_index=False)
+    field = models.CharField(max_length=10, choices=TalliedField.choices)
+    value = models.CharField(max_length=200)
+    count = models.IntegerField()
+
+    class Meta:
+        constraints = [
+            # one row per value; also serves a session's counts
+            models.UniqueConstraint(fields=["session", "field", "value"], name="count_per_session_field_value"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} {self.field}={self.value}: {self.count}"
 
 
 class Chunk(models.Model):

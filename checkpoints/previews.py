@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from . import store
+from . import store, tallies
 from .models import Checkpoint, CheckpointKind
 
 PREVIEW_MAX = 200  # characters kept: a row shows one line of it
@@ -126,7 +126,8 @@ def fill_previews(checkpoints: QuerySet[Checkpoint] | None = None, *, batch_size
     """Work out the previews, tool failures and call counts of checkpoints stored before they were kept
     (`manage.py fill_previews`); returns how many rows were filled. Session by session in seq order, so each
     parent's state is still in the store's memory and its count known when its child is read; restores and
-    forks add nothing and are not read. Written back `batch_size` rows at a time."""
+    forks add nothing and are not read. Written back `batch_size` rows at a time.
+    The sessions where a failed tool call turns up are recounted: their tallies count such checkpoints."""
     rows = (
         (checkpoints if checkpoints is not None else Checkpoint.objects.all())
         .filter(calls_made__isnull=True)
@@ -137,6 +138,7 @@ def fill_previews(checkpoints: QuerySet[Checkpoint] | None = None, *, batch_size
     made: dict[int, int] = {}  # pk → calls made, of this session's rows filled so far
     changed: list[Checkpoint] = []
     count, session = 0, None
+    failing: set[int] = set()  # sessions with a newly marked failed tool call
     for pk, session_id, kind, root, parent_id, parent_root, parent_calls in rows.iterator(chunk_size=batch_size):
         if session_id != session:
             made, session = {}, session_id
@@ -152,7 +154,11 @@ def fill_previews(checkpoints: QuerySet[Checkpoint] | None = None, *, batch_size
                 continue  # nothing to read it from; the row keeps its name alone
         made[pk] = before + preview.tool_calls
         changed.append(Checkpoint(pk=pk, preview=preview.text, tool_failed=preview.tool_failed, calls_made=made[pk]))
+        if preview.tool_failed:
+            failing.add(session_id)
         if len(changed) >= batch_size:
             count += Checkpoint.objects.bulk_update(changed, fields)
             changed.clear()
-    return count + (Checkpoint.objects.bulk_update(changed, fields) if changed else 0)
+    count += Checkpoint.objects.bulk_update(changed, fields) if changed else 0
+    tallies.recount(sorted(failing))
+    return count

@@ -31,6 +31,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
+from . import tallies
 from .jobs import Failures, concerns_the_whole_run, contained, each_batch
 from .lineage import mark_branch_starts
 from .models import (
@@ -403,6 +404,7 @@ def _delete_batch(ids: list[int], parents: dict[int, int | None]) -> list[tuple[
         )
         if not doomed:
             return []
+        tallies.forget([pk for pk, _ in doomed])  # first: its sessions' locks come before any row lock
         gone = _ids([pk for pk, _ in doomed])
 
         def kept_ancestor(pk: int | None) -> int | None:

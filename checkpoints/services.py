@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -16,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, F, Max, Min, Q, Sum
+from django.db.models import F, Max, Min, Q
 from django.utils import timezone
 
-from . import jsoncodec, limits, store
+from . import jsoncodec, limits, store, tallies
 from .diff import Diff, diff_states
 from .history import Discards, discards
 from .jsoncodec import InvalidJSON
@@ -33,7 +32,9 @@ from .models import (
     CheckpointStatus,
     DriftAlert,
     Project,
+    SessionCount,
     SessionStatus,
+    TalliedField,
 )
 from .previews import Preview, preview_of
 
@@ -584,9 +585,7 @@ def _insert_checkpoints(
         for child, parent in parent_rows.items():
             rows[child].parent_id = rows[parent].pk
         Checkpoint.objects.bulk_update([rows[child] for child in parent_rows], ["parent"], batch_size=500)
-    AgentSession.objects.filter(pk=locked.pk).update(
-        last_seq=seq, head=rows[-1], status=status, updated_at=now, last_seen_at=now
-    )
+    tallies.count_in(rows, last_seq=seq, head=rows[-1], status=status, updated_at=now, last_seen_at=now)
     session.last_seq, session.head, session.status = seq, rows[-1], status
     if locked.status in _STOPPED and status not in _STOPPED:
         recovered.add(locked.pk)
@@ -738,6 +737,7 @@ def _new_head(
             **(undo_of or {}),
         },
     )
+    tallies.count_in([restored])
     session.head = restored
     if session.status in (SessionStatus.FAILED, SessionStatus.HALTED, SessionStatus.COMPLETED):
         session.status = SessionStatus.ACTIVE
@@ -834,6 +834,7 @@ def _fork(checkpoint: Checkpoint, *, actor: Actor, title: str, external_id: str,
         calls_made=0,  # the fork's own path starts here
         metadata={"forked_from": checkpoint.pk},
     )
+    tallies.count_in([first])
     fork.head = first
     fork.save(update_fields=["head"])
     record_audit(
@@ -879,28 +880,29 @@ def diff_checkpoints(a: Checkpoint, b: Checkpoint) -> Diff:
 
 
 def session_totals(session: AgentSession) -> dict[str, int]:
-    totals = Checkpoint.objects.filter(session=session).aggregate(
-        checkpoint_count=Count("id"), raw_bytes=Sum("raw_bytes"), stored_bytes=Sum("stored_bytes")
-    )
-    return {key: value or 0 for key, value in totals.items()}
+    """The session's running tallies (checkpoints.tallies), read afresh: `session` may have been loaded before
+    its latest checkpoints were stored."""
+    return AgentSession.objects.filter(pk=session.pk).values("checkpoint_count", "raw_bytes", "stored_bytes").get()
 
 
 def session_summary(session: AgentSession) -> dict[str, Any]:
-    """Counts by name, kind and status; first and last checkpoint; duration (the Breakpilot analytics)."""
+    """Counts by name, kind and status; first and last checkpoint; duration (the Breakpilot analytics).
+
+    The counts are the session's tallies, the rest reads the (session, seq) and (session, created_at) indexes at
+    their ends: a few rows whatever the session's length."""
     checkpoints = Checkpoint.objects.filter(session=session)
-    by: dict[str, Counter[str]] = {}
-    for column in ("name", "kind", "status"):
-        rows = checkpoints.values_list(column).annotate(n=Count("id")).order_by()
-        by[column] = Counter({value: n for value, n in rows})
-    span = checkpoints.aggregate(first=Min("created_at"), last=Max("created_at"))
+    by: dict[str, dict[str, int]] = {tallied: {} for tallied in TalliedField.values}
+    for tallied, value, count in SessionCount.objects.filter(session=session).values_list("field", "value", "count"):
+        by[tallied][value] = count
+    span = checkpoints.order_by().aggregate(first=Min("created_at"), last=Max("created_at"))
     first = checkpoints.order_by("seq").first()
     last = checkpoints.order_by("-seq").first()
     duration = (span["last"] - span["first"]).total_seconds() if span["first"] and span["last"] else 0.0
     return {
         **session_totals(session),
-        "by_name": dict(by["name"]),
-        "by_kind": dict(by["kind"]),
-        "by_status": dict(by["status"]),
+        "by_name": by["name"],
+        "by_kind": by["kind"],
+        "by_status": by["status"],
         "first": first,
         "last": last,
         "first_at": span["first"],

@@ -8,10 +8,9 @@ indexes instead of reading every session.
 * Built CONCURRENTLY on PostgreSQL (sessions are updated by every ingest), hence a non-atomic migration.
 """
 
-from django.contrib.postgres.indexes import GinIndex, OpClass
-from django.contrib.postgres.operations import AddIndexConcurrently
-from django.db import DatabaseError, migrations, models, transaction
-from django.db.models.functions import Cast, Upper
+from django.db import DatabaseError, migrations, transaction
+
+COLUMNS = ("external_id", "title", "agent")
 
 
 def create_pg_trgm(apps, schema_editor):
@@ -30,16 +29,21 @@ def has_pg_trgm(connection) -> bool:
         return cursor.fetchone() is not None
 
 
-class AddTrigramIndex(AddIndexConcurrently):
-    """CREATE INDEX CONCURRENTLY where PostgreSQL has pg_trgm; nothing elsewhere."""
+def add_trigram_indexes(apps, schema_editor):
+    """Not in the model state: SQLite, remaking the table for a later migration, would try to build them."""
+    if schema_editor.connection.vendor != "postgresql" or not has_pg_trgm(schema_editor.connection):
+        return
+    for column in COLUMNS:
+        schema_editor.execute(
+            f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "session_{column}_trigram" ON "checkpoints_agentsession" '
+            f'USING gin ((UPPER("{column}"::text)) gin_trgm_ops)'
+        )
 
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        if schema_editor.connection.vendor == "postgresql" and has_pg_trgm(schema_editor.connection):
-            super().database_forwards(app_label, schema_editor, from_state, to_state)
 
-    def database_backwards(self, app_label, schema_editor, from_state, to_state):
-        if schema_editor.connection.vendor == "postgresql":
-            schema_editor.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{self.index.name}"')
+def drop_trigram_indexes(apps, schema_editor):
+    if schema_editor.connection.vendor == "postgresql":
+        for column in COLUMNS:
+            schema_editor.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "session_{column}_trigram"')
 
 
 class Migration(migrations.Migration):
@@ -51,14 +55,5 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.RunPython(create_pg_trgm, migrations.RunPython.noop),
-        *(
-            AddTrigramIndex(
-                model_name="agentsession",
-                index=GinIndex(
-                    OpClass(Upper(Cast(column, models.TextField())), name="gin_trgm_ops"),
-                    name=f"session_{column}_trigram",
-                ),
-            )
-            for column in ("external_id", "title", "agent")
-        ),
+        migrations.RunPython(add_trigram_indexes, drop_trigram_indexes),
     ]

@@ -9,7 +9,7 @@ from django.http import HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from checkpoints.models import AgentSession, AuditEvent, Checkpoint, DriftAlert, Phase, SessionStatus
+from checkpoints.models import AgentSession, AuditEvent, DriftAlert, Phase, SessionStatus
 from checkpoints.phases import waiting_for_approval
 
 from .audit import with_short_targets
@@ -29,9 +29,7 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
     now = timezone.now()
     sessions = AgentSession.objects.visible_to(request.user)
     counts = sessions.aggregate(total=Count("pk"), active=Count("pk", filter=Q(status=SessionStatus.ACTIVE)))
-    totals = Checkpoint.objects.filter(session__in=sessions).totals(
-        since=timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
-    )
+    totals = sessions.totals(since=timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0))
     bursts = DriftAlert.objects.filter(session__in=sessions).open_kinds_at_least(GROUP_AT)
     attention = sessions.needing_attention(stale_before=now - STALE_AFTER, limit=ATTENTION_ROWS + 1, grouped=bursts)
     waiting = waiting_for_approval(Phase.objects.filter(session__in=sessions)).select_related("session__project")

@@ -16,14 +16,23 @@ from datetime import datetime, timedelta
 from functools import reduce
 from typing import Any, ClassVar
 
-from django.db.models import Case, Count, F, IntegerField, Max, Min, Q, Sum, Value, When
+from django.db.models import Case, Count, F, IntegerField, Max, Min, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import TruncDay, TruncHour, TruncWeek
 from django.http import HttpResponse, QueryDict
 from django.shortcuts import render
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
-from checkpoints.models import TROUBLE, AgentSession, Checkpoint, CheckpointKind, CheckpointStatus, DriftAlert
+from checkpoints.models import (
+    ROLLUP_BLOCK,
+    TROUBLE,
+    AgentSession,
+    Checkpoint,
+    CheckpointKind,
+    CheckpointStatus,
+    DriftAlert,
+    SessionRollup,
+)
 
 from ..presenters.branches import Branch, Cell, Folding, Layout, Start, Stretch
 from .common import HtmxHttpRequest, console, get_session_for_user, parse_int, render_page
@@ -524,17 +533,20 @@ def expanded_run(session: AgentSession, span: tuple[int, int], *, folding: Foldi
 
 
 def session_overview(session: AgentSession) -> dict[str, Any]:
-    """What the full page shows above the timeline: counts, alerts, forks, phases, charts."""
-    checkpoints = Checkpoint.objects.for_session(session).order_by()
-    stats = checkpoints.aggregate(
-        count=Count("pk"),
-        raw_bytes=Sum("raw_bytes"),
-        stored_bytes=Sum("stored_bytes"),
-        failed=Count("pk", filter=Q(status__in=[CheckpointStatus.FAILED, CheckpointStatus.HALTED])),
-        tool_failed=Count("pk", filter=Q(tool_failed=True)),
-        first_at=Min("created_at"),
-        last_at=Max("created_at"),
-    )
+    """What the full page shows above the timeline: counts, alerts, forks, phases, charts.
+
+    The counts are the session's running tallies; its first and last times are the ends of the (session,
+    created_at) index: nothing here reads the session's checkpoints one by one."""
+    stats = {
+        "count": session.checkpoint_count,
+        "raw_bytes": session.raw_bytes,
+        "stored_bytes": session.stored_bytes,
+        "failed": session.failed_count,
+        "tool_failed": session.tool_failed_count,
+        **Checkpoint.objects.for_session(session)
+        .order_by()
+        .aggregate(first_at=Min("created_at"), last_at=Max("created_at")),
+    }
     return {
         "stats": stats,
         "open_alerts": DriftAlert.objects.filter(session=session).open().count(),
@@ -543,18 +555,31 @@ def session_overview(session: AgentSession) -> dict[str, Any]:
     }
 
 
-def session_charts(session: AgentSession, stats: dict[str, Any]) -> dict[str, Any]:
-    """Chart series from two grouped queries: at most CHART_POINTS seq buckets, and one bucket per hour/day/week."""
-    checkpoints = Checkpoint.objects.for_session(session).order_by()
+def _size_buckets(session: AgentSession) -> QuerySet[Any]:
+    """At most CHART_POINTS buckets of consecutive seqs, oldest first: first and last seq, largest state, stored
+    bytes. From the checkpoints while a bucket is narrower than a rollup block (up to 500 × ROLLUP_BLOCK seqs),
+    else from the rollups, in buckets of whole blocks."""
     width = max(1, math.ceil(session.last_seq / CHART_POINTS))
-    buckets = (
-        checkpoints.annotate(bucket=(F("seq") - 1) / width)
-        .values("bucket")
-        .annotate(first=Min("seq"), last=Max("seq"), raw=Max("raw_bytes"), stored=Sum("stored_bytes"))
-        .order_by("bucket")
-    )
+    if width < ROLLUP_BLOCK:
+        rows: QuerySet[Any] = Checkpoint.objects.for_session(session).annotate(bucket=(F("seq") - 1) / width)
+        sums = {"first": Min("seq"), "last": Max("seq"), "raw": Max("raw_bytes"), "stored": Sum("stored_bytes")}
+    else:
+        rows = SessionRollup.objects.filter(session=session)
+        rows = rows.annotate(bucket=F("block") / math.ceil(width / ROLLUP_BLOCK))
+        sums = {
+            "first": Min("first_seq"),
+            "last": Max("last_seq"),
+            "raw": Max("raw_max"),
+            "stored": Sum("stored_bytes"),
+        }
+    return rows.order_by().values("bucket").annotate(**sums).order_by("bucket")
+
+
+def session_charts(session: AgentSession, stats: dict[str, Any]) -> dict[str, Any]:
+    """Chart series from two grouped queries: at most CHART_POINTS seq buckets, and one bucket per hour/day/week
+    from the session's rollups."""
     raw_points, stored_points, stored = [], [], 0
-    for i, bucket in enumerate(buckets):  # by seq, not by time: a restore's clock is the operator's, not the agent's
+    for i, bucket in enumerate(_size_buckets(session)):  # by seq, not by time: a restore's clock is the operator's
         stored += bucket["stored"] or 0
         seq = bucket["first"] if i == 0 else bucket["last"]
         raw_points.append((seq, bucket["raw"] or 0))
@@ -568,16 +593,13 @@ def session_charts(session: AgentSession, stats: dict[str, Any]) -> dict[str, An
         else ("week", TruncWeek, timedelta(weeks=1))
     )
     activity = list(
-        checkpoints.annotate(slot=trunc("created_at"))
+        SessionRollup.objects.filter(session=session)
+        .annotate(slot=trunc("hour"))
         .values("slot")
-        .annotate(
-            total=Count("pk"),
-            steps=Count("pk", filter=Q(kind=CheckpointKind.STEP)),
-            failed=Count("pk", filter=TROUBLE),
-        )
+        .annotate(total=Sum("count"), step_count=Sum("steps"), failed=Sum("trouble"))
         .order_by("slot")
     )
-    use_steps = any(slot["steps"] for slot in activity)
+    use_steps = any(slot["step_count"] for slot in activity)
     failed, tool_failed = stats["failed"], stats["tool_failed"]
     troubles = [
         f"{failed} of {stats['count']} checkpoints failed or halted" if failed else "",
@@ -592,7 +614,7 @@ def session_charts(session: AgentSession, stats: dict[str, Any]) -> dict[str, An
         "slot": step,
         "rate_label": f"{'Steps' if use_steps else 'Checkpoints'} per {unit}",
         "rate_unit": "steps" if use_steps else "checkpoints",
-        "rate": [(slot["slot"], slot["steps"] if use_steps else slot["total"]) for slot in activity],
+        "rate": [(slot["slot"], slot["step_count"] if use_steps else slot["total"]) for slot in activity],
         "error_label": f"Error rate per {unit}",
         "error_note": (
             "; ".join(filter(None, troubles)) + "." if failed or tool_failed else "No failed checkpoints or tool calls."

@@ -88,6 +88,12 @@ def test_checkpoint_page_shows_the_state_read_only(admin_client, session):
     assert b'name="name"' not in response.content  # no editable form
 
 
+def test_a_sessions_tallies_are_shown_but_not_editable(admin_client, session):
+    html = admin_client.get(reverse("admin:checkpoints_agentsession_change", args=[session.pk])).content.decode()
+    assert "Checkpoint count" in html and "Tool failed count" in html
+    assert 'name="checkpoint_count"' not in html and 'name="raw_bytes"' not in html
+
+
 def test_state_view_is_truncated(admin_client, make_session, make_checkpoint):
     checkpoint = make_checkpoint(make_session("huge"), {"blob": ["x" * 100] * 500})
     response = admin_client.get(reverse("admin:checkpoints_checkpoint_change", args=[checkpoint.pk]))

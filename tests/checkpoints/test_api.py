@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from checkpoints.models import AgentSession, ApiToken, AuditEvent, Checkpoint, Chunk, DriftAlert
-from checkpoints.services import create_api_token
+from checkpoints.services import Actor, create_api_token
 
 
 @pytest.fixture
@@ -326,6 +326,21 @@ def test_summary_counts_by_name_kind_and_status(history, api):
     assert body["by_status"] == {"completed": 11, "failed": 1}
     assert body["first"]["seq"] == 1 and body["last"]["seq"] == 12
     assert body["duration_seconds"] == 110 * 60
+
+
+def test_summary_counts_leave_out_deleted_checkpoints(history, api):
+    from checkpoints.cleanup import delete_checkpoints
+
+    gone = Checkpoint.objects.filter(session__external_id="run-1", name="tests_passed")  # #1, #5, #9
+    delete_checkpoints(list(gone.values_list("pk", flat=True)), actor=Actor.system("test"))
+
+    body = api.get("/sessions/run-1/summary").json()
+    assert body["checkpoint_count"] == 9
+    assert body["by_name"] == {"step": 9}
+    assert body["by_kind"] == {"routine": 3, "step": 6}
+    assert body["by_status"] == {"completed": 8, "failed": 1}
+    assert body["first"]["seq"] == 2 and body["last"]["seq"] == 12
+    assert api.get("/sessions/run-1").json()["checkpoint_count"] == 9
 
 
 # ---- restore, fork, resume, live state ----------------------------------------------------------

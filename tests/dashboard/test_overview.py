@@ -46,8 +46,7 @@ def test_counts_active_sessions_open_alerts_checkpoints_today_and_storage(client
     AgentSession.objects.filter(pk=done.pk).update(status="completed")
     for i in range(3):
         make_checkpoint(active, {"items": list(range(i * 50))})
-    old = make_checkpoint(done, {"n": 1})
-    Checkpoint.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=2))
+    make_checkpoint(done, {"n": 1}, created_at=timezone.now() - timedelta(days=2))
     DriftAlert.objects.create(session=active, kind="stalled", message="flat")
     DriftAlert.objects.create(session=done, kind="failed", message="x", state="resolved")
     client.force_login(bob)
