@@ -499,7 +499,7 @@ class SessionCount(models.Model):
 
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+", db_index=False)
     field = models.CharField(max_length=10, choices=TalliedField.choices)
-    value = models.CharField(max_length=200)
+    value = SafeCharField(max_length=200)
     count = models.IntegerField()
 
     class Meta:

@@ -200,10 +200,14 @@ def _take_from_sessions(by_session: dict[int, list[Checkpoint]]) -> None:
 
 def _add_counts(by_session: dict[int, Sequence[Checkpoint]], *, sign: int) -> None:
     """Move each name's, kind's and status's count by `sign` per checkpoint; a count that reaches 0 goes."""
+    column = SessionCount._meta.get_field("value")  # escapes what the database cannot hold (NUL), as names are
     rows = []
     for session_id, checkpoints in by_session.items():
         counts = Counter((field, getattr(c, field)) for c in checkpoints for field in TalliedField.values)
-        rows += [(session_id, field, value, sign * n) for (field, value), n in counts.items()]
+        rows += [
+            (session_id, field, column.get_db_prep_value(value, connection), sign * n)
+            for (field, value), n in counts.items()
+        ]
     _upsert(SessionCount, ["field", "value", "count"], rows, conflict=["session_id", "field", "value"])
     if sign < 0:
         SessionCount.objects.filter(session_id__in=list(by_session), count__lte=0).delete()

@@ -11,6 +11,8 @@ counting a session's rows on every request.
 """
 
 import django.db.models.deletion
+
+import checkpoints.fields
 from django.db import migrations, models
 
 
@@ -100,7 +102,7 @@ class Migration(migrations.Migration):
                         choices=[("name", "Name"), ("kind", "Kind"), ("status", "Status")], max_length=10
                     ),
                 ),
-                ("value", models.CharField(max_length=200)),
+                ("value", checkpoints.fields.SafeCharField(max_length=200)),
                 ("count", models.IntegerField()),
                 (
                     "session",
