@@ -69,7 +69,7 @@ def test_a_member_sees_only_their_projects_and_acts_only_where_they_operate(
 
     JobRun.objects.create(job="retention", status="succeeded", result={"deleted": 7, "kept": 90})
     page.goto(f"{live_server.url}/retention/")
-    expect(page.get_by_text("the dry run above covers your projects")).to_be_visible()
+    expect(page.get_by_text("the dry run above shows your projects' share")).to_be_visible()
     screenshot("access-retention")
 
     hidden_session = AgentSession.objects.filter(project__slug__in=hidden).first()

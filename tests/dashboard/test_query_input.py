@@ -160,6 +160,7 @@ def test_the_hostile_input_covers_every_console_get_view():
 
     posts_only = {
         "session_undo", "phase_feedback", "checkpoint_pin", "alert_acknowledge", "alert_resolve", "job_run",
+        "retention_dry_run",
     }  # fmt: skip
     assert {p.name for p in urlpatterns} - posts_only == set(GET_VIEWS)
 
