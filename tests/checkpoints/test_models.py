@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from checkpoints.models import AgentSession
+from checkpoints.models import AgentSession, Checkpoint
 
 
 def titled(make_session, external_id: str, title: str) -> AgentSession:
@@ -29,3 +29,19 @@ def test_session_search_can_use_the_trigram_indexes(make_session, column):
         cursor.execute("SET LOCAL enable_seqscan = off")
     plan = AgentSession.objects.matching("un-042").explain()
     assert f"session_{column}_trigram" in plan
+
+
+@pytest.mark.postgres
+def test_the_admin_checkpoint_search_can_use_the_name_trigram_index(make_session, make_checkpoint):
+    make_checkpoint(make_session(), {"step": 1}, name="review_requested")
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+    assert "checkpoint_name_trigram" in Checkpoint.objects.filter(name__icontains="EW_REQ").explain()
+
+
+def test_the_admin_finds_checkpoints_by_a_piece_of_their_name(admin_client, make_session, make_checkpoint):
+    session = make_session()
+    make_checkpoint(session, {"step": 1}, name="review_requested")
+    make_checkpoint(session, {"step": 2}, name="tool_called")
+    html = admin_client.get("/admin/checkpoints/checkpoint/?q=EW_REQ").content.decode()
+    assert "review_requested" in html and "tool_called" not in html
