@@ -13,13 +13,14 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import reduce
+from functools import cache, reduce
 from typing import Any, ClassVar
 
 from django.db.models import Case, Count, F, IntegerField, Max, Min, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import TruncDay, TruncHour, TruncWeek
 from django.http import HttpResponse, QueryDict
 from django.shortcuts import render
+from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
@@ -89,6 +90,11 @@ def _folding(query: QueryDict) -> Folding:
 # ---- rows -------------------------------------------------------------------------------------------
 
 
+@cache
+def _checkpoints_url() -> str:
+    return reverse("dashboard:checkpoint_detail", args=[1]).removesuffix("1/")
+
+
 @dataclass
 class Row:
     checkpoint: Checkpoint
@@ -103,6 +109,12 @@ class Row:
     run: list[Checkpoint] = field(default_factory=list)  # a collapsed run: its checkpoints, newest first
     is_branch: ClassVar[bool] = False
     is_gap: ClassVar[bool] = False
+
+    @property
+    def url(self) -> str:
+        """The checkpoint's page; its actions are below it (restore/, fork/, pin/). Reversed once per process:
+        six reverses a row were a fifth of a 100-row page's time."""
+        return f"{_checkpoints_url()}{self.checkpoint.pk}/"
 
     @property
     def branch(self) -> Branch | None:
