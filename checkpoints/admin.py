@@ -15,7 +15,7 @@ from axes.admin import AccessAttemptAdmin
 from axes.models import AccessAttempt
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin import ShowFacets
+from django.contrib.admin import ShowFacets, helpers
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import PermissionDenied
@@ -44,6 +44,7 @@ class CappedCountPaginator(Paginator):
     planner's estimate (pg_class.reltuples) and anything else reports the cap."""
 
     cap = 10_000
+    object_list: QuerySet[Any]  # the admin pages querysets, never lists
 
     @cached_property
     def count(self) -> int:
@@ -218,7 +219,7 @@ class AgentSessionAdmin(admin.ModelAdmin):
                 "title": "Purge sessions?",
                 "opts": self.model._meta,
                 "sessions": [(s, counts.get(s.pk, 0)) for s in sessions],
-                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             }
             return TemplateResponse(request, "admin/checkpoints/purge_confirm.html", context)
         total = sum(cleanup.purge_session(s, actor=_actor(request)) for s in sessions)
@@ -253,7 +254,7 @@ class CheckpointAdmin(BigTableAdmin):
     raw_id_fields = ["session", "parent"]
     list_select_related = ["session__project"]
     ordering = ["-id"]  # newest first, straight off the primary key
-    fields = [
+    fields = readonly_fields = (  # everything shown, nothing editable
         "session",
         "seq",
         "parent",
@@ -276,8 +277,7 @@ class CheckpointAdmin(BigTableAdmin):
         "root_hex",
         "state_hash_hex",
         "state",
-    ]
-    readonly_fields = fields
+    )
     actions = ["pin", "unpin", "delete_safely"]
 
     class Media:
@@ -451,7 +451,7 @@ class DriftAlertAdmin(admin.ModelAdmin):
         self.message_user(request, f"Acknowledged {len(alerts)} alert{'s' * (len(alerts) != 1)}.")
 
     @admin.action(description="Resolve selected alerts")
-    def resolve(self, request: HttpRequest, queryset: QuerySet[models.DriftAlert]) -> None:
+    def resolve(self, request: HttpRequest, queryset: models.DriftAlertQuerySet) -> None:
         alerts = list(queryset.unresolved().select_related("session__project"))
         for alert in alerts:
             resolve_alert(alert, actor=_actor(request), reason="admin")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -181,7 +181,7 @@ def apply_ops(state: Any, ops: list[list[Any]]) -> Any:
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def format_path(path: Path) -> str:
+def format_path(path: Sequence[str | int]) -> str:
     text = ""
     for part in path:
         if isinstance(part, int):

@@ -269,8 +269,8 @@ def iter_session_plans(
     A session whose rows cannot be read is recorded in `failures` and yields no plan: nothing of it is deleted.
     """
     rules = _Rules(now or timezone.now())
-    rows = (AgentSession.objects.all() if sessions is None else sessions).order_by("pk")
-    rows = rows.values_list("pk", "project_id", "head_id")
+    chosen = AgentSession.objects.all() if sessions is None else sessions
+    rows = chosen.order_by("pk").values_list("pk", "project_id", "head_id")
 
     for plans in each_batch(
         rows.iterator(chunk_size=1000),

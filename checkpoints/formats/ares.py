@@ -42,7 +42,7 @@ POINTER_KEYS = ("latest", "file", "path", "name", "checkpoint")
 
 _STATUS = {"InProgress": CheckpointStatus.IN_PROGRESS, "Completed": CheckpointStatus.COMPLETED}
 _WITH_REASON = {"Failed": CheckpointStatus.FAILED, "Halted": CheckpointStatus.HALTED}
-_SESSION_STATUS = {
+_SESSION_STATUS: dict[str, SessionStatus] = {
     CheckpointStatus.IN_PROGRESS: SessionStatus.ACTIVE,
     CheckpointStatus.COMPLETED: SessionStatus.COMPLETED,
     CheckpointStatus.FAILED: SessionStatus.FAILED,
@@ -226,10 +226,10 @@ def _read_step(path: Path, prefix: str, head: str | None) -> CheckpointRecord | 
     created_at = parse_time(doc.get("timestamp"))
     if created_at is None and doc.get("timestamp") is not None:
         metadata["timestamp"] = doc["timestamp"]
-    key = doc.get("id")
+    entry_id = doc.get("id")
     values: dict[str, Any] = {
         "session": session,
-        "key": key if isinstance(key, str) and key else path.name,
+        "key": entry_id if isinstance(entry_id, str) and entry_id else path.name,
         "state": {key: doc[key] for key in STATE_KEYS if key in doc},
         "name": f"step {step}" if step is not None else "",
         "kind": CheckpointKind.STEP.value,
@@ -329,7 +329,9 @@ def export(session: Any, out_dir: Path) -> list[Path]:
         source = metadata.get("file")
         match = STEP_FILE.match(source) if files.plain_name(source) else None
         name = (
-            source if match and match["session"] == prefix and int(match["step"]) == step else f"{prefix}_{step}.json"
+            match.string
+            if match and match["session"] == prefix and int(match["step"]) == step
+            else f"{prefix}_{step}.json"
         )
         written.append(write_atomically(out_dir / name, files.dumps(doc)))
         if checkpoint.pk == session.head_id:

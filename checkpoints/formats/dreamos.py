@@ -192,9 +192,10 @@ class _Names:
 
     def _take(self, name: str) -> str:
         self.taken.add(name)
-        stamp = FILE.match(name)["stamp"]
-        if _stamp_time(stamp) is not None:  # a name whose "time" is no date sets no order
-            self.last = max(self.last, (stamp, name))
+        match = FILE.match(name)  # always: a source name is taken only when it matches, a made one matches
+        # a name whose "time" is no date sets no order
+        if match is not None and _stamp_time(match["stamp"]) is not None:
+            self.last = max(self.last, (match["stamp"], name))
         return name
 
 

@@ -1335,8 +1335,8 @@ def write_back(session: Any, checkpoint: Any, folder: Path) -> list[Path]:
 
     manifest = session_dir / MANIFEST
     if manifest.is_file():
-        text = _updated_manifest(_read_text(manifest), state, number, now)
-        written += _replace(manifest, text.encode("utf-8"), now, session_dir)
+        updated = _updated_manifest(_read_text(manifest), state, number, now)
+        written += _replace(manifest, updated.encode("utf-8"), now, session_dir)
     return written
 
 
