@@ -140,17 +140,14 @@ def check_value(value: Any, *, max_depth: int, depth: int = 0) -> None:
     while stack:
         item, level = stack.pop()
         kind = type(item)
-        if kind is dict:
+        if kind is dict or kind is list or kind is tuple:
             if level >= max_depth:
                 raise InvalidJSON(f"state is nested deeper than {max_depth} levels")
-            for key, child in item.items():
-                if type(key) is not str:
-                    raise InvalidJSON(f"object key {key!r} is not a string")
-                if type(child) not in _PLAIN:
-                    stack.append((child, level + 1))
-        elif kind is list or kind is tuple:
-            if level >= max_depth:
-                raise InvalidJSON(f"state is nested deeper than {max_depth} levels")
+            if kind is dict:
+                for key in item:
+                    if type(key) is not str:
+                        raise InvalidJSON(f"object key {key!r} is not a string")
+                item = item.values()
             for child in item:
                 if type(child) not in _PLAIN:
                     stack.append((child, level + 1))

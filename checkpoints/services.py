@@ -569,22 +569,28 @@ def _insert_checkpoints(
         status = _SESSION_STATUS_FOR.get(item.status) or (SessionStatus.ACTIVE if status in _STOPPED else status)
     if not rows:
         return results
-    ids = _reserve_checkpoint_ids(len(rows))
-    if ids:
-        for row, pk in zip(rows, ids, strict=True):
-            row.pk = pk
-        for child, parent_row in parent_rows.items():
-            rows[child].parent_id = ids[parent_row]
-    Checkpoint.objects.bulk_create(rows, batch_size=500)
-    if not ids:  # parents stored in the same statement: their ids are known now
-        for child, parent_row in parent_rows.items():
-            rows[child].parent_id = rows[parent_row].pk
-        Checkpoint.objects.bulk_update([rows[child] for child in parent_rows], ["parent"], batch_size=500)
+    _bulk_insert(rows, parent_rows)
     tallies.count_in(rows, last_seq=seq, head=rows[-1], status=status, updated_at=now, last_seen_at=now)
     session.last_seq, session.head, session.status = seq, rows[-1], status
     if locked.status in _STOPPED and status not in _STOPPED:
         recovered.add(locked.pk)
     return results + [(position, row, True) for position, row in zip(positions, rows, strict=True)]
+
+
+def _bulk_insert(rows: list[Checkpoint], parent_rows: dict[int, int]) -> None:
+    """Insert `rows`; `parent_rows` (index in rows → index of its parent in rows) links the rows whose parent is
+    inserted with them."""
+    ids = _reserve_checkpoint_ids(len(rows))
+    if ids:
+        for row, pk in zip(rows, ids, strict=True):
+            row.pk = pk
+        for child, parent in parent_rows.items():
+            rows[child].parent_id = ids[parent]
+    Checkpoint.objects.bulk_create(rows, batch_size=500)
+    if not ids:  # parents stored in the same statement: their ids are known now
+        for child, parent in parent_rows.items():
+            rows[child].parent_id = rows[parent].pk
+        Checkpoint.objects.bulk_update([rows[child] for child in parent_rows], ["parent"], batch_size=500)
 
 
 @dataclass(frozen=True)
