@@ -18,6 +18,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import ShowFacets, helpers
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connection
@@ -80,7 +81,9 @@ class BigTableAdmin(admin.ModelAdmin):
 
 
 def _actor(request: HttpRequest) -> Actor:
-    return Actor.for_user(request.user)  # type: ignore[arg-type]
+    if isinstance(request.user, AnonymousUser):  # never: the admin lets in signed-in staff only
+        raise PermissionDenied
+    return Actor.for_user(request.user)
 
 
 def _names(labels: list[str], limit: int = 20) -> str:

@@ -529,9 +529,9 @@ def sync_alerts(
     opened = resolved = 0
     for kind, finding in found.items():
         alert = existing.get(kind)
-        if alert is not None and _earlier_incident(alert, finding):
+        if alert is not None and finding.last_good is not None and _earlier_incident(alert, finding):
             alert.session = session
-            reason = f"the condition cleared: #{finding.last_good.seq} completed after it"  # type: ignore[union-attr]
+            reason = f"the condition cleared: #{finding.last_good.seq} completed after it"
             resolved += resolve_by_detector(alert, actor=DETECTOR_ACTOR, reason=reason, now=now)
             alert = None
         fields = {

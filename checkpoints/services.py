@@ -297,8 +297,9 @@ def ingest_checkpoints(
     2. Under a row lock on each session: next seqs, parents, head, in a few bulk statements.
     """
     now = now or timezone.now()
-    results: list[tuple[Checkpoint, bool]] = []
+    results: dict[int, tuple[Checkpoint, bool]] = {}  # position in the input → (checkpoint, created)
     repeats: list[tuple[int, int]] = []
+    position = -1
     inputs: dict[int, CheckpointInput] = {}  # the first item of each idempotency key, by position
     with transaction.atomic():
         batch = store.ChunkBatch()
@@ -312,19 +313,19 @@ def ingest_checkpoints(
             new: list[_New] = []
             first_with_key: dict[str, int] = {}
             for item in items:
+                position += 1
                 if item.idempotency_key in existing:
                     _check_same_checkpoint(existing[item.idempotency_key], item)
-                    results.append((existing[item.idempotency_key], False))
+                    results[position] = (existing[item.idempotency_key], False)
                     continue
                 if item.idempotency_key in first_with_key:  # repeated within this batch
                     first = first_with_key[item.idempotency_key]
                     _check_same_input(inputs[first], item)
-                    repeats.append((len(results), first))
-                    results.append((None, False))  # type: ignore[arg-type]
+                    repeats.append((position, first))
                     continue
                 if item.idempotency_key:
-                    first_with_key[item.idempotency_key] = len(results)
-                    inputs[len(results)] = item
+                    first_with_key[item.idempotency_key] = position
+                    inputs[position] = item
                 parent_root = parents.base_for(item, base)
                 try:
                     saved = store.save_state(item.state, base=parent_root, batch=batch)
@@ -332,14 +333,13 @@ def ingest_checkpoints(
                     raise InvalidState(str(exc)) from exc
                 base = saved.root
                 parents.saved(item, saved.root)
-                new.append((len(results), item, saved, preview_of(item.state, _state_or_none(parent_root))))
-                results.append((None, True))  # type: ignore[arg-type]
+                new.append((position, item, saved, preview_of(item.state, _state_or_none(parent_root))))
             planned.append((session, new, parents))
         batch.flush()
         recovered: set[int] = set()
         for session, new, parents in planned:
-            for position, checkpoint, created in _insert_checkpoints(session, new, parents, now, recovered):
-                results[position] = (checkpoint, created)
+            for at, checkpoint, created in _insert_checkpoints(session, new, parents, now, recovered):
+                results[at] = (checkpoint, created)
     # Drift detectors that need no state, once committed, only where something alarming arrived (a failed
     # or halted checkpoint, an oversized state) or a failed or halted session goes on healthily (its alert
     # clears): the normal path pays nothing. The rest run in the drift job every few minutes (DESIGN section 7).
@@ -349,9 +349,9 @@ def ingest_checkpoints(
         from .drift import detect_after_ingest
 
         transaction.on_commit(lambda: detect_after_ingest(touched))
-    for position, first in repeats:
-        results[position] = (results[first][0], False)
-    return results
+    for repeat, first in repeats:
+        results[repeat] = (results[first][0], False)
+    return [results[index] for index in range(position + 1)]
 
 
 def _state_or_none(root: bytes | None) -> Any:

@@ -1115,9 +1115,9 @@ def _timeline(session: Any) -> _Timeline:
         digest = bytes(state_hash)
         if digest not in loaded:
             state = store.load_state(bytes(root))
-            loaded[digest] = _version(state, created_at) if _is_phase_state(state) else None
-            if loaded[digest] is not None:
-                timeline.versions.setdefault(number, []).append(loaded[digest])  # type: ignore[arg-type]
+            loaded[digest] = found = _version(state, created_at) if _is_phase_state(state) else None
+            if found is not None:
+                timeline.versions.setdefault(number, []).append(found)
         version = loaded[digest]
         if version is None:
             continue
