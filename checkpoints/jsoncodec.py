@@ -134,20 +134,26 @@ def _refuse_lone_surrogates(value: Any) -> None:
             stack.extend((child, [*path, index]) for index, child in enumerate(item))
 
 
-def check_value(value: Any, *, max_depth: int, depth: int = 0) -> None:
-    """Reject what canonical JSON would silently change: NaN/Infinity, non-string keys, foreign types, depth."""
+def check_value(value: Any, *, max_depth: int, depth: int = 0) -> None:  # noqa: C901 (see below)
+    """Reject what canonical JSON would silently change: NaN/Infinity, non-string keys, foreign types, depth.
+
+    One loop over every value of the state, on every ingest: a branch per container kind, inline, is measurably
+    faster than helpers (a call per container) or a merged branch (a test more per container)."""
     stack: list[tuple[Any, int]] = [(value, depth)]
     while stack:
         item, level = stack.pop()
         kind = type(item)
-        if kind is dict or kind is list or kind is tuple:
+        if kind is dict:
             if level >= max_depth:
                 raise InvalidJSON(f"state is nested deeper than {max_depth} levels")
-            if kind is dict:
-                for key in item:
-                    if type(key) is not str:
-                        raise InvalidJSON(f"object key {key!r} is not a string")
-                item = item.values()
+            for key, child in item.items():
+                if type(key) is not str:
+                    raise InvalidJSON(f"object key {key!r} is not a string")
+                if type(child) not in _PLAIN:
+                    stack.append((child, level + 1))
+        elif kind is list or kind is tuple:
+            if level >= max_depth:
+                raise InvalidJSON(f"state is nested deeper than {max_depth} levels")
             for child in item:
                 if type(child) not in _PLAIN:
                     stack.append((child, level + 1))
