@@ -361,8 +361,8 @@ def load(specs: list[Spec], now: datetime) -> None:
 
 def load_session(spec: Spec, maker: StateMaker, now: datetime) -> int:
     """One session through the service layer; returns how many checkpoints it added (forks included)."""
-    from checkpoints import cleanup, services
-    from checkpoints.models import AgentSession, Checkpoint, SessionStatus
+    from checkpoints import services
+    from checkpoints.models import AgentSession, Checkpoint
 
     project = services.get_or_create_project(spec.project)
     session, _ = services.upsert_session(
@@ -405,23 +405,42 @@ def load_session(spec: Spec, maker: StateMaker, now: datetime) -> int:
             services.restore_checkpoint(target, actor=actor, reason="bench: back to a good state", now=at)
             recent = []
         if n in spec.forks and recent:
-            fork = services.fork_session(recent[-1], actor=actor, now=item.created_at + timedelta(seconds=2))
-            AgentSession.objects.filter(pk=fork.pk).update(metadata={"bench_index": spec.index, "fork": True})
-            fork_spec = Spec(
-                index=spec.index,
-                project=spec.project,
-                agent=spec.agent,
-                external_id=fork.external_id,
-                count=60,
-                start=item.created_at + timedelta(seconds=3),
-                interval=spec.interval,
-                outcome="idle",
-                flavour="agent",
-                seed=spec.seed + 7,
-            )
-            fork_inputs = [it for _, it in inputs_for(fork_spec, maker)]
-            services.ingest_checkpoints([(fork, fork_inputs)], now=fork_inputs[-1].created_at)
-            added += len(fork_inputs)
+            added += load_fork(spec, maker, recent[-1], actor=actor, at=item.created_at)
+    finish_session(session, spec, rng, actor=actor)
+    open_alerts(session, spec, rng)
+    return added
+
+
+def load_fork(spec: Spec, maker: StateMaker, source: Any, *, actor: Any, at: datetime) -> int:
+    """An operator forks at `source` just after `at`, and the fork's agent goes on for 60 checkpoints; returns
+    how many it added."""
+    from checkpoints import services
+    from checkpoints.models import AgentSession
+
+    fork = services.fork_session(source, actor=actor, now=at + timedelta(seconds=2))
+    AgentSession.objects.filter(pk=fork.pk).update(metadata={"bench_index": spec.index, "fork": True})
+    fork_spec = Spec(
+        index=spec.index,
+        project=spec.project,
+        agent=spec.agent,
+        external_id=fork.external_id,
+        count=60,
+        start=at + timedelta(seconds=3),
+        interval=spec.interval,
+        outcome="idle",
+        flavour="agent",
+        seed=spec.seed + 7,
+    )
+    fork_inputs = [it for _, it in inputs_for(fork_spec, maker)]
+    services.ingest_checkpoints([(fork, fork_inputs)], now=fork_inputs[-1].created_at)
+    return len(fork_inputs)
+
+
+def finish_session(session: Any, spec: Spec, rng: random.Random, *, actor: Any) -> None:
+    """What happens to a session once its agent stopped: pins, its outcome, operations that finished."""
+    from checkpoints import cleanup, services
+    from checkpoints.models import AgentSession, Checkpoint, SessionStatus
+
     session.refresh_from_db()
     pins = list(Checkpoint.objects.filter(session=session).order_by("?").values_list("pk", flat=True)[: spec.pins])
     for checkpoint in Checkpoint.objects.filter(pk__in=pins).select_related("session__project"):
@@ -434,8 +453,6 @@ def load_session(spec: Spec, maker: StateMaker, now: datetime) -> int:
         cleanup.archive_session(session, actor=actor, now=session.updated_at)
     if rng.random() < 0.7:  # operations finish; the rest stay open (retention keeps them)
         Checkpoint.objects.filter(session=session, kind="pre_operation").update(operation_done=True)
-    open_alerts(session, spec, rng)
-    return added
 
 
 def open_alerts(session: Any, spec: Spec, rng: random.Random) -> None:

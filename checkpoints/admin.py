@@ -15,9 +15,10 @@ from axes.admin import AccessAttemptAdmin
 from axes.models import AccessAttempt
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin import ShowFacets
+from django.contrib.admin import ShowFacets, helpers
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connection
@@ -44,6 +45,7 @@ class CappedCountPaginator(Paginator):
     planner's estimate (pg_class.reltuples) and anything else reports the cap."""
 
     cap = 10_000
+    object_list: QuerySet[Any]  # the admin pages querysets, never lists
 
     @cached_property
     def count(self) -> int:
@@ -79,7 +81,9 @@ class BigTableAdmin(admin.ModelAdmin):
 
 
 def _actor(request: HttpRequest) -> Actor:
-    return Actor.for_user(request.user)  # type: ignore[arg-type]
+    if isinstance(request.user, AnonymousUser):  # never: the admin lets in signed-in staff only
+        raise PermissionDenied
+    return Actor.for_user(request.user)
 
 
 def _names(labels: list[str], limit: int = 20) -> str:
@@ -218,7 +222,7 @@ class AgentSessionAdmin(admin.ModelAdmin):
                 "title": "Purge sessions?",
                 "opts": self.model._meta,
                 "sessions": [(s, counts.get(s.pk, 0)) for s in sessions],
-                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             }
             return TemplateResponse(request, "admin/checkpoints/purge_confirm.html", context)
         total = sum(cleanup.purge_session(s, actor=_actor(request)) for s in sessions)
@@ -266,7 +270,7 @@ class CheckpointAdmin(BigTableAdmin):
         sessions = list(models.AgentSession.objects.filter(external_id__iexact=term).values_list("pk", flat=True))
         return queryset.filter(Q(name__icontains=term) | Q(session_id__in=sessions)), False
 
-    fields = [
+    fields = readonly_fields = (  # everything shown, nothing editable
         "session",
         "seq",
         "parent",
@@ -289,8 +293,7 @@ class CheckpointAdmin(BigTableAdmin):
         "root_hex",
         "state_hash_hex",
         "state",
-    ]
-    readonly_fields = fields
+    )
     actions = ["pin", "unpin", "delete_safely"]
 
     class Media:
@@ -464,7 +467,7 @@ class DriftAlertAdmin(admin.ModelAdmin):
         self.message_user(request, f"Acknowledged {len(alerts)} alert{'s' * (len(alerts) != 1)}.")
 
     @admin.action(description="Resolve selected alerts")
-    def resolve(self, request: HttpRequest, queryset: QuerySet[models.DriftAlert]) -> None:
+    def resolve(self, request: HttpRequest, queryset: models.DriftAlertQuerySet) -> None:
         alerts = list(queryset.unresolved().select_related("session__project"))
         for alert in alerts:
             resolve_alert(alert, actor=_actor(request), reason="admin")

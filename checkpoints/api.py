@@ -446,7 +446,8 @@ def session_dict(session: AgentSession) -> dict[str, Any]:
 
 
 def _token(request: HttpRequest) -> ApiToken:
-    return request.auth  # type: ignore[attr-defined,no-any-return]
+    # django-ninja sets `auth` on the request once a token authenticates it: HttpRequest's stub cannot know it
+    return request.auth  # type: ignore[attr-defined]
 
 
 def _actor(request: HttpRequest) -> services.Actor:
@@ -477,7 +478,7 @@ def _json(data: dict[str, Any], status: int = 200) -> HttpResponse:
     return HttpResponse(jsoncodec.dumps(data, default=_json_default), status=status, content_type="application/json")
 
 
-def _with_state(data: dict[str, Any], root: bytes) -> HttpResponse:
+def _with_state(data: dict[str, Any], root: bytes | memoryview) -> HttpResponse:
     """Embed the stored canonical JSON as is: a 2 MB state is not parsed and re-encoded."""
     data["state"] = orjson.Fragment(store.load_state_json(bytes(root)))
     return _json(data)
@@ -526,7 +527,8 @@ def resume(request: HttpRequest, external_id: str) -> Any:
 def put_live_state(request: HttpRequest, external_id: str, payload: LiveStateIn) -> Any:
     """Heartbeat with the agent's current state; routine checkpoints are taken from it."""
     session = services.record_live_state(_session(request, external_id), state=payload.state)
-    return {"session": external_id, "received_at": session.live_state_at, "live_root": bytes(session.live_root).hex()}
+    live_root = session.live_root or b""  # just recorded: never empty
+    return {"session": external_id, "received_at": session.live_state_at, "live_root": bytes(live_root).hex()}
 
 
 # ---- checkpoints -----------------------------------------------------------------------------

@@ -20,6 +20,7 @@ members as the archive spells them, never a server path, and never quote a libra
 from __future__ import annotations
 
 import gzip
+import io
 import lzma
 import os
 import stat
@@ -31,8 +32,9 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path, PurePosixPath
-from typing import IO, BinaryIO, Literal
+from typing import IO, Any, BinaryIO, Literal
 
 from django.conf import settings
 from django.template.defaultfilters import filesizeformat
@@ -184,6 +186,17 @@ def _safe_path(name: str, limits: Limits) -> PurePosixPath:
 # ---- readers: one per archive kind ------------------------------------------------------------------
 
 
+_READ_ERRORS: tuple[type[BaseException], ...] = (
+    zipfile.BadZipFile,
+    tarfile.TarError,
+    EOFError,
+    OSError,  # gzip's BadGzipFile, bz2's bad data; write errors are turned into sentences in _write
+    zlib.error,  # a deflate stream that refers before its start or ends early (not a ValueError)
+    lzma.LZMAError,
+    ValueError,  # undecodable names, bad header fields
+    struct.error,
+)
+
 Opener = Callable[[], AbstractContextManager[IO[bytes]]]
 
 
@@ -211,21 +224,9 @@ class _Reader:
                 self.index.expect(written)
         except UnsafeArchive:
             raise
-        except (*_READ_ERRORS, RuntimeError, NotImplementedError) as exc:
+        except _READ_ERRORS + (RuntimeError, NotImplementedError) as exc:
             raise UnsafeArchive(self.damaged) from exc
         return len(self.index.files)
-
-
-_READ_ERRORS: tuple[type[BaseException], ...] = (
-    zipfile.BadZipFile,
-    tarfile.TarError,
-    EOFError,
-    OSError,  # gzip's BadGzipFile, bz2's bad data; write errors are turned into sentences in _write
-    zlib.error,  # a deflate stream that refers before its start or ends early (not a ValueError)
-    lzma.LZMAError,
-    ValueError,  # undecodable names, bad header fields
-    struct.error,
-)
 
 
 def _write(source: IO[bytes], target: Path, path: PurePosixPath, declared: int) -> int:
@@ -273,7 +274,7 @@ class _Zip(_Reader):
                 self._check(info)
         except UnsafeArchive:
             raise
-        except (*_READ_ERRORS, NotImplementedError) as exc:  # NotImplementedError: a zip version from the future
+        except _READ_ERRORS + (NotImplementedError,) as exc:  # NotImplementedError: a zip version from the future
             raise UnsafeArchive(self.damaged) from exc
         self.index.finish()
 
@@ -307,7 +308,7 @@ class _Zip(_Reader):
         for info in self.zipped.infolist():
             if not info.orig_filename.endswith(("/", "\\")):
                 path = PurePosixPath(info.filename.replace("\\", "/"))
-                yield path, info.file_size, lambda info=info: self.zipped.open(info)
+                yield path, info.file_size, partial(self.zipped.open, info)
 
 
 def _count_zip_entries(raw: BinaryIO, stop: int) -> int:
@@ -317,12 +318,13 @@ def _count_zip_entries(raw: BinaryIO, stop: int) -> int:
     entries would take gigabytes before the member limit could be checked. The end record is found
     with zipfile's own reader.
     """
-    end = zipfile._EndRecData(raw)
+    zipped: Any = zipfile  # its end-record reader and offsets are private: typeshed does not describe them
+    end = zipped._EndRecData(raw)
     if end is None:
         raise UnsafeArchive("Refused: this file is not a zip archive, or it is truncated.")
-    start = end[zipfile._ECD_LOCATION] - end[zipfile._ECD_SIZE]
-    if end[zipfile._ECD_SIGNATURE] == zipfile.stringEndArchive64:
-        start -= zipfile.sizeEndCentDir64 + zipfile.sizeEndCentDir64Locator
+    start = end[zipped._ECD_LOCATION] - end[zipped._ECD_SIZE]
+    if end[zipped._ECD_SIGNATURE] == zipped.stringEndArchive64:
+        start -= zipped.sizeEndCentDir64 + zipped.sizeEndCentDir64Locator
     raw.seek(max(start, 0))
     count = 0
     while count <= stop:
@@ -340,7 +342,7 @@ class _Tar(_Reader):
 
     def __init__(self, archive: Path, limits: Limits, stack: ExitStack, *, compressed: bool) -> None:
         super().__init__(archive, limits)
-        raw: BinaryIO = stack.enter_context(archive.open("rb"))
+        raw: io.BufferedIOBase = stack.enter_context(archive.open("rb"))
         if compressed:
             if raw.read(2) != b"\x1f\x8b":
                 raise UnsafeArchive("Refused: this file is not a gzip-compressed tar archive (.tar.gz or .tgz).")
@@ -348,7 +350,9 @@ class _Tar(_Reader):
             raw = stack.enter_context(gzip.GzipFile(fileobj=raw, mode="rb"))
         self.stream = _Bounded(raw, self.index)
         try:
-            self.tarred = stack.enter_context(tarfile.open(fileobj=self.stream, mode="r:"))  # noqa: SIM115 (the stack closes it)
+            # typeshed's fileobj protocol also asks for write and close, which reading a caller's fileobj never calls
+            tarred = tarfile.open(fileobj=self.stream, mode="r:")  # type: ignore[call-overload]  # noqa: SIM115
+            self.tarred = stack.enter_context(tarred)  # the stack closes it
             self.checked = [member for member in self.tarred if self._check(member)]
             self._check_end()
         except UnsafeArchive:
@@ -379,7 +383,7 @@ class _Tar(_Reader):
     def members(self) -> Iterator[tuple[PurePosixPath, int, Opener]]:
         for member in self.checked:
             path = PurePosixPath(member.name.replace("\\", "/"))
-            yield path, member.size, lambda member=member: self._open_member(member)
+            yield path, member.size, partial(self._open_member, member)
 
     def _open_member(self, member: tarfile.TarInfo) -> IO[bytes]:
         source = self.tarred.extractfile(member)
@@ -395,7 +399,7 @@ class _Bounded:
     header declaring a huge size or a gigabyte-long name would be decompressed before any check.
     """
 
-    def __init__(self, raw: BinaryIO, index: Index) -> None:
+    def __init__(self, raw: io.BufferedIOBase, index: Index) -> None:
         self.raw, self.index = raw, index
 
     def tell(self) -> int:

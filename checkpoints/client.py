@@ -11,6 +11,7 @@ Method names follow the source systems (`create`, `get_latest`, `rollback_to`, `
 
 from __future__ import annotations
 
+import builtins
 import http.client
 import json
 import urllib.error
@@ -253,7 +254,7 @@ class CheckpointClient:
         tokens_in: int | None = None,
         tokens_out: int | None = None,
         cost: float | None = None,
-        errors: list[Any] | None = None,
+        errors: builtins.list[Any] | None = None,
     ) -> JSONDict:
         """Create or update phase `number` (its `name` is needed the first time); only the fields given change."""
         body = _without_none(
@@ -282,7 +283,7 @@ class CheckpointClient:
         model: str = "",
         tokens_in: int = 0,
         tokens_out: int = 0,
-        tools_used: list[str] | None = None,
+        tools_used: builtins.list[str] | None = None,
         duration: float | None = None,
         error: str = "",
     ) -> JSONDict:

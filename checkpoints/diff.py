@@ -11,10 +11,10 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeGuard
 
 from .jsoncodec import canonical
 
@@ -181,7 +181,7 @@ def apply_ops(state: Any, ops: list[list[Any]]) -> Any:
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def format_path(path: Path) -> str:
+def format_path(path: Sequence[str | int]) -> str:
     text = ""
     for part in path:
         if isinstance(part, int):
@@ -315,7 +315,10 @@ class Run:
 
     @property
     def start(self) -> int:
-        return self.entries[0].path[-1]  # type: ignore[return-value]
+        start = self.entries[0].path[-1]
+        if not isinstance(start, int):
+            raise TypeError("a run's entries are list items")
+        return start
 
     @property
     def count(self) -> int:
@@ -358,19 +361,21 @@ def group_changes(entries: Iterable[DiffEntry]) -> list[Group]:
             if isinstance(last, Run):
                 last.entries.append(entry)
             else:
-                group.items[-1] = Run(entry.path[:-1], entry.list_op, [last, entry])  # type: ignore[list-item]
+                group.items[-1] = Run(entry.path[:-1], entry.list_op, [last, entry])
         else:
             group.items.append(entry)
     return list(groups.values())
 
 
-def _continues(last: DiffEntry | Run | None, entry: DiffEntry) -> bool:
+def _continues(last: DiffEntry | Run | None, entry: DiffEntry) -> TypeGuard[DiffEntry | Run]:
     """`entry` is the next item of the same list, added or removed the same way as `last`."""
     if last is None:
         return False
     previous = last.entries[-1] if isinstance(last, Run) else last
+    index = entry.path[-1]
     return (
         previous.list_op == entry.list_op
         and previous.path[:-1] == entry.path[:-1]
-        and previous.path[-1] == entry.path[-1] - 1  # type: ignore[operator]
+        and isinstance(index, int)
+        and previous.path[-1] == index - 1
     )

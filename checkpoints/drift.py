@@ -73,8 +73,11 @@ ROW_FIELDS = [
     "pk", "seq", "kind", "status", "status_reason", "name", "step", "created_at", "state_hash", "raw_bytes", "root",
     "parent_id",
 ]  # fmt: skip
-STATUS_KINDS = [AlertKind.FAILED, AlertKind.HALTED]  # alerts about the head's own status
-RUNNING_KINDS = [AlertKind.LONG_RUNNING, AlertKind.MISSED_ROUTINE]  # rules about an agent expected to be running
+STATUS_KINDS: list[str] = [AlertKind.FAILED, AlertKind.HALTED]  # alerts about the head's own status
+RUNNING_KINDS: list[str] = [
+    AlertKind.LONG_RUNNING,
+    AlertKind.MISSED_ROUTINE,
+]  # rules about an agent expected to be running
 ANCESTORS_FETCHED = 20  # rows read one by one above the window when looking for a failure's last good
 
 
@@ -380,8 +383,10 @@ def detect_stalled(recent: Recent, now: datetime, limits: Limits) -> list[Findin
 
 
 def _steps_since_reset(row: Row, reset: Row | None) -> int:
-    if row.step is not None and (reset is None or reset.step is not None):
-        return row.step - (reset.step if reset else 0)
+    if row.step is not None and reset is None:
+        return row.step
+    if row.step is not None and reset is not None and reset.step is not None:
+        return row.step - reset.step
     return row.seq - (reset.seq if reset else 0)
 
 
@@ -524,9 +529,9 @@ def sync_alerts(
     opened = resolved = 0
     for kind, finding in found.items():
         alert = existing.get(kind)
-        if alert is not None and _earlier_incident(alert, finding):
+        if alert is not None and finding.last_good is not None and _earlier_incident(alert, finding):
             alert.session = session
-            reason = f"the condition cleared: #{finding.last_good.seq} completed after it"  # type: ignore[union-attr]
+            reason = f"the condition cleared: #{finding.last_good.seq} completed after it"
             resolved += resolve_by_detector(alert, actor=DETECTOR_ACTOR, reason=reason, now=now)
             alert = None
         fields = {
@@ -652,10 +657,14 @@ def recents_for(session_ids: list[int], *, limits: Limits, timed: bool) -> dict[
     newest = Checkpoint.objects.newest_per_session(found, count=limits.window)
     for values in newest.values(*ROW_FIELDS, "session_id"):
         rows[values.pop("session_id")].append(_row(values))
-    resets: dict[int, Row] = {}
+    resets: dict[int, Row] = {}  # session pk → its last recovery checkpoint
     if timed:
-        wanted = [session.reset_pk for session in found if session.reset_pk]
-        resets = {values["pk"]: _row(values) for values in Checkpoint.objects.filter(pk__in=wanted).values(*ROW_FIELDS)}
+        # `reset_pk` is annotated only when timed: the sessions' static type does not know it
+        session_of = {pk: session.pk for session in found if (pk := getattr(session, "reset_pk", None))}
+        resets = {
+            session_of[values["pk"]]: _row(values)
+            for values in Checkpoint.objects.filter(pk__in=session_of).values(*ROW_FIELDS)
+        }
     return {session.pk: (session, _recent(session, rows[session.pk], resets, timed=timed)) for session in found}
 
 
@@ -664,12 +673,12 @@ def _recent(session: AgentSession, rows: list[Row], resets: dict[int, Row], *, t
         values = Checkpoint.objects.filter(session_id=session.pk, pk=pk).values(*ROW_FIELDS).first()
         return _row(values) if values else None
 
-    return Recent(
+    return Recent(  # `first_at` is annotated when timed (see recents_for)
         rows=rows,
         active=session.status == SessionStatus.ACTIVE,
-        started_at=min(filter(None, [session.created_at, session.first_at])) if timed else None,
+        started_at=min(filter(None, [session.created_at, getattr(session, "first_at", None)])) if timed else None,
         heartbeat_at=session.last_seen_at or (rows[-1].created_at if rows else session.created_at),
-        last_reset=resets.get(session.reset_pk) if timed else None,
+        last_reset=resets.get(session.pk) if timed else None,
         head_pk=session.head_id,
         fetch=fetch,
     )
@@ -711,7 +720,8 @@ def detect_batch(
     session (`_kinds_for`), noting the seq read up to so that the job skips it until new checkpoints arrive."""
     opened = resolved = 0
     alerts = unresolved_alerts(session_ids)
-    read, clearing = [], []
+    read: list[AgentSession] = []
+    clearing: list[tuple[DriftAlert, str]] = []
     timed = kinds is None or any(kind in TIMED for kind in kinds)
     for session, recent in recents_for(session_ids, limits=limits, timed=timed).values():
         evaluated = _kinds_for(session) if kinds is None else kinds

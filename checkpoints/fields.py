@@ -94,6 +94,7 @@ def _needs_escape(value: Any) -> bool:
 
 class _EscapedText:
     def get_prep_value(self, value: Any) -> Any:
+        # a mixin placed before a text field (see below): super() is the field, which mypy cannot see from here
         value = super().get_prep_value(value)  # type: ignore[misc]
         return escape_text(value) if type(value) is str else value
 

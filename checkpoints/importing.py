@@ -368,7 +368,7 @@ class _Importer:
         head = Checkpoint.objects.filter(session=session, idempotency_key=key).first() if key else None
         current = Checkpoint.objects.filter(pk=AgentSession.objects.filter(pk=session.pk).values("head")[:1]).first()
         restored = current is not None and current.kind == CheckpointKind.RESTORE
-        if head and restored and head != current and external_id not in self.grown:
+        if head and current is not None and restored and head != current and external_id not in self.grown:
             # the files hold nothing newer than the operator's restore: it stands
             self.report.note(
                 f"session {external_id}: kept #{current.seq}, restored in the console, as the head; "

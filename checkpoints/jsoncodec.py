@@ -134,8 +134,11 @@ def _refuse_lone_surrogates(value: Any) -> None:
             stack.extend((child, [*path, index]) for index, child in enumerate(item))
 
 
-def check_value(value: Any, *, max_depth: int, depth: int = 0) -> None:
-    """Reject what canonical JSON would silently change: NaN/Infinity, non-string keys, foreign types, depth."""
+def check_value(value: Any, *, max_depth: int, depth: int = 0) -> None:  # noqa: C901 (see below)
+    """Reject what canonical JSON would silently change: NaN/Infinity, non-string keys, foreign types, depth.
+
+    One loop over every value of the state, on every ingest: a branch per container kind, inline, is measurably
+    faster than helpers (a call per container) or a merged branch (a test more per container)."""
     stack: list[tuple[Any, int]] = [(value, depth)]
     while stack:
         item, level = stack.pop()

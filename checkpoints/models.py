@@ -663,7 +663,7 @@ class AlertState(models.TextChoices):
 
 
 # Most severe first: the alert list's order (the rank in SQL leads the index that serves it) and escalation.
-SEVERITY_RANKS = {AlertSeverity.INFO: 0, AlertSeverity.WARNING: 1, AlertSeverity.CRITICAL: 2}
+SEVERITY_RANKS: dict[str, int] = {AlertSeverity.INFO: 0, AlertSeverity.WARNING: 1, AlertSeverity.CRITICAL: 2}
 SEVERITY_RANK = models.Case(  # the same text as in the index: PostgreSQL matches it to use the index
     models.When(severity=AlertSeverity.CRITICAL, then=models.Value(2)),
     models.When(severity=AlertSeverity.WARNING, then=models.Value(1)),

@@ -23,7 +23,16 @@ from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 
 from . import limits
-from .models import AgentOutput, AgentSession, FeedbackAction, Phase, PhaseFeedback, PhaseStatus, SourceFormat
+from .models import (
+    AgentOutput,
+    AgentSession,
+    AgentSessionQuerySet,
+    FeedbackAction,
+    Phase,
+    PhaseFeedback,
+    PhaseStatus,
+    SourceFormat,
+)
 from .services import Actor, CheckpointError, InvalidInput, InvalidState, check_json_field, record_audit
 
 log = logging.getLogger(__name__)
@@ -109,7 +118,7 @@ def waiting_for_approval(phases: QuerySet[Phase]) -> QuerySet[Phase]:
     return phases.filter(status=PhaseStatus.COMPLETED).filter(~Exists(later))
 
 
-def sessions_waiting_for_approval(sessions: QuerySet[AgentSession]) -> QuerySet[AgentSession]:
+def sessions_waiting_for_approval(sessions: AgentSessionQuerySet) -> AgentSessionQuerySet:
     waiting = waiting_for_approval(Phase.objects.filter(session=OuterRef("pk")))
     return sessions.filter(Exists(waiting))
 
@@ -209,9 +218,8 @@ def standing_approval(phase: Phase, decisions: Sequence[PhaseFeedback] | None = 
     Once the agent completes the phase again (a later `completed_at`), the run is new and can be approved.
     `decisions`, newest first, saves the query when the caller has them already.
     """
-    if decisions is None:
-        decisions = phase.feedback.order_by("-created_at", "-pk")[:1]
-    latest = next(iter(decisions), None)
+    newest = phase.feedback.order_by("-created_at", "-pk")[:1] if decisions is None else decisions
+    latest = next(iter(newest), None)
     if latest is None or latest.action != FeedbackAction.APPROVED:
         return None
     if phase.completed_at is not None and latest.created_at < phase.completed_at:

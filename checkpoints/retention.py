@@ -221,22 +221,7 @@ def _plan_session(rules: _Rules, session: Session, rows: list[Row]) -> SessionPl
         policy = rules.policy(project_id, kind)
         if policy is None:
             continue
-        keep: set[int] = set()
-        if policy.keep_last is not None:
-            if policy.keep_last_scope == RetentionScope.AGENT:
-                keep |= rules.agent_keep(policy)
-            elif policy.keep_last:
-                keep.update(row[0] for row in kind_rows[-policy.keep_last :])
-        if policy.max_age is not None:
-            cutoff = rules.now - policy.max_age
-            keep.update(row[0] for row in kind_rows if row[4] >= cutoff)
-        if policy.until_operation_done:
-            keep.update(row[0] for row in kind_rows if not row[5])
-        if policy.keep_first and first_id is not None:
-            keep.add(first_id)
-        if policy.keep_latest_per_name:
-            latest = {row[2]: row[0] for row in kind_rows if row[2]}  # rows are in seq order: the last one wins
-            keep.update(latest.values())
+        keep = _kept(rules, policy, kind_rows, first_id)
         for pk, _, _, _, _, _, pinned, _ in kind_rows:
             if pk not in keep and not pinned and pk not in protected and pk not in rules.protected:
                 delete.add(pk)
@@ -245,6 +230,27 @@ def _plan_session(rules: _Rules, session: Session, rows: list[Row]) -> SessionPl
     ordered = [row[0] for row in rows if row[0] in delete]
     parents = {row[0]: row[7] for row in rows if row[0] in delete}
     return SessionPlan(session_id, project_id, len(rows), ordered, kinds, parents)
+
+
+def _kept(rules: _Rules, policy: RetentionPolicy, kind_rows: list[Row], first_id: int | None) -> set[int]:
+    """The ids the policy keeps of one kind's rows (in seq order); `first_id` is the session's first checkpoint."""
+    keep: set[int] = set()
+    if policy.keep_last is not None:
+        if policy.keep_last_scope == RetentionScope.AGENT:
+            keep |= rules.agent_keep(policy)
+        elif policy.keep_last:
+            keep.update(row[0] for row in kind_rows[-policy.keep_last :])
+    if policy.max_age is not None:
+        cutoff = rules.now - policy.max_age
+        keep.update(row[0] for row in kind_rows if row[4] >= cutoff)
+    if policy.until_operation_done:
+        keep.update(row[0] for row in kind_rows if not row[5])
+    if policy.keep_first and first_id is not None:
+        keep.add(first_id)
+    if policy.keep_latest_per_name:
+        latest = {row[2]: row[0] for row in kind_rows if row[2]}  # rows are in seq order: the last one wins
+        keep.update(latest.values())
+    return keep
 
 
 def _plan_sessions(rules: _Rules, sessions: list[Session]) -> list[SessionPlan]:
@@ -269,8 +275,8 @@ def iter_session_plans(
     A session whose rows cannot be read is recorded in `failures` and yields no plan: nothing of it is deleted.
     """
     rules = _Rules(now or timezone.now())
-    rows = (AgentSession.objects.all() if sessions is None else sessions).order_by("pk")
-    rows = rows.values_list("pk", "project_id", "head_id")
+    chosen = AgentSession.objects.all() if sessions is None else sessions
+    rows = chosen.order_by("pk").values_list("pk", "project_id", "head_id")
 
     for plans in each_batch(
         rows.iterator(chunk_size=1000),

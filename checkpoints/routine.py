@@ -65,8 +65,11 @@ def take_routine_checkpoints(now: datetime | None = None) -> dict[str, Any]:
 
 
 def _take_routine_checkpoint(session: AgentSession, *, now: datetime) -> bool:
-    head, live_root = session.head, bytes(session.live_root)
-    if head is not None and (bytes(head.root) == live_root or head.received_at >= session.live_state_at):
+    head, live_at = session.head, session.live_state_at
+    if session.live_root is None or live_at is None:  # cleared since the batch was listed
+        return False
+    live_root = bytes(session.live_root)
+    if head is not None and (bytes(head.root) == live_root or head.received_at >= live_at):
         return False
     state = store.load_shared(live_root)
     # Roots of one state differ by the base it was patched against: compare the states' digests.
@@ -78,9 +81,9 @@ def _take_routine_checkpoint(session: AgentSession, *, now: datetime) -> bool:
         name="routine",
         kind=CheckpointKind.ROUTINE,
         step=step if isinstance(step, int) else head.step if head else None,
-        created_at=session.live_state_at,
+        created_at=live_at,
         # a second worker taking the same live state finds this key and creates nothing
-        idempotency_key=f"routine:{live_root.hex()}:{session.live_state_at.isoformat()}",
+        idempotency_key=f"routine:{live_root.hex()}:{live_at.isoformat()}",
     )
     [(_, created)] = services.ingest_checkpoints([(session, [item])], now=now)
     if created:  # the job took this checkpoint, not the agent: it is no heartbeat (unless one came meanwhile)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Max, Min, Q
+from django.db.models import F, Field, Max, Min, Model, Q
 from django.utils import timezone
 
 from . import jsoncodec, limits, store, tallies
@@ -39,7 +39,7 @@ from .models import (
 from .previews import Preview, preview_of
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser
+    from django.contrib.auth.models import User
 
 
 class CheckpointError(Exception):
@@ -76,7 +76,7 @@ class Actor:
     """Who acts: a console user, an API token, or the system (jobs and commands)."""
 
     label: str
-    user: AbstractBaseUser | None = None
+    user: User | None = None
     token: ApiToken | None = None
 
     @classmethod
@@ -84,7 +84,7 @@ class Actor:
         return cls(label=label)
 
     @classmethod
-    def for_user(cls, user: AbstractBaseUser) -> Actor:
+    def for_user(cls, user: User) -> Actor:
         return cls(label=user.get_username(), user=user)
 
     @classmethod
@@ -92,7 +92,15 @@ class Actor:
         return cls(label=f"token:{token.name}", token=token)
 
 
-TARGET_MAX = AuditEvent._meta.get_field("target").max_length
+def _max_length(model: type[Model], name: str) -> int:
+    """A CharField's max_length, to cut a generated value to what the column holds."""
+    field = model._meta.get_field(name)
+    if not isinstance(field, Field) or field.max_length is None:
+        raise TypeError(f"{model.__name__}.{name} has no max_length")
+    return field.max_length
+
+
+TARGET_MAX = _max_length(AuditEvent, "target")
 
 
 def record_audit(
@@ -264,7 +272,7 @@ class CheckpointInput:
 
 _New = tuple[int, CheckpointInput, store.Saved, Preview]  # a checkpoint to insert: its place in the results
 
-_SESSION_STATUS_FOR = {
+_SESSION_STATUS_FOR: dict[str, SessionStatus] = {
     CheckpointStatus.FAILED: SessionStatus.FAILED,
     CheckpointStatus.HALTED: SessionStatus.HALTED,
 }
@@ -289,8 +297,9 @@ def ingest_checkpoints(
     2. Under a row lock on each session: next seqs, parents, head, in a few bulk statements.
     """
     now = now or timezone.now()
-    results: list[tuple[Checkpoint, bool]] = []
+    results: dict[int, tuple[Checkpoint, bool]] = {}  # position in the input → (checkpoint, created)
     repeats: list[tuple[int, int]] = []
+    position = -1
     inputs: dict[int, CheckpointInput] = {}  # the first item of each idempotency key, by position
     with transaction.atomic():
         batch = store.ChunkBatch()
@@ -304,19 +313,19 @@ def ingest_checkpoints(
             new: list[_New] = []
             first_with_key: dict[str, int] = {}
             for item in items:
+                position += 1
                 if item.idempotency_key in existing:
                     _check_same_checkpoint(existing[item.idempotency_key], item)
-                    results.append((existing[item.idempotency_key], False))
+                    results[position] = (existing[item.idempotency_key], False)
                     continue
                 if item.idempotency_key in first_with_key:  # repeated within this batch
                     first = first_with_key[item.idempotency_key]
                     _check_same_input(inputs[first], item)
-                    repeats.append((len(results), first))
-                    results.append((None, False))  # type: ignore[arg-type]
+                    repeats.append((position, first))
                     continue
                 if item.idempotency_key:
-                    first_with_key[item.idempotency_key] = len(results)
-                    inputs[len(results)] = item
+                    first_with_key[item.idempotency_key] = position
+                    inputs[position] = item
                 parent_root = parents.base_for(item, base)
                 try:
                     saved = store.save_state(item.state, base=parent_root, batch=batch)
@@ -324,14 +333,13 @@ def ingest_checkpoints(
                     raise InvalidState(str(exc)) from exc
                 base = saved.root
                 parents.saved(item, saved.root)
-                new.append((len(results), item, saved, preview_of(item.state, _state_or_none(parent_root))))
-                results.append((None, True))  # type: ignore[arg-type]
+                new.append((position, item, saved, preview_of(item.state, _state_or_none(parent_root))))
             planned.append((session, new, parents))
         batch.flush()
         recovered: set[int] = set()
         for session, new, parents in planned:
-            for position, checkpoint, created in _insert_checkpoints(session, new, parents, now, recovered):
-                results[position] = (checkpoint, created)
+            for at, checkpoint, created in _insert_checkpoints(session, new, parents, now, recovered):
+                results[at] = (checkpoint, created)
     # Drift detectors that need no state, once committed, only where something alarming arrived (a failed
     # or halted checkpoint, an oversized state) or a failed or halted session goes on healthily (its alert
     # clears): the normal path pays nothing. The rest run in the drift job every few minutes (DESIGN section 7).
@@ -341,9 +349,9 @@ def ingest_checkpoints(
         from .drift import detect_after_ingest
 
         transaction.on_commit(lambda: detect_after_ingest(touched))
-    for position, first in repeats:
-        results[position] = (results[first][0], False)
-    return results
+    for repeat, first in repeats:
+        results[repeat] = (results[first][0], False)
+    return [results[index] for index in range(position + 1)]
 
 
 def _state_or_none(root: bytes | None) -> Any:
@@ -518,6 +526,7 @@ def _insert_checkpoints(
     parent_rows: dict[int, int] = {}  # index in rows → index of its parent in rows (not stored yet)
     seq = locked.last_seq
     status = locked.status
+    head = _Parent(pk=locked.head_id, seq=locked.head_seq, calls=locked.head_calls if locked.head_id else 0)
     results: list[tuple[int, Checkpoint, bool]] = []
     for position, item, saved, preview in new:
         if item.idempotency_key and item.idempotency_key in taken:
@@ -525,31 +534,17 @@ def _insert_checkpoints(
             results.append((position, taken[item.idempotency_key], False))
             continue
         seq += 1
-        parent_id, parent_seq, parent_calls = None, None, 0
-        if item.parent is not None:
-            parent_id = item.parent
-            parent_seq, _, parent_calls = parents.by_id[item.parent]
-        elif item.parent_key and item.parent_key not in row_of_key:
-            stored = taken.get(item.parent_key)  # a concurrent writer may have stored the parent meanwhile
-            parent_id = stored.pk if stored else parents.by_key[item.parent_key]
-            if stored:
-                parent_seq, parent_calls = stored.seq, stored.calls_made
-            else:
-                parent_seq, _, parent_calls = parents.by_id[parent_id]
-        elif item.parent_key or (not item.new_root and rows):
-            parent_rows[len(rows)] = row_of_key[item.parent_key] if item.parent_key else len(rows) - 1
-            parent_seq, parent_calls = rows[parent_rows[len(rows)]].seq, rows[parent_rows[len(rows)]].calls_made
-        elif not item.new_root:
-            parent_id, parent_seq = locked.head_id, locked.head_seq
-            parent_calls = locked.head_calls if locked.head_id else 0
+        parent = _parent_of(item, head, parents, taken, rows, row_of_key)
+        if parent.row is not None:
+            parent_rows[len(rows)] = parent.row
         if item.idempotency_key:
             row_of_key[item.idempotency_key] = len(rows)
         rows.append(
             Checkpoint(
                 session=locked,
                 seq=seq,
-                parent_id=parent_id,
-                starts_branch=seq > 1 and parent_seq != seq - 1,
+                parent_id=parent.pk,
+                starts_branch=seq > 1 and parent.seq != seq - 1,
                 name=item.name,
                 kind=item.kind,
                 status=item.status,
@@ -562,7 +557,7 @@ def _insert_checkpoints(
                 state_hash=saved.state_hash,
                 raw_bytes=saved.raw_bytes,
                 stored_bytes=saved.stored_bytes,
-                calls_made=None if parent_calls is None else parent_calls + preview.tool_calls,
+                calls_made=None if parent.calls is None else parent.calls + preview.tool_calls,
                 preview=preview.text,
                 tool_failed=preview.tool_failed,
                 operation_id=item.operation_id,
@@ -574,6 +569,17 @@ def _insert_checkpoints(
         status = _SESSION_STATUS_FOR.get(item.status) or (SessionStatus.ACTIVE if status in _STOPPED else status)
     if not rows:
         return results
+    _bulk_insert(rows, parent_rows)
+    tallies.count_in(rows, last_seq=seq, head=rows[-1], status=status, updated_at=now, last_seen_at=now)
+    session.last_seq, session.head, session.status = seq, rows[-1], status
+    if locked.status in _STOPPED and status not in _STOPPED:
+        recovered.add(locked.pk)
+    return results + [(position, row, True) for position, row in zip(positions, rows, strict=True)]
+
+
+def _bulk_insert(rows: list[Checkpoint], parent_rows: dict[int, int]) -> None:
+    """Insert `rows`; `parent_rows` (index in rows → index of its parent in rows) links the rows whose parent is
+    inserted with them."""
     ids = _reserve_checkpoint_ids(len(rows))
     if ids:
         for row, pk in zip(rows, ids, strict=True):
@@ -585,11 +591,43 @@ def _insert_checkpoints(
         for child, parent in parent_rows.items():
             rows[child].parent_id = rows[parent].pk
         Checkpoint.objects.bulk_update([rows[child] for child in parent_rows], ["parent"], batch_size=500)
-    tallies.count_in(rows, last_seq=seq, head=rows[-1], status=status, updated_at=now, last_seen_at=now)
-    session.last_seq, session.head, session.status = seq, rows[-1], status
-    if locked.status in _STOPPED and status not in _STOPPED:
-        recovered.add(locked.pk)
-    return results + [(position, row, True) for position, row in zip(positions, rows, strict=True)]
+
+
+@dataclass(frozen=True)
+class _Parent:
+    """Where a new checkpoint hangs: a stored checkpoint (`pk`), one inserted in the same statement (`row`, its
+    index among the rows), or nothing (a new root); with the parent's seq and calls_made."""
+
+    pk: int | None = None
+    row: int | None = None
+    seq: int | None = None
+    calls: int | None = 0
+
+
+def _parent_of(
+    item: CheckpointInput,
+    head: _Parent,
+    parents: _Parents,
+    taken: dict[str, Checkpoint],
+    rows: list[Checkpoint],
+    row_of_key: dict[str, int],
+) -> _Parent:
+    """The parent `_insert_checkpoints` gives `item`: as named by id or key, else the one before it in the call,
+    else the session's head."""
+    if item.parent is not None:
+        seq, _, calls = parents.by_id[item.parent]
+        return _Parent(pk=item.parent, seq=seq, calls=calls)
+    if item.parent_key and item.parent_key not in row_of_key:
+        stored = taken.get(item.parent_key)  # a concurrent writer may have stored the parent meanwhile
+        if stored is not None:
+            return _Parent(pk=stored.pk, seq=stored.seq, calls=stored.calls_made)
+        pk = parents.by_key[item.parent_key]
+        seq, _, calls = parents.by_id[pk]
+        return _Parent(pk=pk, seq=seq, calls=calls)
+    if item.parent_key or (not item.new_root and rows):
+        index = row_of_key[item.parent_key] if item.parent_key else len(rows) - 1
+        return _Parent(row=index, seq=rows[index].seq, calls=rows[index].calls_made)
+    return _Parent() if item.new_root else head
 
 
 def _reserve_checkpoint_ids(count: int) -> list[int]:
@@ -753,8 +791,8 @@ def _new_head(
     return restored
 
 
-EXTERNAL_ID_MAX = AgentSession._meta.get_field("external_id").max_length
-TITLE_MAX = AgentSession._meta.get_field("title").max_length
+EXTERNAL_ID_MAX = _max_length(AgentSession, "external_id")
+TITLE_MAX = _max_length(AgentSession, "title")
 
 
 def _fork_id(source: AgentSession, number: int) -> str:
@@ -952,7 +990,9 @@ class RestorePreview:
 def restore_preview(checkpoint: Checkpoint) -> RestorePreview:
     session = checkpoint.session
     head = (
-        session.head if AgentSession.head.is_cached(session) else session.checkpoints.filter(pk=session.head_id).first()
+        session.head
+        if session.head_id is None or AgentSession.head.is_cached(session)
+        else session.checkpoints.filter(pk=session.head_id).first()
     )
     changes = diff_checkpoints(head, checkpoint) if head else diff_states({}, {})
     found: list[Any] = []

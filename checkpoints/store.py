@@ -481,7 +481,7 @@ def _materialise(root: bytes) -> _Entry:
     return _Entry(state, None if pending else start.state_hash, start.depth + len(pending), context)
 
 
-def load_shared(root: bytes) -> Any:
+def load_shared(root: bytes | memoryview) -> Any:
     """The state under `root` as a shared, read-only object (for diffs and serialisation)."""
     return _entry(bytes(root)).state
 

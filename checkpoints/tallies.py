@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import reduce
 from typing import Any
@@ -202,7 +202,7 @@ def _take_from_sessions(by_session: dict[int, list[Any]]) -> None:
         )
 
 
-def _add_counts(by_session: dict[int, Sequence[Checkpoint]], *, sign: int) -> None:
+def _add_counts(by_session: Mapping[int, Sequence[Checkpoint]], *, sign: int) -> None:
     """Move each name's, kind's and status's count by `sign` per checkpoint; a count that reaches 0 goes."""
     column = SessionCount._meta.get_field("value")  # escapes what the database cannot hold (NUL), as names are
     rows = []

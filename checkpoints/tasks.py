@@ -92,7 +92,7 @@ def scan_watched_sources() -> dict[str, int]:
 
 # Periodic jobs: idempotent, acks_late (a killed worker's job is redelivered), one run at a time
 # (run_job's lock), time-limited, retried with backoff when the database hiccups.
-PERIODIC = {
+PERIODIC: dict[str, Any] = {
     "acks_late": True,
     "time_limit": 3600,
     "soft_time_limit": 3500,

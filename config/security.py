@@ -111,6 +111,7 @@ def login_locked_out(
     only then); it writes the audit event, so a locked-out client hammering on writes no more of them.
     """
     username = get_client_username(request, credentials) or ""
+    # axes sets these on the request as it checks a sign-in: HttpRequest's stub cannot know them
     ip_address = request.axes_ip_address  # type: ignore[attr-defined]
     locked, until = _locked_until(request, credentials)
     if request.axes_failures_since_start is not None:  # type: ignore[attr-defined]

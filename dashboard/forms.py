@@ -17,6 +17,14 @@ from checkpoints.models import AlertKind, AlertSeverity, AlertState, Project
 REASON_MAX = 500
 
 
+def choice_field(form: forms.BaseForm, name: str) -> forms.ChoiceField:
+    """The form's choice field `name`, to be given its choices once the request is known."""
+    field = form.fields[name]
+    if not isinstance(field, forms.ChoiceField):
+        raise TypeError(f"{type(form).__name__}.{name} is not a choice field")
+    return field
+
+
 class RestoreForm(forms.Form):
     reason = forms.CharField(
         required=False,
@@ -126,7 +134,7 @@ class AlertFilterForm(forms.Form):
         if "state" not in data:
             data = {**data.dict(), "state": UNRESOLVED}
         super().__init__(data)
-        self.fields["project"].choices = [("", "Any project"), *projects]
+        choice_field(self, "project").choices = [("", "Any project"), *projects]
 
     def clean_after(self) -> tuple[str, datetime, int] | None:
         """Keyset cursor `<severity>_<opened_at ISO>_<id>` of the last row of the previous page."""
@@ -210,7 +218,7 @@ class FeedbackForm(forms.Form):
         return [line.strip() for line in text.splitlines() if line.strip()]
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = self.cleaned_data
         if data.get("action") == "retry_with_changes" and not data.get("requested_changes"):
             self.add_error("requested_changes", "List at least one change, one per line.")
         return data

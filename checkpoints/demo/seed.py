@@ -626,7 +626,7 @@ class Seeder:
                 CheckpointInput(state=state, name=name, kind=CheckpointKind.PHASE, phase=number, created_at=when)
             )
 
-        totals = {"tokens": 0, "cost": Decimal(0)}
+        total_tokens, total_cost = 0, Decimal(0)
         for number, name, agents, status in plan:
             if status == PhaseStatus.PENDING:
                 Phase.objects.create(session=session, number=number, name=name, status=status)
@@ -690,8 +690,8 @@ class Seeder:
                 }
                 checkpoint(verdict, number, at)
             cost = Decimal(tokens_in * 3 + tokens_out * 15) / Decimal(1_000_000)
-            totals["tokens"] += tokens_in + tokens_out
-            totals["cost"] += cost
+            total_tokens += tokens_in + tokens_out
+            total_cost += cost
             completed = status == PhaseStatus.COMPLETED
             Phase.objects.filter(pk=phase.pk).update(
                 status=status,
@@ -711,8 +711,8 @@ class Seeder:
         AgentSession.objects.filter(pk=session.pk).update(
             metadata={
                 "workflow": "idea_validation",
-                "total_tokens": totals["tokens"],
-                "total_cost": str(totals["cost"]),
+                "total_tokens": total_tokens,
+                "total_cost": str(total_cost),
             }
         )
 

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from .. import jsoncodec, store
 from ..models import Checkpoint, CheckpointKind, CheckpointStatus
@@ -113,7 +113,7 @@ def safe_name(text: str) -> str:
     return cleaned or "session"
 
 
-def plain_name(name: Any) -> bool:
+def plain_name(name: Any) -> TypeGuard[str]:
     """A bare file name (no folders, not hidden): safe to write into an export folder."""
     return isinstance(name, str) and bool(name) and Path(name).name == name and not name.startswith(".")
 
@@ -201,7 +201,7 @@ def console_fields(checkpoint: Checkpoint, derived: dict[str, Any]) -> dict[str,
     """The fields (of name, kind, status, status_reason, step, phase) that differ from what the importer
     would derive from the exported entry (`derived`): those go under the entry's "console" key."""
     extra: dict[str, Any] = {}
-    defaults = {"name": "", "kind": CheckpointKind.IMPORTED, "status": "completed", "status_reason": ""}
+    defaults: dict[str, Any] = {"name": "", "kind": CheckpointKind.IMPORTED, "status": "completed", "status_reason": ""}
     defaults |= {"step": None, "phase": None}
     for name, default in defaults.items():
         value = getattr(checkpoint, name)

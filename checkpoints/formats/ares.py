@@ -42,7 +42,7 @@ POINTER_KEYS = ("latest", "file", "path", "name", "checkpoint")
 
 _STATUS = {"InProgress": CheckpointStatus.IN_PROGRESS, "Completed": CheckpointStatus.COMPLETED}
 _WITH_REASON = {"Failed": CheckpointStatus.FAILED, "Halted": CheckpointStatus.HALTED}
-_SESSION_STATUS = {
+_SESSION_STATUS: dict[str, SessionStatus] = {
     CheckpointStatus.IN_PROGRESS: SessionStatus.ACTIVE,
     CheckpointStatus.COMPLETED: SessionStatus.COMPLETED,
     CheckpointStatus.FAILED: SessionStatus.FAILED,
@@ -209,32 +209,22 @@ def _read_step(path: Path, prefix: str, head: str | None) -> CheckpointRecord | 
         if session is not None:
             metadata["session_id"] = session
         session = prefix
-    for key in ("id", "agent_name"):
-        if key in doc:
-            metadata[key] = doc[key]
-    extra = {key: value for key, value in doc.items() if key not in NATIVE and key != files.CONSOLE}
-    if extra:
+    metadata |= {key: doc[key] for key in ("id", "agent_name") if key in doc}
+    if extra := {key: value for key, value in doc.items() if key not in NATIVE and key != files.CONSOLE}:
         metadata["source_extra"] = extra
-    status, reason = _status(doc.get("status"))
-    if status is None:
-        status = CheckpointStatus.COMPLETED
-        if "status" in doc:
-            metadata["ares_status"] = doc["status"]
-    elif not isinstance(reason, str):
-        metadata["ares_status"] = doc["status"]
-        reason = jsoncodec.canonical(reason).decode("utf-8")
+    status, reason = _step_status(doc, metadata)
     created_at = parse_time(doc.get("timestamp"))
     if created_at is None and doc.get("timestamp") is not None:
         metadata["timestamp"] = doc["timestamp"]
-    key = doc.get("id")
+    entry_id = doc.get("id")
     values: dict[str, Any] = {
         "session": session,
-        "key": key if isinstance(key, str) and key else path.name,
+        "key": entry_id if isinstance(entry_id, str) and entry_id else path.name,
         "state": {key: doc[key] for key in STATE_KEYS if key in doc},
         "name": f"step {step}" if step is not None else "",
         "kind": CheckpointKind.STEP.value,
         "status": status.value,
-        "status_reason": reason or "",
+        "status_reason": reason,
         "step": step,
         "created_at": created_at,
         "metadata": metadata,
@@ -243,6 +233,20 @@ def _read_step(path: Path, prefix: str, head: str | None) -> CheckpointRecord | 
     }
     files.apply_console(values, console)
     return CheckpointRecord(**values)
+
+
+def _step_status(doc: dict[str, Any], metadata: dict[str, Any]) -> tuple[CheckpointStatus, str]:
+    """A step's status and its reason. An unknown status reads as completed, and a reason that is no string as its
+    JSON; either keeps the raw value in `metadata`."""
+    status, reason = _status(doc.get("status"))
+    if status is None:
+        if "status" in doc:
+            metadata["ares_status"] = doc["status"]
+        return CheckpointStatus.COMPLETED, ""
+    if not isinstance(reason, str):
+        metadata["ares_status"] = doc["status"]
+        return status, jsoncodec.canonical(reason).decode("utf-8")
+    return status, reason
 
 
 def _status(value: Any) -> tuple[CheckpointStatus | None, Any]:
@@ -307,17 +311,7 @@ def export(session: Any, out_dir: Path) -> list[Path]:
             console["state"] = state
         doc["timestamp"] = _epoch(checkpoint.created_at)
         derived: dict[str, Any] = {"name": f"step {step}", "kind": CheckpointKind.STEP.value, "step": step}
-        if "ares_status" in metadata:
-            doc["status"] = metadata["ares_status"]
-            status, reason = _status(metadata["ares_status"])
-            derived["status"] = (status or CheckpointStatus.COMPLETED).value
-            if status is not None and not isinstance(reason, str):
-                derived["status_reason"] = jsoncodec.canonical(reason).decode("utf-8")
-        else:
-            doc["status"] = _ares_status(checkpoint.status, checkpoint.status_reason)
-            derived["status"] = checkpoint.status
-            if checkpoint.status in (CheckpointStatus.FAILED, CheckpointStatus.HALTED):
-                derived["status_reason"] = checkpoint.status_reason
+        _export_status(checkpoint, metadata, doc, derived)
         extra = metadata.get("source_extra")
         if isinstance(extra, dict):
             doc.update({k: v for k, v in extra.items() if k not in doc and k != files.CONSOLE})
@@ -329,7 +323,9 @@ def export(session: Any, out_dir: Path) -> list[Path]:
         source = metadata.get("file")
         match = STEP_FILE.match(source) if files.plain_name(source) else None
         name = (
-            source if match and match["session"] == prefix and int(match["step"]) == step else f"{prefix}_{step}.json"
+            match.string
+            if match and match["session"] == prefix and int(match["step"]) == step
+            else f"{prefix}_{step}.json"
         )
         written.append(write_atomically(out_dir / name, files.dumps(doc)))
         if checkpoint.pk == session.head_id:
@@ -337,6 +333,22 @@ def export(session: Any, out_dir: Path) -> list[Path]:
     if head_file is not None:
         written.append(write_atomically(out_dir / f"{prefix}_latest.json", head_file.encode("utf-8")))
     return written
+
+
+def _export_status(checkpoint: Any, metadata: dict[str, Any], doc: dict[str, Any], derived: dict[str, Any]) -> None:
+    """Write the checkpoint's status into `doc` (the raw Ares value it came with, if any), and into `derived` what
+    the importer would read back from it."""
+    if "ares_status" in metadata:
+        doc["status"] = metadata["ares_status"]
+        status, reason = _status(metadata["ares_status"])
+        derived["status"] = (status or CheckpointStatus.COMPLETED).value
+        if status is not None and not isinstance(reason, str):
+            derived["status_reason"] = jsoncodec.canonical(reason).decode("utf-8")
+    else:
+        doc["status"] = _ares_status(checkpoint.status, checkpoint.status_reason)
+        derived["status"] = checkpoint.status
+        if checkpoint.status in (CheckpointStatus.FAILED, CheckpointStatus.HALTED):
+            derived["status_reason"] = checkpoint.status_reason
 
 
 def _file_steps(session: Any) -> dict[int, int]:

@@ -88,18 +88,7 @@ def _read_file(path: Path, seen: set[str]) -> Iterator[Record]:
         yield Problem(str(path), "wrong shape: no agent_id, and the file name does not name the agent")
         return
     checkpoint_type = doc.get("checkpoint_type", match["type"] if match else None)
-    metadata: dict[str, Any] = {"file": path.name}
-    if "version" in doc:
-        metadata["version"] = doc["version"]
-    extra = {key: value for key, value in doc.items() if key not in NATIVE and key != files.CONSOLE}
-    if extra:
-        metadata["source_extra"] = extra
-    if checkpoint_type in KINDS:
-        kind = checkpoint_type
-    else:
-        kind = CheckpointKind.IMPORTED.value
-        if checkpoint_type is not None:
-            metadata["checkpoint_type"] = checkpoint_type
+    kind, metadata = _kind_and_metadata(path, doc, checkpoint_type)
     created_at = parse_time(doc.get("timestamp"))
     if created_at is None:
         if doc.get("timestamp") is not None:
@@ -121,6 +110,21 @@ def _read_file(path: Path, seen: set[str]) -> Iterator[Record]:
         seen.add(agent)
         yield SessionRecord(external_id=agent, agent=agent)
     yield CheckpointRecord(**values)
+
+
+def _kind_and_metadata(path: Path, doc: dict[str, Any], checkpoint_type: Any) -> tuple[str, dict[str, Any]]:
+    """The checkpoint's kind (a type the console does not know imports as "imported", the type kept), and the
+    metadata that keeps what the file says beyond the fields the console reads."""
+    metadata: dict[str, Any] = {"file": path.name}
+    if "version" in doc:
+        metadata["version"] = doc["version"]
+    if extra := {key: value for key, value in doc.items() if key not in NATIVE and key != files.CONSOLE}:
+        metadata["source_extra"] = extra
+    if checkpoint_type in KINDS:
+        return checkpoint_type, metadata
+    if checkpoint_type is not None:
+        metadata["checkpoint_type"] = checkpoint_type
+    return CheckpointKind.IMPORTED.value, metadata
 
 
 # ---- export and write-back ---------------------------------------------------------------------
@@ -192,9 +196,10 @@ class _Names:
 
     def _take(self, name: str) -> str:
         self.taken.add(name)
-        stamp = FILE.match(name)["stamp"]
-        if _stamp_time(stamp) is not None:  # a name whose "time" is no date sets no order
-            self.last = max(self.last, (stamp, name))
+        match = FILE.match(name)  # always: a source name is taken only when it matches, a made one matches
+        # a name whose "time" is no date sets no order
+        if match is not None and _stamp_time(match["stamp"]) is not None:
+            self.last = max(self.last, (match["stamp"], name))
         return name
 
 

@@ -43,7 +43,7 @@ import hashlib
 import os
 import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
@@ -607,16 +607,9 @@ def _read_sessions(folder: Path, project: str | None) -> Iterator[Record]:
             yield Problem(str(child), "stray file among Haytham sessions; skipped")
 
 
-def _read_session(folder: Path, project: str | None) -> Iterator[Record]:
-    manifest: _Manifest | None = None
-    manifest_path = folder / MANIFEST
-    if manifest_path.is_file():
-        try:
-            manifest, problems = _parse_manifest(_read_text(manifest_path), manifest_path)
-            yield from problems
-        except _Malformed as exc:
-            yield Problem(str(manifest_path), str(exc))
-    phases: dict[int, Path] = {}
+def _phase_folders(folder: Path, phases: dict[int, Path]) -> Iterator[Problem]:
+    """Put the session folder's phase folders into `phases` by number; anything else there but the manifest (and
+    its kept versions) is a problem."""
     for child in sorted(_children(folder)):
         match = PHASE_DIR.match(child.name)
         if child.name == MANIFEST or (child.is_file() and child.name.startswith("session_manifest.")):
@@ -629,6 +622,19 @@ def _read_session(folder: Path, project: str | None) -> Iterator[Record]:
                 phases[number] = child
         else:
             yield Problem(str(child), "stray entry in a Haytham session folder; skipped")
+
+
+def _read_session(folder: Path, project: str | None) -> Iterator[Record]:
+    manifest: _Manifest | None = None
+    manifest_path = folder / MANIFEST
+    if manifest_path.is_file():
+        try:
+            manifest, problems = _parse_manifest(_read_text(manifest_path), manifest_path)
+            yield from problems
+        except _Malformed as exc:
+            yield Problem(str(manifest_path), str(exc))
+    phases: dict[int, Path] = {}
+    yield from _phase_folders(folder, phases)
     histories: dict[int, Path] = {}
     for child in sorted(_children(folder / HISTORY)):
         match = PHASE_DIR.match(child.name)
@@ -703,35 +709,66 @@ def _read_phase(
     Only the phase folder's own checkpoint.md says what the phase is now (a phase a restore returned
     to pending has its checkpoint in HISTORY only, and its manifest row says pending).
     """
-    current_versions: list[Path] = []
-    earlier: dict[str, list[Path]] = {"checkpoint": [], "user_feedback": [], "outputs": []}
-    feedback_file: Path | None = None
-    candidates: list[Path] = []
-    for child in sorted(_children(folder)) if folder else []:
-        kept = KEPT.match(child.name)
-        if child.is_dir():
-            yield Problem(str(child), "stray folder in a Haytham phase folder; skipped")
-        elif child.name == CHECKPOINT or (kept and kept.group(1) == "checkpoint"):
-            current_versions.append(child)
-        elif kept and kept.group(1) == "user_feedback":
-            earlier["user_feedback"].append(child)
-        elif child.name == FEEDBACK:
-            feedback_file = child
-        elif child.name.endswith(".md") and not kept:
-            candidates.append(child)
-        else:
-            yield Problem(str(child), "stray file in a Haytham phase folder; skipped")
-    for child in sorted(_children(history)) if history else []:
-        stamped = STAMPED.match(child.name) if child.is_file() else None
-        if stamped is None or stamped.group(1) == "session_manifest":
-            yield Problem(str(child), f"stray entry in the session's {HISTORY} folder; skipped")
-        else:
-            earlier[stamped.group(1) if stamped.group(1) in earlier else "outputs"].append(child)
+    files = _PhaseFiles()
+    yield from files.sort_folder(folder)
+    yield from files.sort_history(history)
+    current = yield from _phase_checkpoints(session, number, name, folder, files)
+    outputs: list[OutputRecord] = []
+    yield from _phase_outputs(folder, history, files, current, outputs)
+    feedback: list[FeedbackRecord] = []
+    for path in sorted(files.earlier["user_feedback"], key=_kept_order) + ([files.feedback] if files.feedback else []):
+        try:
+            feedback.append(_feedback(_read_text(path)))
+        except _Malformed as exc:
+            yield Problem(str(path), str(exc))
+    yield _phase_record(session, number, name, row, current, outputs, feedback)
 
+
+@dataclass
+class _PhaseFiles:
+    """A phase's files by what they hold: the folder's checkpoint.md and its kept versions (`current`), earlier
+    versions by kind, the current feedback file, and the markdown files that may be agent outputs."""
+
+    current: list[Path] = field(default_factory=list)
+    earlier: dict[str, list[Path]] = field(
+        default_factory=lambda: {"checkpoint": [], "user_feedback": [], "outputs": []}
+    )
+    feedback: Path | None = None
+    candidates: list[Path] = field(default_factory=list)
+
+    def sort_folder(self, folder: Path | None) -> Iterator[Problem]:
+        for child in sorted(_children(folder)) if folder else []:
+            kept = KEPT.match(child.name)
+            if child.is_dir():
+                yield Problem(str(child), "stray folder in a Haytham phase folder; skipped")
+            elif child.name == CHECKPOINT or (kept and kept.group(1) == "checkpoint"):
+                self.current.append(child)
+            elif kept and kept.group(1) == "user_feedback":
+                self.earlier["user_feedback"].append(child)
+            elif child.name == FEEDBACK:
+                self.feedback = child
+            elif child.name.endswith(".md") and not kept:
+                self.candidates.append(child)
+            else:
+                yield Problem(str(child), "stray file in a Haytham phase folder; skipped")
+
+    def sort_history(self, history: Path | None) -> Iterator[Problem]:
+        for child in sorted(_children(history)) if history else []:
+            stamped = STAMPED.match(child.name) if child.is_file() else None
+            if stamped is None or stamped.group(1) == "session_manifest":
+                yield Problem(str(child), f"stray entry in the session's {HISTORY} folder; skipped")
+            else:
+                self.earlier[stamped.group(1) if stamped.group(1) in self.earlier else "outputs"].append(child)
+
+
+def _phase_checkpoints(
+    session: str, number: int, name: str | None, folder: Path | None, files: _PhaseFiles
+) -> Generator[Record, None, dict[str, Any] | None]:
+    """The phase's checkpoints, oldest first, each state once; returns the current state (the folder's own)."""
     current: dict[str, Any] | None = None
     keys: set[str] = set()
-    versions = sorted(earlier["checkpoint"], key=_kept_order)
-    versions += sorted(current_versions, key=lambda p: (p.name == CHECKPOINT, _kept_order(p)))
+    versions = sorted(files.earlier["checkpoint"], key=_kept_order)
+    versions += sorted(files.current, key=lambda p: (p.name == CHECKPOINT, _kept_order(p)))
     for path in versions:
         try:
             state = _checkpoint_state(_read_text(path), name or "")
@@ -744,35 +781,37 @@ def _read_phase(
         if key not in keys:
             keys.add(key)
             yield _checkpoint_record(session, number, state, path, key)
+    return current
 
+
+def _phase_outputs(
+    folder: Path | None,
+    history: Path | None,
+    files: _PhaseFiles,
+    current: dict[str, Any] | None,
+    outputs: list[OutputRecord],
+) -> Iterator[Problem]:
+    """Add the phase's agent outputs to `outputs`: earlier ones first, then those the current state lists, in its
+    order, then any other file headed as one."""
     listed = [f"{agent}.md" for agent in (current or {}).get("agent_outputs", [])]
     for agent_file in listed:
         if folder and not (folder / agent_file).is_file():
             yield Problem(str(folder / agent_file), f"listed in {CHECKPOINT} (Agent Outputs) but missing; skipped")
-    outputs: list[OutputRecord] = []
-    for path in sorted(earlier["outputs"], key=_kept_order) + sorted(
-        candidates, key=lambda p: (p.name not in listed, listed.index(p.name) if p.name in listed else 0)
+    for path in sorted(files.earlier["outputs"], key=_kept_order) + sorted(
+        files.candidates, key=lambda p: (p.name not in listed, listed.index(p.name) if p.name in listed else 0)
     ):
         try:
             text = _read_text(path)
         except _Malformed as exc:
             yield Problem(str(path), str(exc))
             continue
-        if path.parent == history:
-            outputs.append(_output(STAMPED.match(path.name).group(1), text))  # type: ignore[union-attr]
+        stamped = STAMPED.match(path.name) if path.parent == history else None  # a match: sort_history kept it
+        if stamped is not None:
+            outputs.append(_output(stamped.group(1), text))
         elif path.name in listed or text.lstrip().startswith("# Agent Output"):
             outputs.append(_output(path.name.removesuffix(".md"), text))
         else:
             yield Problem(str(path), "not an agent output (no '# Agent Output' heading, not listed); skipped")
-
-    feedback: list[FeedbackRecord] = []
-    for path in sorted(earlier["user_feedback"], key=_kept_order) + ([feedback_file] if feedback_file else []):
-        try:
-            feedback.append(_feedback(_read_text(path)))
-        except _Malformed as exc:
-            yield Problem(str(path), str(exc))
-
-    yield _phase_record(session, number, name, row, current, outputs, feedback)
 
 
 def _sections(state: dict[str, Any] | None, name: str) -> dict[str, str]:
@@ -1076,9 +1115,9 @@ def _timeline(session: Any) -> _Timeline:
         digest = bytes(state_hash)
         if digest not in loaded:
             state = store.load_state(bytes(root))
-            loaded[digest] = _version(state, created_at) if _is_phase_state(state) else None
-            if loaded[digest] is not None:
-                timeline.versions.setdefault(number, []).append(loaded[digest])  # type: ignore[arg-type]
+            loaded[digest] = found = _version(state, created_at) if _is_phase_state(state) else None
+            if found is not None:
+                timeline.versions.setdefault(number, []).append(found)
         version = loaded[digest]
         if version is None:
             continue
@@ -1335,8 +1374,8 @@ def write_back(session: Any, checkpoint: Any, folder: Path) -> list[Path]:
 
     manifest = session_dir / MANIFEST
     if manifest.is_file():
-        text = _updated_manifest(_read_text(manifest), state, number, now)
-        written += _replace(manifest, text.encode("utf-8"), now, session_dir)
+        updated = _updated_manifest(_read_text(manifest), state, number, now)
+        written += _replace(manifest, updated.encode("utf-8"), now, session_dir)
     return written
 
 

@@ -221,17 +221,7 @@ def _sibling_agent(entry: _Entry, parent: str, seen: set[Path]) -> str | None:
 def read(path: Path) -> Iterator[Record]:
     entries: dict[str, _Entry] = {}
     seen: set[Path] = set()
-    for item in _index(path):
-        if isinstance(item, Problem):
-            if item.path:
-                seen.add(Path(item.path))
-            yield item
-            continue
-        seen.add(item.path)
-        if item.key in entries:
-            yield Problem(str(item.path), f"checkpoint {item.key} also in {entries[item.key].path}; skipped")
-            continue
-        entries[item.key] = item
+    yield from _collect(path, entries, seen)
 
     outside: dict[str, str | None] = {}  # parents not read here → their agent, if found next to the child
     by_agent: dict[str, list[_Entry]] = defaultdict(list)
@@ -252,47 +242,101 @@ def read(path: Path) -> Iterator[Record]:
         orders[agent], cycle = _order(group, agent, entries)
         for entry in cycle:
             yield Problem(str(entry.path), f"parent chain of {entry.key} forms a cycle; ordered by time")
-        sources[agent] = set()
-        for entry in orders[agent]:
-            source = agent_of(entry.parent)
-            if source is not None and source != agent:
-                forks.setdefault(agent, (source, entry.parent))  # type: ignore[arg-type]
-                if entry.parent in entries:
-                    sources[agent].add(source)
+        fork, sources[agent] = _fork_of(agent, orders[agent], entries, agent_of)
+        if fork is not None:
+            forks[agent] = fork
 
-    cache: tuple[Path | None, dict[int, dict[str, Any] | str]] = (None, {})
+    reread = _Reread()
     for agent in _agent_order(orders, sources):
-        order = orders[agent]
-        head = _latest(order)
-        metadata: dict[str, Any] = {"source_format": NAME}
-        if agent in forks:
-            metadata["forked_from_agent"], metadata["forked_from_checkpoint_id"] = forks[agent]
-        yield SessionRecord(
-            external_id=agent,
-            agent=agent,
-            status=SESSION_STATUS[STATUS.get(head.status, "in_progress")],
-            metadata=metadata,
-            forked_from=forks.get(agent),
-        )
-        links = _links(order, agent, agent_of)
-        yielded: set[str] = set()
-        for entry in order:
-            if cache[0] != entry.path:
-                try:
-                    cache = (entry.path, dict(_lines(entry.path)))
-                except _Unreadable as exc:
-                    cache = (entry.path, {})
-                    yield Problem(str(entry.path), str(exc))
-                    continue
-            value = cache[1].get(entry.line)
-            if not isinstance(value, dict):
-                yield Problem(str(entry.path), f"line {entry.line} changed while importing; skipped")
-                continue
-            parent, new_root = links[entry.key]
-            if parent is not None and parent not in yielded:  # its parent could not be read again
-                parent, new_root = None, True
-            yield _record(entry, value, parent, new_root=new_root, head=entry is head)
-            yielded.add(entry.key)
+        yield from _session(agent, orders[agent], forks.get(agent), agent_of, reread)
+
+
+def _collect(path: Path, entries: dict[str, _Entry], seen: set[Path]) -> Iterator[Problem]:
+    """Index the checkpoints under `path` into `entries` by key, and the files looked at into `seen`."""
+    for item in _index(path):
+        if isinstance(item, Problem):
+            if item.path:
+                seen.add(Path(item.path))
+            yield item
+            continue
+        seen.add(item.path)
+        if item.key in entries:
+            yield Problem(str(item.path), f"checkpoint {item.key} also in {entries[item.key].path}; skipped")
+            continue
+        entries[item.key] = item
+
+
+def _fork_of(
+    agent: str, order: list[_Entry], entries: dict[str, _Entry], agent_of: Callable[[str | None], str | None]
+) -> tuple[tuple[str, str] | None, set[str]]:
+    """Where the agent's session forks from (the first parent of another agent's: that agent and the parent's
+    key), and the agents read here whose checkpoints it hangs under (their sessions are imported first)."""
+    fork: tuple[str, str] | None = None
+    sources: set[str] = set()
+    for entry in order:
+        source = agent_of(entry.parent)
+        if entry.parent is None or source is None or source == agent:
+            continue
+        fork = fork or (source, entry.parent)
+        if entry.parent in entries:
+            sources.add(source)
+    return fork, sources
+
+
+class _Reread:
+    """The lines of the file read last: an agent's checkpoints come file by file, so each file is read once more."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        self.lines: dict[int, dict[str, Any] | str] = {}
+
+    def load(self, path: Path) -> str | None:
+        """Read `path` unless it was the file read last; why it cannot be read, if it cannot."""
+        if path == self.path:
+            return None
+        self.path = path
+        try:
+            self.lines = dict(_lines(path))
+        except _Unreadable as exc:
+            self.lines = {}
+            return str(exc)
+        return None
+
+
+def _session(
+    agent: str,
+    order: list[_Entry],
+    fork: tuple[str, str] | None,
+    agent_of: Callable[[str | None], str | None],
+    reread: _Reread,
+) -> Iterator[Record]:
+    """The agent's session, then its checkpoints in order, each read again from its file."""
+    head = _latest(order)
+    metadata: dict[str, Any] = {"source_format": NAME}
+    if fork is not None:
+        metadata["forked_from_agent"], metadata["forked_from_checkpoint_id"] = fork
+    yield SessionRecord(
+        external_id=agent,
+        agent=agent,
+        status=SESSION_STATUS[STATUS.get(head.status, "in_progress")],
+        metadata=metadata,
+        forked_from=fork,
+    )
+    links = _links(order, agent, agent_of)
+    yielded: set[str] = set()
+    for entry in order:
+        if (unreadable := reread.load(entry.path)) is not None:
+            yield Problem(str(entry.path), unreadable)
+            continue
+        value = reread.lines.get(entry.line)
+        if not isinstance(value, dict):
+            yield Problem(str(entry.path), f"line {entry.line} changed while importing; skipped")
+            continue
+        parent, new_root = links[entry.key]
+        if parent is not None and parent not in yielded:  # its parent could not be read again
+            parent, new_root = None, True
+        yield _record(entry, value, parent, new_root=new_root, head=entry is head)
+        yielded.add(entry.key)
 
 
 _Link = tuple[str | None, bool]  # (the parent's key, starts a new root); (None, False): after the session's head

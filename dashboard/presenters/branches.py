@@ -96,32 +96,8 @@ def branch_layout(last_seq: int, head_seq: int | None, starts: list[tuple[int, i
         (first, firsts[i + 1] - 1 if i + 1 < len(firsts) else last_seq, parent_of.get(first))
         for i, first in enumerate(firsts)
     ]
-    drawn: dict[int, int] = {}  # segment index → the top of its drawn part (always a prefix: a chain)
-    placed: list[Stretch] = []  # every stretch, by lo
-
-    def line(seq: int | None) -> list[Stretch]:
-        stretches: list[Stretch] = []
-        while seq is not None:
-            index = bisect_right(firsts, seq) - 1
-            first, _, attach = segments[index]
-            top = drawn.get(index)
-            if top is not None and seq <= top:
-                break  # it meets a line drawn before here
-            drawn[index] = seq
-            stretches.append(Stretch(first if top is None else top + 1, seq, attach if top is None else top))
-            if top is not None:
-                break
-            seq = attach
-        for stretch in stretches:
-            insort(placed, stretch, key=lambda s: s.lo)
-        return stretches
-
-    def owner(seq: int) -> Branch:
-        branch = placed[bisect_right(placed, seq, key=lambda s: s.lo) - 1].branch
-        assert branch is not None  # lines are drawn newest first: what one meets belongs to a branch already
-        return branch
-
-    head = line(head_seq if head_seq and head_seq <= last_seq else last_seq)
+    drawing = _Drawing(firsts, segments)
+    head = drawing.line(head_seq if head_seq and head_seq <= last_seq else last_seq)
     main = Branch(head[-1], main=True, stretches=head)
     for stretch in head:
         stretch.branch = main
@@ -129,10 +105,10 @@ def branch_layout(last_seq: int, head_seq: int | None, starts: list[tuple[int, i
     lowest: list[int] = []  # per side lane, the lowest seq its lines reach so far
     for index in reversed(range(len(segments))):
         first, last, _ = segments[index]
-        if drawn.get(index, first - 1) >= last:
+        if drawing.drawn.get(index, first - 1) >= last:
             continue
-        stretches = line(last)
-        host = owner(stretches[-1].attach) if stretches[-1].attach is not None else main
+        stretches = drawing.line(last)
+        host = drawing.owner(stretches[-1].attach) if stretches[-1].attach is not None else main
         branch = host if not host.main else Branch(stretches[-1], main=False)
         if branch is not host:
             branches.append(branch)
@@ -144,6 +120,39 @@ def branch_layout(last_seq: int, head_seq: int | None, starts: list[tuple[int, i
             stretch.lane, stretch.branch = lane + 1, branch
         branch.stretches += stretches
     return branches
+
+
+class _Drawing:
+    """The lines `branch_layout` has drawn so far over the session's segments (first seq, last seq, the first's
+    parent), each segment split at the branch starts."""
+
+    def __init__(self, firsts: list[int], segments: list[tuple[int, int, int | None]]) -> None:
+        self.firsts, self.segments = firsts, segments
+        self.drawn: dict[int, int] = {}  # segment index → the top of its drawn part (always a prefix: a chain)
+        self.placed: list[Stretch] = []  # every stretch, by lo
+
+    def line(self, seq: int | None) -> list[Stretch]:
+        """Draw the line down from `seq` until it meets one drawn before (or a root); its stretches, top first."""
+        stretches: list[Stretch] = []
+        while seq is not None:
+            index = bisect_right(self.firsts, seq) - 1
+            first, _, attach = self.segments[index]
+            top = self.drawn.get(index)
+            if top is not None and seq <= top:
+                break  # it meets a line drawn before here
+            self.drawn[index] = seq
+            stretches.append(Stretch(first if top is None else top + 1, seq, attach if top is None else top))
+            if top is not None:
+                break
+            seq = attach
+        for stretch in stretches:
+            insort(self.placed, stretch, key=lambda s: s.lo)
+        return stretches
+
+    def owner(self, seq: int) -> Branch:
+        branch = self.placed[bisect_right(self.placed, seq, key=lambda s: s.lo) - 1].branch
+        assert branch is not None  # lines are drawn newest first: what one meets belongs to a branch already
+        return branch
 
 
 @dataclass(frozen=True)

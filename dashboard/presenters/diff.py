@@ -360,7 +360,7 @@ def _message(value: Any) -> dict[str, Any] | None:
     if not (isinstance(value, dict) and isinstance(value.get("role"), str)):
         return None
     content = value.get("content")
-    calls = value.get("tool_calls") if isinstance(value.get("tool_calls"), list) else []
+    calls = listed if isinstance(listed := value.get("tool_calls"), list) else []
     tools = [call.get("name") or call.get("function", {}).get("name", "?") for call in calls if isinstance(call, dict)]
     text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False, default=str)
     cut = len(text) > VALUE_PREVIEW * 2

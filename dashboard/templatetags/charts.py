@@ -97,7 +97,7 @@ def _frame(
 ) -> SafeString:
     chart_id = f"chart-{next(_ids)}"
     left, right, base = plot.left, plot.left + plot.width, TOP + plot.height
-    parts = [
+    parts: list[str] = [  # markup from format_html, and `body`, which the callers built safe
         format_html(
             '<svg class="chart-svg" viewBox="0 0 {} {}" role="img" aria-labelledby="{}-t {}-d">'
             '<title id="{}-t">{}</title><desc id="{}-d">{}</desc>',

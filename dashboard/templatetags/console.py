@@ -4,14 +4,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import template
 from django.utils import timezone
+from django.utils.safestring import SafeString
 
 from checkpoints.humanize import plain_duration
+from checkpoints.phases import render_markdown
+
+if TYPE_CHECKING:
+    from checkpoints.models import AuditEvent
 
 register = template.Library()
+
+
+@register.filter
+def markdown(text: str) -> SafeString:
+    """An agent's markdown output as sanitised HTML (see `render_markdown`)."""
+    return render_markdown(text)
+
+
+@register.filter
+def short_target(event: AuditEvent) -> str:
+    """The event's target without its session's name, which rows show on their own."""
+    return event.target.removeprefix(f"{event.session} ") if event.session_id else event.target
 
 
 @register.filter

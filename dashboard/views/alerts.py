@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import messages
@@ -13,7 +14,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
-from checkpoints.history import discards_for
+from checkpoints.history import Discards, discards_for
 from checkpoints.humanize import plain_duration
 from checkpoints.models import SEVERITY_RANKS, AlertSeverity, AlertState, Checkpoint, DriftAlert, Project
 from checkpoints.services import Actor, acknowledge_alert, resolve_alert
@@ -88,7 +89,6 @@ def alert_list(request: HtmxHttpRequest) -> HttpResponse:
     form.is_valid()  # an invalid filter is shown as an error and ignored; the valid ones still apply
     page = list(_alerts(form.cleaned_data, request)[: PAGE_SIZE + 1])
     alerts, more = page[:PAGE_SIZE], len(page) > PAGE_SIZE
-    _describe(alerts)
     query = request.GET.copy()
     query.pop("after", None)
     first_query = query.urlencode()
@@ -97,7 +97,7 @@ def alert_list(request: HtmxHttpRequest) -> HttpResponse:
         query["after"] = f"{last.severity}_{last.opened_at.isoformat()}_{last.pk}"
     context = {
         "form": form,
-        "alerts": alerts,
+        "rows": _rows(alerts),
         "next_query": query.urlencode() if more else "",
         "first_query": first_query,
         "paged": bool(form.cleaned_data.get("after")),
@@ -107,24 +107,34 @@ def alert_list(request: HtmxHttpRequest) -> HttpResponse:
     return render_page(request, "dashboard/alert_list.html", context, partial="alert-results")
 
 
-def _describe(alerts: list[DriftAlert]) -> None:
+@dataclass(frozen=True)
+class AlertRow:
     """What a row shows beyond the alert's fields: its evidence in words, and what restoring its last good
     checkpoint discards (for the alerts that still offer it)."""
+
+    alert: DriftAlert
+    evidence: str
+    discards: Discards | None
+
+
+def _rows(alerts: list[DriftAlert]) -> list[AlertRow]:
     prefetch_related_objects(alerts, Prefetch("last_good", queryset=Checkpoint.objects.only(*LAST_GOOD_FIELDS)))
     offers = [alert.last_good for alert in alerts if alert.last_good and alert.state != AlertState.RESOLVED]
     found = discards_for(offers)
-    for alert in alerts:
-        alert.evidence_text = evidence_summary(alert.evidence)
-        alert.discards = found.get(alert.last_good_id) if alert.last_good_id else None
+    return [
+        AlertRow(alert, evidence_summary(alert.evidence), found.get(alert.last_good_id) if alert.last_good_id else None)
+        for alert in alerts
+    ]
 
 
 def _row_response(
     request: HtmxHttpRequest, alert: DriftAlert, done: str, form: ResolveForm | None = None
 ) -> HttpResponse:
     """The alert's row again, focus on what changed (its state, or the reason that was refused), `done` announced."""
-    _describe([alert])
+    [row] = _rows([alert])
     back = safe_next(request, request.htmx.current_url_abs_path or reverse("dashboard:alert_list"))
-    response = render(request, ROW, {"alert": alert, "resolve_form": form, "next": back, "updated": True})
+    context = {"alert": alert, "row": row, "resolve_form": form, "next": back, "updated": True}
+    response = render(request, ROW, context)
     trigger_client_event(response, "alert-updated", {"id": alert.pk, "state": alert.state})
     return notify(response, done, level="error" if form else "success")
 

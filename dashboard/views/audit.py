@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from django import forms
@@ -12,6 +11,7 @@ from django.views.decorators.http import require_GET
 
 from checkpoints.models import AgentSession, AuditEvent
 
+from ..forms import choice_field
 from .common import HtmxHttpRequest, console, parse_int, render_page
 from .pagination import keyset_page
 
@@ -22,15 +22,6 @@ RECENT_EVENTS = 200
 # "Who" choices that group actors: the system (jobs, detectors, commands) acts with neither a user nor a token.
 SYSTEM = Q(actor_user__isnull=True, actor_token__isnull=True)
 ACTOR_GROUPS = {"@people": ("People and API tokens", ~SYSTEM), "@system": ("The system (jobs, detectors)", SYSTEM)}
-
-
-def with_short_targets(events: Iterable[AuditEvent]) -> list[AuditEvent]:
-    """Each event gets `short_target`: its target without the session's name, which rows show on their own."""
-    events = list(events)
-    for event in events:
-        session = f"{event.session} " if event.session_id else ""
-        event.short_target = event.target.removeprefix(session) if session else event.target
-    return events
 
 
 class AuditFilterForm(forms.Form):
@@ -48,9 +39,9 @@ class AuditFilterForm(forms.Form):
             audited |= Q(pk=wanted)
         choices = sessions.filter(audited).select_related("project").order_by("project__slug", "external_id")
         groups = [(value, label) for value, (label, _) in ACTOR_GROUPS.items()]
-        self.fields["actor"].choices = [("", "Anyone"), *groups, *((actor, actor) for actor in actors)]
-        self.fields["action"].choices = [("", "Any action"), *((action, action) for action in actions)]
-        self.fields["session"].choices = [("", "Any session"), *((s.pk, str(s)) for s in choices)]
+        choice_field(self, "actor").choices = [("", "Anyone"), *groups, *((actor, actor) for actor in actors)]
+        choice_field(self, "action").choices = [("", "Any action"), *((action, action) for action in actions)]
+        choice_field(self, "session").choices = [("", "Any session"), *((s.pk, str(s)) for s in choices)]
 
     def filter(self, events: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:
         """Apply the valid filters; an invalid one is shown as an error and ignored."""
@@ -80,5 +71,4 @@ def audit_log(request: HtmxHttpRequest) -> HttpResponse:
         after=request.GET.get("after", ""),
         before=request.GET.get("before", ""),
     )
-    page.rows = with_short_targets(page.rows)
     return render_page(request, "dashboard/audit_log.html", {"form": form, "page": page}, "audit-results")

@@ -47,7 +47,7 @@ def checkpoint_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     state = store.load_shared(bytes(checkpoint.root))
     before = parse_int(request.GET.get("before"))
     if request.htmx and before is not None:
-        context = {"checkpoint": checkpoint, "transcript": Transcript.of(state, before=before)}
+        context: dict[str, Any] = {"checkpoint": checkpoint, "transcript": Transcript.of(state, before=before)}
         return render(request, "dashboard/checkpoint_detail.html#earlier", context)
     context = {
         "checkpoint": checkpoint,
@@ -436,7 +436,7 @@ def _message(index: int, message: dict[str, Any], calls: list[ToolCall]) -> Mess
 
 
 def _tool_call(call: dict[str, Any], records: dict[str, dict[str, Any]], results: dict[str, Any]) -> ToolCall:
-    function = call.get("function") if isinstance(call.get("function"), dict) else {}
+    function = named if isinstance(named := call.get("function"), dict) else {}
     record = records.get(str(call.get("id")), {})
     reply = results.get(str(call.get("id")))
     name = call.get("tool_name") or call.get("name") or function.get("name") or record.get("tool_name") or "tool"

@@ -7,8 +7,9 @@ from functools import wraps
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import get_object_or_404, render
 from django.utils.cache import patch_vary_headers
 from django_htmx.http import trigger_client_event
@@ -16,29 +17,31 @@ from django_htmx.middleware import HtmxDetails
 
 from checkpoints.jobs import ERRORS_KEPT
 from checkpoints.models import AgentSession, Checkpoint, DriftAlert, ImportJob, Phase
-from checkpoints.roles import ALL_PROJECTS, in_every_project
 from checkpoints.roles import APPROVE as APPROVE  # the views' permissions, re-exported
 from checkpoints.roles import OPERATE as OPERATE
 from checkpoints.roles import TRIAGE as TRIAGE
 from checkpoints.roles import VIEW_SESSIONS as VIEW
+from checkpoints.roles import in_every_project
 
 
 class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
+    user: User  # console views are for signed-in users only (`console`): never AnonymousUser
     console_permission: str
 
 
 def console(
     permission: str = VIEW, *, everywhere: bool = False
-) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+) -> Callable[[Callable[..., HttpResponseBase]], Callable[..., HttpResponseBase]]:
     """Sign-in required (redirect), then the permission in at least one project (403 for anyone without it);
     with `everywhere`, in every project at once (system-wide actions, for staff). The `get_…_for_user` lookups
     check the same permission again in the project of the object the view acts on."""
 
-    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    def decorate(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
         @wraps(view)
-        def checked(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            if not request.user.has_perm(permission, ALL_PROJECTS if everywhere else None):
+        def checked(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+            allowed = in_every_project(request.user, permission) if everywhere else request.user.has_perm(permission)
+            if not allowed:
                 if not request.user.has_perm(VIEW):
                     raise PermissionDenied("You are not a member of any project yet: an admin can add you to one.")
                 where = " in every project" if everywhere else ""

@@ -68,7 +68,7 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
 def _pick(request: HtmxHttpRequest, form: CompareForm) -> tuple[Checkpoint, Checkpoint]:
     """The two checkpoints the request names (see CompareForm), or NotComparable saying what is wrong."""
     if not form.is_valid():
-        errors = [error for name in ("a", "b") for error in form.errors.get(name, []) if name in form.data]
+        errors = [str(error) for name in ("a", "b") for error in form.errors.get(name, []) if name in form.data]
         raise NotComparable(" ".join(["Choose two checkpoints to compare: #12 or id:345.", *errors]), 400)
     refs = {name: form.cleaned_data[name] for name in ("a", "b")}
     found = {name: _by_id(request, ref) for name, ref in refs.items() if ref.by == "id"}

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.http import FileResponse, HttpResponse, HttpResponseBadRequest
+from django.http import FileResponse, HttpResponse, HttpResponseBadRequest, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 from django_htmx.http import HttpResponseStopPolling
@@ -24,7 +24,7 @@ from django_htmx.http import HttpResponseStopPolling
 from checkpoints import formats
 from checkpoints.archives import Limits, UnsafeArchive
 from checkpoints.models import AgentSession, ImportJob, Project
-from checkpoints.roles import ALL_PROJECTS
+from checkpoints.roles import in_every_project
 from checkpoints.services import Actor, record_audit
 from checkpoints.uploads import queue_import
 
@@ -42,7 +42,7 @@ def import_upload(request: HtmxHttpRequest) -> HttpResponse:
     max_bytes = settings.IMPORT_UPLOAD_MAX_BYTES
     posted = request.method == "POST"
     operated = Project.objects.allowing(request.user, OPERATE).order_by("slug")
-    may_create = request.user.has_perm(OPERATE, ALL_PROJECTS)
+    may_create = in_every_project(request.user, OPERATE)
     jobs = ImportJob.objects.visible_to(request.user, OPERATE)
     projects = list(operated.values_list("slug", flat=True))
     first = "imported" if may_create else projects[0] if len(projects) == 1 else ""
@@ -86,7 +86,7 @@ def import_job(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 @console()
 @require_GET
-def session_export(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+def session_export(request: HtmxHttpRequest, pk: int) -> HttpResponseBase:
     session = get_session_for_user(request, pk)
     name = request.GET.get("format", "")
     if name not in formats.NAMES:

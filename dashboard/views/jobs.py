@@ -21,7 +21,7 @@ from django_htmx.http import HttpResponseStopPolling
 
 from checkpoints.jobs import stale_after
 from checkpoints.models import JobRun, JobRunStatus
-from checkpoints.roles import ALL_PROJECTS, in_every_project
+from checkpoints.roles import in_every_project
 from checkpoints.services import Actor, request_job_run
 
 from .alerts import evidence_summary
@@ -78,13 +78,14 @@ def _schedule_text(task: PeriodicTask) -> str:
     return "—"
 
 
-def _watched(request: HtmxHttpRequest, now: datetime) -> tuple[int | None, datetime | None]:
-    """The task an operator just queued (`?queued=<pk>&at=<epoch>` from Run now), while it is worth waiting for."""
+def _watched(request: HtmxHttpRequest, now: datetime) -> tuple[int, datetime] | None:
+    """The task an operator just queued (`?queued=<pk>&at=<epoch>` from Run now) and when, while it is worth
+    waiting for."""
     pk, at = parse_int(request.GET.get("queued")), parse_int(request.GET.get("at"), below=2**40)
     if pk is None or at is None:
-        return None, None
+        return None
     since = datetime.fromtimestamp(at, tz=UTC)
-    return (pk, since) if now - WATCH_FOR < since <= now + timedelta(seconds=5) else (None, None)
+    return (pk, since) if now - WATCH_FOR < since <= now + timedelta(seconds=5) else None
 
 
 def _summary(run: JobRun) -> str:
@@ -103,7 +104,7 @@ def job_list(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "rows": rows,
         "system_figures": system_figures,
-        "can_run": request.user.has_perm(OPERATE, ALL_PROJECTS),
+        "can_run": in_every_project(request.user, OPERATE),
         "refresh": busy,  # the table refreshes itself until what was queued or running has finished
     }
     response = render_page(request, "dashboard/jobs.html", context, "job-table")
@@ -118,7 +119,7 @@ def _rows(request: HtmxHttpRequest, *, system_figures: bool) -> list[dict[str, A
     tasks = list(PeriodicTask.objects.select_related("interval", "crontab", "solar", "clocked").order_by("name"))
     runs = _latest_runs({JOB_FOR_TASK[t.task] for t in tasks if t.task in JOB_FOR_TASK})
     silent_since = now - stale_after()
-    queued, queued_at = _watched(request, now)
+    watched = _watched(request, now)
     rows = []
     for task in tasks:
         run = runs.get(JOB_FOR_TASK.get(task.task, ""))
@@ -133,7 +134,9 @@ def _rows(request: HtmxHttpRequest, *, system_figures: bool) -> list[dict[str, A
                 "silent": bool(run and run.status == JobRunStatus.RUNNING and run.last_sign_of_life < silent_since),
                 "next_run": _next_run(task, now),
                 # queued by Run now, and no run of it recorded since: no worker has picked it up yet
-                "waiting": task.pk == queued and (run is None or run.started_at < queued_at),
+                "waiting": watched is not None
+                and task.pk == watched[0]
+                and (run is None or run.started_at < watched[1]),
                 "asks_first": task.task in ASKS_FIRST,
             }
         )

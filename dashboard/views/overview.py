@@ -12,7 +12,6 @@ from django.views.decorators.http import require_GET
 from checkpoints.models import AgentSession, AuditEvent, DriftAlert, Phase, SessionStatus
 from checkpoints.phases import waiting_for_approval
 
-from .audit import with_short_targets
 from .common import HtmxHttpRequest, console, render_page
 
 STALE_AFTER = timedelta(minutes=30)  # the routine checkpoint interval: a quiet active session has stopped
@@ -46,7 +45,7 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
         "more_attention": len(attention) > ATTENTION_ROWS,
         "approvals": approvals[:APPROVAL_ROWS],
         "more_approvals": len(approvals) > APPROVAL_ROWS,
-        "actions": with_short_targets(
+        "actions": list(
             AuditEvent.objects.visible_to(request.user)
             .select_related("session__project")
             .order_by("-created_at", "-pk")[:RECENT_ACTIONS]

@@ -15,7 +15,6 @@ from checkpoints.phases import (
     FeedbackRefused,
     is_valid,
     record_feedback,
-    render_markdown,
     standing_approval,
     validate_phase,
 )
@@ -29,8 +28,6 @@ def _context(
     request: HtmxHttpRequest, phase: Phase, form: FeedbackForm | None = None, *, decided: str = ""
 ) -> dict[str, Any]:
     outputs = list(phase.outputs.all())
-    for output in outputs:
-        output.html = render_markdown(output.content)
     checks = validate_phase(phase, outputs)
     history = list(phase.feedback.select_related("reviewer").order_by("-created_at", "-pk"))
     return {

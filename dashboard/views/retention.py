@@ -19,7 +19,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from checkpoints import tasks
 from checkpoints.models import Checkpoint, JobRun, JobRunStatus, Project
 from checkpoints.retention import describe, plan_retention, policies_in_force, recorded_plan
-from checkpoints.roles import ALL_PROJECTS, in_every_project
+from checkpoints.roles import in_every_project
 from checkpoints.services import Actor, request_job_run
 
 from .common import OPERATE, VIEW, HtmxHttpRequest, console, job_failures, render_page
@@ -51,7 +51,7 @@ def retention(request: HtmxHttpRequest) -> HttpResponse:
         "computing": any(run.dry_run and run.status == JobRunStatus.RUNNING for run in runs),
         "runs": runs,
         "system_figures": in_every_project(request.user, VIEW),  # a run's counts span every project
-        "can_run": request.user.has_perm(OPERATE, ALL_PROJECTS),
+        "can_run": in_every_project(request.user, OPERATE),
         "can_recompute": request.user.has_perm(OPERATE),
     }
     return render_page(request, "dashboard/retention.html", context)
@@ -88,7 +88,7 @@ def _run_now(request: HtmxHttpRequest) -> HttpResponse:
     """ "Run now": it runs for every project, so only for those who operate every project (staff operators).
     It first shows what it deletes, by kind, and runs only when confirmed; the task is queued once the
     request's transaction (with its audit row) commits."""
-    if not request.user.has_perm(OPERATE, ALL_PROJECTS):
+    if not in_every_project(request.user, OPERATE):
         raise PermissionDenied("Your role does not allow this in every project (operate_session).")
     here = reverse("dashboard:retention")
     if request.POST.get("confirm") != "yes":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django import forms
@@ -10,9 +12,10 @@ from django.db.models import QuerySet
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
-from checkpoints.models import AgentSession, Checkpoint, Project, SessionStatus
+from checkpoints.models import AgentSession, AgentSessionQuerySet, Checkpoint, Project, SessionStatus
 from checkpoints.phases import sessions_waiting_for_approval
 
+from ..forms import choice_field
 from .common import HtmxHttpRequest, console, render_page
 from .pagination import keyset_page
 
@@ -44,16 +47,14 @@ class SessionFilterForm(forms.Form):
     waiting = forms.BooleanField(required=False, label="Waiting for approval")
     sort = forms.ChoiceField(required=False, choices=[(key, label) for key, (label, _) in SORTS.items()])
 
-    def __init__(
-        self, *args: Any, sessions: QuerySet[AgentSession], projects: QuerySet[Project], **kwargs: Any
-    ) -> None:
+    def __init__(self, *args: Any, sessions: AgentSessionQuerySet, projects: QuerySet[Project], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        projects = projects.order_by("slug").values_list("slug", flat=True)
+        slugs = projects.order_by("slug").values_list("slug", flat=True)
         agents = sessions.order_by("agent").values_list("agent", flat=True).distinct()
-        self.fields["project"].choices = [("", "All projects"), *((slug, slug) for slug in projects)]
-        self.fields["agent"].choices = [("", "All agents"), *((agent, agent) for agent in agents)]
+        choice_field(self, "project").choices = [("", "All projects"), *((slug, slug) for slug in slugs)]
+        choice_field(self, "agent").choices = [("", "All agents"), *((agent, agent) for agent in agents)]
 
-    def filter(self, sessions: QuerySet[AgentSession]) -> QuerySet[AgentSession]:
+    def filter(self, sessions: AgentSessionQuerySet) -> AgentSessionQuerySet:
         """Apply the valid filters; an invalid one is shown as an error and ignored."""
         self.is_valid()
         data = self.cleaned_data
@@ -80,18 +81,25 @@ class SessionFilterForm(forms.Form):
         return any(self.cleaned_data.get(name) for name in ("q", "project", "agent", "status", "alert", "waiting"))
 
 
-def attach_sparklines(sessions: list[AgentSession]) -> None:
-    """Each session gets `sizes` (raw bytes of its newest checkpoints, oldest first) and `last_checkpoint_at`,
-    from one query for the whole page."""
+@dataclass(frozen=True)
+class SessionRow:
+    """A session as the list shows it: the raw bytes of its newest checkpoints (oldest first, for the sparkline)
+    and when the newest was made."""
+
+    session: AgentSession
+    sizes: list[int]
+    last_checkpoint_at: datetime | None
+
+
+def _rows(sessions: list[AgentSession]) -> list[SessionRow]:
+    """The page's rows, from one query for the whole page."""
     sizes: dict[int, list[int]] = defaultdict(list)
-    last_at: dict[int, Any] = {}
+    last_at: dict[int, datetime] = {}
     rows = Checkpoint.objects.newest_per_session(sessions, count=SPARK_POINTS)
     for session_id, raw_bytes, created_at in rows.values_list("session_id", "raw_bytes", "created_at"):
         sizes[session_id].append(raw_bytes)
         last_at[session_id] = created_at
-    for session in sessions:
-        session.sizes = sizes[session.pk]
-        session.last_checkpoint_at = last_at.get(session.pk)
+    return [SessionRow(session, sizes[session.pk], last_at.get(session.pk)) for session in sessions]
 
 
 @require_GET
@@ -103,6 +111,5 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
     page = keyset_page(
         matching.for_list(), form.order, after=request.GET.get("after", ""), before=request.GET.get("before", "")
     )
-    attach_sparklines(page.rows)
-    context = {"form": form, "page": page, "total": matching.count()}
+    context = {"form": form, "page": page, "rows": _rows(page.rows), "total": matching.count()}
     return render_page(request, "dashboard/session_list.html", context, "session-results")

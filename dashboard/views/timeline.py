@@ -233,7 +233,7 @@ def _build_rows(
     expand: tuple[int, int] | None = None,
 ) -> list[Row]:
     """Rows for `checkpoints` (newest first); `below` is the checkpoint just older than the last one."""
-    forks: dict[int, list[AgentSession]] = {}
+    forks: dict[int | None, list[AgentSession]] = {}  # by the checkpoint forked from (always set: these are forks)
     for fork in child_forks:
         forks.setdefault(fork.forked_from_id, []).append(fork)
     by_seq = {c.seq: c for c in checkpoints}
@@ -356,7 +356,7 @@ def _summaries(session: AgentSession, branches: list[Branch], forks: list[AgentS
     folded = {b.lo for b in branches if b.folded}
     newest_seqs = [group["newest"] for group in groups if group["branch"] in folded]
     newest = {c.seq: c for c in checkpoints.for_timeline().filter(seq__in=newest_seqs)} if newest_seqs else {}
-    fork_seqs = [fork.forked_from.seq for fork in forks]
+    fork_seqs = [fork.forked_from.seq for fork in forks if fork.forked_from]
     by_lo = {b.lo: b for b in branches}
     summaries: dict[int, Summary] = {}
     for group in groups:
@@ -660,9 +660,10 @@ def timeline_index(session: AgentSession, forks: list[AgentSession]) -> list[tup
         .order_by("-opened_at", "-pk")
         .values_list("checkpoint__seq", "kind", "state")[:INDEX_MAX]
     )
+    forked = [Landmark(f.forked_from.seq, f"#{f.forked_from.seq} {f.external_id}") for f in forks if f.forked_from]
     groups = [
         ("Restores", [Landmark(seq, f"#{seq} back to #{target}" if target else f"#{seq}") for seq, target in restores]),
-        ("Forks", [Landmark(f.forked_from.seq, f"#{f.forked_from.seq} {f.external_id}") for f in forks][-INDEX_MAX:]),
+        ("Forks", forked[-INDEX_MAX:]),
         ("Failures", [Landmark(seq, f"#{seq} {name or status}", bad=True) for seq, name, status in troubles]),
         ("Phases", [Landmark(seq, f"#{seq} {name}") for seq, name in phases]),
         ("Alerts", [Landmark(seq, f"#{seq} {kind.replace('_', ' ')} ({state})") for seq, kind, state in alerts]),

@@ -270,7 +270,7 @@ def test_sparkline_shows_the_size_of_the_last_30_checkpoints(client, bob, make_s
     session = make_session()
     checkpoints = [make_checkpoint(session, {"items": list(range(i * 10))}) for i in range(40)]
     client.force_login(bob)
-    row = client.get(URL).context["page"].rows[0]
+    row = client.get(URL).context["rows"][0]
     assert row.sizes == [c.raw_bytes for c in checkpoints[-30:]]
     assert row.last_checkpoint_at == checkpoints[-1].created_at
 
@@ -300,5 +300,5 @@ def test_query_count_is_bounded_on_thousands_of_checkpoints(
     with django_assert_max_num_queries(10):
         response = client.get(URL, {"sort": "title", "after": first.context["page"].next_cursor}, headers=HTMX)
     assert response.status_code == 200
-    big = client.get(URL, {"q": "marathon"}).context["page"].rows[0]
-    assert len(big.sizes) == 30 and big.head_step is not None
+    big = client.get(URL, {"q": "marathon"}).context["rows"][0]
+    assert len(big.sizes) == 30 and big.session.head_step is not None
