@@ -40,8 +40,8 @@ MESSAGE_MAX = 20_000  # characters of one message shown
 CHANGES_ROWS = 12  # rows of "what changed here"; Compare has the rest
 
 
-@require_GET
 @console()
+@require_GET
 def checkpoint_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     checkpoint = get_checkpoint_for_user(request, pk)
     state = store.load_shared(bytes(checkpoint.root))
@@ -60,8 +60,8 @@ def checkpoint_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return render_page(request, "dashboard/checkpoint_detail.html", context, "checkpoint")
 
 
-@require_GET
 @console()
+@require_GET
 def checkpoint_subtree(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     checkpoint = get_checkpoint_for_user(request, pk)
     state = store.load_shared(bytes(checkpoint.root))
@@ -78,8 +78,8 @@ def checkpoint_subtree(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return render_page(request, "dashboard/state_subtree.html", context, "items")
 
 
-@require_GET
 @console()
+@require_GET
 def checkpoint_download(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     checkpoint = get_checkpoint_for_user(request, pk)
     response = HttpResponse(store.load_state_json(bytes(checkpoint.root)), content_type="application/json")

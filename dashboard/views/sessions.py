@@ -94,8 +94,8 @@ def attach_sparklines(sessions: list[AgentSession]) -> None:
         session.last_checkpoint_at = last_at.get(session.pk)
 
 
-@require_GET
 @console()
+@require_GET
 def session_list(request: HtmxHttpRequest) -> HttpResponse:
     sessions = AgentSession.objects.visible_to(request.user)
     form = SessionFilterForm(request.GET, sessions=sessions, projects=Project.objects.allowing(request.user))

@@ -47,8 +47,8 @@ CHART_POINTS = 500  # the size chart samples at most this many buckets
 INDEX_MAX = 12  # the timeline's index lists this many of each kind of event, newest first
 
 
-@require_GET
 @console()
+@require_GET
 def session_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     session = get_session_for_user(request, pk)
     expand, folding = _parse_range(request.GET.get("expand")), _folding(request.GET)
