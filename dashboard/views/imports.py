@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.http import FileResponse, HttpResponse, HttpResponseBadRequest
-from django.shortcuts import redirect, render
+from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_http_methods
 from django_htmx.http import HttpResponseStopPolling
 
@@ -70,7 +70,7 @@ def import_upload(request: HtmxHttpRequest) -> HttpResponse:
         "format_names": formats.NAMES,
         "limits": Limits.from_settings(),
     }
-    return render(request, "dashboard/import_upload.html", context)
+    return render_page(request, "dashboard/import_upload.html", context)
 
 
 @console(OPERATE)

@@ -337,6 +337,16 @@ def test_fork_form_for_htmx_is_the_form_fragment(client, alice, run):
     assert html.lstrip().startswith('<form id="fork-form"') and "<html" not in html
 
 
+@pytest.mark.parametrize("url", [restore_url, fork_url])
+def test_restore_and_fork_pages_are_whole_after_a_history_cache_miss_and_vary_on_htmx(client, alice, run, url):
+    client.force_login(alice)
+    headers = {"HX-Request": "true", "HX-History-Restore-Request": "true"}
+    response = client.get(url(run[1][1]), headers=headers)
+    html = response.content.decode()
+    assert "<html" in html and 'role="dialog"' not in html  # a whole page, not a modal over nothing
+    assert "HX-Request" in response["Vary"]
+
+
 def test_fork_creates_a_session_and_opens_it(client, alice, run):
     session, checkpoints = run
     client.force_login(alice)
