@@ -9,7 +9,6 @@ imports it; its job page polls a partial every second until the job is finished.
 
 from __future__ import annotations
 
-import re
 import tempfile
 import zipfile
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.http import FileResponse, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect
+from django.utils.text import get_valid_filename
 from django.views.decorators.http import require_GET, require_http_methods
 from django_htmx.http import HttpResponseStopPolling
 
@@ -94,7 +94,7 @@ def session_export(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
     archive = export_zip(session, name)
     record_audit(Actor.for_user(request.user), "export", session=session, details={"format": name})
-    filename = f"{re.sub(r'[^A-Za-z0-9._-]+', '_', session.external_id)}-{name}.zip"
+    filename = get_valid_filename(f"{session.external_id}-{name}.zip")
     return FileResponse(archive, as_attachment=True, filename=filename, content_type="application/zip")
 
 
