@@ -336,7 +336,7 @@ def detect_stalled(recent: Recent, now: datetime, limits: Limits) -> list[Findin
     steps = [(index, row) for index, row in enumerate(recent.rows) if row.kind not in COPIES]
     if not steps:
         return []
-    head_index, head = steps[-1]
+    _, head = steps[-1]
     same = 0
     for _, row in reversed(steps):
         if row.state_hash != head.state_hash:

@@ -102,9 +102,6 @@ class SessionStatus(models.TextChoices):
 
 
 class AgentSessionQuerySet(ProjectScopedQuerySet):
-    def for_project(self, project: Project) -> AgentSessionQuerySet:
-        return self.filter(project=project)
-
     def active(self) -> AgentSessionQuerySet:
         return self.filter(status=SessionStatus.ACTIVE)
 
@@ -314,9 +311,6 @@ class CheckpointQuerySet(ProjectScopedQuerySet):
         if until:
             qs = qs.filter(created_at__lte=until)
         return qs
-
-    def latest_first(self) -> CheckpointQuerySet:
-        return self.order_by("-seq")
 
     def for_timeline(self) -> CheckpointQuerySet:
         """The columns a timeline row shows; `metadata` (which can be large) stays behind."""
