@@ -43,7 +43,7 @@ def import_upload(request: HtmxHttpRequest) -> HttpResponse:
     posted = request.method == "POST"
     operated = Project.objects.allowing(request.user, OPERATE).order_by("slug")
     may_create = request.user.has_perm(OPERATE, ALL_PROJECTS)
-    jobs = ImportJob.objects.visible_to(request.user, OPERATE)
+    jobs = ImportJob.objects.allowing(request.user, OPERATE)
     projects = list(operated.values_list("slug", flat=True))
     first = "imported" if may_create else projects[0] if len(projects) == 1 else ""
     form = UploadForm(
