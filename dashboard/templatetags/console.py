@@ -11,6 +11,8 @@ from django.utils import timezone
 
 from checkpoints.humanize import plain_duration
 
+from ..undo import UndoOffer, take_undo_offers
+
 register = template.Library()
 
 
@@ -78,3 +80,10 @@ def can(user_on: _UserOn, action: str) -> bool:
     """
     codename = {"operate": "operate_session", "triage": "triage_alert", "approve": "approve_phase"}[action]
     return bool(user_on.user.has_perm(f"checkpoints.{codename}", user_on.obj))
+
+
+@register.simple_tag(takes_context=True)
+def undo_offers(context: template.Context) -> list[UndoOffer]:
+    """`{% undo_offers as offers %}`: the restores this visitor may undo, each shown once (dashboard/undo.py)."""
+    request = context.get("request")
+    return take_undo_offers(request) if request is not None else []

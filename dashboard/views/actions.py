@@ -30,6 +30,7 @@ from checkpoints.services import (
 
 from ..forms import ForkForm, PinForm, RestoreForm, UndoForm
 from ..presenters.diff import DiffView, present_diff
+from ..undo import offer_undo
 from .common import (
     OPERATE,
     HtmxHttpRequest,
@@ -112,11 +113,11 @@ def restore(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         restored = restore_checkpoint(
             checkpoint, actor=Actor.for_user(request.user), reason=form.cleaned_data["reason"]
         )
-        messages.success(
+        offer_undo(
             request,
+            session,
             f"Restored {session.title or session.external_id} to #{checkpoint.seq}: the agent resumes from "
             f"new checkpoint #{restored.seq}. Later checkpoints stay in the history.",
-            extra_tags=f"undo-{session.pk}",
         )
         return navigate(request, reverse("dashboard:session_detail", args=[session.pk]))
     context = _restore_context(request, checkpoint, form)

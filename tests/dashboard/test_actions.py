@@ -222,14 +222,15 @@ def test_restore_moves_the_head_and_records_who_and_why(client, alice, run):
     assert audit.reason == "looping since step 2"
 
 
-def test_restore_notice_offers_undo(client, alice, run):
+def test_restore_notice_offers_undo_once(client, alice, run):
     session, checkpoints = run
     client.force_login(alice)
-    response = client.post(restore_url(checkpoints[0]), {"reason": ""})
-    [message] = list(get_messages(response.wsgi_request))
-    assert message.level_tag == "success"
-    assert message.extra_tags == f"undo-{session.pk}"
-    assert "#1" in message.message
+    response = client.post(restore_url(checkpoints[0]), {"reason": ""}, follow=True)
+    html = response.content.decode()
+    undo = f'action="{reverse("dashboard:session_undo", args=[session.pk])}"'
+    assert html.count(undo) == 1 and "to #1: the agent resumes" in html
+    again = client.get(reverse("dashboard:session_detail", args=[session.pk])).content.decode()
+    assert undo not in again and "to #1: the agent resumes" not in again
 
 
 def test_the_restore_notice_with_undo_is_the_first_thing_in_main_and_takes_focus(client, alice, run):
