@@ -233,6 +233,19 @@ def test_restore_notice_offers_undo_once(client, alice, run):
     assert undo not in again and "to #1: the agent resumes" not in again
 
 
+def test_two_restores_before_a_page_is_shown_each_offer_undo_there(client, alice, run, make_session, make_checkpoint):
+    session, checkpoints = run
+    other = make_session("run-2")
+    target = make_checkpoint(other, state(1), name="step_1", step=1)
+    make_checkpoint(other, state(2), name="step_2", step=2)
+    client.force_login(alice)
+    client.post(restore_url(checkpoints[0]), {"reason": ""})
+    client.post(restore_url(target), {"reason": ""})
+    html = client.get(reverse("dashboard:overview")).content.decode()
+    assert f'action="{undo_url(session)}"' in html and f'action="{undo_url(other)}"' in html
+    assert html.count(" autofocus") == 1
+
+
 def test_the_restore_notice_with_undo_is_the_first_thing_in_main_and_takes_focus(client, alice, run):
     session, checkpoints = run
     client.force_login(alice)
