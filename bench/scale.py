@@ -464,8 +464,8 @@ def open_alerts(session: Any, spec: Spec, rng: random.Random) -> None:
 
     rows = list(Checkpoint.objects.filter(session=session).order_by("-seq").values_list("pk", "seq")[:2])
 
-    def row(pk: int, seq: int) -> drift.Row:
-        return drift.Row(pk, seq, "step", "completed", "", "", None, session.updated_at, b"", 0, b"")
+    def row(pk: int, seq: int) -> drift.SeenCheckpoint:
+        return drift.SeenCheckpoint(pk, seq, "step", "completed", "", "", None, session.updated_at, b"", 0, b"")
 
     head = row(*rows[0])
     last_good = row(*rows[-1])

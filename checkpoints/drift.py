@@ -52,7 +52,7 @@ DETECT_BATCH = 100  # sessions per savepoint in detect_all
 
 
 @dataclass(frozen=True)
-class Row:
+class SeenCheckpoint:
     """One checkpoint as the detectors see it (no state, no metadata)."""
 
     pk: int
@@ -87,8 +87,8 @@ class Finding:
     severity: str
     message: str
     evidence: dict[str, Any]
-    checkpoint: Row | None  # the checkpoint that showed the drift
-    last_good: Row | None  # the newest checkpoint before the drift began
+    checkpoint: SeenCheckpoint | None  # the checkpoint that showed the drift
+    last_good: SeenCheckpoint | None  # the newest checkpoint before the drift began
 
 
 @dataclass(frozen=True)
@@ -130,18 +130,18 @@ class Limits:
 class Recent:
     """What the detectors know of one session: its newest checkpoints (oldest first) and a few facts."""
 
-    rows: list[Row]
+    rows: list[SeenCheckpoint]
     active: bool = True  # the session's status is active
     started_at: datetime | None = None
     heartbeat_at: datetime | None = None
-    last_reset: Row | None = None  # newest recovery/restore/fork checkpoint, possibly older than `rows`
+    last_reset: SeenCheckpoint | None = None  # newest recovery/restore/fork checkpoint, possibly older than `rows`
     head_pk: int | None = None  # the session's head; the newest row when unknown
-    load: Callable[[Row], Any] = lambda row: store.load_shared(row.root)
-    fetch: Callable[[int], Row | None] = lambda pk: None  # a checkpoint older than the window, by id
+    load: Callable[[SeenCheckpoint], Any] = lambda row: store.load_shared(row.root)
+    fetch: Callable[[int], SeenCheckpoint | None] = lambda pk: None  # a checkpoint older than the window, by id
     _states: dict[int, Any] = field(default_factory=dict)
 
     @property
-    def head(self) -> Row | None:
+    def head(self) -> SeenCheckpoint | None:
         """The checkpoint the agent resumes from: the newest one, unless an importer pointed elsewhere."""
         if self.head_pk is not None:
             for row in reversed(self.rows):
@@ -157,7 +157,7 @@ class Recent:
         heartbeat = self.heartbeat_at
         return self.active and heartbeat is not None and now - heartbeat <= limits.idle_after
 
-    def ancestors(self, row: Row) -> Iterator[Row]:
+    def ancestors(self, row: SeenCheckpoint) -> Iterator[SeenCheckpoint]:
         """`row`'s parent, its parent, …: its branch back in time, from the window and then a few more."""
         by_pk = {candidate.pk: candidate for candidate in self.rows}
         fetched = 0
@@ -174,7 +174,7 @@ class Recent:
             yield found
             parent = found.parent_id
 
-    def state(self, row: Row) -> Any:
+    def state(self, row: SeenCheckpoint) -> Any:
         """States are read only when a detector needs one (content-addressed: reading is safe at any time)."""
         if row.seq not in self._states:
             self._states[row.seq] = self.load(row)
@@ -205,12 +205,12 @@ def _action(call: dict[str, Any]) -> tuple[str, bytes]:
     return str(name), jsoncodec.canonical(call.get("arguments"))  # arguments may hold integers beyond 64 bits
 
 
-def _good_ancestor(recent: Recent, row: Row) -> Row | None:
+def _good_ancestor(recent: Recent, row: SeenCheckpoint) -> SeenCheckpoint | None:
     """The newest healthy checkpoint on `row`'s own branch before it: what restoring undoes least."""
     return next((ancestor for ancestor in recent.ancestors(row) if ancestor.status not in BAD), None)
 
 
-def _before(rows: list[Row], index: int) -> Row | None:
+def _before(rows: list[SeenCheckpoint], index: int) -> SeenCheckpoint | None:
     """The newest healthy checkpoint before rows[index]."""
     for row in reversed(rows[:index]):
         if row.status not in BAD:
@@ -218,7 +218,7 @@ def _before(rows: list[Row], index: int) -> Row | None:
     return None
 
 
-def _index_of_step(rows: list[Row], step: Any) -> int:
+def _index_of_step(rows: list[SeenCheckpoint], step: Any) -> int:
     """Index of the first row at or after `step` (the newest row when steps are unknown)."""
     if isinstance(step, int):
         for index, row in enumerate(rows):
@@ -339,7 +339,7 @@ def detect_stalled(recent: Recent, now: datetime, limits: Limits) -> list[Findin
     steps = [(index, row) for index, row in enumerate(recent.rows) if row.kind not in COPIES]
     if not steps:
         return []
-    head_index, head = steps[-1]
+    _, head = steps[-1]
     same = 0
     for _, row in reversed(steps):
         if row.state_hash != head.state_hash:
@@ -382,7 +382,7 @@ def detect_stalled(recent: Recent, now: datetime, limits: Limits) -> list[Findin
     ]
 
 
-def _steps_since_reset(row: Row, reset: Row | None) -> int:
+def _steps_since_reset(row: SeenCheckpoint, reset: SeenCheckpoint | None) -> int:
     if row.step is not None and reset is None:
         return row.step
     if row.step is not None and reset is not None and reset.step is not None:
@@ -504,7 +504,7 @@ def sync_alerts(
     *,
     kinds: Iterable[str],
     now: datetime,
-    head: Row | None = None,
+    head: SeenCheckpoint | None = None,
     unresolved: list[DriftAlert] | None = None,
     clearing: list[tuple[DriftAlert, str]] | None = None,
 ) -> tuple[int, int]:
@@ -636,8 +636,8 @@ SESSION_FIELDS = [
 ]  # fmt: skip
 
 
-def _row(values: dict[str, Any]) -> Row:
-    return Row(**{**values, "state_hash": bytes(values["state_hash"]), "root": bytes(values["root"])})
+def _row(values: dict[str, Any]) -> SeenCheckpoint:
+    return SeenCheckpoint(**{**values, "state_hash": bytes(values["state_hash"]), "root": bytes(values["root"])})
 
 
 def recents_for(session_ids: list[int], *, limits: Limits, timed: bool) -> dict[int, tuple[AgentSession, Recent]]:
@@ -653,11 +653,11 @@ def recents_for(session_ids: list[int], *, limits: Limits, timed: bool) -> dict[
             first_at=Subquery(theirs.order_by("seq").values("created_at")[:1]),
         )
     found = list(sessions.order_by("pk"))
-    rows: dict[int, list[Row]] = {session.pk: [] for session in found}
+    rows: dict[int, list[SeenCheckpoint]] = {session.pk: [] for session in found}
     newest = Checkpoint.objects.newest_per_session(found, count=limits.window)
     for values in newest.values(*ROW_FIELDS, "session_id"):
         rows[values.pop("session_id")].append(_row(values))
-    resets: dict[int, Row] = {}  # session pk → its last recovery checkpoint
+    resets: dict[int, SeenCheckpoint] = {}  # session pk → its last recovery checkpoint
     if timed:
         # `reset_pk` is annotated only when timed: the sessions' static type does not know it
         session_of = {pk: session.pk for session in found if (pk := getattr(session, "reset_pk", None))}
@@ -668,8 +668,10 @@ def recents_for(session_ids: list[int], *, limits: Limits, timed: bool) -> dict[
     return {session.pk: (session, _recent(session, rows[session.pk], resets, timed=timed)) for session in found}
 
 
-def _recent(session: AgentSession, rows: list[Row], resets: dict[int, Row], *, timed: bool) -> Recent:
-    def fetch(pk: int) -> Row | None:
+def _recent(
+    session: AgentSession, rows: list[SeenCheckpoint], resets: dict[int, SeenCheckpoint], *, timed: bool
+) -> Recent:
+    def fetch(pk: int) -> SeenCheckpoint | None:
         values = Checkpoint.objects.filter(session_id=session.pk, pk=pk).values(*ROW_FIELDS).first()
         return _row(values) if values else None
 

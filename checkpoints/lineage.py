@@ -77,10 +77,6 @@ def relate(a: Checkpoint, b: Checkpoint) -> Lineage:
     return Lineage(Relation.UNRELATED, None)
 
 
-def common_ancestor(a: Checkpoint, b: Checkpoint) -> Checkpoint | None:
-    return relate(a, b).ancestor
-
-
 @dataclass
 class Shape:
     """A session's tree as its branch points: enough to walk any checkpoint's path to the root."""

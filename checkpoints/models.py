@@ -44,12 +44,16 @@ class Project(models.Model):
 
 
 class ProjectScopedQuerySet(models.QuerySet[Any]):
-    """Rows that belong to a project through `project_path`; `visible_to` keeps those of the user's projects."""
+    """Rows that belong to a project through `project_path`, kept for the projects a user may see or act in."""
 
     project_path = "project"
 
-    def visible_to(self, user: Any, permission: str = VIEW_SESSIONS) -> Any:
-        """Rows of the projects where `user` holds `permission` (by default: may see them)."""
+    def visible_to(self, user: Any) -> Any:
+        """Rows of the projects `user` may see (any role there)."""
+        return self.allowing(user, VIEW_SESSIONS)
+
+    def allowing(self, user: Any, permission: str) -> Any:
+        """Rows of the projects where `user` holds `permission`, as `Project.objects.allowing` picks them."""
         if in_every_project(user, permission):
             return self
         return self.filter(**{f"{self.project_path}__in": Project.objects.allowing(user, permission)})
@@ -102,9 +106,6 @@ class SessionStatus(models.TextChoices):
 
 
 class AgentSessionQuerySet(ProjectScopedQuerySet):
-    def for_project(self, project: Project) -> AgentSessionQuerySet:
-        return self.filter(project=project)
-
     def active(self) -> AgentSessionQuerySet:
         return self.filter(status=SessionStatus.ACTIVE)
 
@@ -314,9 +315,6 @@ class CheckpointQuerySet(ProjectScopedQuerySet):
         if until:
             qs = qs.filter(created_at__lte=until)
         return qs
-
-    def latest_first(self) -> CheckpointQuerySet:
-        return self.order_by("-seq")
 
     def for_timeline(self) -> CheckpointQuerySet:
         """The columns a timeline row shows; `metadata` (which can be large) stays behind."""

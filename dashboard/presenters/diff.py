@@ -84,7 +84,9 @@ class SideRow:
 
 
 @dataclass
-class Row:
+class EntryRow:
+    """One changed entry of the diff: its path, old and new value, side by side when both are long text."""
+
     op: str
     list_op: str
     path: str
@@ -126,7 +128,7 @@ class Page:
     """A slice of a group's rows or a run's items, with the link to the next slice."""
 
     title: str
-    rows: list[Row | RunRow]
+    rows: list[EntryRow | RunRow]
     first: int  # position of the first row in its group or run
     total: int
     more_url: str = ""
@@ -267,7 +269,7 @@ def _page(
 ) -> Page:
     """Rows `first`… of a group or run; `opened` is the run it starts with, with its items open."""
     shown = items[first : first + size]
-    rows: list[Row | RunRow] = [
+    rows: list[EntryRow | RunRow] = [
         _run_row(item, links) if isinstance(item, Run) else _row(item, budget) for item in shown
     ]
     if opened is not None:
@@ -308,9 +310,9 @@ def _in_message_list(entry: DiffEntry) -> bool:
     return len(entry.path) >= 2 and isinstance(entry.path[-1], int) and entry.path[-2] in MESSAGE_LISTS
 
 
-def _row(entry: DiffEntry, budget: Budget) -> Row:
+def _row(entry: DiffEntry, budget: Budget) -> EntryRow:
     path_json = json.dumps(list(entry.path), ensure_ascii=False, separators=(",", ":"))
-    row = Row(entry.op, entry.list_op, entry.path_text, path_json, None, None)
+    row = EntryRow(entry.op, entry.list_op, entry.path_text, path_json, None, None)
     if entry.is_text_change:
         sides, clipped = side_by_side(entry.old, entry.new)
         if budget.take(

@@ -16,6 +16,8 @@ from checkpoints.phases import render_markdown
 if TYPE_CHECKING:
     from checkpoints.models import AuditEvent
 
+from ..undo import UndoOffer, take_undo_offers
+
 register = template.Library()
 
 
@@ -86,11 +88,19 @@ def on(user: Any, obj: Any) -> _UserOn:
 
 
 @register.filter
-def can(user: Any, action: str) -> bool:
-    """`{% if user|can:"operate" %}` (in at least one project) or `{% if user|on:obj|can:"operate" %}` (in
-    `obj`'s project): operate, triage or approve."""
+def can(user_on: _UserOn, action: str) -> bool:
+    """`{% if user|on:obj|can:"operate" %}`: may the user operate, triage or approve in `obj`'s project?
+
+    Project-aware, which Django's `perms` is not: a role is held per project, so an operator elsewhere who only
+    views this project gets no buttons here. A check in at least one project (the menu, a column heading) uses
+    `perms.checkpoints.operate_session` instead.
+    """
     codename = {"operate": "operate_session", "triage": "triage_alert", "approve": "approve_phase"}[action]
-    obj = None
-    if isinstance(user, _UserOn):
-        user, obj = user.user, user.obj
-    return bool(user.has_perm(f"checkpoints.{codename}", obj))
+    return bool(user_on.user.has_perm(f"checkpoints.{codename}", user_on.obj))
+
+
+@register.simple_tag(takes_context=True)
+def undo_offers(context: template.Context) -> list[UndoOffer]:
+    """`{% undo_offers as offers %}`: the restores this visitor may undo, each shown once (dashboard/undo.py)."""
+    request = context.get("request")
+    return take_undo_offers(request) if request is not None else []

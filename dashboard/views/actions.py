@@ -30,7 +30,16 @@ from checkpoints.services import (
 
 from ..forms import ForkForm, PinForm, RestoreForm, UndoForm
 from ..presenters.diff import DiffView, present_diff
-from .common import OPERATE, HtmxHttpRequest, console, get_checkpoint_for_user, get_session_for_user, notify
+from ..undo import offer_undo
+from .common import (
+    OPERATE,
+    HtmxHttpRequest,
+    console,
+    get_checkpoint_for_user,
+    get_session_for_user,
+    notify,
+    render_page,
+)
 
 FORGOTTEN_LIMIT = 100
 
@@ -80,7 +89,7 @@ def _restore_context(request: HtmxHttpRequest, checkpoint: Checkpoint, form: Res
         "forgotten": forgotten[:FORGOTTEN_LIMIT],
         "forgotten_total": len(forgotten),
         "form": form,
-        "as_modal": bool(request.htmx) and not request.htmx.boosted,
+        "as_modal": bool(request.htmx) and not (request.htmx.boosted or request.htmx.history_restore_request),
         "old_label": f"Now (head #{preview.head.seq})" if preview.head else "Now",
         "new_label": f"After restore (#{checkpoint.seq})",
     }
@@ -104,16 +113,15 @@ def restore(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         restored = restore_checkpoint(
             checkpoint, actor=Actor.for_user(request.user), reason=form.cleaned_data["reason"]
         )
-        messages.success(
+        offer_undo(
             request,
+            session,
             f"Restored {session.title or session.external_id} to #{checkpoint.seq}: the agent resumes from "
             f"new checkpoint #{restored.seq}. Later checkpoints stay in the history.",
-            extra_tags=f"undo-{session.pk}",
         )
         return navigate(request, reverse("dashboard:session_detail", args=[session.pk]))
     context = _restore_context(request, checkpoint, form)
-    name = "dashboard/restore.html#restore-dialog" if request.htmx else "dashboard/restore.html"
-    return render(request, name, context)
+    return render_page(request, "dashboard/restore.html", context, partial="restore-dialog")
 
 
 @console(OPERATE)
@@ -152,7 +160,7 @@ def fork(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             messages.success(request, f"Forked {source.external_id} at #{checkpoint.seq} into {new.external_id}.")
             return navigate(request, reverse("dashboard:session_detail", args=[new.pk]))
     context = {"checkpoint": checkpoint, "session": source, "form": form}
-    return render(request, "dashboard/fork.html#fork-form" if request.htmx else "dashboard/fork.html", context)
+    return render_page(request, "dashboard/fork.html", context, partial="fork-form")
 
 
 @console(OPERATE)

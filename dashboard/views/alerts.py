@@ -56,7 +56,9 @@ def _short(value: Any, width: int = 60) -> str:
 
 
 def _alerts(filters: dict[str, Any], request: HtmxHttpRequest) -> Any:
-    """The list's rows in its order; each row's last good checkpoint is read later, for the page's rows only."""
+    """The list's rows in its order; each row's last good checkpoint is read later, for the page's rows only.
+
+    Paged by its own three-key cursor, not `keyset_page`: pagination.py says why."""
     alerts = (
         DriftAlert.objects.visible_to(request.user)
         .select_related("session__project", "acknowledged_by")

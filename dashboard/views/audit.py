@@ -59,8 +59,8 @@ class AuditFilterForm(forms.Form):
         return any(self.cleaned_data.get(name) not in (None, "") for name in ("actor", "action", "session"))
 
 
-@require_GET
 @console()
+@require_GET
 def audit_log(request: HtmxHttpRequest) -> HttpResponse:
     sessions = AgentSession.objects.visible_to(request.user)
     events = AuditEvent.objects.visible_to(request.user)

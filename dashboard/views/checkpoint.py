@@ -7,7 +7,6 @@ so everything here only reads it (no sorting in place, no `setdefault`, no `pop`
 from __future__ import annotations
 
 import json
-import re
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from typing import Any
 from django.http import HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
 from django.utils.http import content_disposition_header
+from django.utils.text import get_valid_filename
 from django.views.decorators.http import require_GET
 
 from checkpoints import store
@@ -40,8 +40,8 @@ MESSAGE_MAX = 20_000  # characters of one message shown
 CHANGES_ROWS = 12  # rows of "what changed here"; Compare has the rest
 
 
-@require_GET
 @console()
+@require_GET
 def checkpoint_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     checkpoint = get_checkpoint_for_user(request, pk)
     state = store.load_shared(bytes(checkpoint.root))
@@ -60,8 +60,8 @@ def checkpoint_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return render_page(request, "dashboard/checkpoint_detail.html", context, "checkpoint")
 
 
-@require_GET
 @console()
+@require_GET
 def checkpoint_subtree(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     checkpoint = get_checkpoint_for_user(request, pk)
     state = store.load_shared(bytes(checkpoint.root))
@@ -78,13 +78,13 @@ def checkpoint_subtree(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return render_page(request, "dashboard/state_subtree.html", context, "items")
 
 
-@require_GET
 @console()
+@require_GET
 def checkpoint_download(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     checkpoint = get_checkpoint_for_user(request, pk)
     response = HttpResponse(store.load_state_json(bytes(checkpoint.root)), content_type="application/json")
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{checkpoint.session.external_id}-{checkpoint.seq}")
-    response["Content-Disposition"] = content_disposition_header(True, f"{name}.json")
+    name = get_valid_filename(f"{checkpoint.session.external_id}-{checkpoint.seq}.json")
+    response["Content-Disposition"] = content_disposition_header(True, name)
     return response
 
 

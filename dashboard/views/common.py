@@ -35,7 +35,11 @@ def console(
 ) -> Callable[[Callable[..., HttpResponseBase]], Callable[..., HttpResponseBase]]:
     """Sign-in required (redirect), then the permission in at least one project (403 for anyone without it);
     with `everywhere`, in every project at once (system-wide actions, for staff). The `get_…_for_user` lookups
-    check the same permission again in the project of the object the view acts on."""
+    check the same permission again in the project of the object the view acts on.
+
+    The project-aware `login_required` + `permission_required(raise_exception=True)`. Every console view puts it
+    first, above `require_GET`/`require_POST`: a signed-out visitor is sent to sign in whatever the method.
+    """
 
     def decorate(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
         @wraps(view)

@@ -9,7 +9,6 @@ imports it; its job page polls a partial every second until the job is finished.
 
 from __future__ import annotations
 
-import re
 import tempfile
 import zipfile
 from pathlib import Path
@@ -17,7 +16,8 @@ from typing import Any
 
 from django.conf import settings
 from django.http import FileResponse, HttpResponse, HttpResponseBadRequest, HttpResponseBase
-from django.shortcuts import redirect, render
+from django.shortcuts import redirect
+from django.utils.text import get_valid_filename
 from django.views.decorators.http import require_GET, require_http_methods
 from django_htmx.http import HttpResponseStopPolling
 
@@ -43,7 +43,7 @@ def import_upload(request: HtmxHttpRequest) -> HttpResponse:
     posted = request.method == "POST"
     operated = Project.objects.allowing(request.user, OPERATE).order_by("slug")
     may_create = in_every_project(request.user, OPERATE)
-    jobs = ImportJob.objects.visible_to(request.user, OPERATE)
+    jobs = ImportJob.objects.allowing(request.user, OPERATE)
     projects = list(operated.values_list("slug", flat=True))
     first = "imported" if may_create else projects[0] if len(projects) == 1 else ""
     form = UploadForm(
@@ -70,7 +70,7 @@ def import_upload(request: HtmxHttpRequest) -> HttpResponse:
         "format_names": formats.NAMES,
         "limits": Limits.from_settings(),
     }
-    return render(request, "dashboard/import_upload.html", context)
+    return render_page(request, "dashboard/import_upload.html", context)
 
 
 @console(OPERATE)
@@ -94,7 +94,7 @@ def session_export(request: HtmxHttpRequest, pk: int) -> HttpResponseBase:
         return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
     archive = export_zip(session, name)
     record_audit(Actor.for_user(request.user), "export", session=session, details={"format": name})
-    filename = f"{re.sub(r'[^A-Za-z0-9._-]+', '_', session.external_id)}-{name}.zip"
+    filename = get_valid_filename(f"{session.external_id}-{name}.zip")
     return FileResponse(archive, as_attachment=True, filename=filename, content_type="application/zip")
 
 

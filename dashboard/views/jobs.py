@@ -12,7 +12,7 @@ from django.contrib import messages
 from django.db import transaction
 from django.db.models import OuterRef, Subquery
 from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
@@ -171,7 +171,7 @@ def _gc_confirmation(request: HtmxHttpRequest, task: PeriodicTask, action: str) 
         "back": reverse("dashboard:jobs"),
         "back_label": "Jobs",
     }
-    return render(request, "dashboard/job_confirm.html", context)
+    return render_page(request, "dashboard/job_confirm.html", context)
 
 
 @console(OPERATE, everywhere=True)  # a job runs for every project at once

@@ -22,8 +22,8 @@ APPROVAL_ROWS = 8
 REFRESH_SECONDS = 30
 
 
-@require_GET
 @console()
+@require_GET
 def overview(request: HtmxHttpRequest) -> HttpResponse:
     now = timezone.now()
     sessions = AgentSession.objects.visible_to(request.user)

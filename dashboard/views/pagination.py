@@ -1,4 +1,11 @@
-"""Keyset pagination: a page costs the same however deep it is, unlike OFFSET."""
+"""Keyset pagination: a page costs the same however deep it is, unlike OFFSET.
+
+The session list and the audit log page here, by one column and the id. The alert list keeps its own
+(`DriftAlertQuerySet.most_severe_first`): its order has three keys, the first an expression (the severity rank,
+a CASE written as in the `alert_unresolved_list` index so PostgreSQL matches the two), compared as one row value
+`(rank, opened_at, id) < cursor` that starts a range on that three-column index. This module's two-key cursor and
+its `column >= value AND (column > value OR …)` condition would need a third key and a field for the rank.
+"""
 
 from __future__ import annotations
 

@@ -44,15 +44,15 @@ def _context(
     }
 
 
-@require_GET
 @console()
+@require_GET
 def phase_detail(request: HtmxHttpRequest, pk: int, number: int) -> HttpResponse:
     phase = get_phase_for_user(request, pk, number)
     return render_page(request, "dashboard/phase_detail.html", _context(request, phase), "phase-review")
 
 
-@require_POST
 @console(APPROVE)
+@require_POST
 def phase_feedback(request: HtmxHttpRequest, pk: int, number: int) -> HttpResponse:
     phase = get_phase_for_user(request, pk, number)
     form = FeedbackForm(request.POST)

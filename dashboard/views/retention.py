@@ -11,7 +11,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import redirect
 from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
@@ -113,4 +113,4 @@ def retention_confirmation(request: HtmxHttpRequest, *, action: str, back: str, 
         "back": back,
         "back_label": back_label,
     }
-    return render(request, "dashboard/job_confirm.html", context)
+    return render_page(request, "dashboard/job_confirm.html", context)

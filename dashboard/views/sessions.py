@@ -102,8 +102,8 @@ def _rows(sessions: list[AgentSession]) -> list[SessionRow]:
     return [SessionRow(session, sizes[session.pk], last_at.get(session.pk)) for session in sessions]
 
 
-@require_GET
 @console()
+@require_GET
 def session_list(request: HtmxHttpRequest) -> HttpResponse:
     sessions = AgentSession.objects.visible_to(request.user)
     form = SessionFilterForm(request.GET, sessions=sessions, projects=Project.objects.allowing(request.user))

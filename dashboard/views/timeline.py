@@ -48,8 +48,8 @@ CHART_POINTS = 500  # the size chart samples at most this many buckets
 INDEX_MAX = 12  # the timeline's index lists this many of each kind of event, newest first
 
 
-@require_GET
 @console()
+@require_GET
 def session_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     session = get_session_for_user(request, pk)
     expand, folding = _parse_range(request.GET.get("expand")), _folding(request.GET)
@@ -96,7 +96,9 @@ def _checkpoints_url() -> str:
 
 
 @dataclass
-class Row:
+class CheckpointRow:
+    """A timeline row for one checkpoint (or a collapsed run of them), beside `BranchRow` and `GapRow`."""
+
     checkpoint: Checkpoint
     cells: list[Cell]
     stretch: Stretch | None
@@ -193,7 +195,7 @@ class GapRow:
 
 @dataclass
 class Page:
-    rows: list[Row | BranchRow | GapRow]
+    rows: list[CheckpointRow | BranchRow | GapRow]
     lanes: int
     forks: list[AgentSession]  # sessions forked from any checkpoint of this one
     newer: int | None  # `after` for the newer page
@@ -231,7 +233,7 @@ def _build_rows(
     *,
     collapse: bool,
     expand: tuple[int, int] | None = None,
-) -> list[Row]:
+) -> list[CheckpointRow]:
     """Rows for `checkpoints` (newest first); `below` is the checkpoint just older than the last one."""
     forks: dict[int | None, list[AgentSession]] = {}  # by the checkpoint forked from (always set: these are forks)
     for fork in child_forks:
@@ -240,7 +242,7 @@ def _build_rows(
     if below is not None:
         by_seq[below.seq] = below
 
-    def row(checkpoint: Checkpoint) -> Row:
+    def row(checkpoint: Checkpoint) -> CheckpointRow:
         is_head = checkpoint.pk == session.head_id
         node = "head" if is_head else "restore" if checkpoint.kind == CheckpointKind.RESTORE else "dot"
         cells, own = layout.graph(checkpoint.seq, checkpoint.seq, node)
@@ -249,7 +251,7 @@ def _build_rows(
             previous = by_seq[checkpoint.seq - 1].pk  # what the restore changed: the head it replaced
         start = layout.starts.get(checkpoint.seq)
         undoes = layout.undos.get(checkpoint.seq)
-        return Row(
+        return CheckpointRow(
             checkpoint,
             cells,
             own,
@@ -273,7 +275,7 @@ def _build_rows(
             and not (expand and expand[0] <= checkpoint.seq <= expand[1])
         )
 
-    rows: list[Row] = []
+    rows: list[CheckpointRow] = []
     undone = layout.undone
     i = 0
     while i < len(checkpoints):
@@ -298,18 +300,22 @@ def _same_run(checkpoints: list[Checkpoint], j: int, layout: Layout) -> bool:
     return layout.stretch_of(newer.seq) is layout.stretch_of(older.seq)
 
 
-def _run_row(run: list[Checkpoint], layout: Layout) -> Row:
+def _run_row(run: list[Checkpoint], layout: Layout) -> CheckpointRow:
     cells, own = layout.graph(run[-1].seq, run[0].seq, "run")
-    return Row(run[0], cells, own, run=run)
+    return CheckpointRow(run[0], cells, own, run=run)
 
 
 def _with_branch_rows(
-    rows: list[Row], folds: list[Branch], summaries: dict[int, Summary], layout: Layout, toggle: Callable[[Branch], str]
-) -> list[Row | BranchRow]:
+    rows: list[CheckpointRow],
+    folds: list[Branch],
+    summaries: dict[int, Summary],
+    layout: Layout,
+    toggle: Callable[[Branch], str],
+) -> list[CheckpointRow | BranchRow]:
     """`rows` with a row for each side branch on the page: a folded branch's summary where its newest checkpoint
     would be, and a heading above the newest row of an open one, joined to it by the line of that row."""
     waiting = sorted((b for b in folds if b.lo in summaries), key=lambda b: -b.hi)
-    out: list[Row | BranchRow] = []
+    out: list[CheckpointRow | BranchRow] = []
     headed: set[int] = set()
 
     def folded(branch: Branch) -> BranchRow:
@@ -513,10 +519,10 @@ def _gaps(present: list[int], hidden: list[Stretch], lo: int, hi: int) -> list[t
 
 
 def _with_gaps(
-    rows: list[Row | BranchRow], gaps: list[tuple[int, int]], layout: Layout
-) -> list[Row | BranchRow | GapRow]:
+    rows: list[CheckpointRow | BranchRow], gaps: list[tuple[int, int]], layout: Layout
+) -> list[CheckpointRow | BranchRow | GapRow]:
     """`rows` with a marker row where each gap (newest first) falls: below the row it follows."""
-    out: list[Row | BranchRow | GapRow] = []
+    out: list[CheckpointRow | BranchRow | GapRow] = []
     waiting = list(gaps)
 
     def marker(gap: tuple[int, int]) -> GapRow:

@@ -116,7 +116,7 @@ def test_querysets_keep_the_rows_of_the_projects_where_the_user_holds_the_permis
     assert set(Project.objects.allowing(alice)) == {project, other_project}
     assert list(Project.objects.allowing(alice, OPERATE)) == [project]
     assert set(Checkpoint.objects.visible_to(alice)) == {ours, theirs}
-    assert list(AgentSession.objects.visible_to(alice, OPERATE)) == [ours.session]
+    assert list(AgentSession.objects.allowing(alice, OPERATE)) == [ours.session]
     assert list(Checkpoint.objects.visible_to(bob)) == [ours]
 
 

@@ -394,7 +394,7 @@ def test_cheap_run_leaves_time_based_alerts_alone(make_session):
 
 
 def test_detectors_are_pure_over_rows_and_states():
-    row = drift.Row(1, 1, "step", "halted", "loop", "get_order", 1, T0, b"h", 10, b"r")
+    row = drift.SeenCheckpoint(1, 1, "step", "halted", "loop", "get_order", 1, T0, b"h", 10, b"r")
     recent = drift.Recent(rows=[row], load=lambda r: {})
     [finding] = drift.detect_halted(recent, T0, drift.Limits())
     assert (finding.kind, finding.checkpoint, finding.last_good) == (AlertKind.HALTED, row, None)

@@ -222,14 +222,28 @@ def test_restore_moves_the_head_and_records_who_and_why(client, alice, run):
     assert audit.reason == "looping since step 2"
 
 
-def test_restore_notice_offers_undo(client, alice, run):
+def test_restore_notice_offers_undo_once(client, alice, run):
     session, checkpoints = run
     client.force_login(alice)
-    response = client.post(restore_url(checkpoints[0]), {"reason": ""})
-    [message] = list(get_messages(response.wsgi_request))
-    assert message.level_tag == "success"
-    assert message.extra_tags == f"undo-{session.pk}"
-    assert "#1" in message.message
+    response = client.post(restore_url(checkpoints[0]), {"reason": ""}, follow=True)
+    html = response.content.decode()
+    undo = f'action="{reverse("dashboard:session_undo", args=[session.pk])}"'
+    assert html.count(undo) == 1 and "to #1: the agent resumes" in html
+    again = client.get(reverse("dashboard:session_detail", args=[session.pk])).content.decode()
+    assert undo not in again and "to #1: the agent resumes" not in again
+
+
+def test_two_restores_before_a_page_is_shown_each_offer_undo_there(client, alice, run, make_session, make_checkpoint):
+    session, checkpoints = run
+    other = make_session("run-2")
+    target = make_checkpoint(other, state(1), name="step_1", step=1)
+    make_checkpoint(other, state(2), name="step_2", step=2)
+    client.force_login(alice)
+    client.post(restore_url(checkpoints[0]), {"reason": ""})
+    client.post(restore_url(target), {"reason": ""})
+    html = client.get(reverse("dashboard:overview")).content.decode()
+    assert f'action="{undo_url(session)}"' in html and f'action="{undo_url(other)}"' in html
+    assert html.count(" autofocus") == 1
 
 
 def test_the_restore_notice_with_undo_is_the_first_thing_in_main_and_takes_focus(client, alice, run):
@@ -335,6 +349,16 @@ def test_fork_form_for_htmx_is_the_form_fragment(client, alice, run):
     client.force_login(alice)
     html = client.get(fork_url(run[1][1]), headers={"HX-Request": "true"}).content.decode()
     assert html.lstrip().startswith('<form id="fork-form"') and "<html" not in html
+
+
+@pytest.mark.parametrize("url", [restore_url, fork_url])
+def test_restore_and_fork_pages_are_whole_after_a_history_cache_miss_and_vary_on_htmx(client, alice, run, url):
+    client.force_login(alice)
+    headers = {"HX-Request": "true", "HX-History-Restore-Request": "true"}
+    response = client.get(url(run[1][1]), headers=headers)
+    html = response.content.decode()
+    assert "<html" in html and 'role="dialog"' not in html  # a whole page, not a modal over nothing
+    assert "HX-Request" in response["Vary"]
 
 
 def test_fork_creates_a_session_and_opens_it(client, alice, run):

@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from checkpoints import store
 from checkpoints.cleanup import delete_checkpoints
-from checkpoints.models import Phase
+from checkpoints.models import AgentSession, Phase
 from checkpoints.services import Actor, fork_session, restore_checkpoint
 from dashboard.views.checkpoint import CHILD_CAP, TRANSCRIPT_PAGE
 
@@ -281,6 +281,13 @@ def test_download_is_the_canonical_json_of_the_state(client, bob, checkpoint):
     assert response["Content-Disposition"] == 'attachment; filename="run-1-2.json"'
     assert response.content == store.load_state_json(bytes(checkpoint.root))
     assert orjson.loads(response.content) == CONVERSATION
+
+
+def test_download_name_keeps_only_safe_characters_of_the_session_id(client, bob, checkpoint):
+    AgentSession.objects.filter(pk=checkpoint.session_id).update(external_id='../the "run"\r\nü')
+    client.force_login(bob)
+    response = client.get(url(checkpoint, "dashboard:checkpoint_download"))
+    assert response["Content-Disposition"] == "attachment; filename*=utf-8''..the_run%C3%BC-2.json"
 
 
 def test_viewer_sees_no_restore_fork_or_pin_controls(client, bob, checkpoint):

@@ -560,6 +560,13 @@ def test_a_session_downloads_in_every_format(client, alice, ares_session, name):
     assert response["Content-Disposition"].endswith(f'sess-a-{name}.zip"')
 
 
+def test_download_name_keeps_only_safe_characters_of_the_session_id(client, bob, ares_session):
+    AgentSession.objects.filter(pk=ares_session.pk).update(external_id='../the "run"\r\nü')
+    client.force_login(bob)
+    response = client.get(export_url(ares_session, "ares"))
+    assert response["Content-Disposition"] == "attachment; filename*=utf-8''..the_run%C3%BC-ares.zip"
+
+
 @pytest.mark.parametrize("name", ["", "pdf", "../ares"])
 def test_download_in_an_unknown_format_is_400(client, alice, ares_session, name):
     client.force_login(alice)
