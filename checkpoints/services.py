@@ -11,7 +11,7 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -103,29 +103,20 @@ def _max_length(model: type[Model], name: str) -> int:
 TARGET_MAX = _max_length(AuditEvent, "target")
 
 
-def record_audit(
-    actor: Actor,
-    action: str,
-    *,
-    project: Project | None = None,
-    session: AgentSession | None = None,
-    checkpoint: Checkpoint | None = None,
-    target: str = "",
-    reason: str = "",
-    details: dict[str, Any] | None = None,
-    now: datetime | None = None,
-) -> AuditEvent:
-    event = audit_event(
-        actor,
-        action,
-        project=project,
-        session=session,
-        checkpoint=checkpoint,
-        target=target,
-        reason=reason,
-        details=details,
-        now=now,
-    )
+class AuditFields(TypedDict, total=False):
+    """What an audit row says besides who did what: `record_audit` and `audit_event` take the same."""
+
+    project: Project | None
+    session: AgentSession | None
+    checkpoint: Checkpoint | None
+    target: str
+    reason: str
+    details: dict[str, Any] | None
+    now: datetime | None
+
+
+def record_audit(actor: Actor, action: str, **fields: Unpack[AuditFields]) -> AuditEvent:
+    event = audit_event(actor, action, **fields)
     event.save()
     return event
 
