@@ -60,7 +60,7 @@ def count_in(checkpoints: Sequence[Checkpoint], **session_fields: Any) -> None:
     if not checkpoints:
         return
     session_id = checkpoints[0].session_id
-    _add_to_session(session_id, checkpoints, sign=1, **session_fields)
+    _add_to_session(session_id, checkpoints, **session_fields)
     rollups: dict[tuple[int, datetime], tuple[int, ...]] = {}
     for c in checkpoints:
         key = (_block(c.seq), _hour(c.created_at))
@@ -165,38 +165,32 @@ def _recount_batch(batch: list[int], apps: Any) -> None:
     session_model.objects.bulk_update(sessions, SESSION_FIELDS)
 
 
-def _add_to_session(session_id: int, checkpoints: Sequence[Checkpoint], *, sign: int, **session_fields: Any) -> None:
-    AgentSession.objects.filter(pk=session_id).update(
-        **session_fields,
-        checkpoint_count=F("checkpoint_count") + sign * len(checkpoints),
-        raw_bytes=F("raw_bytes") + sign * sum(c.raw_bytes for c in checkpoints),
-        stored_bytes=F("stored_bytes") + sign * sum(c.stored_bytes for c in checkpoints),
-        failed_count=F("failed_count") + sign * sum(c.status in _STOPPED for c in checkpoints),
-        tool_failed_count=F("tool_failed_count") + sign * sum(c.tool_failed for c in checkpoints),
+def _shares(checkpoints: Sequence[Any]) -> tuple[int, ...]:
+    """What checkpoints count for in their session's tallies, in SESSION_FIELDS order."""
+    return (
+        len(checkpoints),
+        sum(c.raw_bytes for c in checkpoints),
+        sum(c.stored_bytes for c in checkpoints),
+        sum(c.status in _STOPPED for c in checkpoints),
+        sum(bool(c.tool_failed) for c in checkpoints),
     )
+
+
+def _add_to_session(session_id: int, checkpoints: Sequence[Checkpoint], **session_fields: Any) -> None:
+    added = {name: F(name) + share for name, share in zip(SESSION_FIELDS, _shares(checkpoints), strict=True)}
+    AgentSession.objects.filter(pk=session_id).update(**session_fields, **added)
 
 
 def _take_from_sessions(by_session: dict[int, list[Any]]) -> None:
     """One UPDATE for all the sessions, each less its own share (joined to a VALUES list: an ORM CASE of a WHEN
     per session and column cost more to build than to run)."""
-    shares = [
-        (
-            session_id,
-            len(rows),
-            sum(c.raw_bytes for c in rows),
-            sum(c.stored_bytes for c in rows),
-            sum(c.status in _STOPPED for c in rows),
-            sum(bool(c.tool_failed) for c in rows),
-        )
-        for session_id, rows in by_session.items()
-    ]
+    shares = [(session_id, *_shares(rows)) for session_id, rows in by_session.items()]
     table = connection.ops.quote_name(AgentSession._meta.db_table)
-    columns = ("checkpoint_count", "raw_bytes", "stored_bytes", "failed_count", "tool_failed_count")
-    sets = ", ".join(f"{name} = {table}.{name} - share.{name}" for name in columns)
-    rows = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(shares))
+    sets = ", ".join(f"{name} = {table}.{name} - share.{name}" for name in SESSION_FIELDS)
+    rows = ", ".join(["(" + ", ".join(["%s"] * (1 + len(SESSION_FIELDS))) + ")"] * len(shares))
     with connection.cursor() as cursor:
         cursor.execute(
-            f"WITH share (id, {', '.join(columns)}) AS (VALUES {rows}) "
+            f"WITH share (id, {', '.join(SESSION_FIELDS)}) AS (VALUES {rows}) "
             f"UPDATE {table} SET {sets} FROM share WHERE {table}.id = share.id",
             [value for share in shares for value in share],
         )
