@@ -338,8 +338,9 @@ def inputs_for(spec: Spec, maker: StateMaker) -> Iterator[tuple[int, Any]]:
 
 
 def load(specs: list[Spec], now: datetime) -> None:
-    from checkpoints import cleanup, services
+    from checkpoints import services
     from checkpoints.models import AgentSession
+    from checkpoints.services import cleanup
 
     done = int(progress("done") or -1)
     if done >= len(specs) - 1:
@@ -438,8 +439,9 @@ def load_fork(spec: Spec, maker: StateMaker, source: Any, *, actor: Any, at: dat
 
 def finish_session(session: Any, spec: Spec, rng: random.Random, *, actor: Any) -> None:
     """What happens to a session once its agent stopped: pins, its outcome, operations that finished."""
-    from checkpoints import cleanup, services
+    from checkpoints import services
     from checkpoints.models import AgentSession, Checkpoint, SessionStatus
+    from checkpoints.services import cleanup
 
     session.refresh_from_db()
     pins = list(Checkpoint.objects.filter(session=session).order_by("?").values_list("pk", flat=True)[: spec.pins])

@@ -33,7 +33,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zstandard
 from django.conf import settings
@@ -42,6 +42,9 @@ from django.utils import timezone
 
 from . import diff, jsoncodec
 from .jsoncodec import InvalidJSON
+
+if TYPE_CHECKING:
+    from .models import Checkpoint
 
 DIGEST_SIZE = 16
 INLINE_LIMIT = 4096
@@ -511,3 +514,7 @@ __all__ = [
     "load_state_json",
     "save_state",
 ]
+
+
+def diff_checkpoints(a: Checkpoint, b: Checkpoint) -> diff.Diff:
+    return diff.diff_states(load_shared(bytes(a.root)), load_shared(bytes(b.root)))

@@ -11,9 +11,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import drift, services
-from .importing import ImportReport, import_path
 from .jobs import Failures, contained
 from .models import AgentSession, AlertKind, AlertSeverity, DriftAlert, WatchedSource
+from .services.importing import ImportReport, import_path
 
 WATCH_ACTOR = "system:watch"
 

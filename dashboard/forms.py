@@ -194,7 +194,7 @@ class UploadForm(forms.Form):
 
 
 class FeedbackForm(forms.Form):
-    """A reviewer's decision on a phase; the phase-dependent rules live in checkpoints.phases.record_feedback."""
+    """A reviewer's decision on a phase; the phase-dependent rules live in checkpoints.services.phases.record_feedback."""
 
     action = forms.ChoiceField(
         choices=[

@@ -243,7 +243,7 @@ def test_a_branch_whose_first_checkpoint_is_deleted_still_starts_where_it_branch
 
 
 def test_deleting_a_branch_start_by_hand_hands_the_branch_to_its_child(make_session, make_checkpoint):
-    from checkpoints.cleanup import delete_checkpoints
+    from checkpoints.services.cleanup import delete_checkpoints
 
     session = make_session()
     trunk = steps(make_checkpoint, session, 3)

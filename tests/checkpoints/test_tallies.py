@@ -18,7 +18,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from checkpoints import tallies
-from checkpoints.cleanup import delete_checkpoints
 from checkpoints.models import (
     ROLLUP_BLOCK,
     AgentSession,
@@ -37,6 +36,7 @@ from checkpoints.services import (
     restore_checkpoint,
     undo_restore,
 )
+from checkpoints.services.cleanup import delete_checkpoints
 
 START = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 CALL = {"id": "ok", "tool_name": "fetch_url", "arguments": {"url": "https://example.org"}, "success": True}
@@ -223,7 +223,7 @@ def test_fill_previews_counts_the_failed_tool_calls_it_finds(make_session):
 
 
 def test_a_deleted_session_takes_its_tallies_with_it(make_session):
-    from checkpoints.cleanup import purge_session
+    from checkpoints.services.cleanup import purge_session
 
     session = make_session()
     ingest_checkpoints([(session, [item(i, minutes=i) for i in range(5)])])

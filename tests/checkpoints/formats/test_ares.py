@@ -8,8 +8,8 @@ import pytest
 
 from checkpoints import formats, services
 from checkpoints.formats import ares
-from checkpoints.importing import import_path
 from checkpoints.models import AgentSession, Checkpoint
+from checkpoints.services.importing import import_path
 from checkpoints.store import load_state
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

@@ -9,9 +9,9 @@ from pathlib import Path
 from checkpoints import formats, services
 from checkpoints.formats import haytham
 from checkpoints.formats.base import PhaseRecord, SessionRecord
-from checkpoints.importing import import_path
 from checkpoints.models import AgentOutput, AgentSession, Checkpoint, Phase, PhaseFeedback, Project
-from checkpoints.phases import add_agent_output, report_phase
+from checkpoints.services.importing import import_path
+from checkpoints.services.phases import add_agent_output, report_phase
 from checkpoints.store import load_state
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

@@ -14,11 +14,11 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from . import tallies
-from .lineage import mark_branch_starts
-from .models import AgentSession, ApiToken, Checkpoint, CheckpointKind, SessionStatus
-from .retention import protected_among
-from .services import Actor, record_audit
+from .. import tallies
+from ..lineage import mark_branch_starts
+from ..models import AgentSession, Checkpoint, CheckpointKind, SessionStatus
+from ..retention import protected_among
+from .audit import Actor, record_audit
 
 BATCH_SIZE = 500
 
@@ -154,14 +154,3 @@ def purge_session(session: AgentSession, *, actor: Actor) -> int:
         Checkpoint.objects.filter(pk__in=ids[start : start + BATCH_SIZE]).delete()
     AgentSession.objects.filter(pk=session.pk).delete()
     return count
-
-
-@transaction.atomic
-def revoke_token(token: ApiToken, *, actor: Actor, now: datetime | None = None) -> bool:
-    """Revoke an API token; returns False when it was revoked already."""
-    now = now or timezone.now()
-    changed = ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=now)
-    if changed:
-        token.revoked_at = now
-        record_audit(actor, "revoke_token", project=token.project, target=str(token), now=now)
-    return bool(changed)
