@@ -698,7 +698,7 @@ def test_a_bug_during_the_import_fails_the_job_instead_of_leaving_it_running(cli
     def broken(*args, **kwargs):  # fault injection: stands for any bug below the task
         raise KeyError("a bug")
 
-    monkeypatch.setattr("checkpoints.tasks.import_path", broken)
+    monkeypatch.setattr("checkpoints.services.imports.import_path", broken)
     with pytest.raises(KeyError):
         import_archive(job.pk)
     job.refresh_from_db()
