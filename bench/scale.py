@@ -461,8 +461,9 @@ def open_alerts(session: Any, spec: Spec, rng: random.Random) -> None:
     """Alerts as the detectors open them (`drift.sync_alerts`, audited); some acknowledged or resolved since."""
     if not spec.alerts:
         return
-    from checkpoints import drift, services
+    from checkpoints import services
     from checkpoints.models import Checkpoint, DriftAlert
+    from checkpoints.services import drift
 
     rows = list(Checkpoint.objects.filter(session=session).order_by("-seq").values_list("pk", "seq")[:2])
 
@@ -557,7 +558,8 @@ class Requests:
 
 def record_dry_run(context: dict[str, Any]) -> None:
     """The retention page previews the newest recorded dry run (beat queues one after every run): record one."""
-    from checkpoints import jobs, retention
+    from checkpoints import jobs
+    from checkpoints.jobs import retention
 
     say("retention: recording a dry run for the page")
     start = time.perf_counter()
@@ -711,8 +713,9 @@ def run_writer(seconds: float, latencies: list[float]) -> None:
 
 
 def measure_jobs(requests: Requests, url: str, clock: str, report: dict[str, Any]) -> None:
-    from checkpoints import drift, gc, retention
+    from checkpoints.jobs import gc, retention
     from checkpoints.models import Checkpoint, DriftAlert
+    from checkpoints.services import drift
 
     say("detect_drift")
     before = DriftAlert.objects.open().count()

@@ -29,12 +29,13 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from . import jsoncodec, models, store, tasks
-from .retention import describe, plan_retention
+from . import models, store, tasks
+from .jobs.retention import describe, plan_retention
 from .services import Actor, acknowledge_alert, cleanup, pin_checkpoint, request_job_run, resolve_alert, revoke_token
 from .services.logins import reset_login_attempts
 from .services.memberships import revoke_membership, save_membership
-from .tallies import SESSION_FIELDS
+from .store import jsoncodec
+from .store.tallies import SESSION_FIELDS
 
 STATE_PREVIEW_BYTES = 20_000
 

@@ -22,7 +22,7 @@ from ninja.security import HttpBearer
 from ninja.throttling import BaseThrottle, SimpleRateThrottle
 from pydantic import AfterValidator, ConfigDict, model_validator
 
-from . import jsoncodec, limits, services, store, tallies
+from . import limits, services, store
 from .models import (
     AgentSession,
     AlertKind,
@@ -36,6 +36,7 @@ from .models import (
     PhaseStatus,
 )
 from .services import phases as phase_services
+from .store import jsoncodec, tallies
 
 
 class StrictJSONParser(Parser):

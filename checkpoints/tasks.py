@@ -7,8 +7,8 @@ from typing import Any
 from celery import shared_task
 from django.db import OperationalError
 
-from . import watching
-from .jobs import run_job
+from .jobs import gc, retention, routine, run_job, watching
+from .services import drift
 from .services.imports import run_import_job
 
 
@@ -36,9 +36,9 @@ PERIODIC: dict[str, Any] = {
 
 @shared_task(**PERIODIC)
 def apply_retention(dry_run: bool = False, triggered_by: str = "beat") -> dict[str, Any]:
-    from .retention import apply_retention as work
-
-    result = run_job("retention", lambda: work(dry_run=dry_run), triggered_by=triggered_by, dry_run=dry_run).result
+    result = run_job(
+        "retention", lambda: retention.apply_retention(dry_run=dry_run), triggered_by=triggered_by, dry_run=dry_run
+    ).result
     if not dry_run:  # the retention page previews the next run from the newest dry run: keep it current
         apply_retention.delay(dry_run=True, triggered_by="after retention")
     return result
@@ -46,23 +46,17 @@ def apply_retention(dry_run: bool = False, triggered_by: str = "beat") -> dict[s
 
 @shared_task(**PERIODIC)
 def take_routine_checkpoints(triggered_by: str = "beat") -> dict[str, Any]:
-    from .routine import take_routine_checkpoints as work
-
-    return run_job("routine_checkpoints", work, triggered_by=triggered_by).result
+    return run_job("routine_checkpoints", routine.take_routine_checkpoints, triggered_by=triggered_by).result
 
 
 @shared_task(**PERIODIC)
 def detect_drift(triggered_by: str = "beat") -> dict[str, Any]:
-    from .drift import detect_all as work
-
-    return run_job("drift_detection", work, triggered_by=triggered_by).result
+    return run_job("drift_detection", drift.detect_all, triggered_by=triggered_by).result
 
 
 @shared_task(**PERIODIC)
 def collect_garbage(triggered_by: str = "beat") -> dict[str, Any]:
-    from .gc import collect_garbage as work
-
-    return run_job("gc", work, triggered_by=triggered_by).result
+    return run_job("gc", gc.collect_garbage, triggered_by=triggered_by).result
 
 
 __all__ = ["import_archive", "scan_watched_sources"]

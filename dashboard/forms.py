@@ -11,8 +11,8 @@ from django import forms
 from django.template.defaultfilters import filesizeformat
 from django.utils.dateparse import parse_datetime
 
-from checkpoints.archives import ARCHIVE_SUFFIXES, archive_suffix
 from checkpoints.models import AlertKind, AlertSeverity, AlertState, Project
+from checkpoints.sources.archives import ARCHIVE_SUFFIXES, archive_suffix
 
 REASON_MAX = 500
 

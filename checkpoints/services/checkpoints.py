@@ -16,11 +16,13 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from .. import jsoncodec, limits, store, tallies
-from ..jsoncodec import InvalidJSON
+from .. import limits, store
 from ..models import AgentSession, Checkpoint, CheckpointKind, CheckpointStatus, Project, SessionStatus
-from ..previews import Preview, preview_of
+from ..store import jsoncodec, tallies
+from ..store.jsoncodec import InvalidJSON
+from ..store.previews import Preview, preview_of
 from .audit import IdempotencyConflict, InvalidInput, InvalidState
+from .drift import detect_after_ingest
 
 
 def get_or_create_project(slug: str) -> Project:
@@ -158,8 +160,6 @@ def ingest_checkpoints(
     touched = [session.pk for session, new, _ in planned if any(_alarming(item, saved) for _, item, saved, _ in new)]
     touched += sorted(recovered - set(touched))
     if touched:
-        from ..drift import detect_after_ingest  # drift imports services to audit: a cycle at module level
-
         transaction.on_commit(lambda: detect_after_ingest(touched))
     for repeat, first in repeats:
         results[repeat] = (results[first][0], False)

@@ -1,6 +1,6 @@
 """Importing checkpoint files: any of the five formats, a file or a whole tree, tolerant and idempotent.
 
-Formats (checkpoints/formats/) turn files into records; this module stores them. A file that cannot
+Formats (checkpoints/sources/formats/) turn files into records; this module stores them. A file that cannot
 be read, or a checkpoint whose state is not valid JSON, is reported and skipped — the rest goes in.
 Each checkpoint's idempotency key is "<format>:<its key in the source>", so importing the same tree
 twice adds nothing. Records stream: memory holds one batch per session, not the tree.
@@ -22,12 +22,12 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Max
 
-from .. import formats
 from ..access import may_import_into
-from ..formats.base import CheckpointRecord, PhaseRecord, Problem, SessionRecord
-from ..jobs import concerns_the_whole_run, describe_error
 from ..models import AgentSession, AuditEvent, Checkpoint, CheckpointKind, Phase, PhaseFeedback, Project
+from ..sources import formats
+from ..sources.formats.base import CheckpointRecord, PhaseRecord, Problem, SessionRecord
 from .audit import Actor, CheckpointError, IdempotencyConflict, InvalidState, record_audit
+from .batches import concerns_the_whole_run, describe_error
 from .checkpoints import (
     CheckpointInput,
     checkpoint_differences,

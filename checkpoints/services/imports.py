@@ -20,8 +20,8 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.utils import timezone
 
-from ..archives import UnsafeArchive, archive_suffix, check, extract
 from ..models import AgentSession, AuditEvent, ImportJob, ImportJobStatus
+from ..sources.archives import UnsafeArchive, archive_suffix, check, extract
 from .audit import Actor, record_audit
 from .checkpoints import get_or_create_project
 from .importing import ImportReport, import_path

@@ -18,9 +18,9 @@ from django.db.models import Max
 from django.utils import timezone
 
 from .. import limits
-from ..formats import haytham
 from ..models import AgentOutput, AgentSession, FeedbackAction, Phase, PhaseFeedback, PhaseStatus, SourceFormat
 from ..phases import standing_approval, validate_phase
+from ..sources.formats import haytham
 from .audit import Actor, CheckpointError, InvalidInput, InvalidState, record_audit
 from .checkpoints import check_json_field
 

@@ -14,12 +14,13 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from .. import formats, tallies
-from ..diff import Diff, diff_states
-from ..history import Discards, discards
 from ..models import AgentSession, Checkpoint, CheckpointKind, CheckpointStatus, SessionStatus
-from ..store import diff_checkpoints
+from ..sources import formats
+from ..store import diff_checkpoints, tallies
+from ..store.diff import Diff, diff_states
+from ..store.history import Discards, discards
 from .audit import Actor, CheckpointError, NothingToUndo, max_length, record_audit
+from .drift import detect_after_ingest
 
 log = logging.getLogger(__name__)
 
@@ -145,8 +146,6 @@ def _new_head(
     session.save(update_fields=["last_seq", "restore_generation", "head", "status", "updated_at"])
     if session.write_back and session.source_path and session.source_format:
         transaction.on_commit(lambda: write_back_restore(restored.pk))
-    from ..drift import detect_after_ingest  # drift imports services to audit: a cycle at module level
-
     transaction.on_commit(lambda: detect_after_ingest([session.pk]))  # a failed or halted alert clears now
     return restored
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from django.http import Http404, HttpResponse
 from django.views.decorators.http import require_GET
 
-from checkpoints.lineage import Relation, relate
 from checkpoints.models import AgentSession, Checkpoint
 from checkpoints.store import diff_checkpoints
+from checkpoints.store.lineage import Relation, relate
 
 from ..forms import CheckpointRef, CompareForm
 from ..presenters.diff import present_diff

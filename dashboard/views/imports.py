@@ -21,12 +21,12 @@ from django.utils.text import get_valid_filename
 from django.views.decorators.http import require_GET, require_http_methods
 from django_htmx.http import HttpResponseStopPolling
 
-from checkpoints import formats
-from checkpoints.archives import Limits, UnsafeArchive
 from checkpoints.models import AgentSession, ImportJob, Project
 from checkpoints.roles import in_every_project
 from checkpoints.services import Actor
 from checkpoints.services.imports import queue_import, record_export
+from checkpoints.sources import formats
+from checkpoints.sources.archives import Limits, UnsafeArchive
 from checkpoints.tasks import import_archive
 
 from ..forms import UploadForm

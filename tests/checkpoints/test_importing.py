@@ -12,10 +12,10 @@ from django.apps import apps
 from django.core.management import call_command
 
 from checkpoints import services, store
+from checkpoints.jobs.watching import scan_source
 from checkpoints.models import AgentSession, AuditEvent, Checkpoint, DriftAlert, Phase, Project, WatchedSource
 from checkpoints.services.importing import import_path
 from checkpoints.tasks import scan_watched_sources
-from checkpoints.watching import scan_source
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SYSTEM = services.Actor.system("test")

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from checkpoints import services
-from checkpoints.formats import haytham
 from checkpoints.models import AgentOutput, AgentSession, AuditEvent, Phase, PhaseFeedback, PhaseStatus
 from checkpoints.phases import (
     is_valid,
@@ -21,6 +20,7 @@ from checkpoints.phases import (
 )
 from checkpoints.services.importing import import_path
 from checkpoints.services.phases import FeedbackRefused, import_agent_output, record_feedback
+from checkpoints.sources.formats import haytham
 
 HAYTHAM = Path(__file__).resolve().parents[1] / "fixtures" / "haytham" / "handwritten"
 T0 = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)

@@ -8,7 +8,9 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from checkpoints import retention, store
+from checkpoints import store
+from checkpoints.jobs import retention
+from checkpoints.jobs.retention import apply_retention, describe, plan_retention, recorded_plan
 from checkpoints.models import (
     AgentSession,
     AuditEvent,
@@ -18,7 +20,6 @@ from checkpoints.models import (
     JobRunStatus,
     RetentionPolicy,
 )
-from checkpoints.retention import apply_retention, describe, plan_retention, recorded_plan
 from checkpoints.services import Actor, fork_session, pin_checkpoint, restore_checkpoint
 
 pytestmark = pytest.mark.django_db

@@ -7,10 +7,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from checkpoints import services, store, tallies
-from checkpoints.history import Discards
+from checkpoints import services, store
 from checkpoints.models import AgentSession, ApiToken, AuditEvent, Checkpoint, CheckpointKind, Chunk
 from checkpoints.services import Actor, CheckpointInput
+from checkpoints.store import tallies
+from checkpoints.store.history import Discards
 
 OPERATOR = Actor.system("alice")
 

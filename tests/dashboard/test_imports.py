@@ -21,10 +21,10 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
-from checkpoints import formats
 from checkpoints.models import AgentSession, AuditEvent, Checkpoint, ImportJob, ImportJobStatus, Project
 from checkpoints.services import Actor, get_or_create_project
 from checkpoints.services.importing import import_path
+from checkpoints.sources import formats
 from checkpoints.tasks import import_archive
 from tests.checkpoints.archive_kit import (
     SMALL,

@@ -27,7 +27,7 @@ from django.db import connection, transaction
 from django.db.models import Count, F, Max, Min, Q, QuerySet, Sum
 from django.db.models.functions import TruncHour
 
-from .models import (
+from ..models import (
     ROLLUP_BLOCK,
     TROUBLE,
     AgentSession,
@@ -296,7 +296,7 @@ def _rollups(checkpoints: QuerySet[Any], model: Any) -> list[Any]:
 
 
 def session_totals(session: AgentSession) -> dict[str, int]:
-    """The session's running tallies (checkpoints.tallies), read afresh: `session` may have been loaded before
+    """The session's running tallies (checkpoints.store.tallies), read afresh: `session` may have been loaded before
     its latest checkpoints were stored."""
     return AgentSession.objects.filter(pk=session.pk).values("checkpoint_count", "raw_bytes", "stored_bytes").get()
 
