@@ -8,7 +8,17 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from checkpoints import services, store
-from checkpoints.models import AgentSession, ApiToken, AuditEvent, Checkpoint, CheckpointKind, Chunk
+from checkpoints.models import (
+    AgentSession,
+    AlertKind,
+    AlertState,
+    ApiToken,
+    AuditEvent,
+    Checkpoint,
+    CheckpointKind,
+    Chunk,
+    DriftAlert,
+)
 from checkpoints.services import Actor, CheckpointInput
 from checkpoints.store import tallies
 from checkpoints.store.history import Discards
@@ -319,6 +329,17 @@ def test_two_pins_of_the_same_checkpoint_write_one_audit_row(make_session, make_
     services.pin_checkpoint(second, actor=OPERATOR)  # loaded before the first pin: it still reads unpinned
     assert second.pinned and Checkpoint.objects.get(pk=checkpoint.pk).pinned
     assert AuditEvent.objects.filter(action="pin").count() == 1
+
+
+def test_two_acknowledgements_and_two_resolutions_of_one_alert_write_one_audit_row_each(make_session):
+    alert = DriftAlert.objects.create(session=make_session(), kind=AlertKind.STALLED, message="stuck")
+    first, second = DriftAlert.objects.get(pk=alert.pk), DriftAlert.objects.get(pk=alert.pk)
+    services.acknowledge_alert(first, actor=OPERATOR)
+    services.acknowledge_alert(second, actor=OPERATOR)  # loaded before: it still reads open
+    services.resolve_alert(first, actor=OPERATOR)
+    services.resolve_alert(second, actor=OPERATOR)
+    assert second.state == AlertState.RESOLVED
+    assert sorted(AuditEvent.objects.values_list("action", flat=True)) == ["acknowledge", "resolve"]
 
 
 def test_a_token_is_audited_even_when_no_one_is_named(project):
