@@ -338,8 +338,9 @@ def inputs_for(spec: Spec, maker: StateMaker) -> Iterator[tuple[int, Any]]:
 
 
 def load(specs: list[Spec], now: datetime) -> None:
-    from checkpoints import cleanup, services
+    from checkpoints import services
     from checkpoints.models import AgentSession
+    from checkpoints.services import cleanup
 
     done = int(progress("done") or -1)
     if done >= len(specs) - 1:
@@ -438,8 +439,9 @@ def load_fork(spec: Spec, maker: StateMaker, source: Any, *, actor: Any, at: dat
 
 def finish_session(session: Any, spec: Spec, rng: random.Random, *, actor: Any) -> None:
     """What happens to a session once its agent stopped: pins, its outcome, operations that finished."""
-    from checkpoints import cleanup, services
+    from checkpoints import services
     from checkpoints.models import AgentSession, Checkpoint, SessionStatus
+    from checkpoints.services import cleanup
 
     session.refresh_from_db()
     pins = list(Checkpoint.objects.filter(session=session).order_by("?").values_list("pk", flat=True)[: spec.pins])
@@ -459,8 +461,9 @@ def open_alerts(session: Any, spec: Spec, rng: random.Random) -> None:
     """Alerts as the detectors open them (`drift.sync_alerts`, audited); some acknowledged or resolved since."""
     if not spec.alerts:
         return
-    from checkpoints import drift, services
+    from checkpoints import services
     from checkpoints.models import Checkpoint, DriftAlert
+    from checkpoints.services import drift
 
     rows = list(Checkpoint.objects.filter(session=session).order_by("-seq").values_list("pk", "seq")[:2])
 
@@ -555,7 +558,8 @@ class Requests:
 
 def record_dry_run(context: dict[str, Any]) -> None:
     """The retention page previews the newest recorded dry run (beat queues one after every run): record one."""
-    from checkpoints import jobs, retention
+    from checkpoints import jobs
+    from checkpoints.jobs import retention
 
     say("retention: recording a dry run for the page")
     start = time.perf_counter()
@@ -709,8 +713,9 @@ def run_writer(seconds: float, latencies: list[float]) -> None:
 
 
 def measure_jobs(requests: Requests, url: str, clock: str, report: dict[str, Any]) -> None:
-    from checkpoints import drift, gc, retention
+    from checkpoints.jobs import gc, retention
     from checkpoints.models import Checkpoint, DriftAlert
+    from checkpoints.services import drift
 
     say("detect_drift")
     before = DriftAlert.objects.open().count()

@@ -1,5 +1,5 @@
-"""Who may do what where: the authentication backend behind `user.has_perm(permission, obj)`, and the
-services that grant and take back a role in a project (audited).
+"""Who may do what where: the authentication backend behind `user.has_perm(permission, obj)` (granting and
+taking back a role is `services.memberships`).
 
 `has_perm(permission, obj)` answers for the project `obj` belongs to (a project, a session, a checkpoint,
 an alert, a phase, an import job…): yes when one of the user's memberships there grants the permission, or
@@ -14,11 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.backends import ModelBackend
-from django.db import transaction
 
 from .models import Project, ProjectMembership
 from .roles import ALL_PROJECTS, OPERATE, ROLE_PERMISSIONS
-from .services import Actor, record_audit
 
 _CACHE = "_project_role_cache"
 
@@ -73,39 +71,3 @@ class ProjectRoleBackend(ModelBackend):
                 by_project.setdefault(project_id, set()).update(ROLE_PERMISSIONS.get(role, ()))
             setattr(user, _CACHE, by_project)
         return getattr(user, _CACHE)
-
-
-# ---- granting and taking back roles (the admin's membership forms call these) -----------------------------
-
-
-@transaction.atomic
-def save_membership(membership: ProjectMembership, *, actor: Actor) -> ProjectMembership:
-    """Grant a role in a project, or change which role a membership row grants; audited either way."""
-    before = (
-        ProjectMembership.objects.filter(pk=membership.pk).values_list("role", flat=True).first()
-        if membership.pk
-        else None
-    )
-    membership.save()
-    if before != membership.role:
-        record_audit(
-            actor,
-            "grant_role" if before is None else "change_role",
-            project=membership.project,
-            target=f"{membership.user} as {membership.role} in {membership.project}",
-            details={"user": membership.user.get_username(), "role": membership.role, "was": before},
-        )
-    return membership
-
-
-@transaction.atomic
-def revoke_membership(membership: ProjectMembership, *, actor: Actor) -> None:
-    """Take a role in a project back; audited."""
-    record_audit(
-        actor,
-        "revoke_role",
-        project=membership.project,
-        target=f"{membership.user} as {membership.role} in {membership.project}",
-        details={"user": membership.user.get_username(), "role": membership.role},
-    )
-    membership.delete()

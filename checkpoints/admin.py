@@ -21,7 +21,7 @@ from django.contrib.auth.admin import UserAdmin
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Length
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -29,13 +29,13 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from . import cleanup, jsoncodec, models, store
-from .access import revoke_membership, save_membership
-from .jobs import run_job
-from .logins import reset_login_attempts
-from .retention import apply_retention, describe, plan_retention
-from .services import Actor, acknowledge_alert, pin_checkpoint, record_audit, resolve_alert
-from .tallies import SESSION_FIELDS
+from . import models, store, tasks
+from .jobs.retention import describe, plan_retention
+from .services import Actor, acknowledge_alert, cleanup, pin_checkpoint, request_job_run, resolve_alert, revoke_token
+from .services.logins import reset_login_attempts
+from .services.memberships import revoke_membership, save_membership
+from .store import jsoncodec
+from .store.tallies import SESSION_FIELDS
 
 STATE_PREVIEW_BYTES = 20_000
 
@@ -536,28 +536,15 @@ class RetentionPolicyAdmin(admin.ModelAdmin):
         return [run, *super().get_urls()]
 
     def run_retention_view(self, request: HttpRequest) -> HttpResponse:
-        """GET: a dry run with the counts by kind; POST: run retention for real, as a recorded job."""
+        """GET: a dry run with the counts by kind; POST: queue retention for real (the `apply_retention` task)."""
         if not request.user.has_perm("checkpoints.delete_checkpoint"):
             raise PermissionDenied
         if request.method == "POST":
+            # queued as the console's "Run now" queues it: the task records the run, this the request
+            request_job_run("Apply retention", actor=_actor(request), details={"task": "apply_retention"})
             triggered_by = f"admin:{request.user.get_username()}"
-            run = run_job("retention", apply_retention, triggered_by=triggered_by)
-            record_audit(_actor(request), "run_retention", target="all projects", details=run.result)
-            if run.status == models.JobRunStatus.SKIPPED:
-                self.message_user(request, "Retention is already running; nothing done.", messages.WARNING)
-            else:
-                by_kind = ", ".join(f"{n} {kind}" for kind, n in run.result.get("by_kind", {}).items()) or "none"
-                self.message_user(
-                    request,
-                    f"Retention deleted {run.result['deleted']} checkpoints ({by_kind}); {run.result['kept']} kept.",
-                )
-                if run.result["error_count"]:
-                    failed = ", ".join(error["session"] for error in run.result["errors"])
-                    self.message_user(
-                        request,
-                        f"{run.result['error_count']} session(s) could not be processed and were skipped: {failed}.",
-                        messages.WARNING,
-                    )
+            transaction.on_commit(lambda: tasks.apply_retention.delay(triggered_by=triggered_by))
+            self.message_user(request, "Retention run queued: it shows under Jobs in the console when it finishes.")
             return HttpResponseRedirect(reverse("admin:checkpoints_retentionpolicy_changelist"))
         plan = plan_retention()
         context = {
@@ -585,7 +572,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[models.ApiToken]) -> None:
-        revoked = [str(t) for t in queryset.select_related("project") if cleanup.revoke_token(t, actor=_actor(request))]
+        revoked = [str(t) for t in queryset.select_related("project") if revoke_token(t, actor=_actor(request))]
         self.message_user(request, f"Revoked {len(revoked)} token{'s' * (len(revoked) != 1)}: {_names(revoked)}.")
 
 

@@ -22,7 +22,7 @@ from ninja.security import HttpBearer
 from ninja.throttling import BaseThrottle, SimpleRateThrottle
 from pydantic import AfterValidator, ConfigDict, model_validator
 
-from . import jsoncodec, limits, phases, services, store
+from . import limits, services, store
 from .models import (
     AgentSession,
     AlertKind,
@@ -35,6 +35,8 @@ from .models import (
     Phase,
     PhaseStatus,
 )
+from .services import phases as phase_services
+from .store import jsoncodec, tallies
 
 
 class StrictJSONParser(Parser):
@@ -437,7 +439,7 @@ def session_dict(session: AgentSession) -> dict[str, Any]:
         "forked_from": session.forked_from_id,
         "restore_generation": session.restore_generation,
         "last_seq": session.last_seq,
-        **services.session_totals(session),
+        **tallies.session_totals(session),
         "created_at": session.created_at,
         "updated_at": session.updated_at,
         "last_seen_at": session.last_seen_at,
@@ -503,7 +505,7 @@ def get_session(request: HttpRequest, external_id: str) -> Any:
 @api.get("/sessions/{external_id}/summary", response={200: SummaryOut, **ERRORS}, tags=["sessions"])
 def get_summary(request: HttpRequest, external_id: str) -> Any:
     session = _session(request, external_id)
-    summary = services.session_summary(session)
+    summary = tallies.session_summary(session)
     for end in ("first", "last"):
         summary[end] = checkpoint_dict(summary[end], external_id) if summary[end] else None
     return {"session": external_id, **summary}
@@ -606,7 +608,7 @@ def get_checkpoint(request: HttpRequest, checkpoint_id: CheckpointId) -> Any:
 def diff_checkpoints(request: HttpRequest, checkpoint_id: CheckpointId, other_id: CheckpointId) -> Any:
     """Structural diff from the first checkpoint to the second (they may be in different sessions)."""
     a, b = _checkpoint(request, checkpoint_id), _checkpoint(request, other_id)
-    return _json({"from": a.pk, "to": b.pk, **services.diff_checkpoints(a, b).as_dict()})
+    return _json({"from": a.pk, "to": b.pk, **store.diff_checkpoints(a, b).as_dict()})
 
 
 @api.post(
@@ -723,7 +725,7 @@ def report_phase(request: HttpRequest, external_id: str, number: PhaseNumber, pa
     fields = payload.model_dump(exclude_unset=True)
     if any(value is None for name, value in fields.items() if name not in ("started_at", "completed_at", "duration")):
         raise HttpError(422, "only started_at, completed_at and duration may be null")
-    phase, created = phases.report_phase(session, number, actor=_actor(request), **fields)
+    phase, created = phase_services.report_phase(session, number, actor=_actor(request), **fields)
     phase.session = session
     return _json(phase_dict(phase), status=201 if created else 200)
 
@@ -737,7 +739,7 @@ def report_phase(request: HttpRequest, external_id: str, number: PhaseNumber, pa
 def add_phase_output(request: HttpRequest, external_id: str, number: PhaseNumber, payload: AgentOutputIn) -> Any:
     """An agent's output for the phase (markdown), shown on the phase page."""
     phase = _phase(request, external_id, number)
-    output = phases.add_agent_output(phase, actor=_actor(request), **payload.model_dump())
+    output = phase_services.add_agent_output(phase, actor=_actor(request), **payload.model_dump())
     data = {"id": output.pk, "session": external_id, "phase": number, "agent_name": output.agent_name}
     return _json({**data, "status": output.status, "created_at": output.created_at}, status=201)
 

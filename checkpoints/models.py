@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.db.models.fields.tuple_lookups import Tuple, TupleLessThan
+from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 
 from . import limits
@@ -119,8 +120,6 @@ class AgentSessionQuerySet(ProjectScopedQuerySet):
 
     def with_open_alert_count(self) -> AgentSessionQuerySet:
         """Annotates `open_alerts`, the number on a session's alert badge (a subquery: no GROUP BY on sessions)."""
-        from django.db.models.functions import Coalesce
-
         counts = (
             DriftAlert.objects.filter(session=models.OuterRef("pk"), state=AlertState.OPEN)
             .order_by()
@@ -240,7 +239,7 @@ class AgentSession(models.Model):
     )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
-    # Running tallies of its checkpoints, kept by checkpoints.tallies with every insert and delete (db_default:
+    # Running tallies of its checkpoints, kept by checkpoints.store.tallies with every insert and delete (db_default:
     # the columns are added without rewriting the table).
     checkpoint_count = models.IntegerField(default=0, db_default=0)
     raw_bytes = models.BigIntegerField(default=0, db_default=0, help_text="Its checkpoints' state sizes, summed.")
@@ -336,8 +335,6 @@ class CheckpointQuerySet(ProjectScopedQuerySet):
         Only each session's last few seqs are ranked (retention leaves gaps, hence the margin): one index
         range per session, so the cost does not grow with the length of the sessions.
         """
-        from django.db.models.functions import RowNumber
-
         if not sessions:
             return self.none()
         recent = Q()
@@ -455,7 +452,7 @@ class SessionRollup(models.Model):
     """The checkpoints of one session with seqs in one block of ROLLUP_BLOCK, created in one hour (UTC): what the
     timeline's charts draw and the overview counts, read in a few thousand rows however long the session.
 
-    Kept by checkpoints.tallies with every insert and delete; `manage.py recount_tallies` rebuilds them.
+    Kept by checkpoints.store.tallies with every insert and delete; `manage.py recount_tallies` rebuilds them.
     """
 
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+", db_index=False)
@@ -492,7 +489,7 @@ class TalliedField(models.TextChoices):
 class SessionCount(models.Model):
     """How many checkpoints of a session have a given name, kind or status (the summary API's counts).
 
-    Kept by checkpoints.tallies with every insert and delete; a value no checkpoint has any more has no row.
+    Kept by checkpoints.store.tallies with every insert and delete; a value no checkpoint has any more has no row.
     """
 
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+", db_index=False)
@@ -511,7 +508,7 @@ class SessionCount(models.Model):
 
 
 class Chunk(models.Model):
-    """A content-addressed, zstd-compressed node of the state store (see checkpoints/store.py)."""
+    """A content-addressed, zstd-compressed node of the state store (see checkpoints/store/__init__.py)."""
 
     hash = models.BinaryField(primary_key=True, max_length=32)
     data = models.BinaryField()

@@ -16,7 +16,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 
-from checkpoints.logins import record_login_lockout
+from checkpoints.services.logins import record_login_lockout
 
 API_PREFIX = "/api/"
 

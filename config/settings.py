@@ -258,7 +258,7 @@ DRIFT_ROUTINE_GRACE_MINUTES = env_int("DRIFT_ROUTINE_GRACE_MINUTES", 5)
 DRIFT_IDLE_HOURS = env_int("DRIFT_IDLE_HOURS", 24)  # an active session silent longer is idle, not running
 ROUTINE_INTERVAL_MINUTES = env_int("ROUTINE_INTERVAL_MINUTES", 30)
 IMPORT_UPLOAD_MAX_BYTES = env_int("IMPORT_UPLOAD_MAX_BYTES", 512 * 1024 * 1024)
-# Uploaded archives (checkpoints/archives.py), checked from their index before anything is unpacked.
+# Uploaded archives (checkpoints/sources/archives.py), checked from their index before anything is unpacked.
 IMPORT_ARCHIVE_MAX_BYTES = env_int("IMPORT_ARCHIVE_MAX_BYTES", 2 * 1024**3)  # unpacked, all members together
 IMPORT_ARCHIVE_MAX_RATIO = env_int("IMPORT_ARCHIVE_MAX_RATIO", 100)  # unpacked ÷ packed: archive, and zip member
 IMPORT_ARCHIVE_MAX_MEMBERS = env_int("IMPORT_ARCHIVE_MAX_MEMBERS", 100_000)  # files and folders

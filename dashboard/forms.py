@@ -11,8 +11,8 @@ from django import forms
 from django.template.defaultfilters import filesizeformat
 from django.utils.dateparse import parse_datetime
 
-from checkpoints.archives import ARCHIVE_SUFFIXES, archive_suffix
 from checkpoints.models import AlertKind, AlertSeverity, AlertState, Project
+from checkpoints.sources.archives import ARCHIVE_SUFFIXES, archive_suffix
 
 REASON_MAX = 500
 
@@ -194,7 +194,7 @@ class UploadForm(forms.Form):
 
 
 class FeedbackForm(forms.Form):
-    """A reviewer's decision on a phase; the phase-dependent rules live in checkpoints.phases.record_feedback."""
+    """A reviewer's decision on a phase; the phase-dependent rules live in checkpoints.services.phases.record_feedback."""
 
     action = forms.ChoiceField(
         choices=[

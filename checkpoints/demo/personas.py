@@ -179,8 +179,8 @@ RESEARCH = Persona(
 )
 
 CODE_FILES = (
-    "checkpoints/services.py",
-    "checkpoints/store.py",
+    "checkpoints/services/",
+    "checkpoints/store/__init__.py",
     "checkpoints/api.py",
     "tests/checkpoints/test_services.py",
     "tests/checkpoints/test_store.py",

@@ -19,8 +19,8 @@ from urllib.parse import urlencode
 import orjson
 from django.urls import reverse
 
-from checkpoints import jsoncodec
-from checkpoints.diff import Diff, DiffEntry, Group, Run, format_path, group_changes
+from checkpoints.store import jsoncodec
+from checkpoints.store.diff import Diff, DiffEntry, Group, Run, format_path, group_changes
 
 PAGE_ROWS = 40  # rows of the first screen, across groups
 GROUP_ROWS = 8  # rows of one group before "show the other N"

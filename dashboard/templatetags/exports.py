@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import template
 
-from checkpoints import formats
+from checkpoints.sources import formats
 
 register = template.Library()
 

@@ -14,10 +14,10 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
-from checkpoints.history import Discards, discards_for
 from checkpoints.humanize import plain_duration
 from checkpoints.models import SEVERITY_RANKS, AlertSeverity, AlertState, Checkpoint, DriftAlert, Project
 from checkpoints.services import Actor, acknowledge_alert, resolve_alert
+from checkpoints.store.history import Discards, discards_for
 
 from ..forms import UNRESOLVED, AlertFilterForm, ResolveForm
 from .actions import safe_next

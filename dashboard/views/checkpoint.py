@@ -20,9 +20,9 @@ from django.utils.text import get_valid_filename
 from django.views.decorators.http import require_GET
 
 from checkpoints import store
-from checkpoints.diff import format_path
 from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, Phase
-from checkpoints.services import diff_checkpoints
+from checkpoints.store import diff_checkpoints
+from checkpoints.store.diff import format_path
 
 from ..presenters.diff import present_diff
 from .common import HtmxHttpRequest, console, get_checkpoint_for_user, parse_int, render_page

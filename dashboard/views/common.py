@@ -15,13 +15,13 @@ from django.utils.cache import patch_vary_headers
 from django_htmx.http import trigger_client_event
 from django_htmx.middleware import HtmxDetails
 
-from checkpoints.jobs import ERRORS_KEPT
 from checkpoints.models import AgentSession, Checkpoint, DriftAlert, ImportJob, Phase
 from checkpoints.roles import APPROVE as APPROVE  # the views' permissions, re-exported
 from checkpoints.roles import OPERATE as OPERATE
 from checkpoints.roles import TRIAGE as TRIAGE
 from checkpoints.roles import VIEW_SESSIONS as VIEW
 from checkpoints.roles import in_every_project
+from checkpoints.services.batches import ERRORS_KEPT
 
 
 class HtmxHttpRequest(HttpRequest):

@@ -1,7 +1,7 @@
 """Compare two checkpoints: what changed from A to B, or, for checkpoints on different branches, what changed on
 B's branch since their common ancestor (as `git diff A...B` does).
 
-The diff is `services.diff_checkpoints`; `presenters.diff` shapes it for reading, a screenful at a time.
+The diff is `store.diff_checkpoints`; `presenters.diff` shapes it for reading, a screenful at a time.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 from django.http import Http404, HttpResponse
 from django.views.decorators.http import require_GET
 
-from checkpoints.lineage import Relation, relate
 from checkpoints.models import AgentSession, Checkpoint
-from checkpoints.services import diff_checkpoints
+from checkpoints.store import diff_checkpoints
+from checkpoints.store.lineage import Relation, relate
 
 from ..forms import CheckpointRef, CompareForm
 from ..presenters.diff import present_diff

@@ -21,12 +21,13 @@ from django.utils.text import get_valid_filename
 from django.views.decorators.http import require_GET, require_http_methods
 from django_htmx.http import HttpResponseStopPolling
 
-from checkpoints import formats
-from checkpoints.archives import Limits, UnsafeArchive
 from checkpoints.models import AgentSession, ImportJob, Project
 from checkpoints.roles import in_every_project
-from checkpoints.services import Actor, record_audit
-from checkpoints.uploads import queue_import
+from checkpoints.services import Actor
+from checkpoints.services.imports import queue_import, record_export
+from checkpoints.sources import formats
+from checkpoints.sources.archives import Limits, UnsafeArchive
+from checkpoints.tasks import import_archive
 
 from ..forms import UploadForm
 from .common import OPERATE, HtmxHttpRequest, console, get_import_job_for_user, get_session_for_user, render_page
@@ -57,7 +58,7 @@ def import_upload(request: HtmxHttpRequest) -> HttpResponse:
     if posted and form.is_valid():
         data, actor = form.cleaned_data, Actor.for_user(request.user)
         try:
-            job = queue_import(data["archive"], project_slug=data["project"], actor=actor)
+            job = queue_import(data["archive"], project_slug=data["project"], actor=actor, start=import_archive.delay)
         except UnsafeArchive as exc:
             form.add_error("archive", str(exc))
         else:
@@ -93,7 +94,7 @@ def session_export(request: HtmxHttpRequest, pk: int) -> HttpResponseBase:
         message = f"Unknown format {name!r}: choose one of {', '.join(formats.NAMES)}."
         return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
     archive = export_zip(session, name)
-    record_audit(Actor.for_user(request.user), "export", session=session, details={"format": name})
+    record_export(session, actor=Actor.for_user(request.user), format_name=name)
     filename = get_valid_filename(f"{session.external_id}-{name}.zip")
     return FileResponse(archive, as_attachment=True, filename=filename, content_type="application/zip")
 

@@ -11,14 +11,9 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
 from checkpoints.models import Phase
-from checkpoints.phases import (
-    FeedbackRefused,
-    is_valid,
-    record_feedback,
-    standing_approval,
-    validate_phase,
-)
+from checkpoints.phases import is_valid, standing_approval, validate_phase
 from checkpoints.services import Actor
+from checkpoints.services.phases import FeedbackRefused, record_feedback
 
 from ..forms import FeedbackForm
 from .common import APPROVE, HtmxHttpRequest, console, get_phase_for_user, notify, render_page

@@ -17,8 +17,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from checkpoints import tasks
+from checkpoints.jobs.retention import describe, plan_retention, policies_in_force, recorded_plan
 from checkpoints.models import Checkpoint, JobRun, JobRunStatus, Project
-from checkpoints.retention import describe, plan_retention, policies_in_force, recorded_plan
 from checkpoints.roles import in_every_project
 from checkpoints.services import Actor, request_job_run
 

@@ -160,8 +160,8 @@ def test_side_branches_fold_and_open_in_place(page, live_server, sign_in, alice,
 def agent_with_history(make_session):
     """60 agent steps with tool calls (every 7th fails, the agent goes on), a halt at #40, a restore of #57,
     a fork from #20, and #10–#14 removed by retention."""
-    from checkpoints.cleanup import delete_checkpoints
     from checkpoints.services import Actor, CheckpointInput, fork_session, ingest_checkpoints, restore_checkpoint
+    from checkpoints.services.cleanup import delete_checkpoints
 
     session = make_session("survey")
     calls: list[dict] = []

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from checkpoints.archives import Limits
+from checkpoints.sources.archives import Limits
 
 ARES = Path(__file__).resolve().parents[1] / "fixtures" / "ares"
 

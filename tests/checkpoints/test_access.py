@@ -12,8 +12,7 @@ from django.contrib.auth.models import Group, Permission
 from django.db import IntegrityError
 from django.urls import reverse
 
-from checkpoints.access import project_id_of, revoke_membership, save_membership
-from checkpoints.importing import import_path
+from checkpoints.access import project_id_of
 from checkpoints.models import (
     AgentOutput,
     AgentSession,
@@ -28,6 +27,8 @@ from checkpoints.models import (
 )
 from checkpoints.roles import ALL_PROJECTS, APPROVE, OPERATE, TRIAGE, VIEW_SESSIONS, ensure_roles
 from checkpoints.services import Actor
+from checkpoints.services.importing import import_path
+from checkpoints.services.memberships import revoke_membership, save_membership
 
 pytestmark = pytest.mark.django_db
 

@@ -329,7 +329,7 @@ def test_summary_counts_by_name_kind_and_status(history, api):
 
 
 def test_summary_counts_leave_out_deleted_checkpoints(history, api):
-    from checkpoints.cleanup import delete_checkpoints
+    from checkpoints.services.cleanup import delete_checkpoints
 
     gone = Checkpoint.objects.filter(session__external_id="run-1", name="tests_passed")  # #1, #5, #9
     delete_checkpoints(list(gone.values_list("pk", flat=True)), actor=Actor.system("test"))

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checkpoints.archives import Index, Limits, UnsafeArchive, check, extract
+from checkpoints.sources.archives import Index, Limits, UnsafeArchive, check, extract
 from tests.checkpoints.archive_kit import (
     SMALL,
     HostileArchive,

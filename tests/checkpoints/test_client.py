@@ -454,8 +454,8 @@ def test_client_file_works_on_its_own(tmp_path):
 
 def test_an_agent_reports_a_phase_and_reads_the_reviewers_decision(cp, run):
     from checkpoints.models import Phase
-    from checkpoints.phases import record_feedback
     from checkpoints.services import Actor
+    from checkpoints.services.phases import record_feedback
 
     created = cp.report_phase(run, 1, name="Concept Expansion", status="in_progress", started_at=T0)
     assert (created["number"], created["status"], created["started_at"][:19]) == (

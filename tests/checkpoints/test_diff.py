@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from checkpoints.diff import DiffEntry, Run, diff_states, group_changes
+from checkpoints.store.diff import DiffEntry, Run, diff_states, group_changes
 
 
 def message(i: int) -> dict:

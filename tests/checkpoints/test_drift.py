@@ -8,9 +8,8 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from checkpoints import drift
 from checkpoints.models import AgentSession, AlertKind, AlertState, AuditEvent, DriftAlert, JobRun
-from checkpoints.services import Actor, CheckpointInput, ingest_checkpoints, restore_checkpoint
+from checkpoints.services import Actor, CheckpointInput, drift, ingest_checkpoints, restore_checkpoint
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 TOOLS = ["search_kb", "read_file", "run_tests", "write_file", "get_order", "send_reply", "fetch_url"]

@@ -8,7 +8,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from checkpoints import gc, store
+from checkpoints import store
+from checkpoints.jobs import gc
 from checkpoints.models import Checkpoint, Chunk, JobRun
 from checkpoints.services import CheckpointInput, ingest_checkpoints, record_live_state
 

@@ -4,10 +4,10 @@ from typing import Any
 
 import pytest
 
-from checkpoints import history
 from checkpoints.models import Checkpoint
-from checkpoints.previews import fill_previews
 from checkpoints.services import Actor, CheckpointInput, ingest_checkpoints, restore_checkpoint
+from checkpoints.store import history
+from checkpoints.store.previews import fill_previews
 
 pytestmark = pytest.mark.django_db
 OPERATOR = Actor.system("test")

@@ -12,10 +12,10 @@ from django.apps import apps
 from django.core.management import call_command
 
 from checkpoints import services, store
-from checkpoints.importing import import_path
+from checkpoints.jobs.watching import scan_source
 from checkpoints.models import AgentSession, AuditEvent, Checkpoint, DriftAlert, Phase, Project, WatchedSource
+from checkpoints.services.importing import import_path
 from checkpoints.tasks import scan_watched_sources
-from checkpoints.watching import scan_source
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SYSTEM = services.Actor.system("test")
@@ -50,6 +50,17 @@ def test_auto_detection_imports_every_format_in_a_tree(db, tree):
     assert {"agent-3", "agent-7", "bp-session-42", "sess-a", "session-789"} <= set(report["sessions"])
     assert Phase.objects.exists()
     assert AuditEvent.objects.filter(action="import").count() == 1
+
+
+def test_an_interrupted_import_is_audited_with_what_it_stored(db, tree):
+    def stop(report):
+        raise KeyboardInterrupt  # the worker killed after the first batch committed
+
+    with pytest.raises(KeyboardInterrupt):
+        import_path(tree, project="ops", actor=SYSTEM, progress=stop)
+    stored = Checkpoint.objects.count()
+    assert stored > 0
+    assert AuditEvent.objects.get(action="import").details["imported"] == stored
 
 
 def test_importing_the_same_tree_twice_adds_nothing(db, tree):

@@ -18,7 +18,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from checkpoints import jobs, services
+from checkpoints import services
 from checkpoints.models import (
     AgentSession,
     AlertKind,
@@ -30,7 +30,7 @@ from checkpoints.models import (
     RetentionPolicy,
     WatchedSource,
 )
-from checkpoints.services import record_live_state
+from checkpoints.services import batches, record_live_state
 from checkpoints.tasks import apply_retention, detect_drift, scan_watched_sources, take_routine_checkpoints
 
 pytestmark = pytest.mark.django_db
@@ -154,7 +154,7 @@ def test_drift_opens_alerts_everywhere_else_and_leaves_the_bad_sessions_alerts_a
 
 
 def test_the_failures_listed_are_capped_and_counted(project, make_session, make_checkpoint, monkeypatch, poison):
-    monkeypatch.setattr(jobs, "ERRORS_KEPT", 2)
+    monkeypatch.setattr(batches, "ERRORS_KEPT", 2)
     for name in ("a", "b", "c"):
         session = make_session(name)
         make_checkpoint(session, {"i": 1})
@@ -246,8 +246,8 @@ def test_a_statement_failing_in_the_server_is_retried_in_halves_without_poisonin
             cursor.execute(f"UPDATE {table} SET title = (external_id::int * 10)::text WHERE id = ANY(%s)", [batch])
             return cursor.rowcount
 
-    failures = jobs.Failures()
-    done = sum(jobs.each_batch(ids, number_titles, failures, size=4))
+    failures = batches.Failures()
+    done = sum(batches.each_batch(ids, number_titles, failures, size=4))
 
     assert done == 7 and failures.count == 1 and failures.done == 7
     assert failures.errors[0]["session"] == "acme/x" and "invalid input syntax" in failures.errors[0]["error"]

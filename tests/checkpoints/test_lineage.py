@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from checkpoints.cleanup import delete_checkpoints
-from checkpoints.lineage import Relation, relate
+from checkpoints.jobs.retention import apply_retention
 from checkpoints.models import Checkpoint, RetentionPolicy
-from checkpoints.retention import apply_retention
 from checkpoints.services import Actor, fork_session, pin_checkpoint, restore_checkpoint
+from checkpoints.services.cleanup import delete_checkpoints
+from checkpoints.store.lineage import Relation, relate
 
 pytestmark = pytest.mark.django_db
 

@@ -9,20 +9,18 @@ from pathlib import Path
 import pytest
 
 from checkpoints import services
-from checkpoints.formats import haytham
-from checkpoints.importing import import_path
 from checkpoints.models import AgentOutput, AgentSession, AuditEvent, Phase, PhaseFeedback, PhaseStatus
 from checkpoints.phases import (
-    FeedbackRefused,
-    import_agent_output,
     is_valid,
-    record_feedback,
     render_markdown,
     sessions_waiting_for_approval,
     standing_approval,
     validate_phase,
     waiting_for_approval,
 )
+from checkpoints.services.importing import import_path
+from checkpoints.services.phases import FeedbackRefused, import_agent_output, record_feedback
+from checkpoints.sources.formats import haytham
 
 HAYTHAM = Path(__file__).resolve().parents[1] / "fixtures" / "haytham" / "handwritten"
 T0 = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)

@@ -4,8 +4,8 @@ import io
 
 import pytest
 
-from checkpoints.previews import PREVIEW_MAX, preview_of
 from checkpoints.services import Actor, restore_checkpoint
+from checkpoints.store.previews import PREVIEW_MAX, preview_of
 
 CALL = {"id": "c1", "tool_name": "web_search", "arguments": {"query": "kv cache"}, "success": True}
 

@@ -8,7 +8,9 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from checkpoints import retention, store
+from checkpoints import store
+from checkpoints.jobs import retention
+from checkpoints.jobs.retention import apply_retention, describe, plan_retention, recorded_plan
 from checkpoints.models import (
     AgentSession,
     AuditEvent,
@@ -18,7 +20,6 @@ from checkpoints.models import (
     JobRunStatus,
     RetentionPolicy,
 )
-from checkpoints.retention import apply_retention, describe, plan_retention, recorded_plan
 from checkpoints.services import Actor, fork_session, pin_checkpoint, restore_checkpoint
 
 pytestmark = pytest.mark.django_db
@@ -243,7 +244,7 @@ def test_a_branch_whose_first_checkpoint_is_deleted_still_starts_where_it_branch
 
 
 def test_deleting_a_branch_start_by_hand_hands_the_branch_to_its_child(make_session, make_checkpoint):
-    from checkpoints.cleanup import delete_checkpoints
+    from checkpoints.services.cleanup import delete_checkpoints
 
     session = make_session()
     trunk = steps(make_checkpoint, session, 3)

@@ -3,8 +3,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from checkpoints import store
+from checkpoints.jobs.routine import take_routine_checkpoints
 from checkpoints.models import AgentSession, AlertKind, AlertState, Checkpoint, DriftAlert, JobRun
-from checkpoints.routine import take_routine_checkpoints
 from checkpoints.services import record_live_state
 from checkpoints.tasks import take_routine_checkpoints as routine_task
 

@@ -8,6 +8,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from checkpoints import store
+from checkpoints.jobs.retention import apply_retention
 from checkpoints.models import (
     AgentOutput,
     AgentSession,
@@ -22,7 +23,6 @@ from checkpoints.models import (
     Project,
     SessionStatus,
 )
-from checkpoints.retention import apply_retention
 
 pytestmark = pytest.mark.django_db
 

@@ -8,9 +8,20 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from checkpoints import services, store
-from checkpoints.history import Discards
-from checkpoints.models import AgentSession, AuditEvent, Checkpoint, CheckpointKind, Chunk
+from checkpoints.models import (
+    AgentSession,
+    AlertKind,
+    AlertState,
+    ApiToken,
+    AuditEvent,
+    Checkpoint,
+    CheckpointKind,
+    Chunk,
+    DriftAlert,
+)
 from checkpoints.services import Actor, CheckpointInput
+from checkpoints.store import tallies
+from checkpoints.store.history import Discards
 
 OPERATOR = Actor.system("alice")
 
@@ -311,12 +322,48 @@ def test_pinning_is_audited_once(make_session, make_checkpoint):
     assert AuditEvent.objects.filter(action="pin").count() == 1
 
 
+def test_two_pins_of_the_same_checkpoint_write_one_audit_row(make_session, make_checkpoint):
+    checkpoint = make_checkpoint(make_session(), {"n": 1})
+    first, second = Checkpoint.objects.get(pk=checkpoint.pk), Checkpoint.objects.get(pk=checkpoint.pk)
+    services.pin_checkpoint(first, actor=OPERATOR)
+    services.pin_checkpoint(second, actor=OPERATOR)  # loaded before the first pin: it still reads unpinned
+    assert second.pinned and Checkpoint.objects.get(pk=checkpoint.pk).pinned
+    assert AuditEvent.objects.filter(action="pin").count() == 1
+
+
+def test_two_acknowledgements_and_two_resolutions_of_one_alert_write_one_audit_row_each(make_session):
+    alert = DriftAlert.objects.create(session=make_session(), kind=AlertKind.STALLED, message="stuck")
+    first, second = DriftAlert.objects.get(pk=alert.pk), DriftAlert.objects.get(pk=alert.pk)
+    services.acknowledge_alert(first, actor=OPERATOR)
+    services.acknowledge_alert(second, actor=OPERATOR)  # loaded before: it still reads open
+    services.resolve_alert(first, actor=OPERATOR)
+    services.resolve_alert(second, actor=OPERATOR)
+    assert second.state == AlertState.RESOLVED
+    assert sorted(AuditEvent.objects.values_list("action", flat=True)) == ["acknowledge", "resolve"]
+
+
+def test_a_token_is_audited_even_when_no_one_is_named(project):
+    token, _ = services.create_api_token(project, name="ci")
+    event = AuditEvent.objects.get(action="token_created")
+    assert (event.actor, event.target, event.project) == ("create_api_token", str(token), project)
+
+
+def test_a_token_whose_audit_row_fails_is_not_created(project, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise RuntimeError("audit refused")
+
+    monkeypatch.setattr("checkpoints.services.tokens.record_audit", refuse)
+    with pytest.raises(RuntimeError):
+        services.create_api_token(project, name="ci", actor=OPERATOR)
+    assert not ApiToken.objects.exists()
+
+
 def test_summary_reports_counts_span_and_sizes(make_session, make_checkpoint):
     session = make_session()
     start = datetime(2026, 1, 1, tzinfo=UTC)
     for i, (name, kind) in enumerate([("task_started", "step"), ("tick", "routine"), ("tick", "routine")]):
         make_checkpoint(session, {"i": i}, name=name, kind=kind, created_at=start + timedelta(hours=i))
-    summary = services.session_summary(session)
+    summary = tallies.session_summary(session)
     assert summary["checkpoint_count"] == 3
     assert summary["by_name"] == {"task_started": 1, "tick": 2}
     assert summary["by_kind"] == {"step": 1, "routine": 2}
@@ -329,7 +376,7 @@ def test_diff_across_a_fork(make_session, make_checkpoint):
     source = make_checkpoint(session, {"plan": "A", "log": ["start"]})
     fork = services.fork_session(source, actor=OPERATOR)
     later = make_checkpoint(fork, {"plan": "B", "log": ["start", "switched"]})
-    result = services.diff_checkpoints(source, later)
+    result = store.diff_checkpoints(source, later)
     assert result.summary == "1 changed, 1 added, 1 list item appended"
 
 

@@ -7,9 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checkpoints import diff, store
-from checkpoints.jsoncodec import InvalidJSON, canonical
+from checkpoints import store
 from checkpoints.models import Chunk
+from checkpoints.store import diff
+from checkpoints.store.jsoncodec import InvalidJSON, canonical
 
 HYPOTHESIS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -1,4 +1,4 @@
-"""The running tallies (checkpoints.tallies) always equal what counting the session's checkpoints gives."""
+"""The running tallies (checkpoints.store.tallies) always equal what counting the session's checkpoints gives."""
 
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ from django.db import connection, transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checkpoints import tallies
-from checkpoints.cleanup import delete_checkpoints
+from checkpoints.jobs.retention import apply_retention
 from checkpoints.models import (
     ROLLUP_BLOCK,
     AgentSession,
@@ -27,7 +26,6 @@ from checkpoints.models import (
     SessionCount,
     SessionRollup,
 )
-from checkpoints.retention import apply_retention
 from checkpoints.services import (
     Actor,
     CheckpointInput,
@@ -37,6 +35,8 @@ from checkpoints.services import (
     restore_checkpoint,
     undo_restore,
 )
+from checkpoints.services.cleanup import delete_checkpoints
+from checkpoints.store import tallies
 
 START = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 CALL = {"id": "ok", "tool_name": "fetch_url", "arguments": {"url": "https://example.org"}, "success": True}
@@ -209,7 +209,7 @@ def test_recount_tallies_puts_wrong_tallies_right(make_session):
 
 
 def test_fill_previews_counts_the_failed_tool_calls_it_finds(make_session):
-    from checkpoints.previews import fill_previews
+    from checkpoints.store.previews import fill_previews
 
     session = make_session()
     ingest_checkpoints([(session, [item(i, minutes=i, tool_failed=i == 2) for i in range(4)])])
@@ -223,7 +223,7 @@ def test_fill_previews_counts_the_failed_tool_calls_it_finds(make_session):
 
 
 def test_a_deleted_session_takes_its_tallies_with_it(make_session):
-    from checkpoints.cleanup import purge_session
+    from checkpoints.services.cleanup import purge_session
 
     session = make_session()
     ingest_checkpoints([(session, [item(i, minutes=i) for i in range(5)])])

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from django.urls import reverse
 
-from checkpoints.drift import detect_session
 from checkpoints.services import Actor, fork_session, pin_checkpoint, record_audit, restore_checkpoint
+from checkpoints.services.drift import detect_session
 from dashboard.views import audit
 from tests.dashboard.test_session_list import add_sessions
 

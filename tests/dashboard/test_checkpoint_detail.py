@@ -9,9 +9,9 @@ import pytest
 from django.urls import reverse
 
 from checkpoints import store
-from checkpoints.cleanup import delete_checkpoints
 from checkpoints.models import AgentSession, Phase
 from checkpoints.services import Actor, fork_session, restore_checkpoint
+from checkpoints.services.cleanup import delete_checkpoints
 from dashboard.views.checkpoint import CHILD_CAP, TRANSCRIPT_PAGE
 
 HTMX = {"HX-Request": "true"}

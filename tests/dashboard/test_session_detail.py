@@ -491,8 +491,8 @@ def test_size_chart_runs_by_seq_with_stored_bytes_on_their_own_axis(client, bob,
 def test_a_long_sessions_size_chart_comes_from_its_rollups_with_the_points_its_rows_give(make_session, monkeypatch):
     from datetime import UTC, datetime, timedelta
 
-    from checkpoints.cleanup import delete_checkpoints
     from checkpoints.services import CheckpointInput, ingest_checkpoints
+    from checkpoints.services.cleanup import delete_checkpoints
     from dashboard.views import timeline
 
     session = make_session("long")
@@ -603,7 +603,7 @@ def test_a_routine_checkpoint_jumped_to_is_not_hidden_in_a_run(client, bob, make
 
 
 def test_retention_gaps_show_as_marker_rows_with_their_ranges(client, bob, make_session, make_checkpoint):
-    from checkpoints.cleanup import delete_checkpoints
+    from checkpoints.services.cleanup import delete_checkpoints
 
     session = make_session("kept")
     for i in range(1, 21):
@@ -621,7 +621,7 @@ def test_retention_gaps_show_as_marker_rows_with_their_ranges(client, bob, make_
 
 
 def test_a_gap_between_two_pages_ends_one_and_starts_the_next(client, bob, make_session, make_checkpoint):
-    from checkpoints.cleanup import delete_checkpoints
+    from checkpoints.services.cleanup import delete_checkpoints
 
     session = make_session("boundary")
     for i in range(1, PAGE_SIZE + 21):

@@ -6,8 +6,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from checkpoints.jobs import run_job
+from checkpoints.jobs.retention import apply_retention
 from checkpoints.models import JobRunStatus
-from checkpoints.retention import apply_retention
 
 JSON_KEYS = ("deleted", "kept", "by_kind", "sessions_done", "error_count", "errors")
 

@@ -4,9 +4,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from checkpoints.drift import detect_all
 from checkpoints.jobs import run_job
 from checkpoints.models import JobRunStatus
+from checkpoints.services.drift import detect_all
 
 
 class Command(BaseCommand):

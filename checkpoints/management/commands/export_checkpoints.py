@@ -5,8 +5,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from checkpoints import formats
 from checkpoints.models import AgentSession
+from checkpoints.sources import formats
 
 
 class Command(BaseCommand):

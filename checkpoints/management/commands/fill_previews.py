@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from checkpoints.models import Checkpoint
-from checkpoints.previews import fill_previews
+from checkpoints.store.previews import fill_previews
 
 
 class Command(BaseCommand):

@@ -7,8 +7,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from checkpoints import formats, services
-from checkpoints.importing import ImportReport, import_path
+from checkpoints import services
+from checkpoints.services.importing import ImportReport, import_path
+from checkpoints.sources import formats
 
 
 class Command(BaseCommand):

@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from checkpoints.models import AgentSession
-from checkpoints.tallies import recount
+from checkpoints.store.tallies import recount
 
 
 class Command(BaseCommand):

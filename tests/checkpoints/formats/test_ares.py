@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from checkpoints import formats, services
-from checkpoints.formats import ares
-from checkpoints.importing import import_path
+from checkpoints import services
 from checkpoints.models import AgentSession, Checkpoint
+from checkpoints.services.importing import import_path
+from checkpoints.sources import formats
+from checkpoints.sources.formats import ares
 from checkpoints.store import load_state
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

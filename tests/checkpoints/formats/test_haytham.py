@@ -6,12 +6,13 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
-from checkpoints import formats, services
-from checkpoints.formats import haytham
-from checkpoints.formats.base import PhaseRecord, SessionRecord
-from checkpoints.importing import import_path
+from checkpoints import services
 from checkpoints.models import AgentOutput, AgentSession, Checkpoint, Phase, PhaseFeedback, Project
-from checkpoints.phases import add_agent_output, report_phase
+from checkpoints.services.importing import import_path
+from checkpoints.services.phases import add_agent_output, report_phase
+from checkpoints.sources import formats
+from checkpoints.sources.formats import haytham
+from checkpoints.sources.formats.base import PhaseRecord, SessionRecord
 from checkpoints.store import load_state
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

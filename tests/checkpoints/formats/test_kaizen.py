@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import time_machine
 
-from checkpoints import formats, services
-from checkpoints.formats import kaizen
-from checkpoints.formats.base import CheckpointRecord, Problem, SessionRecord
-from checkpoints.importing import import_path
+from checkpoints import services
 from checkpoints.models import AgentSession, Checkpoint
+from checkpoints.services.importing import import_path
+from checkpoints.sources import formats
+from checkpoints.sources.formats import kaizen
+from checkpoints.sources.formats.base import CheckpointRecord, Problem, SessionRecord
 from checkpoints.store import load_state
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

@@ -1,6 +1,6 @@
 """Importing checkpoint files: any of the five formats, a file or a whole tree, tolerant and idempotent.
 
-Formats (checkpoints/formats/) turn files into records; this module stores them. A file that cannot
+Formats (checkpoints/sources/formats/) turn files into records; this module stores them. A file that cannot
 be read, or a checkpoint whose state is not valid JSON, is reported and skipped — the rest goes in.
 Each checkpoint's idempotency key is "<format>:<its key in the source>", so importing the same tree
 twice adds nothing. Records stream: memory holds one batch per session, not the tree.
@@ -22,11 +22,20 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Max
 
-from . import formats, phases, services
-from .access import may_import_into
-from .formats.base import CheckpointRecord, PhaseRecord, Problem, SessionRecord
-from .jobs import concerns_the_whole_run, describe_error, savepoint
-from .models import AgentSession, Checkpoint, CheckpointKind, Phase, PhaseFeedback, Project
+from ..access import may_import_into
+from ..models import AgentSession, AuditEvent, Checkpoint, CheckpointKind, Phase, PhaseFeedback, Project
+from ..sources import formats
+from ..sources.formats.base import CheckpointRecord, PhaseRecord, Problem, SessionRecord
+from .audit import Actor, CheckpointError, IdempotencyConflict, InvalidState, record_audit
+from .batches import concerns_the_whole_run, describe_error
+from .checkpoints import (
+    CheckpointInput,
+    checkpoint_differences,
+    get_or_create_project,
+    ingest_checkpoints,
+    upsert_session,
+)
+from .phases import import_agent_output
 
 BATCH = 200
 
@@ -84,7 +93,7 @@ def import_path(
     *,
     fmt: str = "auto",
     project: Project | str,
-    actor: services.Actor,
+    actor: Actor,
     dry_run: bool = False,
     write_back: bool = False,
     record_source: bool = True,
@@ -105,7 +114,7 @@ def import_path(
         formats.get(fmt)  # an unknown name fails before anything is read
     report = ImportReport()
     with transaction.atomic() if dry_run else nullcontext():
-        importer = _Importer(project, report, progress, write_back, actor)
+        importer = _Importer(project, report, progress, write_back, actor, target=label or str(path))
         for name, source in sources(path, fmt, report):
             importer.fmt = name
             importer.folder = (source if source.is_dir() else source.parent) if record_source else None
@@ -115,23 +124,17 @@ def import_path(
         importer.finish()
         if dry_run:
             transaction.set_rollback(True)
-        elif report.imported:
-            services.record_audit(
-                actor,
-                "import",
-                project=importer.audited_project(),
-                target=label or str(path),
-                details={"imported": report.imported, "skipped": report.skipped, "errors": len(report.errors)},
-            )
+        else:
+            importer.audit_counts()
     return report
 
 
-def _refusal(record: CheckpointRecord, exc: services.CheckpointError) -> str:
+def _refusal(record: CheckpointRecord, exc: CheckpointError) -> str:
     """Why a checkpoint was not imported, in the words of an import (not of an API retry)."""
-    if isinstance(exc, services.IdempotencyConflict):
+    if isinstance(exc, IdempotencyConflict):
         where = f"stored as checkpoint #{exc.seq}" if exc.seq is not None else "read before in this import"
         return f"not imported: {record.key} is already {where}, with a different {', '.join(exc.differences)}"
-    if isinstance(exc, services.InvalidState):
+    if isinstance(exc, InvalidState):
         return f"invalid state: {exc}"
     return f"not imported: {exc}"
 
@@ -143,11 +146,15 @@ class _Importer:
         report: ImportReport,
         progress: Callable[[ImportReport], None] | None,
         write_back: bool,
-        actor: services.Actor,
+        actor: Actor,
+        *,
+        target: str,
     ):
         self.slug = project if isinstance(project, str) else project.slug
         self._project = None if isinstance(project, str) else project
         self.actor = actor
+        self.target = target
+        self.audit: AuditEvent | None = None  # the import's audit row, once a checkpoint is stored
         self.report = report
         self.progress = progress
         self.write_back = write_back
@@ -181,7 +188,7 @@ class _Importer:
     def project(self) -> Project:
         """The import's own project, created when the first session goes into it (a dry run rolls it back)."""
         if self._project is None:
-            self._project = services.get_or_create_project(self.slug)
+            self._project = get_or_create_project(self.slug)
         return self._project
 
     def audited_project(self) -> Project | None:
@@ -205,11 +212,11 @@ class _Importer:
             f"the files name project {record.project!r} (projects/{record.project}/): its sessions go there, "
             f"not into {self.slug!r}"
         )
-        return services.get_or_create_project(record.project)
+        return get_or_create_project(record.project)
 
     def _session(self, record: SessionRecord) -> AgentSession:
         project = self._project_of(record)
-        session, _ = services.upsert_session(
+        session, _ = upsert_session(
             project,
             external_id=record.external_id,
             agent=record.agent,
@@ -245,9 +252,10 @@ class _Importer:
         session = self.sessions[external_id]
         inputs = [self._past_refused(self._input(record)) for record in records]
         try:
-            with savepoint():
+            with transaction.atomic():
                 records, inputs = self._without_legacy_repeats(session, records, inputs)
                 results = self._ingest(session, records, inputs)
+                self.audit_counts(created=sum(created for _, created in results))
         except Exception as exc:  # the session's stored rows broke, not these files: skip it, import the others
             self.report.session_failed(external_id, exc, step=f"imported ({len(records)} checkpoint(s))")
             return
@@ -263,9 +271,21 @@ class _Importer:
         if self.progress:
             self.progress(self.report)
 
+    def audit_counts(self, *, created: int = 0) -> None:
+        """The import's audit row, written with the first batch that stores a checkpoint and recounted with each
+        later one, in the batch's transaction: what it says was imported is stored, wherever an import stops."""
+        details = {"imported": self.report.imported + created, "skipped": self.report.skipped}
+        details["errors"] = len(self.report.errors)
+        if self.audit is not None:
+            AuditEvent.objects.filter(pk=self.audit.pk).update(details=details)
+        elif details["imported"]:
+            self.audit = record_audit(
+                self.actor, "import", project=self.audited_project(), target=self.target, details=details
+            )
+
     def _without_legacy_repeats(
-        self, session: AgentSession, records: list[CheckpointRecord], inputs: list[services.CheckpointInput]
-    ) -> tuple[list[CheckpointRecord], list[services.CheckpointInput]]:
+        self, session: AgentSession, records: list[CheckpointRecord], inputs: list[CheckpointInput]
+    ) -> tuple[list[CheckpointRecord], list[CheckpointInput]]:
         """Drop (as skipped) the checkpoints an earlier version stored under their legacy key, unchanged.
 
         One indexed query a batch; a legacy key holding a different checkpoint (the source reused an id)
@@ -275,33 +295,33 @@ class _Importer:
         if not legacy:
             return records, inputs
         stored = {c.idempotency_key: c for c in Checkpoint.objects.filter(session=session, idempotency_key__in=legacy)}
-        kept: list[tuple[CheckpointRecord, services.CheckpointInput]] = []
+        kept: list[tuple[CheckpointRecord, CheckpointInput]] = []
         for record, item in zip(records, inputs, strict=True):
             existing = stored.get(idempotency_key(self.fmt, record.legacy_key)) if record.legacy_key else None
-            if existing is not None and not services.checkpoint_differences(existing, item):
+            if existing is not None and not checkpoint_differences(existing, item):
                 self.report.skipped += 1
             else:
                 kept.append((record, item))
         return [record for record, _ in kept], [item for _, item in kept]
 
     def _ingest(
-        self, session: AgentSession, records: list[CheckpointRecord], inputs: list[services.CheckpointInput]
+        self, session: AgentSession, records: list[CheckpointRecord], inputs: list[CheckpointInput]
     ) -> list[tuple[Checkpoint, bool]]:
         try:
-            return services.ingest_checkpoints([(session, inputs)])
-        except services.CheckpointError:  # find the refused one(s), each reported: the others still go in
+            return ingest_checkpoints([(session, inputs)])
+        except CheckpointError:  # find the refused one(s), each reported: the others still go in
             results = []
             for record, item in zip(records, inputs, strict=True):
                 item = self._past_refused(item)
                 try:
-                    results += services.ingest_checkpoints([(session, [item])])
-                except services.CheckpointError as exc:
-                    if not isinstance(exc, services.IdempotencyConflict):  # else the key is stored: children find it
+                    results += ingest_checkpoints([(session, [item])])
+                except CheckpointError as exc:
+                    if not isinstance(exc, IdempotencyConflict):  # else the key is stored: children find it
                         self.refused[item.idempotency_key] = (item.parent_key, item.new_root)
                     self.report.problem(record.source_path or record.key, _refusal(record, exc))
             return results
 
-    def _past_refused(self, item: services.CheckpointInput) -> services.CheckpointInput:
+    def _past_refused(self, item: CheckpointInput) -> CheckpointInput:
         """A checkpoint whose parent's state was refused hangs where that parent would have."""
         while item.parent_key in self.refused:
             parent_key, new_root = self.refused[item.parent_key]
@@ -312,8 +332,8 @@ class _Importer:
         for external_id in list(self.pending):
             self.flush(external_id)
 
-    def _input(self, record: CheckpointRecord) -> services.CheckpointInput:
-        return services.CheckpointInput(
+    def _input(self, record: CheckpointRecord) -> CheckpointInput:
+        return CheckpointInput(
             state=record.state,
             name=record.name,
             kind=record.kind,
@@ -337,7 +357,7 @@ class _Importer:
         }
         phase, _ = Phase.objects.update_or_create(session=session, number=record.number, defaults=fields)
         for output in record.outputs:  # earlier runs first: each new one is the agent's next attempt
-            phases.import_agent_output(phase, **vars(output))
+            import_agent_output(phase, **vars(output))
         for feedback in record.feedback:
             values = {**vars(feedback)}
             created_at = values.pop("created_at")

@@ -14,7 +14,7 @@ target and an unresolved alert's `last_good` (and its `checkpoint`) are never de
 
 Chunks are left alone: garbage collection sweeps the ones no checkpoint references any more. A session whose rows
 cannot be read or deleted (bad data from before, a bug) is named in the result's `errors` and left as it was; the
-other sessions are processed all the same (`jobs.each_batch`).
+other sessions are processed all the same (`services.batches.each_batch`).
 """
 
 from __future__ import annotations
@@ -27,14 +27,10 @@ from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import F, Q, QuerySet, Window
-from django.db.models.expressions import RawSQL
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
-from . import tallies
-from .jobs import Failures, concerns_the_whole_run, contained, each_batch
-from .lineage import mark_branch_starts
-from .models import (
+from ..models import (
     AgentSession,
     AuditEvent,
     Checkpoint,
@@ -44,6 +40,11 @@ from .models import (
     RetentionPolicy,
     RetentionScope,
 )
+from ..services.audit import Actor, record_audit
+from ..services.batches import Failures, concerns_the_whole_run, contained, each_batch
+from ..services.cleanup import ids_param, protected_among
+from ..store import tallies
+from ..store.lineage import mark_branch_starts
 
 PREVIEW_SIZE = 200
 PROJECT_PREVIEW = 50  # ids kept per project, so a recorded dry run can show each user their projects' share
@@ -295,37 +296,6 @@ def plan_retention(*, now: datetime | None = None, sessions: QuerySet[AgentSessi
     return plan
 
 
-def _ids(ids: list[int]) -> list[int] | RawSQL:
-    """`ids` for an `__in` lookup: on PostgreSQL one array parameter (the batch's statements quote, parse and
-    plan one value instead of hundreds each), elsewhere the plain list."""
-    if connection.vendor == "postgresql":
-        return RawSQL("SELECT unnest(%s::bigint[])", (ids,))
-    return ids
-
-
-def protected_among(ids: Iterable[int]) -> set[int]:
-    """Which of `ids` a protection keeps now: pinned, a head, a fork source, a restore target or an unresolved
-    alert's checkpoint (pinned, restored or forked since planning, too). Each test looks the batch's own ids up
-    in an index of the referencing column, never reads a whole table."""
-    batch = _ids(list(ids))
-    unresolved = DriftAlert.objects.unresolved().order_by()
-    found = (
-        Checkpoint.objects.filter(pk__in=batch, pinned=True)
-        .order_by()
-        .values_list("pk")
-        .union(
-            AgentSession.objects.filter(head__in=batch).values_list("head_id"),
-            AgentSession.objects.filter(forked_from__in=batch).values_list("forked_from_id"),
-            Checkpoint.objects.filter(parent__in=batch, kind=CheckpointKind.RESTORE)
-            .order_by()
-            .values_list("parent_id"),
-            unresolved.filter(last_good__in=batch).values_list("last_good_id"),
-            unresolved.filter(checkpoint__in=batch).values_list("checkpoint_id"),
-        )
-    )
-    return {pk for (pk,) in found}
-
-
 def _applied(plans: Iterable[SessionPlan], *, batch_size: int, failures: Failures) -> Iterator[SessionPlan]:
     """Each plan, applied: what was really deleted, in the order planned.
 
@@ -404,14 +374,14 @@ def _delete_batch(ids: list[int], parents: dict[int, int | None]) -> list[tuple[
         for pk in protected:
             parents.pop(pk, None)
         doomed = list(
-            Checkpoint.objects.filter(pk__in=_ids([pk for pk in ids if pk not in protected]))
+            Checkpoint.objects.filter(pk__in=ids_param([pk for pk in ids if pk not in protected]))
             .order_by("seq")
             .values_list("id", "kind")
         )
         if not doomed:
             return []
         tallies.forget([pk for pk, _ in doomed])  # first: its sessions' locks come before any row lock
-        gone = _ids([pk for pk, _ in doomed])
+        gone = ids_param([pk for pk, _ in doomed])
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:  # a batch lost in a crash is deleted by the next run: no fsync wait
                 cursor.execute("SET LOCAL synchronous_commit TO OFF")
@@ -445,8 +415,6 @@ def apply_retention(*, dry_run: bool = False, now: datetime | None = None, batch
     A session that fails in step 1 or 2 is named in the result's `errors` (with `error_count` and
     `sessions_done`); the run goes on with the others.
     """
-    from .services import Actor, record_audit
-
     now = now or timezone.now()
     plan = Plan()
     plans = iter_session_plans(now=now, failures=plan.failures)

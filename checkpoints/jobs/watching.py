@@ -10,10 +10,11 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from . import drift, services
-from .importing import ImportReport, import_path
-from .jobs import Failures, contained
-from .models import AgentSession, AlertKind, AlertSeverity, DriftAlert, WatchedSource
+from .. import services
+from ..models import AgentSession, AlertKind, AlertSeverity, DriftAlert, WatchedSource
+from ..services import drift
+from ..services.batches import Failures, contained
+from ..services.importing import ImportReport, import_path
 
 WATCH_ACTOR = "system:watch"
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from django.db.models import Count, Q
 
+from ..models import AgentSession, Checkpoint
 from .lineage import Span, path_from, shapes_within
-from .models import AgentSession, Checkpoint
 
 
 @dataclass(frozen=True)

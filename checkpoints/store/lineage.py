@@ -16,7 +16,7 @@ from enum import StrEnum
 
 from django.db.models import OuterRef, Subquery
 
-from .models import AgentSession, Checkpoint
+from ..models import AgentSession, Checkpoint
 
 FORK_DEPTH = 100  # forks of forks followed back at most this far
 

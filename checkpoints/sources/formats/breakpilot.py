@@ -32,8 +32,8 @@ from typing import Any
 from django.db.models import Max
 from django.utils import timezone
 
-from .. import store
-from ..models import Checkpoint, CheckpointKind
+from ... import store
+from ...models import Checkpoint, CheckpointKind
 from . import _jsonfiles as files
 from .base import CheckpointRecord, Problem, Record, SessionRecord, parse_time, write_atomically
 

@@ -14,9 +14,11 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
-from . import drift, jsoncodec, services, store
-from .jobs import Failures, each_batch
-from .models import AgentSession, AlertKind, CheckpointKind, DriftAlert, SessionStatus
+from .. import services, store
+from ..models import AgentSession, AlertKind, CheckpointKind, DriftAlert, SessionStatus
+from ..services import drift
+from ..services.batches import Failures, each_batch
+from ..store import jsoncodec
 
 ROUTINE_BATCH = 20  # sessions per savepoint: few, since each holds its session's row lock until the batch ends
 
@@ -24,7 +26,7 @@ ROUTINE_BATCH = 20  # sessions per savepoint: few, since each holds its session'
 def take_routine_checkpoints(now: datetime | None = None) -> dict[str, Any]:
     """Checkpoint the changed live states, then alert on (or clear) missed heartbeats.
 
-    Both passes take sessions in batches (`jobs.each_batch`): one whose data breaks them is named in the
+    Both passes take sessions in batches (`services.batches.each_batch`): one whose data breaks them is named in the
     result's `errors` and gets no routine checkpoint; the others are processed all the same.
     """
     now = now or timezone.now()

@@ -27,8 +27,8 @@ from django.db import transaction
 from django.db.models.functions import Length
 from django.utils import timezone
 
-from . import store
-from .models import AgentSession, Checkpoint, Chunk
+from .. import store
+from ..models import AgentSession, Checkpoint, Chunk
 
 _QUERY_BATCH = 500
 

@@ -40,6 +40,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from ..models import Checkpoint, Chunk
 from . import diff, jsoncodec
 from .jsoncodec import InvalidJSON
 
@@ -223,8 +224,6 @@ class ChunkBatch:
         as a zstd dictionary a patch shrinks by about a third. Reading needs those patches anyway
         (they are on the chain to the keyframe), so this adds no dependency.
         """
-        from .models import Chunk
-
         frame = zstandard.ZstdCompressor(level=_LEVEL, dict_data=_dictionary(context)) if context else _zstd()[0]
         data = bytes([len(context)]) + frame.compress(raw)
         chunk = Chunk(hash=key, data=data, raw_size=len(raw), base=base, created_at=timezone.now())
@@ -233,8 +232,6 @@ class ChunkBatch:
 
     def add(self, nodes: dict[bytes, bytes], *, check_existing: bool = True) -> int:
         """Queue the nodes not stored yet; return the compressed bytes they add."""
-        from .models import Chunk
-
         candidates = [key for key in nodes if key not in self.pending]
         existing: set[bytes] = set()
         if check_existing:
@@ -259,8 +256,6 @@ class ChunkBatch:
         return added
 
     def flush(self) -> None:
-        from .models import Chunk
-
         Chunk.objects.bulk_create(list(self.pending.values()), ignore_conflicts=True, batch_size=_QUERY_BATCH)
         self.pending.clear()
 
@@ -330,8 +325,6 @@ def _save(state: Any, base: bytes | None, batch: ChunkBatch, max_depth: int) -> 
 
 
 def _chunk_table() -> str:
-    from .models import Chunk
-
     return connection.ops.quote_name(Chunk._meta.db_table)
 
 
@@ -511,3 +504,7 @@ __all__ = [
     "load_state_json",
     "save_state",
 ]
+
+
+def diff_checkpoints(a: Checkpoint, b: Checkpoint) -> diff.Diff:
+    return diff.diff_states(load_shared(bytes(a.root)), load_shared(bytes(b.root)))

@@ -23,8 +23,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from .. import store
-from ..models import CheckpointKind
+from ... import store
+from ...models import CheckpointKind
 from . import _jsonfiles as files
 from .base import CheckpointRecord, Problem, Record, SessionRecord, parse_time, write_atomically
 

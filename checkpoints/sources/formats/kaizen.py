@@ -45,7 +45,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .. import jsoncodec
+from ... import store
+from ...models import Checkpoint
+from ...store import jsoncodec
 from .base import CheckpointRecord, Problem, Record, SessionRecord, parse_time, write_atomically
 
 NAME = "kaizen"
@@ -524,8 +526,6 @@ def export(session: Any, out_dir: Path, *, compress: bool | None = None) -> list
     restore, a fork) takes its parent's, and plain `.jsonl` where neither came from a file (Kaizen's
     default). `compress` forces one or the other.
     """
-    from .. import store
-    from ..models import Checkpoint
 
     project = session.project.slug
     ids: dict[int, str] = {}
@@ -562,7 +562,6 @@ def export(session: Any, out_dir: Path, *, compress: bool | None = None) -> list
 
 def _restored(checkpoint: Any) -> Any:
     """The checkpoint a restore (or fork) checkpoint stands for: the one that has the source's id."""
-    from ..models import Checkpoint
 
     seen: set[int] = set()
     while checkpoint.kind in ("restore", "fork") and checkpoint.pk not in seen:
@@ -581,7 +580,6 @@ def write_back(session: Any, checkpoint: Any, folder: Path) -> list[Path]:
     Kaizen resumes from an agent's newest checkpoint, so the new file carries the current time. It is
     gzipped when the restored checkpoint's file was. Nothing existing is replaced.
     """
-    from .. import store
 
     source = _restored(checkpoint)
     metadata = source.metadata or {}

@@ -27,8 +27,9 @@ from typing import Any
 
 from django.utils import timezone
 
-from .. import jsoncodec, store
-from ..models import Checkpoint, CheckpointKind, CheckpointStatus, SessionStatus
+from ... import store
+from ...models import Checkpoint, CheckpointKind, CheckpointStatus, SessionStatus
+from ...store import jsoncodec
 from . import _jsonfiles as files
 from .base import CheckpointRecord, Problem, Record, SessionRecord, parse_time, write_atomically
 

@@ -50,7 +50,10 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from .. import jsoncodec
+from ... import store
+from ...models import Checkpoint, CheckpointKind
+from ...phases import latest_attempts
+from ...store import jsoncodec
 from .base import (
     CheckpointRecord,
     FeedbackRecord,
@@ -1103,8 +1106,6 @@ class _Timeline:
 
 
 def _timeline(session: Any) -> _Timeline:
-    from .. import store
-    from ..models import Checkpoint, CheckpointKind
 
     timeline = _Timeline()
     loaded: dict[bytes, _Version | None] = {}
@@ -1136,7 +1137,6 @@ def _timeline(session: Any) -> _Timeline:
 
 def _current_outputs(outputs: list[Any], bound: datetime | None) -> list[Any]:
     """Each agent's latest attempt from before `bound` (all of them when there is no later version)."""
-    from ..phases import latest_attempts
 
     return latest_attempts([output for output in outputs if bound is None or output.created_at < bound])
 
@@ -1336,7 +1336,6 @@ def write_back(session: Any, checkpoint: Any, folder: Path) -> list[Path]:
     HISTORY first and replaced atomically; older write-backs' stamped files leave the phase folders
     too. Returns the files written and kept.
     """
-    from .. import store
 
     state = store.load_state(bytes(checkpoint.root))
     if checkpoint.phase is None or not _is_phase_state(state):

@@ -19,8 +19,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from .. import jsoncodec, store
-from ..models import Checkpoint, CheckpointKind, CheckpointStatus
+from ... import store
+from ...models import Checkpoint, CheckpointKind, CheckpointStatus
+from ...store import jsoncodec
 
 CONSOLE = "console"
 ENGINE_KEYS = ("source_format", "source_id")  # metadata the import engine adds to every checkpoint

@@ -27,7 +27,7 @@ from django.db import connection, transaction
 from django.db.models import Count, F, Max, Min, Q, QuerySet, Sum
 from django.db.models.functions import TruncHour
 
-from .models import (
+from ..models import (
     ROLLUP_BLOCK,
     TROUBLE,
     AgentSession,
@@ -293,3 +293,35 @@ def _rollups(checkpoints: QuerySet[Any], model: Any) -> list[Any]:
         )
         for row in grouped
     ]
+
+
+def session_totals(session: AgentSession) -> dict[str, int]:
+    """The session's running tallies (checkpoints.store.tallies), read afresh: `session` may have been loaded before
+    its latest checkpoints were stored."""
+    return AgentSession.objects.filter(pk=session.pk).values("checkpoint_count", "raw_bytes", "stored_bytes").get()
+
+
+def session_summary(session: AgentSession) -> dict[str, Any]:
+    """Counts by name, kind and status; first and last checkpoint; duration (the Breakpilot analytics).
+
+    The counts are the session's tallies, the rest reads the (session, seq) and (session, created_at) indexes at
+    their ends: a few rows whatever the session's length."""
+    checkpoints = Checkpoint.objects.filter(session=session)
+    by: dict[str, dict[str, int]] = {tallied: {} for tallied in TalliedField.values}
+    for tallied, value, count in SessionCount.objects.filter(session=session).values_list("field", "value", "count"):
+        by[tallied][value] = count
+    span = checkpoints.order_by().aggregate(first=Min("created_at"), last=Max("created_at"))
+    first = checkpoints.order_by("seq").first()
+    last = checkpoints.order_by("-seq").first()
+    duration = (span["last"] - span["first"]).total_seconds() if span["first"] and span["last"] else 0.0
+    return {
+        **session_totals(session),
+        "by_name": by["name"],
+        "by_kind": by["kind"],
+        "by_status": by["status"],
+        "first": first,
+        "last": last,
+        "first_at": span["first"],
+        "last_at": span["last"],
+        "duration_seconds": duration,
+    }

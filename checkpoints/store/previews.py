@@ -14,8 +14,9 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from . import store, tallies
-from .models import Checkpoint, CheckpointKind
+from .. import store
+from ..models import Checkpoint, CheckpointKind
+from . import tallies
 
 PREVIEW_MAX = 200  # characters kept: a row shows one line of it
 MESSAGE_KEYS = ("messages", "conversation_history", "history", "transcript")  # OpenAI / Ares / LangGraph, Kaizen

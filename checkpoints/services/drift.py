@@ -22,10 +22,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, OuterRef, Subquery
 from django.utils import timezone
 
-from . import jsoncodec, store
-from .humanize import plain_duration
-from .jobs import Failures, each_batch
-from .models import (
+from .. import store
+from ..humanize import plain_duration
+from ..models import (
     SEVERITY_RANKS,
     AgentSession,
     AlertKind,
@@ -38,7 +37,10 @@ from .models import (
     DriftAlert,
     SessionStatus,
 )
-from .previews import failed_call, tool_calls_of
+from ..store import jsoncodec
+from ..store.previews import failed_call, tool_calls_of
+from .audit import Actor, audit_event
+from .batches import Failures, each_batch
 
 logger = logging.getLogger(__name__)
 
@@ -484,8 +486,6 @@ def audit_alert(alert: DriftAlert, action: str, *, actor: str, reason: str, now:
 
 
 def _alert_event(alert: DriftAlert, action: str, *, actor: str, reason: str, now: datetime, **details: Any) -> Any:
-    from .services import Actor, audit_event
-
     return audit_event(
         Actor.system(actor),
         action,
@@ -754,7 +754,7 @@ def detect_all(now: datetime | None = None) -> dict[str, Any]:
     the head is healthy, whatever the session's status), and the rules about a running agent while one of their
     alerts is unresolved (they resolve it once the session has ended or gone idle).
 
-    Sessions go DETECT_BATCH at a time through `jobs.each_batch`: a session whose data breaks a detector is
+    Sessions go DETECT_BATCH at a time through `services.batches.each_batch`: a session whose data breaks a detector is
     named in the result's `errors`, its alerts left as they were, and the others are checked all the same. A
     batch reads its sessions, checkpoints and alerts in four queries, and notes the seq it read up to.
     """

@@ -1,0 +1,471 @@
+"""Storing checkpoints: projects and sessions created on first use, batches ingested in one transaction.
+
+A repeated idempotency key returns the stored checkpoint and adds nothing; a different checkpoint under a
+used key is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from .. import limits, store
+from ..models import AgentSession, Checkpoint, CheckpointKind, CheckpointStatus, Project, SessionStatus
+from ..store import jsoncodec, tallies
+from ..store.jsoncodec import InvalidJSON
+from ..store.previews import Preview, preview_of
+from .audit import IdempotencyConflict, InvalidInput, InvalidState
+from .drift import detect_after_ingest
+
+
+def get_or_create_project(slug: str) -> Project:
+    project, _ = Project.objects.get_or_create(slug=slug, defaults={"name": slug})
+    return project
+
+
+def upsert_session(
+    project: Project,
+    *,
+    external_id: str,
+    agent: str,
+    title: str | None = None,
+    execution_mode: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    merge_metadata: bool = False,
+) -> tuple[AgentSession, bool]:
+    """Create the session, or update the fields given for an existing one.
+
+    With `merge_metadata` the given keys are added to the stored ones (an incremental import must
+    not drop what an earlier one recorded); otherwise they replace them.
+    """
+    if metadata is not None:
+        check_json_field("metadata", metadata)
+    if merge_metadata and metadata:
+        stored = AgentSession.objects.filter(project=project, external_id=external_id).values_list(
+            "metadata", flat=True
+        )
+        metadata = {**(stored.first() or {}), **metadata}
+    updates: dict[str, Any] = {"agent": agent, "updated_at": timezone.now()}
+    for name, value in (("title", title), ("execution_mode", execution_mode), ("metadata", metadata)):
+        if value is not None:
+            updates[name] = value
+    session, created = AgentSession.objects.update_or_create(project=project, external_id=external_id, defaults=updates)
+    return session, created
+
+
+# ---- creating checkpoints ----------------------------------------------------------------------
+
+
+@dataclass
+class CheckpointInput:
+    state: Any
+    name: str = ""
+    kind: str = CheckpointKind.STEP
+    status: str = CheckpointStatus.COMPLETED
+    status_reason: str = ""
+    step: int | None = None
+    phase: int | None = None
+    created_at: datetime | None = None
+    idempotency_key: str = ""
+    operation_id: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    # Where it hangs in the session's tree. By default after the one before it in the same call, or
+    # after the head; else an earlier checkpoint of the session named by id or by idempotency key (stored,
+    # or earlier in the same call), or none at all (`new_root`: a new run in the same session).
+    parent: int | None = None
+    parent_key: str = ""
+    new_root: bool = False
+
+
+_New = tuple[int, CheckpointInput, store.Saved, Preview]  # a checkpoint to insert: its place in the results
+
+_SESSION_STATUS_FOR: dict[str, SessionStatus] = {
+    CheckpointStatus.FAILED: SessionStatus.FAILED,
+    CheckpointStatus.HALTED: SessionStatus.HALTED,
+}
+_STOPPED = set(_SESSION_STATUS_FOR.values())
+
+
+def create_checkpoint(session: AgentSession, item: CheckpointInput) -> tuple[Checkpoint, bool]:
+    """Store one checkpoint after the session's head; returns (checkpoint, created).
+
+    A repeated idempotency key returns the original checkpoint and creates nothing.
+    """
+    return ingest_checkpoints([(session, [item])])[0]
+
+
+def ingest_checkpoints(
+    groups: Sequence[tuple[AgentSession, Sequence[CheckpointInput]]], *, now: datetime | None = None
+) -> list[tuple[Checkpoint, bool]]:
+    """Store checkpoints for one or more sessions in one transaction: all of them, or none.
+
+    1. States are stored first, each as a patch against the one before it (outside the session
+       lock: content-addressed chunks can be written by anyone at any time).
+    2. Under a row lock on each session: next seqs, parents, head, in a few bulk statements.
+    """
+    now = now or timezone.now()
+    results: dict[int, tuple[Checkpoint, bool]] = {}  # position in the input → (checkpoint, created)
+    repeats: list[tuple[int, int]] = []
+    position = -1
+    inputs: dict[int, CheckpointInput] = {}  # the first item of each idempotency key, by position
+    with transaction.atomic():
+        batch = store.ChunkBatch()
+        planned: list[tuple[AgentSession, list[_New], _Parents]] = []
+        for session, items in groups:
+            for item in items:
+                _check_input(item)
+            existing = _existing_by_key(session, [item.idempotency_key for item in items])
+            parents = _Parents(session, items)
+            base = _head_root(session)
+            new: list[_New] = []
+            first_with_key: dict[str, int] = {}
+            for item in items:
+                position += 1
+                if item.idempotency_key in existing:
+                    _check_same_checkpoint(existing[item.idempotency_key], item)
+                    results[position] = (existing[item.idempotency_key], False)
+                    continue
+                if item.idempotency_key in first_with_key:  # repeated within this batch
+                    first = first_with_key[item.idempotency_key]
+                    _check_same_input(inputs[first], item)
+                    repeats.append((position, first))
+                    continue
+                if item.idempotency_key:
+                    first_with_key[item.idempotency_key] = position
+                    inputs[position] = item
+                parent_root = parents.base_for(item, base)
+                try:
+                    saved = store.save_state(item.state, base=parent_root, batch=batch)
+                except InvalidJSON as exc:
+                    raise InvalidState(str(exc)) from exc
+                base = saved.root
+                parents.saved(item, saved.root)
+                new.append((position, item, saved, preview_of(item.state, _state_or_none(parent_root))))
+            planned.append((session, new, parents))
+        batch.flush()
+        recovered: set[int] = set()
+        for session, new, parents in planned:
+            for at, checkpoint, created in _insert_checkpoints(session, new, parents, now, recovered):
+                results[at] = (checkpoint, created)
+    # Drift detectors that need no state, once committed, only where something alarming arrived (a failed
+    # or halted checkpoint, an oversized state) or a failed or halted session goes on healthily (its alert
+    # clears): the normal path pays nothing. The rest run in the drift job every few minutes (DESIGN section 7).
+    touched = [session.pk for session, new, _ in planned if any(_alarming(item, saved) for _, item, saved, _ in new)]
+    touched += sorted(recovered - set(touched))
+    if touched:
+        transaction.on_commit(lambda: detect_after_ingest(touched))
+    for repeat, first in repeats:
+        results[repeat] = (results[first][0], False)
+    return [results[index] for index in range(position + 1)]
+
+
+def _state_or_none(root: bytes | None) -> Any:
+    """The parent's state to tell what a checkpoint added (in the store's memory: it was just patched against)."""
+    try:
+        return store.load_shared(root) if root is not None else None
+    except store.StateNotFound:
+        return None
+
+
+def _check_input(item: CheckpointInput) -> None:
+    """What the API's schema checks, for every other caller too (importers, commands)."""
+    try:
+        if item.created_at is not None:
+            item.created_at = limits.as_utc(item.created_at)
+    except limits.OutOfRange as exc:
+        raise InvalidInput("created_at", str(exc)) from None
+    for name in ("step", "phase"):
+        try:
+            limits.check_int(getattr(item, name))
+        except limits.OutOfRange as exc:
+            raise InvalidInput(name, str(exc)) from None
+    check_json_field("metadata", item.metadata)
+    if sum((item.parent is not None, bool(item.parent_key), item.new_root)) > 1:
+        raise InvalidInput("parent", "give a parent id, a parent key or a new root, not several")
+
+
+class _Parents:
+    """The stored checkpoints that inputs name as parents: checked to be the session's, with seq and root."""
+
+    def __init__(self, session: AgentSession, items: Sequence[CheckpointInput]) -> None:
+        ids = {item.parent for item in items if item.parent is not None}
+        keys = {item.parent_key for item in items if item.parent_key}
+        self.by_id: dict[int, tuple[int, bytes, int | None]] = {}  # pk → (seq, root, calls_made)
+        self.by_key: dict[str, int] = {}  # idempotency key → pk
+        if ids or keys:
+            rows = Checkpoint.objects.filter(session=session).filter(Q(pk__in=ids) | Q(idempotency_key__in=keys))
+            for pk, seq, key, root, calls in rows.values_list("pk", "seq", "idempotency_key", "root", "calls_made"):
+                self.by_id[pk] = (seq, bytes(root), calls)
+                if key:
+                    self.by_key[key] = pk
+        if missing := sorted(ids - self.by_id.keys()):
+            raise InvalidInput("parent", f"checkpoint {missing[0]} is not a checkpoint of this session")
+        self.batch_roots: dict[str, bytes] = {}  # idempotency key → root, of inputs earlier in this call
+
+    def base_for(self, item: CheckpointInput, previous: bytes | None) -> bytes | None:
+        """The root to store the item's state against: its parent's, the likeliest to be close."""
+        if item.new_root:
+            return None
+        if item.parent is not None:
+            return self.by_id[item.parent][1]
+        if item.parent_key:
+            if item.parent_key in self.batch_roots:
+                return self.batch_roots[item.parent_key]
+            if item.parent_key not in self.by_key:
+                raise InvalidInput("parent_key", f"no checkpoint of this session has the key {item.parent_key!r}")
+            return self.by_id[self.by_key[item.parent_key]][1]
+        return previous
+
+    def saved(self, item: CheckpointInput, root: bytes) -> None:
+        if item.idempotency_key:
+            self.batch_roots[item.idempotency_key] = root
+
+
+def check_json_field(name: str, value: Any) -> None:
+    """A JSON column's value: plain JSON (any text, any integer) nested no deeper than the states may be."""
+    try:
+        jsoncodec.check_value(value, max_depth=settings.CHECKPOINT_MAX_DEPTH)
+    except InvalidJSON as exc:
+        raise InvalidInput(name, str(exc)) from None
+
+
+# compared as they are; metadata is compared without where the file lay (_located)
+_COMPARED = ("name", "kind", "status", "status_reason", "step", "phase", "operation_id")
+
+
+def _state_digest(state: Any) -> bytes:
+    try:
+        return store.digest(jsoncodec.encode(state)[0])
+    except InvalidJSON as exc:
+        raise InvalidState(str(exc)) from exc
+
+
+def _located(metadata: Any) -> Any:
+    """Metadata without where an importer found the file: the same checkpoint may be read from another place."""
+    return {k: v for k, v in metadata.items() if k != "source_path"} if isinstance(metadata, dict) else metadata
+
+
+def checkpoint_differences(existing: Checkpoint, item: CheckpointInput) -> list[str]:
+    """The fields in which `item` is not the stored checkpoint `existing` (none: it is the same one)."""
+    differ = [name for name in _COMPARED if getattr(existing, name) != getattr(item, name)]
+    if _located(existing.metadata) != _located(item.metadata):
+        differ.append("metadata")
+    if item.parent is not None and item.parent != existing.parent_id:
+        differ.append("parent")
+    if item.created_at is not None and item.created_at != existing.created_at:
+        differ.append("created_at")
+    if _state_digest(item.state) != bytes(existing.state_hash):
+        differ.append("state")
+    return differ
+
+
+def _check_same_checkpoint(existing: Checkpoint, item: CheckpointInput) -> None:
+    """A retry must repeat its request: a different checkpoint under a used key is refused, not dropped."""
+    if differ := checkpoint_differences(existing, item):
+        raise IdempotencyConflict(
+            f"idempotency key {item.idempotency_key!r} was used for checkpoint #{existing.seq} with a different "
+            f"{', '.join(differ)}; send a new key for a new checkpoint",
+            differences=differ,
+            seq=existing.seq,
+        )
+
+
+def _check_same_input(first: CheckpointInput, item: CheckpointInput) -> None:
+    differ = [name for name in (*_COMPARED, "created_at") if getattr(first, name) != getattr(item, name)]
+    if _located(first.metadata) != _located(item.metadata):
+        differ.append("metadata")
+    if _state_digest(first.state) != _state_digest(item.state):
+        differ.append("state")
+    if differ:
+        raise IdempotencyConflict(
+            f"idempotency key {item.idempotency_key!r} appears twice in the batch with a different {', '.join(differ)}",
+            differences=differ,
+        )
+
+
+def _alarming(item: CheckpointInput, saved: store.Saved) -> bool:
+    return item.status in _SESSION_STATUS_FOR or saved.raw_bytes > settings.DRIFT_STATE_MAX_BYTES
+
+
+def _existing_by_key(session: AgentSession, keys: list[str]) -> dict[str, Checkpoint]:
+    wanted = {key for key in keys if key}
+    if not wanted:
+        return {}
+    found = Checkpoint.objects.filter(session=session, idempotency_key__in=wanted).select_related("session")
+    return {checkpoint.idempotency_key: checkpoint for checkpoint in found}
+
+
+def _head_root(session: AgentSession) -> bytes | None:
+    """The root to store the next state against: the session's head.
+
+    Any stored root is a correct base (a patch names its base); the head is merely the likeliest to
+    be close. A head already loaded with the session (the API loads it) saves a query.
+    """
+    if AgentSession.head.is_cached(session):
+        return bytes(session.head.root) if session.head is not None else None
+    root = AgentSession.objects.filter(pk=session.pk).values_list("head__root", flat=True).first()
+    return bytes(root) if root is not None else None
+
+
+def _insert_checkpoints(
+    session: AgentSession,
+    new: list[_New],
+    parents: _Parents,
+    now: datetime,
+    recovered: set[int],
+) -> list[tuple[int, Checkpoint, bool]]:
+    """Insert under the session's row lock; adds the session to `recovered` when it was failed or halted and
+    its new head is healthy (the run went on: the session is active again)."""
+    if not new:
+        return []
+    locked = (
+        AgentSession.objects.select_for_update(of=("self",))
+        .annotate(head_seq=F("head__seq"), head_calls=F("head__calls_made"))
+        .get(pk=session.pk)
+    )
+    # A concurrent writer may have used the same idempotency key while we stored states.
+    taken = _existing_by_key(locked, [item.idempotency_key for _, item, _, _ in new])
+    rows: list[Checkpoint] = []
+    positions: list[int] = []
+    row_of_key: dict[str, int] = {}  # idempotency key → index in rows
+    parent_rows: dict[int, int] = {}  # index in rows → index of its parent in rows (not stored yet)
+    seq = locked.last_seq
+    status = locked.status
+    head = _Parent(pk=locked.head_id, seq=locked.head_seq, calls=locked.head_calls if locked.head_id else 0)
+    results: list[tuple[int, Checkpoint, bool]] = []
+    for position, item, saved, preview in new:
+        if item.idempotency_key and item.idempotency_key in taken:
+            _check_same_checkpoint(taken[item.idempotency_key], item)
+            results.append((position, taken[item.idempotency_key], False))
+            continue
+        seq += 1
+        parent = _parent_of(item, head, parents, taken, rows, row_of_key)
+        if parent.row is not None:
+            parent_rows[len(rows)] = parent.row
+        if item.idempotency_key:
+            row_of_key[item.idempotency_key] = len(rows)
+        rows.append(
+            Checkpoint(
+                session=locked,
+                seq=seq,
+                parent_id=parent.pk,
+                starts_branch=seq > 1 and parent.seq != seq - 1,
+                name=item.name,
+                kind=item.kind,
+                status=item.status,
+                status_reason=item.status_reason,
+                step=item.step,
+                phase=item.phase,
+                created_at=item.created_at or now,
+                received_at=now,
+                root=saved.root,
+                state_hash=saved.state_hash,
+                raw_bytes=saved.raw_bytes,
+                stored_bytes=saved.stored_bytes,
+                calls_made=None if parent.calls is None else parent.calls + preview.tool_calls,
+                preview=preview.text,
+                tool_failed=preview.tool_failed,
+                operation_id=item.operation_id,
+                idempotency_key=item.idempotency_key,
+                metadata=item.metadata,
+            )
+        )
+        positions.append(position)
+        status = _SESSION_STATUS_FOR.get(item.status) or (SessionStatus.ACTIVE if status in _STOPPED else status)
+    if not rows:
+        return results
+    _bulk_insert(rows, parent_rows)
+    tallies.count_in(rows, last_seq=seq, head=rows[-1], status=status, updated_at=now, last_seen_at=now)
+    session.last_seq, session.head, session.status = seq, rows[-1], status
+    if locked.status in _STOPPED and status not in _STOPPED:
+        recovered.add(locked.pk)
+    return results + [(position, row, True) for position, row in zip(positions, rows, strict=True)]
+
+
+def _bulk_insert(rows: list[Checkpoint], parent_rows: dict[int, int]) -> None:
+    """Insert `rows`; `parent_rows` (index in rows → index of its parent in rows) links the rows whose parent is
+    inserted with them."""
+    ids = _reserve_checkpoint_ids(len(rows))
+    if ids:
+        for row, pk in zip(rows, ids, strict=True):
+            row.pk = pk
+        for child, parent in parent_rows.items():
+            rows[child].parent_id = ids[parent]
+    Checkpoint.objects.bulk_create(rows, batch_size=500)
+    if not ids:  # parents stored in the same statement: their ids are known now
+        for child, parent in parent_rows.items():
+            rows[child].parent_id = rows[parent].pk
+        Checkpoint.objects.bulk_update([rows[child] for child in parent_rows], ["parent"], batch_size=500)
+
+
+@dataclass(frozen=True)
+class _Parent:
+    """Where a new checkpoint hangs: a stored checkpoint (`pk`), one inserted in the same statement (`row`, its
+    index among the rows), or nothing (a new root); with the parent's seq and calls_made."""
+
+    pk: int | None = None
+    row: int | None = None
+    seq: int | None = None
+    calls: int | None = 0
+
+
+def _parent_of(
+    item: CheckpointInput,
+    head: _Parent,
+    parents: _Parents,
+    taken: dict[str, Checkpoint],
+    rows: list[Checkpoint],
+    row_of_key: dict[str, int],
+) -> _Parent:
+    """The parent `_insert_checkpoints` gives `item`: as named by id or key, else the one before it in the call,
+    else the session's head."""
+    if item.parent is not None:
+        seq, _, calls = parents.by_id[item.parent]
+        return _Parent(pk=item.parent, seq=seq, calls=calls)
+    if item.parent_key and item.parent_key not in row_of_key:
+        stored = taken.get(item.parent_key)  # a concurrent writer may have stored the parent meanwhile
+        if stored is not None:
+            return _Parent(pk=stored.pk, seq=stored.seq, calls=stored.calls_made)
+        pk = parents.by_key[item.parent_key]
+        seq, _, calls = parents.by_id[pk]
+        return _Parent(pk=pk, seq=seq, calls=calls)
+    if item.parent_key or (not item.new_root and rows):
+        index = row_of_key[item.parent_key] if item.parent_key else len(rows) - 1
+        return _Parent(row=index, seq=rows[index].seq, calls=rows[index].calls_made)
+    return _Parent() if item.new_root else head
+
+
+def _reserve_checkpoint_ids(count: int) -> list[int]:
+    """Ids for `count` checkpoints about to be inserted, on PostgreSQL, so that a row whose parent is stored in
+    the same statement is written once: setting `parent` afterwards would write every such row again (an indexed
+    column: no HOT update, one dead row per checkpoint). Empty where ids come only from the insert (SQLite)."""
+    if connection.vendor != "postgresql":
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s) ORDER BY 1",
+            [Checkpoint._meta.db_table, count],
+        )
+        return [pk for (pk,) in cursor.fetchall()]
+
+
+def record_live_state(session: AgentSession, *, state: Any, now: datetime | None = None) -> AgentSession:
+    """A heartbeat with the agent's current state; routine checkpoints are taken from it."""
+    now = now or timezone.now()
+    base = bytes(session.live_root) if session.live_root else _head_root(session)
+    try:
+        saved = store.save_state(state, base=base)
+    except InvalidJSON as exc:
+        raise InvalidState(str(exc)) from exc
+    AgentSession.objects.filter(pk=session.pk).update(
+        live_root=saved.root, live_state_at=now, last_seen_at=now, updated_at=now
+    )
+    session.live_root, session.live_state_at, session.last_seen_at = saved.root, now, now
+    return session

@@ -1,0 +1,139 @@
+"""Uploaded archives of checkpoint files: kept, checked while the operator waits, then imported by a task; exports.
+
+The check reads the archive's index only (`archives.check`: nothing is unpacked), so a refusal comes
+back at once; the `import_archive` task then unpacks that same stored file exactly once, running the
+same check again first and counting the real bytes it writes. Unpacking while the operator waits
+would write every byte twice and keep a web process busy for what a worker is there for.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
+from django.utils import timezone
+
+from ..models import AgentSession, AuditEvent, ImportJob, ImportJobStatus
+from ..sources.archives import UnsafeArchive, archive_suffix, check, extract
+from .audit import Actor, record_audit
+from .checkpoints import get_or_create_project
+from .importing import ImportReport, import_path
+
+
+def queue_import(upload: UploadedFile, *, project_slug: str, actor: Actor, start: Callable[[int], object]) -> ImportJob:
+    """Keep the upload, refuse it if unpacking it is unsafe (UnsafeArchive), else queue its import job.
+
+    `start` queues the job's import (the `import_archive` task's `delay`) once this commits: services do not
+    import the jobs wing that calls them."""
+    try:
+        archive = _save_upload(upload)
+    except OSError as exc:  # a full disk, say: the operator gets a sentence, not a server error
+        raise UnsafeArchive(f"The server could not store the upload: {exc.strerror or 'write failed'}.") from None
+    try:
+        index = check(archive)
+        with transaction.atomic():
+            project = get_or_create_project(project_slug)
+            name = Path(upload.name or archive.name).name[:300]
+            job = ImportJob.objects.create(
+                project=project,
+                archive=str(archive),
+                original_name=name,
+                created_by=actor.user,
+                report={"files": len(index.files)},  # for the progress page until the import's report replaces it
+            )
+            details = {"job": job.pk, "bytes": upload.size, "files": len(index.files), "unpacked": index.declared_bytes}
+            record_audit(actor, "upload", project=project, target=name, details=details)
+            transaction.on_commit(lambda: start(job.pk))
+    except BaseException:
+        archive.unlink(missing_ok=True)
+        raise
+    return job
+
+
+def _save_upload(upload: UploadedFile) -> Path:
+    """Under a random name (the archive kind kept: `extract` goes by it), never the uploader's."""
+    folder = Path(settings.VAR_DIR) / "uploads"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{secrets.token_hex(16)}{archive_suffix(upload.name or '')}"
+    with path.open("xb") as out:
+        for chunk in upload.chunks():
+            out.write(chunk)
+    return path
+
+
+def run_import_job(job_id: int) -> dict[str, Any]:
+    """Unpack an uploaded archive once and import it, keeping the job's counts current for the progress bar.
+
+    1. Claim the queued job (a conditional UPDATE); a redelivered message finds it done and changes nothing,
+       one for a job whose worker died imports again (the idempotency keys add nothing twice).
+    2. `extract` checks the stored archive again and counts the real bytes: a lying header fails the job with
+       its sentence and nothing is imported.
+    3. Import, then record the report; the archive and the scratch folder go either way.
+    """
+    claimed = ImportJob.objects.filter(pk=job_id, status=ImportJobStatus.QUEUED).update(
+        status=ImportJobStatus.RUNNING, started_at=timezone.now()
+    )
+    job = ImportJob.objects.select_related("project", "created_by").get(pk=job_id)
+    if not claimed and job.status != ImportJobStatus.RUNNING:
+        return job.report  # done already: a redelivered message changes nothing
+    actor = Actor.for_user(job.created_by) if job.created_by else Actor.system("upload")
+    archive = Path(job.archive)
+    workdir = Path(tempfile.mkdtemp(prefix="import-", dir=settings.VAR_DIR))
+
+    def progress(report: ImportReport) -> None:
+        _update_job(job_id, imported=report.imported, skipped=report.skipped, error_count=len(report.errors))
+
+    try:
+        extract(archive, workdir)
+        report = import_path(
+            workdir, project=job.project, actor=actor, record_source=False, progress=progress, label=job.original_name
+        )
+    except (UnsafeArchive, OSError) as exc:
+        message = str(exc) if isinstance(exc, UnsafeArchive) else f"The import stopped: {exc.strerror or 'I/O error'}."
+        _update_job(job_id, status=ImportJobStatus.FAILED, error=message, finished_at=timezone.now())
+        archive.unlink(missing_ok=True)
+        return {"error": message}
+    except Exception:
+        # A bug, not the archive: the job must not stay "running" for ever; the traceback goes to the log.
+        message = "The import stopped on an internal error (it was logged); what was imported before it stays."
+        _update_job(job_id, status=ImportJobStatus.FAILED, error=message, finished_at=timezone.now())
+        raise
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    result = _without_folder(report.as_dict(), workdir)
+    _update_job(
+        job_id,
+        status=ImportJobStatus.DONE,
+        imported=report.imported,
+        skipped=report.skipped,
+        error_count=len(report.errors),
+        report=result,
+        finished_at=timezone.now(),
+    )
+    archive.unlink(missing_ok=True)
+    return result
+
+
+def _update_job(job_id: int, **fields: Any) -> None:
+    ImportJob.objects.filter(pk=job_id).update(**fields)
+
+
+def _without_folder(result: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The report with the temporary folder cut from its paths and messages: it means nothing to the uploader."""
+    for error in result["errors"]:
+        for key in ("path", "error"):
+            error[key] = error[key].replace(f"{folder}/", "").replace(str(folder), "the archive")
+    return result
+
+
+@transaction.atomic
+def record_export(session: AgentSession, *, actor: Actor, format_name: str) -> AuditEvent:
+    """A session downloaded in a format: the files leave the console, so who took them is kept."""
+    return record_audit(actor, "export", session=session, details={"format": format_name})

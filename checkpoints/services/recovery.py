@@ -1,0 +1,326 @@
+"""Operator actions on a session's history: restore, undo, fork, pin, and what a restore would change.
+
+Nothing here deletes history: restore and fork add checkpoints that share the target's stored state.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from ..models import AgentSession, Checkpoint, CheckpointKind, CheckpointStatus, SessionStatus
+from ..sources import formats
+from ..store import diff_checkpoints, tallies
+from ..store.diff import Diff, diff_states
+from ..store.history import Discards, discards
+from .audit import Actor, CheckpointError, NothingToUndo, max_length, record_audit
+from .drift import detect_after_ingest
+
+log = logging.getLogger(__name__)
+
+
+@transaction.atomic
+def restore_checkpoint(
+    checkpoint: Checkpoint, *, actor: Actor, reason: str = "", now: datetime | None = None
+) -> Checkpoint:
+    """Make `checkpoint` the state the agent resumes from, without deleting anything.
+
+    1. A new `restore` checkpoint R, child of the target, sharing its stored state (zero copy).
+    2. The session's head moves to R and its restore generation increments, so a polling agent
+       sees that it must reload.
+    3. An audit row records who, why, and the previous head (what "Undo" goes back to).
+    """
+    now = now or timezone.now()
+    session = AgentSession.objects.select_for_update().get(pk=checkpoint.session_id)
+    previous_head = session.head_id
+    restored = _new_head(session, checkpoint, name=f"restore of #{checkpoint.seq}", reason=reason, now=now)
+    record_audit(
+        actor,
+        "restore",
+        session=session,
+        checkpoint=restored,
+        target=f"{session} #{checkpoint.seq}",
+        reason=reason,
+        details={"target_seq": checkpoint.seq, "previous_head": previous_head, "new_seq": restored.seq},
+        now=now,
+    )
+    return restored
+
+
+@transaction.atomic
+def undo_restore(session: AgentSession, *, actor: Actor, reason: str = "", now: datetime | None = None) -> Checkpoint:
+    """Give the agent back exactly the state it had before the latest restore.
+
+    1. Under the session's lock: its head must be a restore R (not itself an undo) whose previous head H
+       is still there.
+    2. A new head U (kind `restore`, child of H, sharing H's state) marked `undo_of` R: agents that order
+       checkpoints by their own ids resume from the newest, so the old state comes back as a new head; the
+       restore generation increments again, so a polling agent reloads.
+    3. An `undo` audit row naming R, its target and H; R's own `restore` row stays.
+    """
+    now = now or timezone.now()
+    locked = AgentSession.objects.select_for_update().get(pk=session.pk)
+    restore = Checkpoint.objects.filter(pk=locked.head_id, kind=CheckpointKind.RESTORE).first()
+    previous_pk = restore.metadata.get("previous_head") if restore and "undo_of" not in restore.metadata else None
+    previous = Checkpoint.objects.filter(pk=previous_pk, session=locked).first() if previous_pk else None
+    if restore is None or previous is None:
+        raise NothingToUndo("the session's head is not a restore that can be undone")
+    undone = _new_head(
+        locked,
+        previous,
+        name=f"undo of restore #{restore.seq}",
+        reason=reason or f"undo restore #{restore.seq}",
+        now=now,
+        undo_of={"undo_of": restore.pk, "undo_of_seq": restore.seq},
+    )
+    record_audit(
+        actor,
+        "undo",
+        session=locked,
+        checkpoint=undone,
+        target=f"{locked} restore #{restore.seq}",
+        reason=reason or f"undo restore #{restore.seq}",
+        details={
+            "undone_seq": restore.seq,
+            "undone_target_seq": restore.metadata.get("restored_from_seq"),
+            "restored_seq": previous.seq,
+            "new_seq": undone.seq,
+            "restore_generation": locked.restore_generation,
+        },
+        now=now,
+    )
+    return undone
+
+
+def _new_head(
+    session: AgentSession,
+    checkpoint: Checkpoint,
+    *,
+    name: str,
+    reason: str,
+    now: datetime,
+    undo_of: dict[str, int] | None = None,
+) -> Checkpoint:
+    """A `restore` checkpoint sharing `checkpoint`'s state, made the head of `session` (locked by the caller)
+    with the next restore generation; written back to the agent's files where it was imported from."""
+    previous_head = session.head_id
+    session.last_seq += 1
+    session.restore_generation += 1
+    restored = Checkpoint.objects.create(
+        session=session,
+        seq=session.last_seq,
+        parent=checkpoint,
+        starts_branch=checkpoint.seq != session.last_seq - 1,
+        name=name,
+        kind=CheckpointKind.RESTORE,
+        status=CheckpointStatus.COMPLETED,
+        step=checkpoint.step,
+        phase=checkpoint.phase,
+        created_at=now,
+        received_at=now,
+        root=checkpoint.root,
+        state_hash=checkpoint.state_hash,
+        raw_bytes=checkpoint.raw_bytes,
+        stored_bytes=0,
+        calls_made=checkpoint.calls_made,  # no call made here: the path's calls are the target's
+        metadata={
+            "restored_from": checkpoint.pk,
+            "restored_from_seq": checkpoint.seq,
+            "previous_head": previous_head,
+            "restore_generation": session.restore_generation,
+            "reason": reason,
+            **(undo_of or {}),
+        },
+    )
+    tallies.count_in([restored])
+    session.head = restored
+    if session.status in (SessionStatus.FAILED, SessionStatus.HALTED, SessionStatus.COMPLETED):
+        session.status = SessionStatus.ACTIVE
+    session.updated_at = now
+    session.save(update_fields=["last_seq", "restore_generation", "head", "status", "updated_at"])
+    if session.write_back and session.source_path and session.source_format:
+        transaction.on_commit(lambda: write_back_restore(restored.pk))
+    transaction.on_commit(lambda: detect_after_ingest([session.pk]))  # a failed or halted alert clears now
+    return restored
+
+
+def write_back_restore(checkpoint_id: int) -> list[Path]:
+    """Write a restore back to a file-based agent, in its own format, in its own folder, after the restore commits.
+
+    Failure is audited, never raised: the restore itself stands."""
+    checkpoint = Checkpoint.objects.select_related("session__project").get(pk=checkpoint_id)
+    session = checkpoint.session
+    actor = Actor.system("write-back")
+    try:
+        written = formats.get(session.source_format).write_back(session, checkpoint, Path(session.source_path))
+    except Exception as exc:  # a full disk or a vanished folder must not undo the restore
+        log.exception("write-back of checkpoint %s failed", checkpoint_id)
+        record_audit(actor, "write_back_failed", session=session, checkpoint=checkpoint, details={"error": str(exc)})
+        return []
+    record_audit(
+        actor,
+        "write_back",
+        session=session,
+        checkpoint=checkpoint,
+        details={"files": [str(path) for path in written], "format": session.source_format},
+    )
+    return written
+
+
+EXTERNAL_ID_MAX = max_length(AgentSession, "external_id")
+TITLE_MAX = max_length(AgentSession, "title")
+
+
+def _fork_id(source: AgentSession, number: int) -> str:
+    suffix = f"-fork-{number}"
+    return source.external_id[: EXTERNAL_ID_MAX - len(suffix)] + suffix
+
+
+def _fork_title(source: AgentSession, checkpoint: Checkpoint) -> str:
+    suffix = f" at #{checkpoint.seq}"
+    name = source.title or source.external_id
+    room = TITLE_MAX - len("Fork of ") - len(suffix)
+    return f"Fork of {name if len(name) <= room else name[: room - 1] + '…'}{suffix}"
+
+
+def fork_session(
+    checkpoint: Checkpoint,
+    *,
+    actor: Actor,
+    title: str = "",
+    external_id: str = "",
+    now: datetime | None = None,
+) -> AgentSession:
+    """A new session starting from `checkpoint`; its first checkpoint shares the stored state (O(1)).
+
+    Without an id the fork is named `<source>-fork-<n>`; when a concurrent fork takes the name first,
+    the next number is tried.
+    """
+    source = checkpoint.session
+    if external_id:
+        try:
+            return _fork(checkpoint, actor=actor, title=title, external_id=external_id, now=now)
+        except IntegrityError:
+            raise CheckpointError(f"a session {external_id!r} already exists in {source.project}") from None
+    number = AgentSession.objects.filter(project=source.project, forked_from__session=source).count() + 1
+    for _ in range(100):
+        candidate = _fork_id(source, number)
+        if not AgentSession.objects.filter(project=source.project, external_id=candidate).exists():
+            try:
+                return _fork(checkpoint, actor=actor, title=title, external_id=candidate, now=now)
+            except IntegrityError:
+                pass  # taken by a concurrent fork since the check
+        number += 1
+    raise CheckpointError(f"no free fork id after {candidate!r}; name the fork")
+
+
+@transaction.atomic  # a savepoint when nested: a taken id leaves the caller's transaction usable
+def _fork(checkpoint: Checkpoint, *, actor: Actor, title: str, external_id: str, now: datetime | None) -> AgentSession:
+    now = now or timezone.now()
+    source = checkpoint.session
+    fork = AgentSession.objects.create(
+        project=source.project,
+        external_id=external_id,
+        agent=source.agent,
+        title=title or _fork_title(source, checkpoint),
+        execution_mode=source.execution_mode,
+        forked_from=checkpoint,
+        last_seq=1,
+        created_at=now,
+        updated_at=now,
+        last_seen_at=now,
+        metadata={"forked_from_session": source.external_id, "forked_from_seq": checkpoint.seq},
+    )
+    first = Checkpoint.objects.create(
+        session=fork,
+        seq=1,
+        name=f"fork of {source.external_id} #{checkpoint.seq}"[: Checkpoint._meta.get_field("name").max_length],
+        kind=CheckpointKind.FORK,
+        status=CheckpointStatus.COMPLETED,
+        step=checkpoint.step,
+        phase=checkpoint.phase,
+        created_at=now,
+        received_at=now,
+        root=checkpoint.root,
+        state_hash=checkpoint.state_hash,
+        raw_bytes=checkpoint.raw_bytes,
+        stored_bytes=0,
+        calls_made=0,  # the fork's own path starts here
+        metadata={"forked_from": checkpoint.pk},
+    )
+    tallies.count_in([first])
+    fork.head = first
+    fork.save(update_fields=["head"])
+    record_audit(
+        actor,
+        "fork",
+        session=source,
+        checkpoint=checkpoint,
+        target=f"{source} #{checkpoint.seq} → {fork.external_id}",
+        details={"fork_session": fork.external_id, "fork_session_id": fork.pk},
+        now=now,
+    )
+    return fork
+
+
+@transaction.atomic
+def pin_checkpoint(checkpoint: Checkpoint, *, actor: Actor, pinned: bool = True, reason: str = "") -> Checkpoint:
+    """Pinned checkpoints are never removed by retention."""
+    # claimed with a conditional UPDATE: of two concurrent pins, one changes the row and is audited
+    if Checkpoint.objects.filter(pk=checkpoint.pk, pinned=not pinned).update(pinned=pinned):
+        record_audit(
+            actor,
+            "pin" if pinned else "unpin",
+            session=checkpoint.session,
+            checkpoint=checkpoint,
+            reason=reason,
+        )
+    checkpoint.pinned = pinned
+    return checkpoint
+
+
+@dataclass
+class RestorePreview:
+    """What a restore would change, shown before the operator confirms."""
+
+    target: Checkpoint
+    head: Checkpoint | None
+    diff: Diff  # from the current head to the target
+    forgotten_tool_calls: list[Any]  # tool calls in the head's state that the target does not have
+    discards: Discards  # what leaves the agent's path: kept in the history, no longer the agent's memory
+
+
+def restore_preview(checkpoint: Checkpoint) -> RestorePreview:
+    session = checkpoint.session
+    head = (
+        session.head
+        if session.head_id is None or AgentSession.head.is_cached(session)
+        else session.checkpoints.filter(pk=session.head_id).first()
+    )
+    changes = diff_checkpoints(head, checkpoint) if head else diff_states({}, {})
+    found: list[Any] = []
+    for entry in changes.entries:
+        if entry.op != "removed":
+            continue
+        if any(isinstance(part, str) and "tool_call" in part for part in entry.path):
+            found.append(entry.old)
+        elif isinstance(entry.old, dict) and isinstance(entry.old.get("tool_calls"), list):
+            found.extend(entry.old["tool_calls"])
+    return RestorePreview(checkpoint, head, changes, _once_each(found), discards(checkpoint))
+
+
+def _once_each(calls: list[Any]) -> list[Any]:
+    """A call often stands twice in a state (in the message that made it and in a tool-call log):
+    records sharing an id are kept once, the fuller one winning."""
+    merged: dict[Any, Any] = {}
+    for position, call in enumerate(calls):
+        key = call.get("id") if isinstance(call, dict) and call.get("id") else ("position", position)
+        if key not in merged or len(call) > len(merged[key]):
+            merged[key] = call
+    return list(merged.values())
