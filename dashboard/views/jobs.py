@@ -24,9 +24,17 @@ from checkpoints.models import JobRun, JobRunStatus
 from checkpoints.roles import in_every_project
 from checkpoints.services import Actor, request_job_run
 
-from .alerts import evidence_summary
-from .common import OPERATE, VIEW, HtmxHttpRequest, console, job_failures, parse_int, render_page
-from .retention import retention_confirmation
+from ..presenters.evidence import evidence_summary
+from .common import (
+    OPERATE,
+    VIEW,
+    HtmxHttpRequest,
+    console,
+    job_failures,
+    parse_int,
+    render_page,
+    retention_confirmation,
+)
 
 # task → the JobRun.job name run_job records it under (checkpoints/tasks.py)
 JOB_FOR_TASK = {
