@@ -17,7 +17,6 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 from django_htmx.middleware import HtmxDetails
 
-from checkpoints.jobs import ERRORS_KEPT
 from checkpoints.models import AgentSession, Checkpoint, DriftAlert, ImportJob, Phase
 from checkpoints.retention import plan_retention
 from checkpoints.roles import APPROVE as APPROVE  # the views' permissions, re-exported
@@ -25,6 +24,8 @@ from checkpoints.roles import OPERATE as OPERATE
 from checkpoints.roles import TRIAGE as TRIAGE
 from checkpoints.roles import VIEW_SESSIONS as VIEW
 from checkpoints.roles import in_every_project
+
+from ..presenters.jobs import job_failures
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -133,26 +134,6 @@ def notify(response: HttpResponse, text: str, *, level: str = "success") -> Http
     """Show and announce `text` in the page's live notice once htmx has swapped the response in (a11y.js):
     visible wherever the operator has scrolled to, and read out by screen readers."""
     return trigger_client_event(response, "notice", {"text": text, "level": level}, after="settle")
-
-
-def job_failures(result: dict[str, Any], user: Any) -> dict[str, Any] | None:
-    """A job result's failed sessions (or folders) as the console lists them, or None when none failed.
-
-    Someone who sees every project gets them all (the first ERRORS_KEPT named, the rest counted); anyone else
-    only the failures of sessions they may see: how many failed elsewhere, and which folders, is not theirs.
-    """
-    count = result.get("error_count")
-    if not count:
-        return None
-    errors = result.get("errors", [])
-    named = [error["id"] for error in errors if "session" in error]
-    visible = set(AgentSession.objects.visible_to(user).filter(pk__in=named).values_list("pk", flat=True))
-    if not in_every_project(user, VIEW):
-        shown = [error for error in errors if "session" in error and error["id"] in visible]
-        return {"count": len(shown), "unit": "session", "shown": shown, "hidden": 0} if shown else None
-    shown = [error for error in errors if "session" not in error or error["id"] in visible]
-    unit = "folder" if "sources_done" in result else "session"
-    return {"count": count, "unit": unit, "shown": shown, "hidden": count - len(shown), "kept": ERRORS_KEPT}
 
 
 def retention_confirmation(request: HtmxHttpRequest, *, action: str, back: str, back_label: str) -> HttpResponse:

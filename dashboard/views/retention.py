@@ -21,7 +21,8 @@ from checkpoints.retention import describe, policies_in_force, recorded_plan
 from checkpoints.roles import in_every_project
 from checkpoints.services import Actor, request_job_run
 
-from .common import OPERATE, VIEW, HtmxHttpRequest, console, job_failures, render_page, retention_confirmation
+from ..presenters.jobs import job_failures
+from .common import OPERATE, VIEW, HtmxHttpRequest, console, render_page, retention_confirmation
 
 PREVIEW_ROWS = 50
 RUNS_SHOWN = 20
