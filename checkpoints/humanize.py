@@ -1,6 +1,9 @@
-"""Durations in words an operator reads at a glance ("2 h 5 min", not "7500 seconds" or "125 minutes")."""
+"""What an operator reads at a glance: durations in words ("2 h 5 min", not "7500 seconds"), values cut to a line."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
 
@@ -19,3 +22,9 @@ def plain_duration(seconds: float) -> str:
             small = rest // small_size
             return f"{big} {unit} {small} {small_unit}" if small else f"{big} {unit}"
     return f"{whole} s"
+
+
+def short_value(value: Any, width: int) -> str:
+    """A JSON value in at most `width` characters: a string as it is, anything else as JSON, the cut marked '…'."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"

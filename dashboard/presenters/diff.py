@@ -19,6 +19,7 @@ from urllib.parse import urlencode
 import orjson
 from django.urls import reverse
 
+from checkpoints.humanize import short_value
 from checkpoints.store import jsoncodec
 from checkpoints.store.diff import Diff, DiffEntry, Group, Run, format_path, group_changes
 
@@ -364,9 +365,7 @@ def _message(value: Any) -> dict[str, Any] | None:
     content = value.get("content")
     calls = listed if isinstance(listed := value.get("tool_calls"), list) else []
     tools = [call.get("name") or call.get("function", {}).get("name", "?") for call in calls if isinstance(call, dict)]
-    text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False, default=str)
-    cut = len(text) > VALUE_PREVIEW * 2
-    return {"role": value["role"], "content": text[: VALUE_PREVIEW * 2] + ("…" if cut else ""), "tools": tools}
+    return {"role": value["role"], "content": short_value(content, VALUE_PREVIEW * 2 + 1), "tools": tools}
 
 
 def side_by_side(old: str, new: str) -> tuple[list[SideRow], bool]:

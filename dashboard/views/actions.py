@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.contrib import messages
-from django.http import HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
+from django.http import HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
-from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
+from django_htmx.http import trigger_client_event
 
 from checkpoints.models import AgentSession, Checkpoint
 from checkpoints.services import (
     Actor,
     CheckpointError,
     NothingToUndo,
-    RestorePreview,
     fork_session,
     pin_checkpoint,
     restore_checkpoint,
@@ -29,7 +26,7 @@ from checkpoints.services import (
 )
 
 from ..forms import ForkForm, PinForm, RestoreForm, UndoForm
-from ..presenters.diff import DiffView, present_diff
+from ..presenters.restore import forgotten_calls, preview_diff
 from ..undo import offer_undo
 from .common import (
     OPERATE,
@@ -37,55 +34,23 @@ from .common import (
     console,
     get_checkpoint_for_user,
     get_session_for_user,
+    navigate,
     notify,
     render_page,
+    safe_next,
 )
 
 FORGOTTEN_LIMIT = 100
 
 
-def navigate(request: HtmxHttpRequest, url: str) -> HttpResponse:
-    """A full-page navigation, also from an htmx request (which would otherwise swap the redirect target in)."""
-    return HttpResponseClientRedirect(url) if request.htmx else HttpResponseRedirect(url)
-
-
-def safe_next(request: HtmxHttpRequest, fallback: str) -> str:
-    target = request.POST.get("next") or request.GET.get("next") or ""
-    allowed = url_has_allowed_host_and_scheme(target, {request.get_host()}, require_https=request.is_secure())
-    return target if allowed else fallback
-
-
-def _forgotten(calls: list[Any]) -> list[dict[str, Any]]:
-    """Tool calls that a restore takes out of the agent's memory, ready to show."""
-    records = [call if isinstance(call, dict) else {"value": call} for call in calls]
-    return [
-        {
-            "name": record.get("tool_name") or record.get("name") or record.get("tool") or "tool call",
-            "arguments": _compact(record.get("arguments", record.get("args"))),
-            "result": _compact(record.get("result")),
-            "error": _compact(record.get("error")),
-            "success": record.get("success"),
-            "step": record.get("step"),
-            "raw": record,
-        }
-        for record in records
-    ]
-
-
-def _compact(value: Any) -> str:
-    if value is None or isinstance(value, str):
-        return value or ""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-
-
 def _restore_context(request: HtmxHttpRequest, checkpoint: Checkpoint, form: RestoreForm) -> dict[str, Any]:
     preview = restore_preview(checkpoint)
-    forgotten = _forgotten(preview.forgotten_tool_calls)
+    forgotten = forgotten_calls(preview.forgotten_tool_calls)
     return {
         "checkpoint": checkpoint,
         "session": checkpoint.session,
         "preview": preview,
-        "diff": _present_preview(preview),
+        "diff": preview_diff(preview),
         "forgotten": forgotten[:FORGOTTEN_LIMIT],
         "forgotten_total": len(forgotten),
         "form": form,
@@ -93,14 +58,6 @@ def _restore_context(request: HtmxHttpRequest, checkpoint: Checkpoint, form: Res
         "old_label": f"Now (head #{preview.head.seq})" if preview.head else "Now",
         "new_label": f"After restore (#{checkpoint.seq})",
     }
-
-
-def _present_preview(preview: RestorePreview) -> DiffView:
-    """The head-to-target diff; its "show more" links open the same direct diff on the compare page."""
-    if preview.head is None:
-        return present_diff(preview.diff, query={})
-    query = {"a": preview.head.pk, "b": preview.target.pk, "base": "a"}
-    return present_diff(preview.diff, query=query, old_pk=preview.head.pk, new_pk=preview.target.pk)
 
 
 @console(OPERATE)

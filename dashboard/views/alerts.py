@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,45 +13,17 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
-from checkpoints.humanize import plain_duration
 from checkpoints.models import SEVERITY_RANKS, AlertSeverity, AlertState, Checkpoint, DriftAlert, Project
 from checkpoints.services import Actor, acknowledge_alert, resolve_alert
 from checkpoints.store.history import Discards, discards_for
 
 from ..forms import UNRESOLVED, AlertFilterForm, ResolveForm
-from .actions import safe_next
-from .common import TRIAGE, VIEW, HtmxHttpRequest, console, get_alert_for_user, notify, render_page
+from ..presenters.evidence import evidence_summary
+from .common import TRIAGE, VIEW, HtmxHttpRequest, console, get_alert_for_user, notify, render_page, safe_next
 
 PAGE_SIZE = 50
 ROW = "dashboard/alert_list.html#alert-row"
 LAST_GOOD_FIELDS = ["id", "session_id", "seq", "name"]  # what a row shows of it and what its discards need
-
-
-def evidence_summary(evidence: Any, *, limit: int = 4) -> str:
-    """`key: value` pairs of an alert's evidence, short enough for a table cell."""
-    if not isinstance(evidence, dict):
-        return _short(evidence)
-    # sorted: PostgreSQL's jsonb does not keep the order keys were written in
-    parts = [f"{key.replace('_', ' ')}: {_value(key, value)}" for key, value in sorted(evidence.items())[:limit]]
-    if len(evidence) > limit:
-        parts.append(f"+{len(evidence) - limit} more")
-    return " · ".join(parts)
-
-
-def _value(key: str, value: Any) -> str:
-    """Times counted in minutes or seconds read as durations ('minutes: 2 h 5 min')."""
-    for suffix, size in (("minutes", 60), ("seconds", 1)):
-        if key.endswith(suffix) and isinstance(value, int | float) and not isinstance(value, bool):
-            return plain_duration(value * size)
-    return _short(value)
-
-
-def _short(value: Any, width: int = 60) -> str:
-    if isinstance(value, list) and len(value) > 6:
-        text = json.dumps(value[:6], ensure_ascii=False, default=str)[:-1] + f", … {len(value)} items]"
-    else:
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _alerts(filters: dict[str, Any], request: HtmxHttpRequest) -> Any:

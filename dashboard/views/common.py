@@ -9,19 +9,23 @@ from typing import Any
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
+from django.template.defaultfilters import pluralize
 from django.utils.cache import patch_vary_headers
-from django_htmx.http import trigger_client_event
+from django.utils.http import url_has_allowed_host_and_scheme
+from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 from django_htmx.middleware import HtmxDetails
 
+from checkpoints.jobs.retention import plan_retention
 from checkpoints.models import AgentSession, Checkpoint, DriftAlert, ImportJob, Phase
 from checkpoints.roles import APPROVE as APPROVE  # the views' permissions, re-exported
 from checkpoints.roles import OPERATE as OPERATE
 from checkpoints.roles import TRIAGE as TRIAGE
 from checkpoints.roles import VIEW_SESSIONS as VIEW
 from checkpoints.roles import in_every_project
-from checkpoints.services.batches import ERRORS_KEPT
+
+from ..presenters.jobs import job_failures
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -115,27 +119,34 @@ def render_page(
     return response
 
 
+def navigate(request: HtmxHttpRequest, url: str) -> HttpResponse:
+    """A full-page navigation, also from an htmx request (which would otherwise swap the redirect target in)."""
+    return HttpResponseClientRedirect(url) if request.htmx else HttpResponseRedirect(url)
+
+
+def safe_next(request: HtmxHttpRequest, fallback: str) -> str:
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    allowed = url_has_allowed_host_and_scheme(target, {request.get_host()}, require_https=request.is_secure())
+    return target if allowed else fallback
+
+
 def notify(response: HttpResponse, text: str, *, level: str = "success") -> HttpResponse:
     """Show and announce `text` in the page's live notice once htmx has swapped the response in (a11y.js):
     visible wherever the operator has scrolled to, and read out by screen readers."""
     return trigger_client_event(response, "notice", {"text": text, "level": level}, after="settle")
 
 
-def job_failures(result: dict[str, Any], user: Any) -> dict[str, Any] | None:
-    """A job result's failed sessions (or folders) as the console lists them, or None when none failed.
-
-    Someone who sees every project gets them all (the first ERRORS_KEPT named, the rest counted); anyone else
-    only the failures of sessions they may see: how many failed elsewhere, and which folders, is not theirs.
-    """
-    count = result.get("error_count")
-    if not count:
-        return None
-    errors = result.get("errors", [])
-    named = [error["id"] for error in errors if "session" in error]
-    visible = set(AgentSession.objects.visible_to(user).filter(pk__in=named).values_list("pk", flat=True))
-    if not in_every_project(user, VIEW):
-        shown = [error for error in errors if "session" in error and error["id"] in visible]
-        return {"count": len(shown), "unit": "session", "shown": shown, "hidden": 0} if shown else None
-    shown = [error for error in errors if "session" not in error or error["id"] in visible]
-    unit = "folder" if "sources_done" in result else "session"
-    return {"count": count, "unit": unit, "shown": shown, "hidden": count - len(shown), "kept": ERRORS_KEPT}
+def retention_confirmation(request: HtmxHttpRequest, *, action: str, back: str, back_label: str) -> HttpResponse:
+    """What a retention run would delete now in every project, by kind, with the button that runs it."""
+    plan = plan_retention()
+    context = {
+        "title": "Run retention now?",
+        "plan": plan,
+        "by_kind": sorted(plan.by_kind.items()),
+        "failed": job_failures(plan.failures.as_dict(), request.user),
+        "button": f"Delete {plan.deleted} checkpoint{pluralize(plan.deleted)} now",
+        "action": action,
+        "back": back,
+        "back_label": back_label,
+    }
+    return render_page(request, "dashboard/job_confirm.html", context)

@@ -1,20 +1,21 @@
 """Compare two checkpoints: what changed from A to B, or, for checkpoints on different branches, what changed on
 B's branch since their common ancestor (as `git diff A...B` does).
 
-The diff is `store.diff_checkpoints`; `presenters.diff` shapes it for reading, a screenful at a time.
+`presenters.compare` picks what to diff and labels it; `presenters.diff` shapes the diff for reading, a screenful
+at a time.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.http import Http404, HttpResponse
 from django.views.decorators.http import require_GET
 
 from checkpoints.models import AgentSession, Checkpoint
-from checkpoints.store import diff_checkpoints
-from checkpoints.store.lineage import Relation, relate
 
 from ..forms import CheckpointRef, CompareForm
-from ..presenters.diff import present_diff
+from ..presenters.compare import comparison
 from .common import VIEW, HtmxHttpRequest, console, get_checkpoint_for_user, parse_int, render_page
 
 
@@ -35,31 +36,20 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
     except NotComparable as exc:
         # htmx swaps the message in place of the previous comparison (it swaps 2xx answers only)
         fields = {name: form.data.get(name, "") for name in ("session", "a", "b")}
-        context = {"form": form, "fields": fields, "error": str(exc)}
+        context: dict[str, Any] = {"form": form, "fields": fields, "error": str(exc)}
         response = render_page(request, "dashboard/compare.html", context, partial="compare-result")
         if not request.htmx:
             response.status_code = exc.status
         return response
-    lineage = relate(a, b)
-    direct = lineage.relation != Relation.DIVERGED or request.GET.get("base") == "a"
-    base = a if direct or lineage.ancestor is None else lineage.ancestor
-    query = {"a": a.pk, "b": b.pk, **({"base": "a"} if direct and lineage.relation == Relation.DIVERGED else {})}
-    diff = present_diff(
-        diff_checkpoints(base, b),
-        query=query,
+    context = {"form": form} | comparison(
+        a,
+        b,
+        from_a=request.GET.get("base") == "a",
         path_filter=request.GET.get("path", ""),
         expand=request.GET.get("expand", ""),
         offset=parse_int(request.GET.get("offset")) or 0,
-        old_pk=base.pk,
-        new_pk=b.pk,
     )
-    old_label = f"A · #{a.seq}" if base is a else f"#{base.seq} · common ancestor"
-    context = {"form": form, "a": a, "b": b, "base": base, "lineage": lineage, "diff": diff, "diff_in_place": True}
-    context |= {"old_label": old_label, "new_label": f"B · #{b.seq}"}
-    # the form shows the comparison as the console labels it: seqs of A's session
-    same = b.session_id == a.session_id
-    context["fields"] = {"session": a.session_id, "a": f"#{a.seq}", "b": f"#{b.seq}" if same else f"id:{b.pk}"}
-    if diff.expanded is not None and request.htmx and not request.htmx.history_restore_request:
+    if context["diff"].expanded is not None and request.htmx and not request.htmx.history_restore_request:
         # "show more": only the rows it adds
         return render_page(request, "dashboard/partials/diff.html", context, partial="diff-fragment")
     return render_page(request, "dashboard/compare.html", context, partial="compare-result")

@@ -10,7 +10,6 @@ from celery import current_app
 from django.conf import settings
 from django.contrib import messages
 from django.db import transaction
-from django.db.models import OuterRef, Subquery
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
@@ -19,63 +18,14 @@ from django.views.decorators.http import require_GET, require_POST
 from django_celery_beat.models import PeriodicTask
 from django_htmx.http import HttpResponseStopPolling
 
-from checkpoints.jobs import stale_after
-from checkpoints.models import JobRun, JobRunStatus
+from checkpoints.models import JobRunStatus
 from checkpoints.roles import in_every_project
 from checkpoints.services import Actor, request_job_run
 
-from .alerts import evidence_summary
-from .common import OPERATE, VIEW, HtmxHttpRequest, console, job_failures, parse_int, render_page
-from .retention import retention_confirmation
+from ..presenters.jobs import GC_TASK, PLAIN_NAMES, RETENTION_TASK, job_rows, latest_runs
+from .common import OPERATE, VIEW, HtmxHttpRequest, console, parse_int, render_page, retention_confirmation
 
-# task → the JobRun.job name run_job records it under (checkpoints/tasks.py)
-JOB_FOR_TASK = {
-    "checkpoints.tasks.apply_retention": "retention",
-    "checkpoints.tasks.take_routine_checkpoints": "routine_checkpoints",
-    "checkpoints.tasks.detect_drift": "drift_detection",
-    "checkpoints.tasks.collect_garbage": "gc",
-    "checkpoints.tasks.scan_watched_sources": "watched_sources",
-}
-RETENTION_TASK, GC_TASK = "checkpoints.tasks.apply_retention", "checkpoints.tasks.collect_garbage"
-ASKS_FIRST = {RETENTION_TASK, GC_TASK}  # they delete: Run now first says what they remove
-# not among a run's counts: failures are listed apart; retention's preview ids and per-project figures mean
-# nothing here
-NOT_SUMMED_UP = {"errors", "error_count", "checkpoints", "projects"}
-
-
-def _latest_runs(jobs: set[str]) -> dict[str, JobRun]:
-    """The newest run of each job, in one query."""
-    newest = JobRun.objects.filter(job=OuterRef("job")).order_by("-started_at", "-pk").values("pk")[:1]
-    runs = JobRun.objects.filter(job__in=jobs, pk=Subquery(newest))
-    return {run.job: run for run in runs}
-
-
-# Celery's own housekeeping, which beat adds by itself: named for what it does
-PLAIN_NAMES = {"celery.backend_cleanup": "Celery: clear expired task results"}
 WATCH_FOR = timedelta(minutes=10)  # after "Run now", how long the page waits for a worker to record the run
-
-
-def _next_run(task: PeriodicTask, now: datetime) -> datetime | None:
-    """When beat sends the task next, by its own schedule (interval, crontab, solar or clocked), as beat reckons
-    it: from the last run, or from when the task was last changed. None when it is due now or will not run."""
-    if task.one_off and task.total_run_count:
-        return None
-    last = task.last_run_at or task.date_changed or now
-    try:
-        due = now + task.schedule.remaining_estimate(last)
-    except (AttributeError, TypeError, ValueError):  # a schedule kind celery cannot estimate
-        return None
-    due = (due + timedelta(milliseconds=500)).replace(microsecond=0)  # celery's clock ran on a little: whole seconds
-    if task.start_time and due < task.start_time:
-        due = task.start_time
-    return due if due > now else None
-
-
-def _schedule_text(task: PeriodicTask) -> str:
-    for schedule in (task.interval, task.crontab, task.solar, task.clocked):
-        if schedule is not None:
-            return str(schedule)
-    return "—"
 
 
 def _watched(request: HtmxHttpRequest, now: datetime) -> tuple[int, datetime] | None:
@@ -88,19 +38,13 @@ def _watched(request: HtmxHttpRequest, now: datetime) -> tuple[int, datetime] | 
     return (pk, since) if now - WATCH_FOR < since <= now + timedelta(seconds=5) else None
 
 
-def _summary(run: JobRun) -> str:
-    """The run's counts (its failures are listed apart), or its error."""
-    if run.error:
-        return evidence_summary(run.error)
-    return evidence_summary({key: value for key, value in run.result.items() if key not in NOT_SUMMED_UP})
-
-
 @console(VIEW)
 @require_GET
 def job_list(request: HtmxHttpRequest) -> HttpResponse:
     system_figures = in_every_project(request.user, VIEW)  # a run's counts span every project
-    rows = _rows(request, system_figures=system_figures)
-    busy = any(row["waiting"] or (row["run"] and row["run"].status == JobRunStatus.RUNNING) for row in rows)
+    now = timezone.now()
+    rows = job_rows(request.user, system_figures=system_figures, watched=_watched(request, now), now=now)
+    busy = any(row.waiting or (row.run and row.run.status == JobRunStatus.RUNNING) for row in rows)
     context = {
         "rows": rows,
         "system_figures": system_figures,
@@ -111,36 +55,6 @@ def job_list(request: HtmxHttpRequest) -> HttpResponse:
     if request.htmx and request.htmx.trigger == "job-table" and not busy:
         response.status_code = HttpResponseStopPolling.status_code  # 286: the poll's last swap; polling stops
     return response
-
-
-def _rows(request: HtmxHttpRequest, *, system_figures: bool) -> list[dict[str, Any]]:
-    """Each schedule with its newest run, ready to show."""
-    now = timezone.now()
-    tasks = list(PeriodicTask.objects.select_related("interval", "crontab", "solar", "clocked").order_by("name"))
-    runs = _latest_runs({JOB_FOR_TASK[t.task] for t in tasks if t.task in JOB_FOR_TASK})
-    silent_since = now - stale_after()
-    watched = _watched(request, now)
-    rows = []
-    for task in tasks:
-        run = runs.get(JOB_FOR_TASK.get(task.task, ""))
-        rows.append(
-            {
-                "task": task,
-                "name": PLAIN_NAMES.get(task.name, task.name),
-                "schedule": _schedule_text(task),
-                "run": run,
-                "summary": _summary(run) if run and system_figures else "",
-                "failed": job_failures(run.result, request.user) if run else None,  # of the sessions they see
-                "silent": bool(run and run.status == JobRunStatus.RUNNING and run.last_sign_of_life < silent_since),
-                "next_run": _next_run(task, now),
-                # queued by Run now, and no run of it recorded since: no worker has picked it up yet
-                "waiting": watched is not None
-                and task.pk == watched[0]
-                and (run is None or run.started_at < watched[1]),
-                "asks_first": task.task in ASKS_FIRST,
-            }
-        )
-    return rows
 
 
 def _takes_triggered_by(name: str) -> bool:
@@ -157,7 +71,7 @@ def _queue(name: str, kwargs: dict[str, Any]) -> None:
 
 
 def _gc_confirmation(request: HtmxHttpRequest, task: PeriodicTask, action: str) -> HttpResponse:
-    last = _latest_runs({"gc"}).get("gc")
+    last = latest_runs({"gc"}).get("gc")
     figures = last.result if last and in_every_project(request.user, VIEW) else {}
     context = {
         "title": f"{task.name} now?",

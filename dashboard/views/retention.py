@@ -12,17 +12,17 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpResponse
 from django.shortcuts import redirect
-from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from checkpoints import tasks
-from checkpoints.jobs.retention import describe, plan_retention, policies_in_force, recorded_plan
+from checkpoints.jobs.retention import describe, policies_in_force, recorded_plan
 from checkpoints.models import Checkpoint, JobRun, JobRunStatus, Project
 from checkpoints.roles import in_every_project
 from checkpoints.services import Actor, request_job_run
 
-from .common import OPERATE, VIEW, HtmxHttpRequest, console, job_failures, render_page
+from ..presenters.jobs import job_failures
+from .common import OPERATE, VIEW, HtmxHttpRequest, console, render_page, retention_confirmation
 
 PREVIEW_ROWS = 50
 RUNS_SHOWN = 20
@@ -98,19 +98,3 @@ def _run_now(request: HtmxHttpRequest) -> HttpResponse:
     transaction.on_commit(lambda: tasks.apply_retention.delay(triggered_by=by))
     messages.success(request, "Retention run queued: it shows under Recorded runs.")
     return redirect("dashboard:retention")
-
-
-def retention_confirmation(request: HtmxHttpRequest, *, action: str, back: str, back_label: str) -> HttpResponse:
-    """What a retention run would delete now in every project, by kind, with the button that runs it."""
-    plan = plan_retention()
-    context = {
-        "title": "Run retention now?",
-        "plan": plan,
-        "by_kind": sorted(plan.by_kind.items()),
-        "failed": job_failures(plan.failures.as_dict(), request.user),
-        "button": f"Delete {plan.deleted} checkpoint{pluralize(plan.deleted)} now",
-        "action": action,
-        "back": back,
-        "back_label": back_label,
-    }
-    return render_page(request, "dashboard/job_confirm.html", context)

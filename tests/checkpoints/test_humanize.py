@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from checkpoints.humanize import plain_duration
+from checkpoints.humanize import plain_duration, short_value
 
 
 @pytest.mark.parametrize(
@@ -19,3 +19,18 @@ from checkpoints.humanize import plain_duration
 )
 def test_durations_read_in_their_two_largest_units(seconds, text):
     assert plain_duration(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("value", "width", "text"),
+    [
+        ("plain text", 10, "plain text"),
+        ("plain text!", 10, "plain tex…"),
+        ({"name": "é", "n": 1}, 40, '{"name": "é", "n": 1}'),
+        ([1, 2, 3, 4], 8, "[1, 2, …"),
+        (None, 10, "null"),
+        (True, 10, "true"),
+    ],
+)
+def test_short_values_are_strings_as_they_are_or_json_cut_to_their_width(value, width, text):
+    assert short_value(value, width) == text

@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from checkpoints.models import AlertState, AuditEvent, DriftAlert
-from dashboard.views.alerts import evidence_summary
+from dashboard.presenters.evidence import evidence_summary
 
 LIST = "/alerts/"
 

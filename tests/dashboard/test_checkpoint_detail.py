@@ -12,7 +12,8 @@ from checkpoints import store
 from checkpoints.models import AgentSession, Phase
 from checkpoints.services import Actor, fork_session, restore_checkpoint
 from checkpoints.services.cleanup import delete_checkpoints
-from dashboard.views.checkpoint import CHILD_CAP, TRANSCRIPT_PAGE
+from dashboard.presenters.state_tree import CHILD_CAP
+from dashboard.presenters.transcript import TRANSCRIPT_PAGE
 
 HTMX = {"HX-Request": "true"}
 

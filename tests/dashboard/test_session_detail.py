@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from checkpoints.models import Phase
 from checkpoints.services import Actor, fork_session, pin_checkpoint, restore_checkpoint, undo_restore
-from dashboard.views.timeline import PAGE_SIZE
+from dashboard.presenters.timeline import PAGE_SIZE
 
 from .trees import NEW_ROOT, grow
 
@@ -486,33 +486,6 @@ def test_size_chart_runs_by_seq_with_stored_bytes_on_their_own_axis(client, bob,
     assert 'text-anchor="start">#1</text>' in html and 'text-anchor="end">#7</text>' in html
     assert "left axis" in html and "right axis" in html
     assert 'class="axis-label axis-series-stored"' in html
-
-
-def test_a_long_sessions_size_chart_comes_from_its_rollups_with_the_points_its_rows_give(make_session, monkeypatch):
-    from datetime import UTC, datetime, timedelta
-
-    from checkpoints.services import CheckpointInput, ingest_checkpoints
-    from checkpoints.services.cleanup import delete_checkpoints
-    from dashboard.views import timeline
-
-    session = make_session("long")
-    start = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
-    items = [
-        CheckpointInput(state={"notes": ["x" * (i % 13)] * (i % 9)}, created_at=start + timedelta(minutes=7 * i))
-        for i in range(120)
-    ]
-    ingest_checkpoints([(session, items)])
-    gone = session.checkpoints.filter(seq__in=[1, 2, 30, 61, 62, 63, 90]).values_list("pk", flat=True)
-    delete_checkpoints(list(gone), actor=Actor.system("retention"))
-    session.refresh_from_db()
-    monkeypatch.setattr(timeline, "CHART_POINTS", 2)  # buckets of 60 seqs: three rollup blocks each
-
-    from_rollups = timeline.session_overview(session)["charts"]["size"]
-    monkeypatch.setattr(timeline, "ROLLUP_BLOCK", 10**6)
-    from_rows = timeline.session_overview(session)["charts"]["size"]
-
-    assert from_rollups == from_rows
-    assert [seq for seq, _ in from_rows[0]["points"]] == [3, 120]
 
 
 def test_charts_show_an_empty_state_without_data():

@@ -1,0 +1,53 @@
+"""What the restore dialog shows before an operator confirms: the tool calls the agent forgets, and the state diff."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from checkpoints.services import RestorePreview
+
+from .diff import DiffView, present_diff
+
+
+@dataclass(frozen=True)
+class ForgottenCall:
+    """A tool call the restore takes out of the agent's memory; the template cuts the texts to a cell."""
+
+    name: str
+    arguments: str
+    result: str
+    error: str
+    success: Any
+    step: Any
+
+
+def forgotten_calls(calls: list[Any]) -> list[ForgottenCall]:
+    records = [call if isinstance(call, dict) else {"value": call} for call in calls]
+    return [
+        ForgottenCall(
+            name=record.get("tool_name") or record.get("name") or record.get("tool") or "tool call",
+            arguments=_as_text(record.get("arguments", record.get("args"))),
+            result=_as_text(record.get("result")),
+            error=_as_text(record.get("error")),
+            success=record.get("success"),
+            step=record.get("step"),
+        )
+        for record in records
+    ]
+
+
+def _as_text(value: Any) -> str:
+    """Whole, keys sorted: the call as the agent made it, for an operator to recognise."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def preview_diff(preview: RestorePreview) -> DiffView:
+    """The head-to-target diff; its "show more" links open the same direct diff on the compare page."""
+    if preview.head is None:
+        return present_diff(preview.diff, query={})
+    query = {"a": preview.head.pk, "b": preview.target.pk, "base": "a"}
+    return present_diff(preview.diff, query=query, old_pk=preview.head.pk, new_pk=preview.target.pk)

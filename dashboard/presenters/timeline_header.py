@@ -1,0 +1,148 @@
+"""What a session's page shows above its timeline: counts, alerts, phases, charts, and the index of events."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db.models import F, Max, Min, QuerySet, Sum
+from django.db.models.functions import TruncDay, TruncHour, TruncWeek
+
+from checkpoints.models import (
+    ROLLUP_BLOCK,
+    TROUBLE,
+    AgentSession,
+    Checkpoint,
+    CheckpointKind,
+    DriftAlert,
+    SessionRollup,
+)
+
+CHART_POINTS = 500  # the size chart samples at most this many buckets
+INDEX_MAX = 12  # the timeline's index lists this many of each kind of event, newest first
+
+
+def session_overview(session: AgentSession) -> dict[str, Any]:
+    """What the full page shows above the timeline: counts, alerts, forks, phases, charts.
+
+    The counts are the session's running tallies; its first and last times are the ends of the (session,
+    created_at) index: nothing here reads the session's checkpoints one by one."""
+    stats = {
+        "count": session.checkpoint_count,
+        "raw_bytes": session.raw_bytes,
+        "stored_bytes": session.stored_bytes,
+        "failed": session.failed_count,
+        "tool_failed": session.tool_failed_count,
+        **Checkpoint.objects.for_session(session)
+        .order_by()
+        .aggregate(first_at=Min("created_at"), last_at=Max("created_at")),
+    }
+    return {
+        "stats": stats,
+        "open_alerts": DriftAlert.objects.filter(session=session).open().count(),
+        "phases": list(session.phases.order_by("number")),
+        "charts": session_charts(session, stats) if stats["count"] else None,
+    }
+
+
+def _size_buckets(session: AgentSession) -> QuerySet[Any]:
+    """At most CHART_POINTS buckets of consecutive seqs, oldest first: first and last seq, largest state, stored
+    bytes. From the checkpoints while a bucket is narrower than a rollup block (up to 500 × ROLLUP_BLOCK seqs),
+    else from the rollups, in buckets of whole blocks."""
+    width = max(1, math.ceil(session.last_seq / CHART_POINTS))
+    if width < ROLLUP_BLOCK:
+        rows: QuerySet[Any] = Checkpoint.objects.for_session(session).annotate(bucket=(F("seq") - 1) / width)
+        sums = {"first": Min("seq"), "last": Max("seq"), "raw": Max("raw_bytes"), "stored": Sum("stored_bytes")}
+    else:
+        rows = SessionRollup.objects.filter(session=session)
+        rows = rows.annotate(bucket=F("block") / math.ceil(width / ROLLUP_BLOCK))
+        sums = {
+            "first": Min("first_seq"),
+            "last": Max("last_seq"),
+            "raw": Max("raw_max"),
+            "stored": Sum("stored_bytes"),
+        }
+    return rows.order_by().values("bucket").annotate(**sums).order_by("bucket")
+
+
+def session_charts(session: AgentSession, stats: dict[str, Any]) -> dict[str, Any]:
+    """Chart series from two grouped queries: at most CHART_POINTS seq buckets, and one bucket per hour/day/week
+    from the session's rollups."""
+    raw_points, stored_points, stored = [], [], 0
+    for i, bucket in enumerate(_size_buckets(session)):  # by seq, not by time: a restore's clock is the operator's
+        stored += bucket["stored"] or 0
+        seq = bucket["first"] if i == 0 else bucket["last"]
+        raw_points.append((seq, bucket["raw"] or 0))
+        stored_points.append((seq, stored))
+    span: timedelta = stats["last_at"] - stats["first_at"]
+    unit, trunc, step = (
+        ("hour", TruncHour, timedelta(hours=1))
+        if span <= timedelta(days=7)
+        else ("day", TruncDay, timedelta(days=1))
+        if span <= timedelta(days=365)
+        else ("week", TruncWeek, timedelta(weeks=1))
+    )
+    activity = list(
+        SessionRollup.objects.filter(session=session)
+        .annotate(slot=trunc("hour"))
+        .values("slot")
+        .annotate(total=Sum("count"), step_count=Sum("steps"), failed=Sum("trouble"))
+        .order_by("slot")
+    )
+    use_steps = any(slot["step_count"] for slot in activity)
+    failed, tool_failed = stats["failed"], stats["tool_failed"]
+    troubles = [
+        f"{failed} of {stats['count']} checkpoints failed or halted" if failed else "",
+        f"{tool_failed} had a tool call fail" if tool_failed else "",
+    ]
+    return {
+        "size": [
+            {"label": "State size (raw JSON)", "points": raw_points, "css": "series-raw"},
+            {"label": "Stored, in total", "points": stored_points, "css": "series-stored", "axis": "right"},
+        ],
+        "unit": unit,
+        "slot": step,
+        "rate_label": f"{'Steps' if use_steps else 'Checkpoints'} per {unit}",
+        "rate_unit": "steps" if use_steps else "checkpoints",
+        "rate": [(slot["slot"], slot["step_count"] if use_steps else slot["total"]) for slot in activity],
+        "error_label": f"Error rate per {unit}",
+        "error_note": (
+            "; ".join(filter(None, troubles)) + "." if failed or tool_failed else "No failed checkpoints or tool calls."
+        ),
+        "errors": [(slot["slot"], 100 * slot["failed"] / slot["total"]) for slot in activity if slot["total"]],
+    }
+
+
+@dataclass
+class Landmark:
+    """One entry of the timeline's index: a checkpoint to jump to and what happened there."""
+
+    seq: int
+    label: str
+    bad: bool = False
+
+
+def timeline_index(session: AgentSession, forks: list[AgentSession]) -> list[tuple[str, list[Landmark]]]:
+    """Where the events an operator looks for are, newest first, INDEX_MAX of each: restores, forks,
+    failures, phases and alerts. Four queries on indexes (kind, the partial index of checkpoints in
+    trouble, the session's alerts), whatever the session's size."""
+    checkpoints = Checkpoint.objects.for_session(session).order_by("-seq")
+    restores = checkpoints.filter(kind=CheckpointKind.RESTORE).values_list("seq", "parent__seq")[:INDEX_MAX]
+    troubles = checkpoints.filter(TROUBLE).values_list("seq", "name", "status")[:INDEX_MAX]
+    phases = checkpoints.filter(kind=CheckpointKind.PHASE).values_list("seq", "name")[:INDEX_MAX]
+    alerts = (
+        DriftAlert.objects.filter(session=session, checkpoint__isnull=False)
+        .order_by("-opened_at", "-pk")
+        .values_list("checkpoint__seq", "kind", "state")[:INDEX_MAX]
+    )
+    forked = [Landmark(f.forked_from.seq, f"#{f.forked_from.seq} {f.external_id}") for f in forks if f.forked_from]
+    groups = [
+        ("Restores", [Landmark(seq, f"#{seq} back to #{target}" if target else f"#{seq}") for seq, target in restores]),
+        ("Forks", forked[-INDEX_MAX:]),
+        ("Failures", [Landmark(seq, f"#{seq} {name or status}", bad=True) for seq, name, status in troubles]),
+        ("Phases", [Landmark(seq, f"#{seq} {name}") for seq, name in phases]),
+        ("Alerts", [Landmark(seq, f"#{seq} {kind.replace('_', ' ')} ({state})") for seq, kind, state in alerts]),
+    ]
+    return [(title, sorted(marks, key=lambda m: -m.seq)) for title, marks in groups if marks]
