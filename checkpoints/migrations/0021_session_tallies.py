@@ -17,7 +17,7 @@ from django.db import migrations, models
 
 
 def backfill(apps, schema_editor):
-    from checkpoints import tallies
+    from checkpoints.store import tallies
 
     sessions = apps.get_model("checkpoints", "AgentSession").objects.order_by("pk").values_list("pk", flat=True)
     tallies.recount(list(sessions), apps=apps)
