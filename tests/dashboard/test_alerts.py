@@ -52,16 +52,6 @@ def rows(html: str) -> list[str]:
 # ---- the list -----------------------------------------------------------------------------------
 
 
-def test_alert_list_requires_sign_in(client, alert):
-    response = client.get(LIST)
-    assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
-
-
-def test_alert_list_needs_a_role(client, nobody, alert):
-    client.force_login(nobody)
-    assert client.get(LIST).status_code == 403
-
-
 def test_alert_list_shows_each_alert_with_its_evidence_and_last_good(client, alice, alert):
     client.force_login(alice)
     response = client.get(LIST)
@@ -247,32 +237,11 @@ def test_alert_list_runs_a_bounded_number_of_queries(
     assert len(rows(response.content.decode())) == 50
 
 
-def test_alert_list_refuses_post(client, alice):
-    client.force_login(alice)
-    assert client.post(LIST).status_code == 405
-
-
 # ---- acknowledge and resolve --------------------------------------------------------------------
 
 
-def test_alert_actions_require_sign_in(client, alert):
-    for url in (ack_url(alert), resolve_url(alert)):
-        response = client.post(url)
-        assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
-
-
-def test_viewer_cannot_acknowledge_or_resolve(client, bob, alert):
-    client.force_login(bob)
-    assert client.post(ack_url(alert)).status_code == 403
-    assert client.post(resolve_url(alert), {"reason": "x"}).status_code == 403
-    alert.refresh_from_db()
-    assert alert.state == AlertState.OPEN and not AuditEvent.objects.exists()
-
-
-def test_alert_actions_refuse_get_and_unknown_ids(client, alice, alert):
+def test_alert_actions_on_unknown_ids_are_404(client, alice, alert):
     client.force_login(alice)
-    assert client.get(ack_url(alert)).status_code == 405
-    assert client.get(resolve_url(alert)).status_code == 405
     assert client.post(reverse("dashboard:alert_acknowledge", args=[999_999])).status_code == 404
     assert client.post(reverse("dashboard:alert_resolve", args=[999_999])).status_code == 404
 

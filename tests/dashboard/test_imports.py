@@ -114,30 +114,7 @@ def done_job(running_job, make_session) -> ImportJob:
     return running_job
 
 
-# ---- sign-in, roles, methods, CSRF --------------------------------------------------------------
-
-
-def test_import_pages_require_sign_in(client, running_job, make_session):
-    session = make_session()
-    for url in (UPLOAD_URL, job_url(running_job), export_url(session, "ares")):
-        response = client.get(url)
-        assert response.status_code == 302, url
-        assert response["Location"].startswith(reverse("login"))
-    assert client.post(UPLOAD_URL, {"project": "acme"}).status_code == 302
-
-
-def test_viewer_cannot_open_or_post_the_upload_page(client, bob, tmp_path, var_dir, running_job):
-    client.force_login(bob)
-    assert client.get(UPLOAD_URL).status_code == 403
-    assert upload(client, zip_folder(ARES, tmp_path / "runs.zip")).status_code == 403
-    assert client.get(job_url(running_job)).status_code == 403
-    assert ImportJob.objects.count() == 1
-    assert uploads(var_dir) == []
-
-
-def test_signed_in_user_without_a_role_cannot_upload(client, nobody):
-    client.force_login(nobody)
-    assert client.get(UPLOAD_URL).status_code == 403
+# ---- roles and CSRF -------------------------------------------------------------------------------
 
 
 def test_only_operators_see_the_import_link(client, alice, bob):
@@ -145,13 +122,6 @@ def test_only_operators_see_the_import_link(client, alice, bob):
     assert UPLOAD_URL not in client.get(reverse("dashboard:overview")).content.decode()
     client.force_login(alice)
     assert f'href="{UPLOAD_URL}"' in client.get(reverse("dashboard:overview")).content.decode()
-
-
-def test_import_views_refuse_the_wrong_method(client, alice, running_job, make_session):
-    client.force_login(alice)
-    assert client.put(UPLOAD_URL).status_code == 405
-    assert client.post(job_url(running_job)).status_code == 405
-    assert client.post(export_url(make_session(), "ares")).status_code == 405
 
 
 def test_upload_without_a_csrf_token_is_refused(alice, tmp_path, var_dir):
@@ -217,7 +187,7 @@ def test_a_staff_operators_upload_follows_the_project_the_files_name(
     assert set(AgentSession.objects.values_list("project__slug", flat=True)) == {"project-123"}
 
 
-# ---- the upload page ----------------------------------------------------------------------------
+# ---- the upload page ------------------------------------------------------------------------------
 
 
 def test_upload_page_shows_the_form_projects_and_recent_jobs(client, alice, done_job, other_project, grant):
@@ -444,7 +414,7 @@ def test_upload_over_the_size_limit_is_refused(client, alice, tmp_path, settings
     assert uploads(var_dir) == []
 
 
-# ---- the job page -------------------------------------------------------------------------------
+# ---- the job page ---------------------------------------------------------------------------------
 
 
 def test_running_job_page_polls_its_progress(client, alice, running_job):
@@ -508,7 +478,7 @@ def test_job_page_query_count_is_bounded(client, alice, done_job, django_assert_
         assert client.get(job_url(done_job), headers={"HX-Request": "true"}).status_code == 286
 
 
-# ---- "Download as…" -----------------------------------------------------------------------------
+# ---- "Download as…" -------------------------------------------------------------------------------
 
 
 @pytest.fixture

@@ -17,27 +17,6 @@ def attention(response) -> list[str]:
     return [session.external_id for session in response.context["attention"]]
 
 
-# ---- access ---------------------------------------------------------------------------------------
-
-
-def test_signed_out_visitor_is_sent_to_sign_in(client, db):
-    response = client.get(URL)
-    assert response.status_code == 302
-    assert response["Location"].startswith(reverse("login"))
-
-
-def test_user_without_a_role_is_refused(client, nobody):
-    client.force_login(nobody)
-    response = client.get(URL)
-    assert response.status_code == 403
-    assert "not a member of any project yet" in response.content.decode()
-
-
-def test_post_is_not_allowed(client, bob):
-    client.force_login(bob)
-    assert client.post(URL).status_code == 405
-
-
 # ---- the page -------------------------------------------------------------------------------------
 
 

@@ -50,25 +50,6 @@ def walk(client, params: dict[str, str]) -> list[str]:
         response = client.get(URL, {**params, "after": cursor})
 
 
-# ---- access ---------------------------------------------------------------------------------------
-
-
-def test_signed_out_visitor_is_sent_to_sign_in(client, db):
-    response = client.get(URL)
-    assert response.status_code == 302
-    assert response["Location"].startswith(reverse("login"))
-
-
-def test_user_without_a_role_is_refused(client, nobody):
-    client.force_login(nobody)
-    assert client.get(URL).status_code == 403
-
-
-def test_post_is_not_allowed(client, bob):
-    client.force_login(bob)
-    assert client.post(URL).status_code == 405
-
-
 # ---- the page -------------------------------------------------------------------------------------
 
 
