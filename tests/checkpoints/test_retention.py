@@ -2,10 +2,8 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from io import StringIO
 
 import pytest
-from django.core.management import call_command
 from django.utils import timezone
 
 from checkpoints import retention, store
@@ -20,6 +18,7 @@ from checkpoints.models import (
 )
 from checkpoints.retention import apply_retention, describe, plan_retention, recorded_plan
 from checkpoints.services import Actor, fork_session, pin_checkpoint, restore_checkpoint
+from tests.helpers import command
 
 pytestmark = pytest.mark.django_db
 
@@ -327,19 +326,15 @@ def test_command_json_prints_the_counts_without_the_preview_and_records_the_run(
     set_policy("step", keep_last=2)
     session = make_session()
     steps(make_checkpoint, session, 6)
-    out = StringIO()
-
-    call_command("apply_retention", "--dry-run", "--json", stdout=out)
+    out, _ = command("apply_retention", "--dry-run", "--json")
 
     counts = {"deleted": 4, "kept": 2, "by_kind": {"step": 4}, "sessions_done": 1, "error_count": 0, "errors": []}
-    assert json.loads(out.getvalue()) == counts
+    assert json.loads(out) == counts
     assert len(seqs(session)) == 6
     run = JobRun.objects.get(job="retention", dry_run=True)
     assert run.dry_run and run.triggered_by == "command" and run.status == JobRunStatus.SUCCEEDED
 
-    out = StringIO()
-    call_command("apply_retention", "--json", stdout=out)
-    assert json.loads(out.getvalue()) == counts
+    assert json.loads(command("apply_retention", "--json")[0]) == counts
     assert seqs(session) == [5, 6]
     assert JobRun.objects.filter(job="retention", dry_run=False, result__deleted=4).exists()
 
@@ -347,9 +342,8 @@ def test_command_json_prints_the_counts_without_the_preview_and_records_the_run(
 def test_command_prints_a_summary(make_session, make_checkpoint):
     set_policy("step", keep_last=1)
     steps(make_checkpoint, make_session(), 3)
-    out = StringIO()
-    call_command("apply_retention", "--dry-run", stdout=out)
-    assert out.getvalue().strip() == "Would delete 2 checkpoints (step: 2); kept 1."
+    out, _ = command("apply_retention", "--dry-run")
+    assert out.strip() == "Would delete 2 checkpoints (step: 2); kept 1."
 
 
 def test_the_task_records_a_job_run_and_an_audit_event(make_session, make_checkpoint):
