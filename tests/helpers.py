@@ -6,6 +6,7 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import lxml.html
 from django.core.management import call_command
 
 from checkpoints.importing import import_path
@@ -33,3 +34,16 @@ def writable_copy(source: Path, target: Path) -> Path:
             copied.parent.mkdir(parents=True, exist_ok=True)
             copied.write_bytes(path.read_bytes())
     return target
+
+
+def select(page: Any, css: str) -> list[lxml.html.HtmlElement]:
+    """The elements of a response (or an HTML string) that a CSS selector matches, in document order."""
+    html = page if isinstance(page, str) else page.content.decode()
+    return lxml.html.fromstring(html).cssselect(css)
+
+
+def text(element: lxml.html.HtmlElement | str) -> str:
+    """The text a reader sees in an element (or a piece of HTML), runs of white space made one."""
+    if isinstance(element, str):
+        element = lxml.html.fromstring(element)
+    return " ".join(element.text_content().split())

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 from django.contrib.messages import get_messages
@@ -11,6 +10,7 @@ from django.urls import reverse
 from checkpoints import store
 from checkpoints.models import AgentSession, AuditEvent, Checkpoint, CheckpointKind
 from checkpoints.services import Actor, restore_checkpoint
+from tests.helpers import select, text
 
 
 def call(step: int, tool: str, ok: bool = True) -> dict:
@@ -140,12 +140,12 @@ def test_restore_preview_shows_what_changes(client, alice, run):
     response = client.get(restore_url(checkpoints[0]))
     html = response.content.decode()
     assert response.status_code == 200
-    assert "<html" in html
-    assert '<button type="submit" class="btn btn-primary">Restore</button>' in html
-    assert 'name="reason"' in html
+    assert select(response, "html")  # the whole page
+    assert [text(button) for button in select(response, "form button[type=submit].btn-primary")] == ["Restore"]
+    assert select(response, "form [name=reason]")
     assert "tool calls the agent will no longer remember" in html
     # steps 2, 3 and 4 are forgotten, each once though each appears twice in the state
-    assert html.count('<td class="num">') == 3
+    assert len(select(response, "td.num")) == 3
     assert "timeout" in html  # step 3 failed
     assert "Restoring #1 discards 3 checkpoints, 3 tool calls from the agent's path" in html
     assert "tool_calls[1]" in html  # the structural diff head → target
@@ -160,16 +160,15 @@ def test_restore_preview_opens_more_of_its_diff_from_the_compare_page(client, al
     assert "− 11 messages" in html and "− 11 items of tool_calls" in html  # what the restore takes away
     opener = f"{reverse('dashboard:compare')}?a={head.pk}&amp;b={target.pk}&amp;base=a&amp;expand=r%3Amessages%402"
     assert f'hx-get="{opener}"' in html
-    rows = client.get(opener.replace("&amp;", "&"), headers={"HX-Request": "true"}).content.decode()
-    assert rows.count('class="diff-item diff-item-removed"') == 11 and "step 12" in rows
+    rows = client.get(opener.replace("&amp;", "&"), headers={"HX-Request": "true"})
+    assert len(select(rows, ".diff-item.diff-item-removed")) == 11 and "step 12" in rows.content.decode()
 
 
 def test_restore_preview_for_htmx_is_a_modal_fragment(client, alice, run):
     client.force_login(alice)
     response = client.get(restore_url(run[1][0]), headers={"HX-Request": "true"})
-    html = response.content.decode()
-    assert html.lstrip().startswith('<div id="restore-dialog" class="modal-backdrop"')
-    assert 'role="dialog"' in html and "<html" not in html
+    assert response.content.decode().lstrip().startswith('<div id="restore-dialog" class="modal-backdrop"')
+    assert select(response, "#restore-dialog [role=dialog]") and not select(response, "html")
 
 
 def test_restore_moves_the_head_and_records_who_and_why(client, alice, run):
@@ -193,11 +192,10 @@ def test_restore_notice_offers_undo_once(client, alice, run):
     session, checkpoints = run
     client.force_login(alice)
     response = client.post(restore_url(checkpoints[0]), {"reason": ""}, follow=True)
-    html = response.content.decode()
-    undo = f'action="{reverse("dashboard:session_undo", args=[session.pk])}"'
-    assert html.count(undo) == 1 and "to #1: the agent resumes" in html
-    again = client.get(reverse("dashboard:session_detail", args=[session.pk])).content.decode()
-    assert undo not in again and "to #1: the agent resumes" not in again
+    undo = f'form[action="{undo_url(session)}"]'
+    assert len(select(response, undo)) == 1 and "to #1: the agent resumes" in response.content.decode()
+    again = client.get(reverse("dashboard:session_detail", args=[session.pk]))
+    assert not select(again, undo) and "to #1: the agent resumes" not in again.content.decode()
 
 
 def test_two_restores_before_a_page_is_shown_each_offer_undo_there(client, alice, run, make_session, make_checkpoint):
@@ -208,23 +206,19 @@ def test_two_restores_before_a_page_is_shown_each_offer_undo_there(client, alice
     client.force_login(alice)
     client.post(restore_url(checkpoints[0]), {"reason": ""})
     client.post(restore_url(target), {"reason": ""})
-    html = client.get(reverse("dashboard:overview")).content.decode()
-    assert f'action="{undo_url(session)}"' in html and f'action="{undo_url(other)}"' in html
-    assert html.count(" autofocus") == 1
+    page = client.get(reverse("dashboard:overview"))
+    assert select(page, f'form[action="{undo_url(session)}"]') and select(page, f'form[action="{undo_url(other)}"]')
+    assert len(select(page, "[autofocus]")) == 1
 
 
 def test_the_restore_notice_with_undo_is_the_first_thing_in_main_and_takes_focus(client, alice, run):
     session, checkpoints = run
     client.force_login(alice)
-    html = client.post(restore_url(checkpoints[0]), {"reason": ""}, follow=True).content.decode()
-    main = html[html.index('<main id="main"') :]
-    notice = re.search(
-        r'<div class="notice notice-success" role="status" tabindex="-1" autofocus>\s*<span>Restored', main
-    )
-    assert notice and main.index("</main>") > notice.end()
-    undo = main[notice.end() :]
-    assert undo.index(f'action="{reverse("dashboard:session_undo", args=[session.pk])}"') < undo.index("<h1>")
-    assert html.count(" autofocus") == 1
+    page = client.post(restore_url(checkpoints[0]), {"reason": ""}, follow=True)
+    [notice] = select(page, "main#main > #messages:first-child > .notice-success:first-child[role=status]")
+    assert text(notice).startswith("Restored") and notice.get("tabindex") == "-1"
+    assert notice.get("autofocus") is not None and len(select(page, "[autofocus]")) == 1
+    assert notice.cssselect(f'form[action="{undo_url(session)}"]')  # the Undo, before the page's heading
 
 
 def test_restore_from_htmx_navigates_with_a_client_redirect(client, alice, run):

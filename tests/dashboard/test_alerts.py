@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from checkpoints.models import AlertState, AuditEvent, DriftAlert
 from dashboard.views.alerts import evidence_summary
+from tests.helpers import select
 
 LIST = "/alerts/"
 
@@ -46,7 +47,8 @@ def resolve_url(alert: DriftAlert) -> str:
 
 
 def rows(html: str) -> list[str]:
-    return re.findall(r'<tr id="alert-(\d+)"', html)
+    """Ids of the alert rows, in page order."""
+    return [row.get("id").removeprefix("alert-") for row in select(html, "tr[id^=alert-]")]
 
 
 # ---- the list -----------------------------------------------------------------------------------

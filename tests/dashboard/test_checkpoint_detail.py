@@ -13,6 +13,7 @@ from checkpoints.cleanup import delete_checkpoints
 from checkpoints.models import AgentSession, Phase
 from checkpoints.services import Actor, fork_session, restore_checkpoint
 from dashboard.views.checkpoint import CHILD_CAP, TRANSCRIPT_PAGE
+from tests.helpers import select, text
 
 HTMX = {"HX-Request": "true"}
 
@@ -320,8 +321,8 @@ def test_what_changed_here_shows_a_screenful_of_a_big_change(client, bob, sessio
     make_checkpoint(session, {"memory": {f"k{i}": i for i in range(500)}})
     big = make_checkpoint(session, {"memory": {f"k{i}": -i for i in range(1, 501)}})
     client.force_login(bob)
-    changes = client.get(url(big)).content.decode().split('id="changes"')[1].split('id="meta-heading"')[0]
-    assert changes.count('class="diff-item ') == 8 and "493 more in memory" in changes
+    [changes] = select(client.get(url(big)), "#changes")
+    assert len(changes.cssselect(".diff-item")) == 8 and "493 more in memory" in text(changes)
 
 
 def test_a_root_says_there_is_nothing_to_compare_it_with(client, bob, session, make_checkpoint):

@@ -9,16 +9,13 @@ from django.urls import reverse
 from checkpoints import store
 from checkpoints.models import Checkpoint
 from checkpoints.services import Actor, fork_session
+from tests.helpers import select, text
 
 HTMX = {"HX-Request": "true"}
 
 
 def url(a: object, b: object, **query: object) -> str:
     return f"{reverse('dashboard:compare')}?{urlencode({'a': a, 'b': b, **query})}"
-
-
-def text_of(html: str) -> str:
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).strip()
 
 
 @pytest.fixture
@@ -57,7 +54,7 @@ def test_compare_names_both_checkpoints_and_summarises(client, bob, pair):
     assert response.status_code == 200
     html = response.content.decode()
     assert "#1 task_started" in html and "#2 search_done" in html
-    summary = text_of(html.split('id="diff-summary"')[1].split("</p>")[0])
+    summary = text(html.split('id="diff-summary"')[1].split("</p>")[0])
     assert "5 changes in 5 keys: 2 changed · 2 added · 1 removed, of them 1 message appended" in summary
     assert "task.progress" in html and "obsolete" in html
     assert f'href="{reverse("dashboard:compare")}?a={b.pk}&amp;b={a.pk}"' in html  # swap
@@ -159,9 +156,9 @@ def test_changes_are_grouped_by_top_level_key_with_their_counts(client, bob, mak
     b = make_checkpoint(session, {"memory": {"goal": "b", "new": 2}, "messages": [message(0), message(1)], "step": 2})
     client.force_login(bob)
     html = client.get(url(a.pk, b.pk)).content.decode()
-    index = text_of(html.split('class="diff-index"')[1].split("<ul>")[1].split("</nav>")[0])
-    assert index == "memory ±1 +1 −1 messages +1 step ±1"
-    titles = [text_of(title) for title in re.findall(r'class="diff-group-title"[^>]*>(.*?)</h3>', html)]
+    index = [text(entry) for entry in select(html, "nav.diff-index li")]
+    assert index == ["memory ±1 +1 −1", "messages +1", "step ±1"]
+    titles = [text(title) for title in select(html, ".diff-group-title")]
     assert titles == [
         "memory 3 changes: 1 changed 1 added 1 removed",
         "messages 1 change: 1 added",
@@ -177,24 +174,25 @@ def test_appended_messages_collapse_into_one_row_that_opens_a_page_at_a_time(
     b = make_checkpoint(session, {"messages": [message(i) for i in range(313)]})
     client.force_login(bob)
     html = client.get(url(a.pk, b.pk)).content.decode()
-    assert "+ 312 messages" in text_of(html)
+    assert "+ 312 messages" in text(html)
     assert "message 200" not in html  # collapsed: none of them is rendered
     opener = url(a.pk, b.pk, expand="r:messages@1").replace("&", "&amp;")
     assert f'href="{opener}#diff-r-' in html  # works without JavaScript
     assert f'hx-get="{opener}"' in html
 
-    first = client.get(url(a.pk, b.pk, expand="r:messages@1"), headers=HTMX).content.decode()
-    assert "<html" not in first
-    assert first.count('class="diff-item ') == 50
+    response = client.get(url(a.pk, b.pk, expand="r:messages@1"), headers=HTMX)
+    first = response.content.decode()
+    assert not select(response, "html")  # the rows only
+    assert len(select(response, ".diff-item")) == 50
     assert "messages[1]" in first and "messages[50]" in first and "messages[51]" not in first
     assert "Show 50 more" in first and "262 more in messages[1–312]" in first
 
     last = client.get(url(a.pk, b.pk, expand="r:messages@1", offset=300), headers=HTMX).content.decode()
-    assert last.count('class="diff-item ') == 12
+    assert len(select(last, ".diff-item")) == 12
     assert "messages[312]" in last and "more in" not in last
 
     page = client.get(url(a.pk, b.pk, expand="r:messages@1", offset=50)).content.decode()  # without JavaScript
-    assert "<html" in page and "messages[51]" in page and "showing 51–100" in page
+    assert select(page, "html") and "messages[51]" in page and "showing 51–100" in page
 
 
 def test_a_few_appended_items_are_shown_as_they_are(client, bob, make_session, make_checkpoint):
@@ -203,7 +201,7 @@ def test_a_few_appended_items_are_shown_as_they_are(client, bob, make_session, m
     b = make_checkpoint(session, {"messages": [message(i) for i in range(4)]})
     client.force_login(bob)
     html = client.get(url(a.pk, b.pk)).content.decode()
-    assert html.count('class="diff-item diff-item-added"') == 3 and "Show them" not in html
+    assert len(select(html, ".diff-item.diff-item-added")) == 3 and "Show them" not in html
 
 
 def test_a_group_shows_its_first_rows_and_the_rest_on_demand(client, bob, make_session, make_checkpoint):
@@ -212,10 +210,10 @@ def test_a_group_shows_its_first_rows_and_the_rest_on_demand(client, bob, make_s
     b = make_checkpoint(session, {"memory": {f"k{i:03}": i + 1 for i in range(120)}})
     client.force_login(bob)
     html = client.get(url(a.pk, b.pk)).content.decode()
-    assert html.count('class="diff-item ') == 8
-    assert "112 more in memory" in text_of(html)
+    assert len(select(html, ".diff-item")) == 8
+    assert "112 more in memory" in text(html)
     more = client.get(url(a.pk, b.pk, expand="g:memory", offset=8), headers=HTMX).content.decode()
-    assert more.count('class="diff-item ') == 50 and "memory.k008" in more and "62 more in memory" in more
+    assert len(select(more, ".diff-item")) == 50 and "memory.k008" in more and "62 more in memory" in more
 
 
 def test_groups_past_the_first_screen_open_on_demand(client, bob, make_session, make_checkpoint):
@@ -224,9 +222,9 @@ def test_groups_past_the_first_screen_open_on_demand(client, bob, make_session, 
     b = make_checkpoint(session, {f"key{i:02}": {"a": 2, "b": 2} for i in range(30)})
     client.force_login(bob)
     html = client.get(url(a.pk, b.pk)).content.decode()
-    assert html.count('class="diff-item ') == 40  # PAGE_ROWS: 20 groups of 2
-    assert html.count('class="diff-group"') == 30  # every group is listed and reachable from the index
-    assert "Show the changes in <code>key29</code>" in html
+    assert len(select(html, ".diff-item")) == 40  # PAGE_ROWS: 20 groups of 2
+    assert len(select(html, ".diff-group")) == 30  # every group is listed and reachable from the index
+    assert "Show the changes in key29" in [text(link) for link in select(html, ".diff-group .diff-more a")]
     rows = client.get(url(a.pk, b.pk, expand="g:key29"), headers=HTMX).content.decode()
     assert rows.count('class="diff-item ') == 2 and "key29.a" in rows
 
@@ -239,10 +237,10 @@ def test_the_path_filter_keeps_the_paths_that_contain_it(client, bob, make_sessi
     html = client.get(url(a.pk, b.pk, path="GOAL")).content.decode().split('id="diff-summary"')[1]
     assert "memory.goal" in html and "task.goal" in html
     assert "memory.plan" not in html and ">step<" not in html
-    assert "2 changes in 2 keys on paths containing “GOAL” (of 4)" in text_of(html)
+    assert "2 changes in 2 keys on paths containing “GOAL” (of 4)" in text(html)
     assert 'name="path" value="GOAL"' in html
     nothing = client.get(url(a.pk, b.pk, path="nowhere")).content.decode()
-    assert "No change on a path containing “nowhere” (4 changes elsewhere)" in text_of(nothing)
+    assert "No change on a path containing “nowhere” (4 changes elsewhere)" in text(nothing)
 
 
 def test_the_path_filter_is_kept_by_the_links_that_open_more(client, bob, make_session, make_checkpoint):
@@ -263,7 +261,7 @@ def test_an_addition_shows_its_new_value_alone_and_a_change_both_sides(client, b
     html = client.get(url(a.pk, b.pk)).content.decode()
     added = html.split('<code class="diff-path">found</code>')[1].split("</li>")[0]
     assert 'class="diff-val diff-add"' in added and "diff-del" not in added and "absent" not in added
-    changed = text_of(html.split('<code class="diff-path">progress</code>')[1].split("</li>")[0])
+    changed = text(html.split('<code class="diff-path">progress</code>')[1].split("</li>")[0])
     assert changed == "± changed A · #1: 10 → B · #2: 40"  # short values: on the row's line
 
 
@@ -294,7 +292,7 @@ def test_checkpoints_on_two_branches_are_compared_from_their_common_ancestor(cli
     line, _, tip = branches
     client.force_login(bob)
     html = client.get(url(line[3].pk, tip.pk)).content.decode()
-    lineage = text_of(html.split('id="lineage"')[1].split("</div>")[0])
+    lineage = text(html.split('id="lineage"')[1].split("</div>")[0])
     assert "A and B are on different branches. Their common ancestor is #2" in lineage
     assert "Showing what changed on B's branch since then." in lineage
     changes = html.split('id="diff-summary"')[1]
@@ -303,7 +301,7 @@ def test_checkpoints_on_two_branches_are_compared_from_their_common_ancestor(cli
     assert "done[2]" not in changes and "done[3]" not in changes  # A's branch alone appended these
     assert url(tip.pk, line[3].pk).replace("&", "&amp;") in html  # A's branch since #2
     direct = client.get(url(line[3].pk, tip.pk, base="a")).content.decode()
-    assert "Showing A and B directly." in text_of(direct)
+    assert "Showing A and B directly." in text(direct)
     assert "done[3]" in direct.split('id="diff-summary"')[1]
 
 
@@ -322,10 +320,10 @@ def test_across_a_fork_the_diff_starts_where_the_fork_left_its_source(client, al
     later = make_checkpoint(forked, {"plan": "fork", "done": [0, 1, 2]})
     client.force_login(alice)
     html = client.get(url(line[3].pk, later.pk)).content.decode()
-    lineage = text_of(html.split('id="lineage"')[1].split("</div>")[0])
+    lineage = text(html.split('id="lineage"')[1].split("</div>")[0])
     assert "on different branches (across a fork). Their common ancestor is #3" in lineage
     changes = html.split('id="diff-summary"')[1]
-    assert "1 change" in text_of(changes) and "plan" in changes and "done" not in changes
+    assert "1 change" in text(changes) and "plan" in changes and "done" not in changes
 
 
 def test_two_roots_are_compared_directly_and_say_they_share_no_history(client, bob, make_session, make_checkpoint):

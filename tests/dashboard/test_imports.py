@@ -35,6 +35,7 @@ from tests.checkpoints.archive_kit import (
     plausible_archives,
     tar_entry,
 )
+from tests.helpers import select, text
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ARES = FIXTURES / "ares"
@@ -392,7 +393,8 @@ def test_upload_without_a_file_or_project_is_an_error(client, alice):
     client.force_login(alice)
     response = client.post(UPLOAD_URL, {"project": ""})
     assert response.status_code == 200
-    assert response.content.decode().count("This field is required.") == 2
+    errors = [text(error) for error in select(response, ".errorlist li")]
+    assert errors == ["This field is required."] * 2
     assert not ImportJob.objects.exists()
 
 

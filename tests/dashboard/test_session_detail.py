@@ -8,6 +8,7 @@ from django.urls import reverse
 from checkpoints.models import Phase
 from checkpoints.services import Actor, fork_session, pin_checkpoint, restore_checkpoint, undo_restore
 from dashboard.views.timeline import PAGE_SIZE
+from tests.helpers import select, text
 
 from .trees import NEW_ROOT, grow
 
@@ -20,7 +21,7 @@ def url(session) -> str:
 
 def rows(html: str) -> list[int]:
     """Seqs of the checkpoint rows, in page order."""
-    return [int(seq) for seq in re.findall(r'<tr data-keynav-item id="cp-(\d+)"', html)]
+    return [int(row.get("id").removeprefix("cp-")) for row in select(html, "tr[data-keynav-item][id^=cp-]")]
 
 
 def row_html(html: str, seq: int) -> str:
@@ -370,7 +371,8 @@ def test_operator_sees_restore_fork_and_pin_on_every_row(client, alice, session)
     assert f'method="post" action="{reverse("dashboard:checkpoint_pin", args=[one.pk])}"' in row
     assert 'name="pinned" value="0"' in row and '>Unpin<span class="visually-hidden"> #1</span></button>' in row
     assert 'name="pinned" value="1"' in row_html(html, 2)
-    assert html.count('>Restore<span class="visually-hidden">') == 6
+    restores = [text(link) for link in select(html, "tr[data-keynav-item] a[href$='/restore/']")]
+    assert restores == [f"Restore #{seq}" for seq in range(6, 0, -1)]
 
 
 def test_forks_link_to_their_source_and_back(client, bob, session):
@@ -405,8 +407,9 @@ def test_charts_are_inline_svg_with_titles_and_axis_labels(client, bob, session,
     make_checkpoint(session, {"step": 7}, name="broke", status="failed", status_reason="boom")
     client.force_login(bob)
     html = client.get(url(session)).content.decode()
-    assert html.count('<svg class="chart-svg"') == 3
-    assert "<title" in html and "State size and stored bytes" in html
+    charts = select(html, "svg.chart-svg")
+    assert len(charts) == 3 and all(chart.cssselect("title") for chart in charts)
+    assert "State size and stored bytes" in html
     assert "Steps per hour" in html and "Error rate per hour" in html
     assert 'class="axis-label"' in html and ">Time</text>" in html
     assert "1 of 7 checkpoints failed or halted." in html
@@ -630,13 +633,12 @@ def test_folded_branches_are_not_mistaken_for_gaps(client, bob, many_branches):
 
 def test_row_actions_sit_in_one_menu_per_row(client, alice, session):
     client.force_login(alice)
-    html = client.get(url(session)).content.decode()
-    row = row_html(html, 6)
+    [row] = select(client.get(url(session)), "tr#cp-6")
 
-    assert row.count("<details") == 1 and "Actions<span" in row
-    menu = row[row.index("<details") :]
-    for action in ("Compare", "Restore", "Fork", "Pin"):
-        assert f">{action}<" in menu
+    [menu] = row.cssselect("details")
+    assert text(menu.cssselect("summary")[0]) == "Actions for #6"
+    actions = [text(control) for control in menu.cssselect("a, button")]
+    assert actions == ["Compare #6 with the previous checkpoint", "Restore #6", "Fork from #6", "Pin #6"]
 
 
 def test_the_fork_marker_draws_its_glyph_as_svg(client, bob, session):
