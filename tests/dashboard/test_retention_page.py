@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import re
 from io import StringIO
 
 import pytest
@@ -9,9 +8,15 @@ from django.test import Client
 from django.urls import reverse
 
 from checkpoints.models import AuditEvent, Checkpoint, JobRun, JobRunStatus, RetentionPolicy
+from tests.helpers import select, text
 
 URL = "/retention/"
 DRY_RUN_URL = "/retention/dry-run/"
+
+
+def stats(html: str) -> dict[str, str]:
+    """The figures the page shows, by their label."""
+    return {text(label): text(label.getprevious()) for label in select(html, ".stat .stat-label")}
 
 
 def record_dry_run():
@@ -45,14 +50,14 @@ def test_viewer_sees_policies_and_the_last_dry_run_but_no_run_button(client, bob
     assert response.status_code == 200
     assert "keep the last 2 per session" in html
     assert "keep the last 3 per agent" in html  # routine default
-    assert re.search(r'stat-value">3</span><span class="stat-label">to delete', html)
-    assert re.search(r'stat-value">3</span><span class="stat-label">step', html)
+    assert stats(html)["to delete"] == "3"
+    assert stats(html)["step"] == "3"
     for checkpoint in Checkpoint.objects.filter(session=doomed, seq__lte=3):
         assert reverse("dashboard:checkpoint_detail", args=[checkpoint.pk]) in html
     assert reverse("dashboard:session_detail", args=[doomed.pk]) in html
     assert "Run now" not in html and "Recompute" not in html
     assert "by a dry run (test)" in html
-    assert 'aria-current="page">Retention' in html
+    assert [text(link) for link in select(html, "nav a[aria-current=page]")] == ["Retention"]
     assert Checkpoint.objects.filter(session=doomed).count() == 5  # the preview deletes nothing
 
 
@@ -66,7 +71,7 @@ def test_preview_and_policies_cover_only_the_users_projects(
     record_dry_run()
     client.force_login(bob)
     html = client.get(URL).content.decode()
-    assert re.search(r'stat-value">3</span><span class="stat-label">to delete', html)  # ours only, not 6
+    assert stats(html)["to delete"] == "3"  # ours only, not 6
     assert "theirs" not in html and "globex" not in html and "keep the last 9" not in html
 
 
@@ -85,10 +90,11 @@ def test_run_now_asks_first_with_the_counts_by_kind(client, staff_operator, doom
     html = response.content.decode()
     assert response.status_code == 200 and not callbacks
     assert "Run retention now?" in html
-    assert re.search(r"<td>routine</td>\s*<td class=\"num\">1</td>", html)
-    assert re.search(r"<td>step</td>\s*<td class=\"num\">2</td>", html)
-    assert "Delete 3 checkpoints now" in html and 'name="confirm" value="yes"' in html
-    assert f'href="{URL}"' in html  # Cancel goes back
+    counts = [[text(cell) for cell in row.cssselect("td")] for row in select(html, "table.confirm-counts tbody tr")]
+    assert counts == [["routine", "1"], ["step", "2"]]
+    [confirm] = select(html, "form:has(input[name=confirm][value=yes]) button")
+    assert text(confirm) == "Delete 3 checkpoints now"
+    assert select(html, f'main a[href="{URL}"]')  # Cancel goes back
     assert Checkpoint.objects.filter(session=session).count() == 5 and not JobRun.objects.exists()
 
 
@@ -111,7 +117,8 @@ def test_staff_operator_run_now_queues_a_run_and_records_it(
     page = client.get(URL).content.decode()
     assert "Retention run queued" in page
     assert "console:olga" in page and "by a dry run (after retention)" in page  # the run refreshed the preview
-    assert re.search(r"<td>3</td>\s*<td>2</td>", page)  # the run's deleted and kept counts
+    runs = [[text(cell) for cell in row.cssselect("td")][1:5] for row in select(page, "table.retention-runs tbody tr")]
+    assert ["console:olga", "no", "3", "2"] in runs  # who, not a dry run, deleted and kept
     event = AuditEvent.objects.get(action="run_job")
     assert (event.actor, event.target) == ("olga", "Apply retention")
 
@@ -124,7 +131,7 @@ def test_run_now_requires_a_csrf_token(staff_operator, doomed, django_capture_on
     assert not callbacks and not JobRun.objects.exists()
 
     page = client.get(URL).content.decode()
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    token = select(page, "input[name=csrfmiddlewaretoken]")[0].get("value")
     with django_capture_on_commit_callbacks(execute=True):
         assert client.post(URL, {"csrfmiddlewaretoken": token, "confirm": "yes"}).status_code == 302
     assert JobRun.objects.filter(job="retention", triggered_by="console:olga").exists()
@@ -175,7 +182,7 @@ def test_the_page_shows_the_last_dry_run_with_its_time_not_a_plan_of_its_own(
 
     html = client.get(URL).content.decode()
 
-    assert re.search(r'stat-value">3</span><span class="stat-label">to delete', html)
+    assert stats(html)["to delete"] == "3"
     assert 'Computed <time datetime="2027-03-02T09:00' in html and "30 min ago" in html
     assert "Retention ran after it" not in html
 
@@ -186,7 +193,7 @@ def test_no_dry_run_yet_says_so_and_offers_one_to_operators(client, alice, bob, 
     assert "No dry run recorded yet" in html and "to delete" not in html
     assert DRY_RUN_URL not in html
     client.force_login(alice)
-    assert f'action="{DRY_RUN_URL}"' in client.get(URL).content.decode()
+    assert select(client.get(URL), f'form[action="{DRY_RUN_URL}"]')
 
 
 def test_an_operator_queues_a_dry_run_that_refreshes_the_preview(
@@ -205,7 +212,7 @@ def test_an_operator_queues_a_dry_run_that_refreshes_the_preview(
     assert (event.actor, event.target) == ("alice", "Apply retention (dry run)")
     html = client.get(URL).content.decode()
     assert "Dry run queued" in html and "by a dry run (console:alice)" in html and "Recompute" in html
-    assert re.search(r'stat-value">3</span><span class="stat-label">to delete', html)
+    assert stats(html)["to delete"] == "3"
 
 
 def test_a_real_run_after_the_dry_run_is_said(client, staff_operator, doomed):
