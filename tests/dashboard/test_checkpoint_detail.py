@@ -96,7 +96,7 @@ def test_checkpoint_page_shows_its_metadata(client, bob, session, checkpoint):
     html = response.content.decode()
     assert response.status_code == 200
     assert "#2" in html and "tests_failed" in html and "3 tests failed" in html
-    assert "status-failed" in html and "2 · Repair" in html
+    assert select(html, ".status-failed") and "2 · Repair" in html
     assert checkpoint.state_hash_hex in html and checkpoint.root_hex in html
     parent = checkpoint.parent
     assert "#1 task_started" in [text(link) for link in select(html, f'a[href="{url(parent)}"]')]

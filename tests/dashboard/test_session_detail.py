@@ -415,7 +415,7 @@ def test_phases_strip_lists_each_phase_with_status_and_duration(client, bob, ses
     html = client.get(url(session)).content.decode()
     assert "Phases" in html and "Concept Expansion" in html and "12 min 34 s" in html
     assert "Market &lt;Research&gt;" in html
-    assert "status-in_progress" in html
+    assert select(html, ".status-in_progress")
 
 
 def test_no_phases_strip_without_phases(client, bob, session):
