@@ -59,6 +59,14 @@ def _fresh_state_cache() -> Iterator[None]:
 
 
 @pytest.fixture
+def demo(db):
+    """The small demo: three projects, a dozen sessions with restores, forks, phases and alerts."""
+    from django.core.management import call_command
+
+    call_command("seed_demo", "--small", verbosity=0)
+
+
+@pytest.fixture
 def project(db):
     from checkpoints.services import get_or_create_project
 

@@ -16,6 +16,7 @@ from django.urls import reverse
 
 from checkpoints.models import Checkpoint, ImportJob
 from tests.dashboard.test_imports import ARES, upload, zip_folder
+from tests.helpers import select, text
 
 LOGIN = reverse("login")
 UPLOAD = reverse("dashboard:import_upload")
@@ -134,5 +135,5 @@ def test_a_live_server_answers_413_without_waiting_for_the_announced_body(live_s
 
 def test_the_413_page_is_the_consoles(client):
     html = declared(client, LOGIN, 3 * MiB).content.decode()
-    assert "<h1>Too large</h1>" in html
-    assert 'href="/static/console/console.css"' in html
+    assert [text(heading) for heading in select(html, "h1")] == ["Too large"]
+    assert select(html, 'link[href="/static/console/console.css"]')

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-results" / "screenshots"
@@ -64,12 +63,6 @@ def csp_violations(request: pytest.FixtureRequest) -> Iterator[list[str]]:
     # what the tests' own tools do (axe-core tries an inline <style>, rightly blocked) is not the console's
     found = [violation for violation in found if f"{TEST_TOOLS}/" not in violation]
     assert found == [], f"Content-Security-Policy violations: {found}"
-
-
-@pytest.fixture
-def demo(db):
-    """The small demo: three projects, a dozen sessions with restores, forks, phases and alerts."""
-    call_command("seed_demo", "--small", verbosity=0)
 
 
 @pytest.fixture

@@ -3,15 +3,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.core.management import call_command
 from playwright.sync_api import expect
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def demo(db):
-    call_command("seed_demo", "--small", verbosity=0)
 
 
 def test_overview_sessions_list_and_audit_log(page, live_server, sign_in, bob, demo, screenshot):

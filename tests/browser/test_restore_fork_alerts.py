@@ -5,17 +5,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.core.management import call_command
 from playwright.sync_api import expect
 
 from checkpoints.models import AgentSession, AlertState, Checkpoint, CheckpointKind, DriftAlert
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def demo(db):
-    call_command("seed_demo", "--small", verbosity=0)
 
 
 def test_operator_compares_two_checkpoints(looks, page, live_server, sign_in, alice, demo, screenshot):

@@ -3,7 +3,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.core.management import call_command
 from playwright.sync_api import expect
 
 from checkpoints.models import AgentSession
@@ -11,11 +10,6 @@ from tests.browser.conftest import SCREENSHOTS
 from tests.dashboard.trees import NEW_ROOT, grow
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def demo(db):
-    call_command("seed_demo", "--small")
 
 
 def _open_lazy_subtree(page) -> None:

@@ -1,22 +1,14 @@
 from __future__ import annotations
 
-from io import StringIO
-
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
 
 from checkpoints.models import AgentSession, ApiToken, AuditEvent, Project
 from checkpoints.services import authenticate_token
-
-
-def run(*args: str) -> tuple[str, str]:
-    out, err = StringIO(), StringIO()
-    call_command(*args, stdout=out, stderr=err)
-    return out.getvalue(), err.getvalue()
+from tests.helpers import command, select
 
 
 def test_create_api_token_prints_a_working_token_once_and_stores_its_hash(db):
-    out, err = run("create_api_token", "--project", "new-proj", "--name", "ci-agent")
+    out, err = command("create_api_token", "--project", "new-proj", "--name", "ci-agent")
     secret = out.strip()
     token = ApiToken.objects.get()
     assert Project.objects.filter(slug="new-proj").exists()
@@ -27,29 +19,27 @@ def test_create_api_token_prints_a_working_token_once_and_stores_its_hash(db):
 
 
 def test_create_api_token_read_only(db):
-    out, _ = run("create_api_token", "--project", "p", "--name", "dash", "--read-only")
+    out, _ = command("create_api_token", "--project", "p", "--name", "dash", "--read-only")
     assert authenticate_token(out.strip()).scopes == ["read"]
 
 
 def test_bootstrap_creates_an_admin_once_and_prints_the_login(db):
-    out, _ = run("bootstrap", "--no-demo", "--port", "8123")
+    out, _ = command("bootstrap", "--no-demo", "--port", "8123")
     assert "http://127.0.0.1:8123/" in out
     password = out.split("admin / ")[1].split()[0]
     admin = get_user_model().objects.get(username="admin")
     assert admin.is_superuser and admin.check_password(password)
-    again, _ = run("bootstrap", "--no-demo")
+    again, _ = command("bootstrap", "--no-demo")
     assert password not in again
     assert get_user_model().objects.count() == 1
 
 
-def test_the_printed_login_sees_every_demo_project(client, db):
-    call_command("seed_demo", "--small", stdout=StringIO(), stderr=StringIO())
-    out, _ = run("bootstrap", "--no-demo")
+def test_the_printed_login_sees_every_demo_project(client, demo):
+    out, _ = command("bootstrap", "--no-demo")
     password = out.split("admin / ")[1].split()[0]
     assert "sees every project" in out and "members" in out
     signed_in = client.post("/accounts/login/", {"username": "admin", "password": password})
     assert signed_in.status_code == 302
-    html = client.get("/sessions/?sort=created").content.decode()
-    for project in Project.objects.all():
-        assert f'<option value="{project.slug}">' in html
+    offered = {option.get("value") for option in select(client.get("/sessions/?sort=created"), "#id_project option")}
+    assert set(Project.objects.values_list("slug", flat=True)) <= offered
     assert client.get("/").context["counts"]["total"] == AgentSession.objects.count()

@@ -4,7 +4,6 @@ import gzip
 import json
 import shutil
 import tracemalloc
-from io import StringIO
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from checkpoints.jobs.watching import scan_source
 from checkpoints.models import AgentSession, AuditEvent, Checkpoint, DriftAlert, Phase, Project, WatchedSource
 from checkpoints.services.importing import import_path
 from checkpoints.tasks import scan_watched_sources
+from tests.helpers import command
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SYSTEM = services.Actor.system("test")
@@ -33,9 +33,7 @@ def tree(tmp_path) -> Path:
 
 
 def run_import(*args: str) -> dict:
-    out = StringIO()
-    call_command("import_checkpoints", *args, "--json", stdout=out)
-    return json.loads(out.getvalue())
+    return json.loads(command("import_checkpoints", *args, "--json")[0])
 
 
 def test_auto_detection_imports_every_format_in_a_tree(db, tree):
@@ -88,10 +86,9 @@ def test_a_dry_run_writes_nothing_at_all_not_even_its_project_or_an_audit_row(db
 
 
 def test_a_haytham_tree_goes_into_the_projects_it_names_and_says_so_without_creating_the_other(db, tree):
-    out = StringIO()
-    call_command("import_checkpoints", str(tree / "haytham" / "handwritten"), "--project", "ops", stdout=out)
+    out, _ = command("import_checkpoints", str(tree / "haytham" / "handwritten"), "--project", "ops")
     note = "the files name project 'project-123' (projects/project-123/): its sessions go there, not into 'ops'"
-    assert f"note: {note}" in out.getvalue().splitlines()
+    assert f"note: {note}" in out.splitlines()
     assert list(Project.objects.values_list("slug", flat=True)) == ["project-123"]
     assert set(AgentSession.objects.values_list("project__slug", flat=True)) == {"project-123"}
     assert AuditEvent.objects.get(action="import").project.slug == "project-123"

@@ -21,6 +21,7 @@ from checkpoints.phases import (
 from checkpoints.services.importing import import_path
 from checkpoints.services.phases import FeedbackRefused, import_agent_output, record_feedback
 from checkpoints.sources.formats import haytham
+from tests.helpers import select, text
 
 HAYTHAM = Path(__file__).resolve().parents[1] / "fixtures" / "haytham" / "handwritten"
 T0 = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
@@ -92,9 +93,9 @@ def test_an_agent_run_again_is_judged_by_its_latest_attempt(make_phase):
 
 def test_markdown_renders_tables_lists_and_code():
     html = render_markdown("| a | b |\n|---|---|\n| 1 | 2 |\n\n- one\n- two\n\n```python\nx = 1\n```\n")
-    assert "<table>" in html and "<td>1</td>" in html
-    assert "<li>one</li>" in html
-    assert "<pre><code" in html and "x = 1" in html
+    assert [text(cell) for cell in select(html, "table td")] == ["1", "2"]
+    assert [text(item) for item in select(html, "li")] == ["one", "two"]
+    assert [text(code) for code in select(html, "pre > code")] == ["x = 1"]
 
 
 def test_markdown_never_lets_a_script_or_handler_through():
@@ -104,7 +105,7 @@ def test_markdown_never_lets_a_script_or_handler_through():
     assert "<script" not in html and "<img" not in html
     assert "&lt;script&gt;" in html and "&lt;img" in html  # shown as text
     assert 'href="javascript' not in html
-    assert "<strong>bold</strong>" in html
+    assert [text(bold) for bold in select(html, "strong")] == ["bold"]
 
 
 # ---- decisions -----------------------------------------------------------------------------------

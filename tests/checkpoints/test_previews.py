@@ -137,13 +137,9 @@ def test_fill_previews_works_out_the_rows_stored_before_previews_existed(make_se
     assert expected[1] == ("web_search(query=kv cache) failed: timeout", True, 2)
 
 
-@pytest.mark.django_db
-def test_the_demos_failed_tool_calls_are_marked_on_their_checkpoints():
-    from django.core.management import call_command
-
+def test_the_demos_failed_tool_calls_are_marked_on_their_checkpoints(demo):
     from checkpoints.models import Checkpoint
 
-    call_command("seed_demo", "--small", stdout=io.StringIO())
     named_failed = Checkpoint.objects.filter(name="tool_failed")
 
     assert named_failed.exists()

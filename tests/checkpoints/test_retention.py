@@ -2,10 +2,8 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from io import StringIO
 
 import pytest
-from django.core.management import call_command
 from django.utils import timezone
 
 from checkpoints import store
@@ -21,6 +19,7 @@ from checkpoints.models import (
     RetentionPolicy,
 )
 from checkpoints.services import Actor, fork_session, pin_checkpoint, restore_checkpoint
+from tests.helpers import command
 
 pytestmark = pytest.mark.django_db
 
@@ -101,25 +100,16 @@ def test_pre_operation_checkpoints_go_only_once_their_operation_is_done(make_ses
     assert Checkpoint.objects.filter(pk=pending.pk).exists()
 
 
-def test_recovery_checkpoints_go_after_seven_days(make_session, make_checkpoint):
+def test_recovery_checkpoints_go_after_seven_days(make_session, make_checkpoint, time_machine):
+    time_machine.move_to(timezone.now(), tick=False)
     session = make_session()
     recovery = make_checkpoint(session, {"a": 1}, kind="recovery")
     make_checkpoint(session, {"a": 2}, name="after")
-    now = timezone.now()
-    assert apply_retention(now=now + timedelta(days=6, hours=23))["deleted"] == 0
-    result = apply_retention(now=now + timedelta(days=7, minutes=1))
+    time_machine.shift(timedelta(days=6, hours=23))
+    assert apply_retention()["deleted"] == 0
+    time_machine.shift(timedelta(hours=1, minutes=1))
+    result = apply_retention()
     assert result["by_kind"] == {"recovery": 1}
-    assert not Checkpoint.objects.filter(pk=recovery.pk).exists()
-
-
-def test_recovery_expiry_follows_the_clock(make_session, make_checkpoint):
-    import time_machine
-
-    session = make_session()
-    recovery = make_checkpoint(session, {"a": 1}, kind="recovery")
-    make_checkpoint(session, {"a": 2}, name="after")
-    with time_machine.travel(timezone.now() + timedelta(days=8)):
-        apply_retention()
     assert not Checkpoint.objects.filter(pk=recovery.pk).exists()
 
 
@@ -328,19 +318,15 @@ def test_command_json_prints_the_counts_without_the_preview_and_records_the_run(
     set_policy("step", keep_last=2)
     session = make_session()
     steps(make_checkpoint, session, 6)
-    out = StringIO()
-
-    call_command("apply_retention", "--dry-run", "--json", stdout=out)
+    out, _ = command("apply_retention", "--dry-run", "--json")
 
     counts = {"deleted": 4, "kept": 2, "by_kind": {"step": 4}, "sessions_done": 1, "error_count": 0, "errors": []}
-    assert json.loads(out.getvalue()) == counts
+    assert json.loads(out) == counts
     assert len(seqs(session)) == 6
     run = JobRun.objects.get(job="retention", dry_run=True)
     assert run.dry_run and run.triggered_by == "command" and run.status == JobRunStatus.SUCCEEDED
 
-    out = StringIO()
-    call_command("apply_retention", "--json", stdout=out)
-    assert json.loads(out.getvalue()) == counts
+    assert json.loads(command("apply_retention", "--json")[0]) == counts
     assert seqs(session) == [5, 6]
     assert JobRun.objects.filter(job="retention", dry_run=False, result__deleted=4).exists()
 
@@ -348,9 +334,8 @@ def test_command_json_prints_the_counts_without_the_preview_and_records_the_run(
 def test_command_prints_a_summary(make_session, make_checkpoint):
     set_policy("step", keep_last=1)
     steps(make_checkpoint, make_session(), 3)
-    out = StringIO()
-    call_command("apply_retention", "--dry-run", stdout=out)
-    assert out.getvalue().strip() == "Would delete 2 checkpoints (step: 2); kept 1."
+    out, _ = command("apply_retention", "--dry-run")
+    assert out.strip() == "Would delete 2 checkpoints (step: 2); kept 1."
 
 
 def test_the_task_records_a_job_run_and_an_audit_event(make_session, make_checkpoint):

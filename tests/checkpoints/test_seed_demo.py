@@ -23,14 +23,13 @@ from checkpoints.models import (
     Project,
     SessionStatus,
 )
+from tests.helpers import command
 
 pytestmark = pytest.mark.django_db
 
 
 def seed(*args: str) -> str:
-    out = StringIO()
-    call_command("seed_demo", "--small", *args, stdout=out, stderr=StringIO())
-    return out.getvalue()
+    return command("seed_demo", "--small", *args)[0]
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import itertools
 import threading
 import time
@@ -12,7 +11,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 from django.db import connection, transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -37,6 +35,7 @@ from checkpoints.services import (
 )
 from checkpoints.services.cleanup import delete_checkpoints
 from checkpoints.store import tallies
+from tests.helpers import command
 
 START = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 CALL = {"id": "ok", "tool_name": "fetch_url", "arguments": {"url": "https://example.org"}, "success": True}
@@ -200,10 +199,9 @@ def test_recount_tallies_puts_wrong_tallies_right(make_session):
     SessionRollup.objects.filter(session=session, block=1).delete()
     SessionCount.objects.filter(session=session, field="kind").update(count=1)
 
-    out = io.StringIO()
-    call_command("recount_tallies", "--session", str(session.pk), stdout=out)
+    out, _ = command("recount_tallies", "--session", str(session.pk))
 
-    assert "Tallies of 1 session recounted." in out.getvalue()
+    assert "Tallies of 1 session recounted." in out
     assert_tallied(session)
     assert session.checkpoint_count == 45 and session.failed_count == 1 and session.tool_failed_count == 1
 

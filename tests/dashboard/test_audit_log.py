@@ -6,6 +6,7 @@ from checkpoints.services import Actor, fork_session, pin_checkpoint, record_aud
 from checkpoints.services.drift import detect_session
 from dashboard.views import audit
 from tests.dashboard.test_session_list import add_sessions
+from tests.helpers import select, text
 
 URL = reverse("dashboard:audit_log")
 HTMX = {"HX-Request": "true"}
@@ -16,22 +17,6 @@ def reasons(response) -> list[str]:
 
 
 # ---- access ---------------------------------------------------------------------------------------
-
-
-def test_signed_out_visitor_is_sent_to_sign_in(client, db):
-    response = client.get(URL)
-    assert response.status_code == 302
-    assert response["Location"].startswith(reverse("login"))
-
-
-def test_user_without_a_role_is_refused(client, nobody):
-    client.force_login(nobody)
-    assert client.get(URL).status_code == 403
-
-
-def test_post_is_not_allowed(client, bob):
-    client.force_login(bob)
-    assert client.post(URL).status_code == 405
 
 
 def test_members_see_their_projects_events_and_staff_also_see_system_wide_ones(
@@ -72,13 +57,14 @@ def test_log_shows_who_did_what_when_and_why_with_target_links(client, bob, alic
     client.force_login(bob)
     response = client.get(URL)
     html = response.content.decode()
-    assert response.status_code == 200 and "<h1>Audit log</h1>" in html
+    assert response.status_code == 200 and [text(heading) for heading in select(html, "h1")] == ["Audit log"]
     assert [event.action for event in response.context["page"].rows] == ["fork", "restore"]
     assert "alice" in html and "tests went red" in html and "no reason given" in html
-    assert f'href="{reverse("dashboard:checkpoint_detail", args=[restored.pk])}"' in html
-    assert f'href="{reverse("dashboard:session_detail", args=[session.pk])}"' in html
-    assert f'href="{reverse("dashboard:session_detail", args=[fork.pk])}"' in html  # "open the fork"
-    assert "<time datetime=" in html and "data-keynav-item" in html
+    links = {link.get("href") for link in select(html, "#audit-results a")}
+    assert reverse("dashboard:checkpoint_detail", args=[restored.pk]) in links
+    assert reverse("dashboard:session_detail", args=[session.pk]) in links
+    assert reverse("dashboard:session_detail", args=[fork.pk]) in links  # "open the fork"
+    assert select(html, "#audit-results tr[data-keynav-item] time[datetime]")
 
 
 def test_filters_by_actor_action_and_session(client, bob, alice, make_session, make_checkpoint):
@@ -92,10 +78,11 @@ def test_filters_by_actor_action_and_session(client, bob, alice, make_session, m
     assert reasons(client.get(URL, {"action": "retention"})) == ["system trims one"]
     assert reasons(client.get(URL, {"session": one.pk})) == ["system trims one", "alice pins"]
     assert reasons(client.get(URL, {"session": two.pk, "actor": "alice"})) == ["alice acks two"]
-    html = client.get(URL).content.decode()
+    [form] = select(client.get(URL), "form[method=get]")
     for name, label in (("actor", "Who"), ("action", "Action"), ("session", "Session")):
-        assert f'<label for="id_{name}">{label}</label><select name="{name}" id="id_{name}">' in html
-    assert 'method="get"' in html and 'hx-target="#audit-results"' in html and 'hx-push-url="true"' in html
+        assert text(form.cssselect(f"label[for=id_{name}]")[0]) == label
+        assert form.cssselect(f"select#id_{name}[name={name}]")
+    assert (form.get("hx-target"), form.get("hx-push-url")) == ("#audit-results", "true")
 
 
 def test_detector_events_are_shown_and_filter_apart_as_the_systems(client, bob, alice, make_session, make_checkpoint):
@@ -106,7 +93,7 @@ def test_detector_events_are_shown_and_filter_apart_as_the_systems(client, bob, 
     client.force_login(bob)
     html = client.get(URL).content.decode()
     assert "system:drift" in html and "alert_opened" in html and "loop detector tripped" in html
-    assert '<option value="@system">' in html and '<option value="@people">' in html
+    assert {"@system", "@people"} <= {option.get("value") for option in select(html, "select#id_actor option")}
     assert [event.action for event in client.get(URL, {"actor": "@system"}).context["page"].rows] == ["alert_opened"]
     assert reasons(client.get(URL, {"actor": "@people"})) == ["alice pins"]
     assert len(client.get(URL, {"actor": "system:drift"}).context["page"].rows) == 1
@@ -118,7 +105,9 @@ def test_a_link_from_a_session_without_events_selects_it(client, bob, make_sessi
     response = client.get(URL, {"session": quiet.pk})
     html = response.content.decode()
     assert not response.context["form"].errors
-    assert f'<option value="{quiet.pk}" selected>acme/quiet</option>' in html
+    assert [text(option) for option in select(html, f'#id_session option[value="{quiet.pk}"][selected]')] == [
+        "acme/quiet"
+    ]
     assert "No entry matches these filters" in html
 
 
@@ -133,9 +122,8 @@ def test_the_session_filter_offers_the_sessions_of_recent_events_and_the_one_ask
     offered = [str(label) for value, label in client.get(URL).context["form"].fields["session"].choices if value]
     assert offered == ["acme/middle", "acme/new"]
     response = client.get(URL, {"session": old.pk})
-    assert reasons(response) == ["old"] and f'<option value="{old.pk}" selected>acme/old</option>' in (
-        response.content.decode()
-    )
+    assert reasons(response) == ["old"]
+    assert [text(option) for option in select(response, "#id_session option[selected]")] == ["acme/old"]
 
 
 def test_unknown_filter_value_is_reported_and_ignored(client, bob, make_session):
@@ -152,7 +140,7 @@ def test_htmx_request_gets_only_the_results(client, bob, make_session):
     response = client.get(URL, {"action": "retention"}, headers=HTMX)
     html = response.content.decode()
     assert html.lstrip().startswith('<section id="audit-results"')
-    assert "<html" not in html and "<form" not in html and "kept" in html
+    assert not select(html, "html, form") and "kept" in html
 
 
 def test_empty_log_says_what_will_appear(client, bob):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,6 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from checkpoints.models import AgentOutput, AuditEvent, Phase, PhaseFeedback, PhaseStatus
+from tests.helpers import select, text
 
 T0 = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
 
@@ -73,14 +73,9 @@ def test_an_approver_elsewhere_only_views_phases_of_a_project_where_they_view(ca
     carol.project_memberships.filter(project=phase.session.project, role="approver").delete()
     approver = as_user(carol)
     html = approver.get(page_url(phase)).content.decode()
-    assert "Market Research" in html and 'name="action"' not in html  # no review form
+    assert "Market Research" in html and not select(html, "[name=action]")  # no review form
     assert approver.post(feedback_url(phase), {"action": "skip_phase"}).status_code == 403
     assert not PhaseFeedback.objects.exists()
-
-
-def test_wrong_methods_are_refused(carol, phase):
-    assert as_user(carol).post(page_url(phase)).status_code == 405
-    assert as_user(carol).get(feedback_url(phase)).status_code == 405
 
 
 def test_the_page_shows_facts_checklist_and_sanitised_outputs(bob, phase, django_assert_max_num_queries):
@@ -91,7 +86,8 @@ def test_the_page_shows_facts_checklist_and_sanitised_outputs(bob, phase, django
     assert response.status_code == 200
     assert "Phase 2: Market Research" in html
     assert "1200 in · 340 out" in html and "$0.0421" in html
-    assert "<td>Families</td>" in html and "<h2>Market</h2>" in html
+    assert "Families" in [text(cell) for cell in select(html, "td")]  # the outputs' markdown, rendered
+    assert "Market" in [text(heading) for heading in select(html, "h2")]
     assert "<script>alert" not in html and "&lt;script&gt;alert" in html
     assert "Status is completed" in html and "the phase can be approved" in html
 
@@ -99,12 +95,6 @@ def test_the_page_shows_facts_checklist_and_sanitised_outputs(bob, phase, django
 def test_a_viewer_never_sees_the_form(bob, phase):
     html = as_user(bob).get(page_url(phase)).content.decode()
     assert "Submit decision" not in html and "needs the approver role" in html
-
-
-def test_an_operator_without_approver_rights_gets_403(alice, bob, phase):
-    for user in (alice, bob):
-        assert as_user(user).post(feedback_url(phase), {"action": "approved"}).status_code == 403
-    assert not PhaseFeedback.objects.exists()
 
 
 def test_approving_saves_the_decision_audits_and_redirects(carol, phase):
@@ -131,18 +121,19 @@ def test_requesting_changes_over_htmx_returns_the_fragment_with_a_trigger(carol,
     assert response.status_code == 200
     assert "phase-reviewed" in response["HX-Trigger"]
     html = response.content.decode()
-    assert html.lstrip().startswith('<div id="phase-review">') and "<html" not in html
+    assert html.lstrip().startswith('<div id="phase-review">') and not select(html, "html")
     phase.refresh_from_db()
     assert (phase.retry_count, phase.status) == (1, PhaseStatus.REQUIRES_RETRY)
     assert PhaseFeedback.objects.get().requested_changes == ["Add TAM", "Cite sources"]
-    assert "<li>Add TAM</li>" in html
+    assert "Add TAM" in [text(item) for item in select(html, "#phase-review li")]
 
 
 def test_an_approved_phase_offers_no_form_and_a_second_approval_is_refused(carol, phase):
     as_user(carol).post(feedback_url(phase), {"action": "approved"})
     html = as_user(carol).get(page_url(phase)).content.decode()
-    assert "feedback-form" not in html and 'name="action"' not in html
-    assert "approved</span>\n        by <strong>carol</strong>" in html
+    assert not select(html, ".feedback-form, [name=action]")
+    [approved] = select(html, ".phase-approved")
+    assert "approved by carol" in text(approved)
     response = as_user(carol).post(feedback_url(phase), {"action": "approved"}, headers={"HX-Request": "true"})
     assert response.status_code == 200
     assert "already approved (by carol); it cannot be approved again" in response.content.decode()
@@ -152,12 +143,8 @@ def test_an_approved_phase_offers_no_form_and_a_second_approval_is_refused(carol
 
 def test_a_decision_over_htmx_is_said_and_focused_above_the_review(carol, phase):
     response = as_user(carol).post(feedback_url(phase), {"action": "approved"}, headers={"HX-Request": "true"})
-    html = response.content.decode()
-    assert re.search(
-        r'<div class="notice notice-success phase-decided" tabindex="-1" autofocus><span>'
-        r"Phase 2: Approved recorded.</span>",
-        html,
-    )
+    [decided] = select(response, "#phase-review .notice.notice-success.phase-decided[tabindex='-1'][autofocus]")
+    assert text(decided) == "Phase 2: Approved recorded."
     notice = json.loads(response["HX-Trigger-After-Settle"])["notice"]
     assert notice == {"text": "Phase 2: Approved recorded.", "level": "success"}
 
@@ -184,16 +171,16 @@ def test_approving_an_unfinished_phase_is_refused_inline(carol, phase):
 
 
 def test_the_session_page_links_each_phase(bob, phase):
-    html = as_user(bob).get(reverse("dashboard:session_detail", args=[phase.session_id])).content.decode()
-    assert f'href="{page_url(phase)}"' in html
+    page = as_user(bob).get(reverse("dashboard:session_detail", args=[phase.session_id]))
+    assert select(page, f'a[href="{page_url(phase)}"]')
 
 
 def test_the_overview_lists_phases_waiting_for_approval(carol, phase):
     html = as_user(carol).get(reverse("dashboard:overview")).content.decode()
-    assert "Waiting for approval" in html and f'href="{page_url(phase)}"' in html
+    assert "Waiting for approval" in html and select(html, f'a[href="{page_url(phase)}"]')
     as_user(carol).post(feedback_url(phase), {"action": "approved"})
     html = as_user(carol).get(reverse("dashboard:overview")).content.decode()
-    assert f'href="{page_url(phase)}"' not in html and "Nothing to review" in html
+    assert not select(html, f'a[href="{page_url(phase)}"]') and "Nothing to review" in html
 
 
 def test_the_sessions_list_filters_sessions_waiting_for_approval(carol, phase, make_session):

@@ -2,33 +2,24 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from checkpoints import services
 from checkpoints.models import AgentSession, Checkpoint
-from checkpoints.services.importing import import_path
 from checkpoints.sources import formats
 from checkpoints.sources.formats import ares
 from checkpoints.store import load_state
+from tests.helpers import import_folder, writable_copy
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 FOLDER = FIXTURES / "ares"
 WHEN = datetime(2026, 5, 1, 9, 30, tzinfo=UTC)
 
 
-def run(path: Path, project, **options):
-    options.setdefault("fmt", "ares")
-    return import_path(path, project=project, actor=services.Actor.system("test"), **options)
-
-
-def copy_of(source: Path, target: Path) -> Path:
-    """A writable copy (the fixtures are read-only)."""
-    target.mkdir(parents=True)
-    for path in source.iterdir():
-        (target / path.name).write_bytes(path.read_bytes())
-    return target
+import_ares = partial(import_folder, fmt="ares")
 
 
 def source(name: str) -> dict:
@@ -66,7 +57,7 @@ def test_detects_step_files_pointers_and_their_folder_but_not_other_formats():
 
 
 def test_the_folder_imports_step_checkpoints_with_statuses_reasons_times_and_heads(project):
-    report = run(FOLDER, project, fmt="auto")
+    report = import_folder(FOLDER, project)
     assert report.errors == []
     assert (report.imported, report.skipped) == (21, 0)
     assert sorted(report.sessions) == ["sess-a", "sess-b", "sess-c"]
@@ -97,7 +88,7 @@ def test_the_folder_imports_step_checkpoints_with_statuses_reasons_times_and_hea
 
 
 def test_states_hold_messages_tool_calls_and_partial_results_of_the_files(project):
-    run(FOLDER, project)
+    import_ares(FOLDER, project)
     for checkpoint in Checkpoint.objects.all():
         doc = source(checkpoint.metadata["file"])
         assert load_state(checkpoint.root) == {
@@ -110,16 +101,16 @@ def test_states_hold_messages_tool_calls_and_partial_results_of_the_files(projec
 
 
 def test_the_latest_pointer_makes_the_file_it_names_the_head(project, tmp_path):
-    folder = copy_of(FOLDER, tmp_path / "steps")
+    folder = writable_copy(FOLDER, tmp_path / "steps")
     (folder / "sess-a_latest.json").write_text("sess-a_5.json\n")
     (folder / "sess-b_latest.json").write_text('"sess-b_4.json"')  # a JSON string works too
-    run(folder, project)
+    import_ares(folder, project)
     assert session_named(project, "sess-a").head.step == 5
     assert session_named(project, "sess-b").head.step == 4
 
 
 def test_damaged_files_stray_files_and_a_pointer_to_a_missing_file_are_reported(project, tmp_path):
-    folder = copy_of(FOLDER, tmp_path / "steps")
+    folder = writable_copy(FOLDER, tmp_path / "steps")
     truncated = folder / "sess-a_3.json"
     truncated.write_bytes(truncated.read_bytes()[:-40])
     latin = folder / "sess-b_2.json"
@@ -136,7 +127,7 @@ def test_damaged_files_stray_files_and_a_pointer_to_a_missing_file_are_reported(
     stray.write_text("INFO started")
     (folder / ".sess-a_latest.json.tmp").write_text("half written")  # hidden: ignored
 
-    report = run(folder, project)
+    report = import_ares(folder, project)
 
     errors = {error["path"]: error["error"] for error in report.errors}
     assert set(errors) == set(map(str, [truncated, latin, wrong_shape, bad_step, pointer, orphan_pointer, stray]))
@@ -153,20 +144,20 @@ def test_damaged_files_stray_files_and_a_pointer_to_a_missing_file_are_reported(
 
 
 def test_importing_the_same_folder_twice_adds_nothing(project):
-    run(FOLDER, project)
-    again = run(FOLDER, project)
+    import_ares(FOLDER, project)
+    again = import_ares(FOLDER, project)
     assert (again.imported, again.skipped, again.errors) == (0, 21, [])
     assert Checkpoint.objects.count() == 21
 
 
 def test_a_dry_run_reports_but_stores_nothing(project):
-    report = run(FOLDER, project, dry_run=True)
+    report = import_ares(FOLDER, project, dry_run=True)
     assert report.imported == 21
     assert Checkpoint.objects.count() == 0 and AgentSession.objects.count() == 0
 
 
 def test_export_then_import_into_another_project_gives_the_same_sessions(project, other_project, tmp_path):
-    run(FOLDER, project)
+    import_ares(FOLDER, project)
     out = tmp_path / "export"
     for session in AgentSession.objects.filter(project=project).select_related("head"):
         ares.export(session, out)
@@ -176,20 +167,20 @@ def test_export_then_import_into_another_project_gives_the_same_sessions(project
             assert path.read_bytes() == (FOLDER / path.name).read_bytes()
         else:
             assert json.loads(path.read_text(encoding="utf-8")) == source(path.name)
-    report = run(out, other_project)
+    report = import_ares(out, other_project)
     assert report.errors == []
     assert snapshot(other_project) == snapshot(project)
 
 
 def test_a_restored_session_exports_with_distinct_step_files(project, other_project, tmp_path):
-    run(FOLDER, project)
+    import_ares(FOLDER, project)
     session = session_named(project, "sess-b")
     services.restore_checkpoint(session.checkpoints.get(step=3), actor=services.Actor.system("test"))
     session = session_named(project, "sess-b")
     written = ares.export(session, tmp_path)
     assert [path.name for path in written] == [f"sess-b_{n}.json" for n in range(8)] + ["sess-b_latest.json"]
     assert (tmp_path / "sess-b_latest.json").read_text() == "sess-b_7.json"  # the restore is the head
-    run(tmp_path, other_project)
+    import_ares(tmp_path, other_project)
     mine, theirs = snapshot(project)["sess-b"], snapshot(other_project)["sess-b"]
     assert theirs["head"] == mine["head"] == 8
     assert [row[:6] + row[7:] for row in theirs["checkpoints"]] == [row[:6] + row[7:] for row in mine["checkpoints"]]
@@ -207,7 +198,7 @@ def test_a_session_made_elsewhere_exports_with_its_own_fields_kept(
     ares.export(session, tmp_path)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["run-1_0.json", "run-1_4.json", "run-1_latest.json"]
     assert json.loads((tmp_path / "run-1_4.json").read_text())["status"] == {"Failed": "OOM"}
-    run(tmp_path, other_project)
+    import_ares(tmp_path, other_project)
     again = AgentSession.objects.get(project=other_project, external_id="run-1")
     assert (again.agent, again.status) == ("agent-7", "failed")
     rows = [
@@ -222,11 +213,11 @@ def test_a_session_made_elsewhere_exports_with_its_own_fields_kept(
 
 
 def test_write_back_adds_the_next_step_file_and_moves_the_latest_pointer(project, tmp_path):
-    run(FOLDER, project)
+    import_ares(FOLDER, project)
     session = session_named(project, "sess-b")
     target = session.checkpoints.get(step=3)
     restored = services.restore_checkpoint(target, actor=services.Actor.system("test"), reason="OOM at 6")
-    folder = copy_of(FOLDER, tmp_path / "steps")
+    folder = writable_copy(FOLDER, tmp_path / "steps")
     before = {path.name: path.read_bytes() for path in folder.iterdir()}
 
     written = ares.write_back(session, restored, folder, now=WHEN)
@@ -250,7 +241,7 @@ def test_write_back_adds_the_next_step_file_and_moves_the_latest_pointer(project
     assert set(after) == set(before) | {"sess-b_7.json"}  # no temporary file left behind
     assert all(after[name] == data for name, data in before.items() if name != "sess-b_latest.json")
 
-    report = run(folder, project)  # the agent's folder now resumes from the restored state
+    report = import_ares(folder, project)  # the agent's folder now resumes from the restored state
     assert (report.imported, report.skipped) == (1, 21)
     session = session_named(project, "sess-b")
     assert (session.head.step, session.head.status, session.status) == (7, "in_progress", "active")
@@ -260,8 +251,8 @@ def test_write_back_adds_the_next_step_file_and_moves_the_latest_pointer(project
 def test_a_restore_is_written_back_to_the_folder_the_session_came_from(
     project, tmp_path, django_capture_on_commit_callbacks
 ):
-    folder = copy_of(FOLDER, tmp_path / "steps")
-    run(folder, project, write_back=True)
+    folder = writable_copy(FOLDER, tmp_path / "steps")
+    import_ares(folder, project, write_back=True)
     session = session_named(project, "sess-c")
     with django_capture_on_commit_callbacks(execute=True):
         services.restore_checkpoint(session.checkpoints.get(step=2), actor=services.Actor.system("test"))
@@ -271,9 +262,9 @@ def test_a_restore_is_written_back_to_the_folder_the_session_came_from(
 
 
 def test_write_back_never_overwrites_a_step_file(project, tmp_path, monkeypatch):
-    run(FOLDER, project)
+    import_ares(FOLDER, project)
     session = session_named(project, "sess-a")
-    folder = copy_of(FOLDER, tmp_path / "steps")
+    folder = writable_copy(FOLDER, tmp_path / "steps")
     monkeypatch.setattr(ares, "_step_files", lambda folder, prefix: [])  # as if another writer raced us
     with pytest.raises(FileExistsError):
         ares.write_back(session, session.checkpoints.get(step=2), folder, now=WHEN)  # step 3 exists
@@ -282,9 +273,9 @@ def test_write_back_never_overwrites_a_step_file(project, tmp_path, monkeypatch)
 
 
 def test_a_pointer_read_on_its_own_sets_the_head(project, tmp_path):
-    folder = copy_of(FOLDER, tmp_path / "steps")
-    run(folder, project)
+    folder = writable_copy(FOLDER, tmp_path / "steps")
+    import_ares(folder, project)
     (folder / "sess-a_latest.json").write_text("sess-a_6.json")
-    report = run(folder / "sess-a_latest.json", project, fmt="auto")
+    report = import_folder(folder / "sess-a_latest.json", project)
     assert (report.imported, report.skipped, report.errors) == (0, 1, [])
     assert session_named(project, "sess-a").head.step == 6

@@ -2,16 +2,17 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from checkpoints import services
 from checkpoints.models import AgentSession, Checkpoint
-from checkpoints.services.importing import import_path
 from checkpoints.sources import formats
 from checkpoints.sources.formats import breakpilot
 from checkpoints.store import load_state
+from tests.helpers import import_folder
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 FOLDER = FIXTURES / "breakpilot"
@@ -27,9 +28,7 @@ MANAGER_LEN = 45  # len(manager) after the restart
 MANAGER_LATEST = ("bp-session-47:10", "2026-04-02T10:49:19.187642+00:00")  # manager.get_latest(): id, timestamp
 
 
-def run(path: Path, project, **options):
-    options.setdefault("fmt", "breakpilot")
-    return import_path(path, project=project, actor=services.Actor.system("test"), **options)
+import_breakpilot = partial(import_folder, fmt="breakpilot")
 
 
 def snapshot(project) -> dict:
@@ -58,7 +57,7 @@ def test_detects_an_export_file_and_a_folder_holding_one_but_not_other_formats()
 
 
 def test_the_export_imports_as_one_session_with_numbers_names_times_and_metadata(project):
-    report = run(EXPORT, project, fmt="auto")
+    report = import_folder(EXPORT, project)
     assert report.errors == []
     assert (report.imported, report.skipped, report.sessions) == (60, 0, ["bp-session-42"])
     session = AgentSession.objects.get(project=project, external_id="bp-session-42")
@@ -85,7 +84,7 @@ def test_entries_keep_the_export_order_per_session_and_extra_keys_are_kept(proje
             {"id": "a:2", "name": "two", "timestamp": "2026-04-01T09:00:00Z", "data": 2, "origin": "laptop"},
         )
     )
-    report = run(mixed, project)
+    report = import_breakpilot(mixed, project)
     assert report.errors == [] and report.sessions == ["a", "b"]
     a = AgentSession.objects.get(external_id="a").checkpoints.order_by("seq")
     assert [(c.step, c.name, load_state(c.root)) for c in a] == [(10, "ten", 10), (2, "two", 2)]
@@ -116,7 +115,7 @@ def test_damaged_files_stray_files_and_bad_entries_are_reported_and_the_rest_imp
         )
     )
 
-    report = run(folder, project)
+    report = import_breakpilot(folder, project)
 
     problems = [(error["path"], error["error"]) for error in report.errors]
     paths = [path for path, _ in problems]
@@ -137,25 +136,25 @@ def test_damaged_files_stray_files_and_bad_entries_are_reported_and_the_rest_imp
 
 
 def test_importing_the_same_file_twice_adds_nothing(project):
-    run(EXPORT, project)
-    again = run(EXPORT, project)
+    import_breakpilot(EXPORT, project)
+    again = import_breakpilot(EXPORT, project)
     assert (again.imported, again.skipped, again.errors) == (0, 60, [])
     assert Checkpoint.objects.count() == 60
 
 
 def test_a_dry_run_reports_but_stores_nothing(project):
-    report = run(EXPORT, project, dry_run=True)
+    report = import_breakpilot(EXPORT, project, dry_run=True)
     assert report.imported == 60
     assert Checkpoint.objects.count() == 0 and AgentSession.objects.count() == 0
 
 
 def test_export_then_import_into_another_project_gives_the_same_session(project, other_project, tmp_path):
-    run(EXPORT, project)
+    import_breakpilot(EXPORT, project)
     session = AgentSession.objects.get(project=project)
     written = breakpilot.export(session, tmp_path)
     assert [path.name for path in written] == ["bp-session-42.json"]
     assert json.loads(written[0].read_text(encoding="utf-8")) == ENTRIES  # Breakpilot's own export, as it was
-    report = run(tmp_path, other_project)
+    report = import_breakpilot(tmp_path, other_project)
     assert report.errors == [] and report.imported == 60
     assert snapshot(other_project) == snapshot(project)
     with pytest.raises(FileExistsError):  # an export never replaces a file
@@ -169,7 +168,7 @@ def test_a_session_made_elsewhere_exports_with_its_own_fields_kept(
     make_checkpoint(session, {"a": 1}, name="start", kind="step", step=7, created_at=WHEN, metadata={"x": 1})
     make_checkpoint(session, [1], name="end", kind="manual", status="halted", status_reason="loop", created_at=WHEN)
     breakpilot.export(session, tmp_path)
-    run(tmp_path, other_project)
+    import_breakpilot(tmp_path, other_project)
     again = AgentSession.objects.get(project=other_project, external_id="run-1")
     rows = [
         (c.name, c.kind, c.status, c.status_reason, c.step, c.created_at, c.metadata.get("x"), load_state(c.root))
@@ -187,7 +186,7 @@ def test_an_empty_session_exports_an_empty_array(make_session, tmp_path):
 
 
 def test_write_back_adds_an_export_file_with_the_restored_checkpoint_as_newest_entry(project, tmp_path):
-    run(EXPORT, project)
+    import_breakpilot(EXPORT, project)
     session = AgentSession.objects.get(project=project)
     target = session.checkpoints.get(step=10)
     restored = services.restore_checkpoint(target, actor=services.Actor.system("test"), reason="bad tool call")
@@ -212,7 +211,7 @@ def test_write_back_adds_an_export_file_with_the_restored_checkpoint_as_newest_e
     assert (folder / "bp-session-42.json").read_bytes() == EXPORT.read_bytes()
     with pytest.raises(FileExistsError):
         breakpilot.write_back(session, restored, folder, now=WHEN)
-    report = run(folder, project)
+    report = import_breakpilot(folder, project)
     assert (report.imported, report.skipped, report.errors) == (1, 60, [])
 
 
@@ -232,7 +231,7 @@ def source_rows(session) -> list[tuple[str, str]]:
 
 
 def test_a_restart_that_reissues_ids_imports_every_checkpoint_in_the_managers_order_and_head(project):
-    report = run(AFTER, project)
+    report = import_breakpilot(AFTER, project)
 
     assert (report.imported, report.skipped, report.errors) == (MANAGER_LEN, 0, [])
     session = AgentSession.objects.get(project=project, external_id="bp-session-47")
@@ -244,13 +243,13 @@ def test_a_restart_that_reissues_ids_imports_every_checkpoint_in_the_managers_or
 
 
 def test_both_exports_of_the_run_import_once_and_the_older_file_counts_as_already_stored(project):
-    report = run(RESTART, project)
+    report = import_breakpilot(RESTART, project)
 
     on_disk = len(json.loads(BEFORE.read_text())) + len(AFTER_ENTRIES)
     assert (report.imported, report.skipped, report.errors) == (MANAGER_LEN, on_disk - MANAGER_LEN, [])
     session = AgentSession.objects.get(project=project, external_id="bp-session-47")
     assert (session.head.metadata["source_id"], session.head.created_at.isoformat()) == MANAGER_LATEST
-    again = run(RESTART, project)
+    again = import_breakpilot(RESTART, project)
     assert (again.imported, again.skipped, again.errors) == (0, on_disk, [])
     assert session.checkpoints.count() == MANAGER_LEN
 
@@ -281,9 +280,9 @@ def store_as_the_previous_version_did(path: Path, project) -> None:
 def test_a_file_imported_by_the_previous_version_adds_nothing_and_the_newer_run_still_comes_in(project):
     store_as_the_previous_version_did(BEFORE, project)
 
-    again = run(BEFORE, project)
+    again = import_breakpilot(BEFORE, project)
     assert (again.imported, again.skipped, again.errors) == (0, 35, [])
-    after = run(AFTER, project)
+    after = import_breakpilot(AFTER, project)
     assert (after.imported, after.skipped, after.errors) == (10, 35, [])
     session = AgentSession.objects.get(project=project, external_id="bp-session-47")
     assert source_rows(session) == [(entry["id"], entry["timestamp"]) for entry in AFTER_ENTRIES]
@@ -293,12 +292,12 @@ def test_a_file_imported_by_the_previous_version_adds_nothing_and_the_newer_run_
 def test_a_differing_checkpoint_under_a_used_identity_is_an_error_never_skipped(project, tmp_path):
     first = {"id": "s:1", "name": "start", "timestamp": "2026-04-01T12:00:00+00:00", "data": {"v": 1}, "metadata": {}}
     (tmp_path / "a.json").write_text(entries(first))
-    run(tmp_path / "a.json", project)
+    import_breakpilot(tmp_path / "a.json", project)
     edited = tmp_path / "edited"
     edited.mkdir()
     (edited / "a.json").write_text(entries({**first, "data": {"v": 2}}, {**first, "id": "s:2"}))
 
-    report = run(edited, project)
+    report = import_breakpilot(edited, project)
 
     assert (report.imported, report.skipped) == (1, 0)
     assert report.errors == [
@@ -314,14 +313,14 @@ def test_a_differing_checkpoint_under_a_used_identity_is_an_error_never_skipped(
 def test_an_empty_export_is_reported(project, tmp_path):
     empty = tmp_path / "empty.json"
     empty.write_text("[]")
-    report = run(empty, project)
+    report = import_breakpilot(empty, project)
     assert report.errors == [{"path": str(empty), "error": "an empty export: it holds no checkpoints"}]
 
 
 def test_the_export_of_a_restarted_session_is_what_breakpilots_import_reads_back(project, other_project, tmp_path):
     """Breakpilot's import_checkpoints() appends Checkpoint.from_dict(entry) for each entry: equal entries in
     the same order give it len() 45 and the same get_latest() (checked with its code: restart/README.md)."""
-    run(AFTER, project)
+    import_breakpilot(AFTER, project)
     session = AgentSession.objects.get(project=project, external_id="bp-session-47")
 
     written = breakpilot.export(session, tmp_path / "out")
@@ -331,6 +330,6 @@ def test_the_export_of_a_restarted_session_is_what_breakpilots_import_reads_back
     assert len(exported) == MANAGER_LEN and (exported[-1]["id"], exported[-1]["timestamp"]) == MANAGER_LATEST
     for entry in exported:
         assert datetime.fromisoformat(entry["timestamp"]).tzinfo is not None  # from_dict reads it back as is
-    report = run(tmp_path / "out", project)
+    report = import_breakpilot(tmp_path / "out", project)
     assert (report.imported, report.skipped, report.errors) == (0, MANAGER_LEN, [])
-    assert run(tmp_path / "out", other_project).imported == MANAGER_LEN
+    assert import_breakpilot(tmp_path / "out", other_project).imported == MANAGER_LEN

@@ -3,16 +3,17 @@ from __future__ import annotations
 import json
 from collections import Counter
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from checkpoints import services
 from checkpoints.models import AgentSession, Checkpoint
-from checkpoints.services.importing import import_path
 from checkpoints.sources import formats
 from checkpoints.sources.formats import dreamos
 from checkpoints.store import load_state
+from tests.helpers import import_folder, writable_copy
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 ROOT = FIXTURES / "dreamos" / "runtime"  # a hand-made sample set (3 agents x 15 files)
@@ -23,19 +24,7 @@ AGENTS = ["agent-3", "agent-7", "captain.1"]
 WHEN = datetime(2026, 4, 1, 12, 0, tzinfo=UTC)
 
 
-def run(path: Path, project, **options):
-    options.setdefault("fmt", "dreamos")
-    return import_path(path, project=project, actor=services.Actor.system("test"), **options)
-
-
-def copy_of(source: Path, target: Path) -> Path:
-    """A writable copy (the fixtures are read-only)."""
-    for path in sorted(source.rglob("*")):
-        if path.is_file():
-            copied = target / path.relative_to(source)
-            copied.parent.mkdir(parents=True, exist_ok=True)
-            copied.write_bytes(path.read_bytes())
-    return target
+import_dreamos = partial(import_folder, fmt="dreamos")
 
 
 def snapshot(project) -> dict:
@@ -60,7 +49,7 @@ def test_detects_a_folder_of_checkpoint_files_and_the_files_but_not_other_format
 
 
 def test_the_tree_imports_as_one_session_per_agent_with_kinds_names_and_times(project):
-    report = run(ROOT, project)
+    report = import_dreamos(ROOT, project)
     assert report.errors == []
     assert (report.imported, report.skipped) == (45, 0)
     assert sorted(report.sessions) == AGENTS
@@ -87,7 +76,7 @@ def test_the_tree_imports_as_one_session_per_agent_with_kinds_names_and_times(pr
 
 
 def test_states_load_back_equal_to_the_state_objects_of_the_files(project):
-    run(FOLDER, project, fmt="auto")  # the folder is recognised by its file names
+    import_folder(FOLDER, project)  # the folder is recognised by its file names
     for checkpoint in Checkpoint.objects.all():
         source = json.loads((FOLDER / checkpoint.metadata["file"]).read_text(encoding="utf-8"))
         assert load_state(checkpoint.root) == source["state"]
@@ -100,7 +89,7 @@ def test_an_unknown_checkpoint_type_is_imported_with_the_type_kept(project, tmp_
     doc = {"agent_id": "agent-9", "timestamp": "2026-03-02T14:00:00Z", "checkpoint_type": "nightly", "version": "2"}
     doc |= {"state": {"memory": {}}, "host": "box-1"}
     (folder / "agent-9_20260302140000_nightly.checkpoint").write_text(json.dumps(doc))
-    report = run(folder, project)
+    report = import_dreamos(folder, project)
     assert report.imported == 1 and report.errors == []
     checkpoint = Checkpoint.objects.get()
     assert (checkpoint.kind, checkpoint.name) == ("imported", "nightly")
@@ -110,7 +99,7 @@ def test_an_unknown_checkpoint_type_is_imported_with_the_type_kept(project, tmp_
 
 
 def test_damaged_and_stray_files_are_reported_and_the_rest_imports(project, tmp_path):
-    folder = copy_of(FOLDER, tmp_path / "checkpoints")
+    folder = writable_copy(FOLDER, tmp_path / "checkpoints")
     truncated = folder / "agent-7_20260302100100_recovery.checkpoint"
     truncated.write_bytes(truncated.read_bytes()[:300])  # cut inside a character, as a crash leaves it
     latin = folder / "agent-3_20260302110000_routine.checkpoint"
@@ -123,7 +112,7 @@ def test_damaged_and_stray_files_are_reported_and_the_rest_imports(project, tmp_
     stray.write_text("remember to rotate logs")
     (folder / ".DS_Store").write_bytes(b"\x00\x01")  # hidden files are neither read nor reported
 
-    report = run(folder, project)
+    report = import_dreamos(folder, project)
 
     errors = {error["path"]: error["error"] for error in report.errors}
     assert set(errors) == {str(truncated), str(latin), str(wrong_shape), str(no_state), str(stray)}
@@ -136,21 +125,21 @@ def test_damaged_and_stray_files_are_reported_and_the_rest_imports(project, tmp_
 
 
 def test_importing_the_same_tree_twice_adds_nothing(project):
-    run(ROOT, project)
-    again = run(ROOT, project)
+    import_dreamos(ROOT, project)
+    again = import_dreamos(ROOT, project)
     assert (again.imported, again.skipped, again.errors) == (0, 45, [])
     assert Checkpoint.objects.count() == 45
 
 
 def test_a_dry_run_reports_but_stores_nothing(project):
-    report = run(ROOT, project, dry_run=True)
+    report = import_dreamos(ROOT, project, dry_run=True)
     assert report.imported == 45
     assert Checkpoint.objects.count() == 0
     assert AgentSession.objects.count() == 0
 
 
 def test_export_then_import_into_another_project_gives_the_same_sessions(project, other_project, tmp_path):
-    run(ROOT, project)
+    import_dreamos(ROOT, project)
     out = tmp_path / "export"
     for session in AgentSession.objects.filter(project=project):
         written = dreamos.export(session, out)
@@ -164,7 +153,7 @@ def test_export_then_import_into_another_project_gives_the_same_sessions(project
             "version",
             "state",
         ]
-    report = run(out, other_project)
+    report = import_dreamos(out, other_project)
     assert report.errors == []
     assert snapshot(other_project) == snapshot(project)
 
@@ -182,7 +171,7 @@ def test_a_session_made_elsewhere_exports_with_its_own_fields_kept(
         "run_1_20260401120001_step.checkpoint",  # same second: the name moves on, the JSON keeps the time
         "run_1_20260401120002_manual.checkpoint",  # and sorts after the ones before it
     ]
-    run(tmp_path, other_project)
+    import_dreamos(tmp_path, other_project)
     again = AgentSession.objects.get(project=other_project)
     assert again.external_id == "run/1"
     rows = [
@@ -198,11 +187,11 @@ def test_a_session_made_elsewhere_exports_with_its_own_fields_kept(
 
 
 def test_write_back_adds_a_recovery_checkpoint_file_and_never_overwrites(project, tmp_path):
-    run(FOLDER, project)
+    import_dreamos(FOLDER, project)
     session = AgentSession.objects.get(project=project, external_id="agent-7")
     target = session.checkpoints.get(seq=3)
     restored = services.restore_checkpoint(target, actor=services.Actor.system("test"), reason="drift")
-    folder = copy_of(FOLDER, tmp_path / "checkpoints")
+    folder = writable_copy(FOLDER, tmp_path / "checkpoints")
     before = {path.name: path.read_bytes() for path in folder.iterdir()}
 
     written = dreamos.write_back(session, restored, folder, now=WHEN)
@@ -222,17 +211,17 @@ def test_write_back_adds_a_recovery_checkpoint_file_and_never_overwrites(project
     with pytest.raises(FileExistsError):
         dreamos.write_back(session, restored, folder, now=WHEN)
     assert written[0].read_bytes() == after[written[0].name]
-    report = run(folder, project)  # the agent's folder now holds the recovery checkpoint
+    report = import_dreamos(folder, project)  # the agent's folder now holds the recovery checkpoint
     assert (report.imported, report.skipped) == (1, 45)
 
 
 def test_a_restore_of_a_tree_imported_from_its_root_is_written_beside_the_agents_files(
     project, tmp_path, django_capture_on_commit_callbacks
 ):
-    root = copy_of(ROOT, tmp_path / "dreamos" / "runtime").parent
+    root = writable_copy(ROOT, tmp_path / "dreamos" / "runtime").parent
     folder = root / "runtime" / "agent_comms" / "checkpoints"
     before = {path.name for path in folder.iterdir()}
-    run(root, project, write_back=True)  # the session remembers the root it was imported from
+    import_dreamos(root, project, write_back=True)  # the session remembers the root it was imported from
     session = AgentSession.objects.get(project=project, external_id="agent-3")
     target = session.checkpoints.get(seq=5)
     with django_capture_on_commit_callbacks(execute=True):
@@ -245,7 +234,7 @@ def test_a_restore_of_a_tree_imported_from_its_root_is_written_beside_the_agents
 
 
 def test_write_back_needs_an_existing_folder(project, tmp_path):
-    run(FOLDER, project)
+    import_dreamos(FOLDER, project)
     session = AgentSession.objects.get(project=project, external_id="agent-3")
     with pytest.raises(FileNotFoundError):
         dreamos.write_back(session, session.head, tmp_path / "gone")
@@ -283,7 +272,7 @@ def canonical(value) -> str:
 
 
 def test_files_written_by_dream_os_import_with_the_counts_heads_and_states_it_reports(project):
-    report = run(VICTOR_OS, project)
+    report = import_dreamos(VICTOR_OS, project)
 
     assert (report.imported, report.skipped, report.errors) == (21, 0, [])
     for agent, (count, *latest) in MANAGER.items():
@@ -307,7 +296,7 @@ def test_our_export_is_the_tree_dream_os_reads_back_with_the_same_listing_latest
     """Dream.OS lists `<agent>*.checkpoint` files in runtime/agent_comms/checkpoints, takes the latest of a
     type by sorted name and restores with json.load: same names and equal JSON are what it reads (its own
     functions ran on this export: victor-os/README.md)."""
-    run(VICTOR_OS, project)
+    import_dreamos(VICTOR_OS, project)
     out = tmp_path / "runtime" / "agent_comms" / "checkpoints"
     for agent in MANAGER:
         dreamos.export(AgentSession.objects.get(project=project, external_id=agent), out)

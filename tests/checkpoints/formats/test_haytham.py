@@ -1,19 +1,18 @@
 from __future__ import annotations
 
 import re
-import shutil
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
 from checkpoints import services
 from checkpoints.models import AgentOutput, AgentSession, Checkpoint, Phase, PhaseFeedback, Project
-from checkpoints.services.importing import import_path
 from checkpoints.services.phases import add_agent_output, report_phase
 from checkpoints.sources import formats
 from checkpoints.sources.formats import haytham
 from checkpoints.sources.formats.base import PhaseRecord, SessionRecord
 from checkpoints.store import load_state
+from tests.helpers import import_folder, writable_copy
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 ROOT = FIXTURES / "haytham" / "handwritten"
@@ -95,21 +94,8 @@ def watched_over_time(tmp_path: Path, project, moments: list[Path] = MOMENTS) ->
                 target.mkdir(parents=True, exist_ok=True)
             else:
                 target.write_bytes(path.read_bytes())
-        assert run(folder, project, write_back=True).errors == []
+        assert import_folder(folder, project, write_back=True).errors == []
     return folder
-
-
-def run(path: Path, project, **options):
-    return import_path(path, project=project, actor=services.Actor.system("test"), **options)
-
-
-def copy_of(source: Path, target: Path) -> Path:
-    """A writable copy (the fixtures are read-only)."""
-    shutil.copytree(source, target, copy_function=lambda src, dst: Path(dst).write_bytes(Path(src).read_bytes()))
-    for folder in [target, *target.rglob("*")]:
-        if folder.is_dir():
-            folder.chmod(0o755)
-    return target
 
 
 def session_named(external_id: str, slug: str = "project-123") -> AgentSession:
@@ -185,7 +171,7 @@ def test_detects_the_tree_at_every_level_but_not_other_formats():
 
 
 def test_mvp_and_full_sessions_import_into_their_project(project):
-    report = run(ROOT, project)
+    report = import_folder(ROOT, project)
 
     assert report.errors == []
     assert report.sessions == [MVP, FULL]
@@ -210,7 +196,7 @@ def test_mvp_and_full_sessions_import_into_their_project(project):
 
 
 def test_phases_with_their_status_times_durations_tokens_and_cost(project):
-    run(ROOT, project)
+    import_folder(ROOT, project)
 
     mvp, full = phases_of(session_named(MVP)), phases_of(session_named(FULL))
     assert {n: p.status for n, p in mvp.items()} == {
@@ -242,7 +228,7 @@ def test_phases_with_their_status_times_durations_tokens_and_cost(project):
 
 
 def test_agent_outputs_keep_the_whole_markdown_and_their_details(project):
-    run(ROOT, project)
+    import_folder(ROOT, project)
 
     market = phases_of(session_named(FULL))[2]
     assert sorted(o.agent_name for o in market.outputs.all()) == ["competitor_analysis", "market_intelligence"]
@@ -257,7 +243,7 @@ def test_agent_outputs_keep_the_whole_markdown_and_their_details(project):
 
 
 def test_user_feedback_with_action_approval_comments_and_requested_changes(project):
-    run(ROOT, project)
+    import_folder(ROOT, project)
 
     full = phases_of(session_named(FULL))
     niche = full[3].feedback.get()
@@ -275,7 +261,7 @@ def test_user_feedback_with_action_approval_comments_and_requested_changes(proje
 
 
 def test_each_phase_checkpoint_is_on_the_timeline(project):
-    run(ROOT, project)
+    import_folder(ROOT, project)
 
     checkpoints = list(session_named(MVP).checkpoints.order_by("seq"))
     assert [c.name for c in checkpoints] == ["phase_1_concept", "phase_2_market_research", "phase_3_niche_selection"]
@@ -295,9 +281,9 @@ def test_each_phase_checkpoint_is_on_the_timeline(project):
 
 
 def test_importing_twice_adds_nothing(project):
-    run(ROOT, project)
+    import_folder(ROOT, project)
     before = snapshot("project-123")
-    report = run(ROOT, project)
+    report = import_folder(ROOT, project)
 
     assert (report.imported, report.skipped, report.errors) == (0, 8, [])
     assert snapshot("project-123") == before
@@ -306,7 +292,7 @@ def test_importing_twice_adds_nothing(project):
 
 
 def test_broken_files_are_reported_with_their_path_while_the_rest_imports(project, tmp_path):
-    root = copy_of(ROOT, tmp_path / "haytham")
+    root = writable_copy(ROOT, tmp_path / "haytham")
     full = root / "projects" / "project-123" / "sessions" / FULL
     (full / "phase_1_concept" / "concept_expansion.md").write_bytes(b"# Agent Output: x\n\xff\xfe broken")
     (full / "phase_2_market_research" / "checkpoint.md").write_text("# Phase Checkpoint\n\njust prose, no lists\n")
@@ -325,7 +311,7 @@ def test_broken_files_are_reported_with_their_path_while_the_rest_imports(projec
     )
     (broken / "session_manifest.md").write_text("# Session Manifest\n\nno metadata here\n")
 
-    report = run(root, project)
+    report = import_folder(root, project)
 
     errors = {
         str(Path(e["path"]).relative_to(root / "projects" / "project-123" / "sessions")): e for e in report.errors
@@ -358,7 +344,7 @@ def test_broken_files_are_reported_with_their_path_while_the_rest_imports(projec
 
 
 def test_a_failed_phase_keeps_its_errors_and_the_agent_error(project, tmp_path):
-    root = copy_of(ROOT, tmp_path / "haytham")
+    root = writable_copy(ROOT, tmp_path / "haytham")
     planning = root / "projects" / "project-123" / "sessions" / FULL / "phase_5_business_planning"
     text = (planning / "checkpoint.md").read_text(encoding="utf-8").replace("- Status: in_progress", "- Status: failed")
     (planning / "checkpoint.md").write_text(text + "\n## Errors\n- market_intelligence: timed out\n- budget exceeded\n")
@@ -371,7 +357,7 @@ def test_a_failed_phase_keeps_its_errors_and_the_agent_error(project, tmp_path):
         output + "\n## Error Details\n- Error Type: TimeoutError\n- Error Message: model timed out\n"
     )
 
-    report = run(root, project)
+    report = import_folder(root, project)
 
     assert report.errors == []
     phase = phases_of(session_named(FULL))[5]
@@ -385,18 +371,18 @@ def test_a_failed_phase_keeps_its_errors_and_the_agent_error(project, tmp_path):
 
 
 def test_a_session_folder_without_a_manifest_imports_its_phases(project, tmp_path):
-    root = copy_of(ROOT, tmp_path / "haytham")
+    root = writable_copy(ROOT, tmp_path / "haytham")
     session = root / "projects" / "project-123" / "sessions" / MVP
     (session / "session_manifest.md").unlink()
 
-    report = run(root, project)
+    report = import_folder(root, project)
 
     assert [Path(e["path"]).name for e in report.errors] == ["session_manifest.md"]
     assert sorted(phases_of(session_named(MVP))) == [1, 2, 3]  # 6 and 7 were only in the manifest
 
 
 def test_export_writes_the_layout_back_and_reimports_identically_into_another_project(project, tmp_path):
-    run(ROOT, project)
+    import_folder(ROOT, project)
     out = tmp_path / "out"
     written = []
     for external_id in (MVP, FULL):
@@ -410,7 +396,7 @@ def test_export_writes_the_layout_back_and_reimports_identically_into_another_pr
         if path.name != "session_manifest.md":
             assert (exported / path.relative_to(SESSIONS)).read_bytes() == path.read_bytes(), path
     (out / "projects" / "project-123").rename(out / "projects" / "copy")
-    report = run(out, project)
+    report = import_folder(out, project)
     assert report.errors == []
     assert report.imported == 8
     assert Project.objects.filter(slug="copy").exists()
@@ -418,7 +404,7 @@ def test_export_writes_the_layout_back_and_reimports_identically_into_another_pr
 
 
 def test_export_keeps_earlier_versions_in_the_history_folder_and_reimports_them(project, tmp_path):
-    run(ROOT, project)
+    import_folder(ROOT, project)
     session = session_named(FULL)
     niche = phases_of(session)[3]
     PhaseFeedback.objects.create(
@@ -440,7 +426,7 @@ def test_export_keeps_earlier_versions_in_the_history_folder_and_reimports_them(
     kept = session_dir / haytham.HISTORY / "phase_3_niche_selection" / "user_feedback.20260601T110000Z.md"
     assert "retry_with_changes" in kept.read_text()
     (tmp_path / "projects" / "project-123").rename(tmp_path / "projects" / "copy")
-    assert run(tmp_path, project).errors == []
+    assert import_folder(tmp_path, project).errors == []
     copy = phases_of(session_named(FULL, "copy"))[3]
     assert [f.action for f in copy.feedback.all()] == ["approved", "retry_with_changes"]
     assert snapshot("project-123") == before
@@ -453,9 +439,9 @@ def restored(session_id: str, phase_dir: str, slug: str = "project-123", version
 
 
 def test_write_back_puts_the_restored_phase_back_keeping_what_it_replaces(project, tmp_path):
-    root = copy_of(ROOT, tmp_path / "haytham")
+    root = writable_copy(ROOT, tmp_path / "haytham")
     session_dir = root / "projects" / "project-123" / "sessions" / FULL
-    run(root, project)
+    import_folder(root, project)
     niche = session_dir / "phase_3_niche_selection"
     original = (niche / "checkpoint.md").read_text()
     retried = original.replace("- Status: completed", "- Status: in_progress").replace(
@@ -480,15 +466,15 @@ def test_write_back_puts_the_restored_phase_back_keeping_what_it_replaces(projec
     assert "| 3 | Niche Selection | completed | 2026-06-01T10:03:00Z | 2026-06-01T10:03:50Z | 50s |" in manifest
     assert "| 4 | Product Strategy | pending | - | - | - |\n| 5 | Business Planning | pending | - | - | - |" in manifest
     assert not [p for p in session_dir.rglob("*.tmp")]  # no temporary files left behind
-    report = run(root, project)  # the folder, read again: history is history, not strays
+    report = import_folder(root, project)  # the folder, read again: history is history, not strays
     assert (report.imported, report.errors) == (1, [])  # the retry Haytham wrote since, kept in history
     assert {n: p.status for n, p in phases_of(session_named(FULL)).items()}[4] == "pending"
 
 
 def test_write_back_leaves_files_that_already_match_alone(project, tmp_path):
-    root = copy_of(ROOT, tmp_path / "haytham")
+    root = writable_copy(ROOT, tmp_path / "haytham")
     session_dir = root / "projects" / "project-123" / "sessions" / MVP
-    run(root, project)
+    import_folder(root, project)
     checkpoint = restored(MVP, "phase_2_market_research")
     before = {p: p.read_bytes() for p in session_dir.rglob("*") if p.is_file()}
 
@@ -501,10 +487,10 @@ def test_write_back_leaves_files_that_already_match_alone(project, tmp_path):
 
 
 def test_write_back_never_overwrites_a_kept_file(project, tmp_path, monkeypatch):
-    root = copy_of(ROOT, tmp_path / "haytham")
+    root = writable_copy(ROOT, tmp_path / "haytham")
     session_dir = root / "projects" / "project-123" / "sessions" / FULL
     niche = session_dir / "phase_3_niche_selection"
-    run(root, project)
+    import_folder(root, project)
     (niche / "checkpoint.md").write_text("# Phase Checkpoint: changed on disk\n")
     now = datetime(2026, 7, 1, 12, tzinfo=UTC)
 
@@ -527,11 +513,11 @@ def test_write_back_never_overwrites_a_kept_file(project, tmp_path, monkeypatch)
 
 
 def test_write_back_moves_files_older_write_backs_left_in_phase_folders_to_history(project, tmp_path):
-    root = copy_of(ROOT, tmp_path / "haytham")
+    root = writable_copy(ROOT, tmp_path / "haytham")
     session_dir = root / "projects" / "project-123" / "sessions" / MVP
     concept = session_dir / "phase_1_concept"
     (concept / "user_feedback.20260601T100000Z.md").write_bytes((concept / "user_feedback.md").read_bytes())
-    run(root, project)
+    import_folder(root, project)
 
     haytham.write_back(session_named(MVP), restored(MVP, "phase_3_niche_selection"), root)
 
@@ -615,7 +601,7 @@ def test_importing_the_watched_folder_again_adds_nothing(project, tmp_path):
     folder = watched_over_time(tmp_path, project)
     before = snapshot(FOUNDER)
 
-    report = run(folder, project)
+    report = import_folder(folder, project)
 
     assert (report.imported, report.errors) == (0, [])
     assert snapshot(FOUNDER) == before
@@ -669,7 +655,7 @@ def test_an_export_reimports_into_another_project_with_every_version_and_attempt
         haytham.export(session_named(session_id, FOUNDER), out)
     (out / "projects" / FOUNDER).rename(out / "projects" / "copy")
 
-    report = run(out, project)
+    report = import_folder(out, project)
 
     assert report.errors == []
     assert report.imported == Checkpoint.objects.filter(session__project__slug=FOUNDER).count()
@@ -721,7 +707,7 @@ def test_a_restored_in_progress_phase_can_resume_without_what_came_after_it(proj
     assert haytham_agent_outputs(session_dir) == {}
     then = founder_session(MOMENTS[0], STARTED)
     assert without_last_updated(files_haytham_reads(session_dir)) == without_last_updated(files_haytham_reads(then))
-    report = run(folder, project)  # read again after the write-back: nothing new, nothing stray
+    report = import_folder(folder, project)  # read again after the write-back: nothing new, nothing stray
     assert (report.imported, report.errors) == (0, [])
     assert phases_of(session_named(STARTED, FOUNDER))[2].status == "pending"
 

@@ -12,11 +12,11 @@ import time_machine
 
 from checkpoints import services
 from checkpoints.models import AgentSession, Checkpoint
-from checkpoints.services.importing import import_path
 from checkpoints.sources import formats
 from checkpoints.sources.formats import kaizen
 from checkpoints.sources.formats.base import CheckpointRecord, Problem, SessionRecord
 from checkpoints.store import load_state
+from tests.helpers import import_folder, writable_copy
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 FOLDER = FIXTURES / "kaizen"
@@ -35,18 +35,6 @@ MAIN_IDS = [
     "ckpt_b862dc10b583",
 ]
 FORK_IDS = ["ckpt_b7ba550a0f4a", "ckpt_3d9b7045ffa8", "ckpt_b1e9b967f789"]
-
-
-def run(path: Path, project, **options):
-    return import_path(path, project=project, actor=services.Actor.system("test"), **options)
-
-
-def copy_of(source: Path, target: Path) -> Path:
-    """A writable copy (the fixtures are read-only)."""
-    target.mkdir(parents=True)
-    for path in source.iterdir():
-        (target / path.name).write_bytes(path.read_bytes())
-    return target
 
 
 def original(checkpoint_id: str) -> dict:
@@ -100,7 +88,7 @@ def test_detects_jsonl_files_and_their_folder_but_not_other_formats():
 
 
 def test_each_agent_becomes_a_session_with_its_checkpoints_in_parent_order(project):
-    report = run(FOLDER, project)
+    report = import_folder(FOLDER, project)
 
     assert report.errors == []
     assert report.imported == 13
@@ -117,7 +105,7 @@ def test_each_agent_becomes_a_session_with_its_checkpoints_in_parent_order(proje
 
 
 def test_the_plain_jsonl_fork_is_a_session_forked_from_the_right_checkpoint(project):
-    run(FOLDER, project)
+    import_folder(FOLDER, project)
 
     fork = session_named(project, FORK)
     assert fork.forked_from.session.external_id == MAIN
@@ -136,7 +124,7 @@ def test_the_source_session_is_read_before_its_fork():
 
 
 def test_statuses_map_and_the_original_stays_in_metadata(project):
-    run(FOLDER, project)
+    import_folder(FOLDER, project)
 
     main, fork = session_named(project, MAIN), session_named(project, FORK)
     assert [c.status for c in main.checkpoints.order_by("seq")] == ["in_progress"] * 9 + ["completed"]
@@ -147,7 +135,7 @@ def test_statuses_map_and_the_original_stays_in_metadata(project):
 
 
 def test_state_is_the_agent_state_without_the_fields_that_have_columns(project):
-    run(FOLDER, project)
+    import_folder(FOLDER, project)
 
     checkpoint = Checkpoint.objects.get(session__project=project, idempotency_key="kaizen:ckpt_4c1f1215242c")
     source = original("ckpt_4c1f1215242c")
@@ -161,9 +149,9 @@ def test_state_is_the_agent_state_without_the_fields_that_have_columns(project):
 
 
 def test_importing_twice_adds_nothing(project):
-    first = run(FOLDER, project)
+    first = import_folder(FOLDER, project)
     before = snapshot(project)
-    second = run(FOLDER, project)
+    second = import_folder(FOLDER, project)
 
     assert (first.imported, second.imported, second.skipped) == (13, 0, 13)
     assert snapshot(project) == before
@@ -171,7 +159,7 @@ def test_importing_twice_adds_nothing(project):
 
 
 def test_broken_files_are_reported_with_their_path_while_the_rest_imports(project, tmp_path):
-    folder = copy_of(FOLDER, tmp_path / "kaizen")
+    folder = writable_copy(FOLDER, tmp_path / "kaizen")
     good = (FOLDER / "ckpt_3d9b7045ffa8.jsonl").read_bytes()
     (folder / "ckpt_truncated.jsonl").write_bytes(good[: len(good) // 2])
     (folder / "ckpt_latin1.jsonl").write_bytes(
@@ -188,7 +176,7 @@ def test_broken_files_are_reported_with_their_path_while_the_rest_imports(projec
     twin = {**orphan, "checkpoint_id": "ckpt_twin", "parent_checkpoint_id": "ckpt_orphan"}
     (folder / "ckpt_two.jsonl").write_text(json.dumps(twin) + "\n{not json\n", encoding="utf-8")
 
-    report = run(folder, project)
+    report = import_folder(folder, project)
 
     errors = {Path(error["path"]).name: error["error"] for error in report.errors}
     assert set(errors) == {
@@ -215,8 +203,8 @@ def test_broken_files_are_reported_with_their_path_while_the_rest_imports(projec
 
 
 def test_a_single_new_file_finds_its_parent_next_to_it(project):
-    run(FOLDER / "ckpt_4c1f1215242c.jsonl.gz", project)
-    report = run(FOLDER / "ckpt_b7ba550a0f4a.jsonl", project)
+    import_folder(FOLDER / "ckpt_4c1f1215242c.jsonl.gz", project)
+    report = import_folder(FOLDER / "ckpt_b7ba550a0f4a.jsonl", project)
 
     assert report.errors == []
     assert session_named(project, FORK).forked_from.metadata["source_id"] == "ckpt_4c1f1215242c"
@@ -236,7 +224,7 @@ def test_a_cycle_of_parents_is_reported_and_still_imported(project, tmp_path):
 
 
 def test_export_rebuilds_each_line_and_reimports_identically_into_another_project(project, other_project, tmp_path):
-    run(FOLDER, project)
+    import_folder(FOLDER, project)
     out = tmp_path / "out"
     written = []
     for external_id in (MAIN, FORK):
@@ -247,14 +235,14 @@ def test_export_rebuilds_each_line_and_reimports_identically_into_another_projec
         line, source = line_of(path), original(path.name.split(".")[0])
         assert line == source
         assert list(line) == list(source)  # the field order too
-    report = run(out, other_project)
+    report = import_folder(out, other_project)
     assert report.errors == []
     assert report.imported == 13
     assert snapshot(other_project) == snapshot(project)
 
 
 def test_export_can_gzip(project, tmp_path):
-    run(FOLDER, project)
+    import_folder(FOLDER, project)
 
     written = kaizen.export(session_named(project, FORK), tmp_path, compress=True)
 
@@ -263,7 +251,7 @@ def test_export_can_gzip(project, tmp_path):
 
 
 def test_export_of_a_console_made_fork_links_to_its_source(project, tmp_path):
-    run(FOLDER, project)
+    import_folder(FOLDER, project)
     target = Checkpoint.objects.get(session__project=project, idempotency_key="kaizen:ckpt_d4ef1739d176")
     forked = services.fork_session(target, actor=services.Actor.system("test"), external_id="agent_try")
 
@@ -283,8 +271,8 @@ def snapshot_folder(folder: Path) -> dict[str, bytes]:
 
 
 def test_write_back_adds_a_new_checkpoint_file_whose_parent_is_the_restored_one(project, tmp_path):
-    folder = copy_of(FOLDER, tmp_path / "kaizen")
-    run(folder, project)
+    folder = writable_copy(FOLDER, tmp_path / "kaizen")
+    import_folder(folder, project)
     before = snapshot_folder(folder)
     target = Checkpoint.objects.get(session__project=project, idempotency_key="kaizen:ckpt_71e41136bf92")
     restored = services.restore_checkpoint(target, actor=services.Actor.system("test"), reason="rewind")
@@ -302,13 +290,13 @@ def test_write_back_adds_a_new_checkpoint_file_whose_parent_is_the_restored_one(
         k: v for k, v in source.items() if k not in ("checkpoint_id", "parent_checkpoint_id", "timestamp")
     }
     assert list(line) == list(source)
-    report = run(folder, project)  # the agent's folder, read again, gains exactly that checkpoint
+    report = import_folder(folder, project)  # the agent's folder, read again, gains exactly that checkpoint
     assert (report.imported, report.errors) == (1, [])
 
 
 def test_write_back_never_overwrites_an_existing_file(project, tmp_path, monkeypatch):
-    folder = copy_of(FOLDER, tmp_path / "kaizen")
-    run(folder, project)
+    folder = writable_copy(FOLDER, tmp_path / "kaizen")
+    import_folder(folder, project)
     target = Checkpoint.objects.get(session__project=project, idempotency_key="kaizen:ckpt_3d9b7045ffa8")
     taken = folder / "ckpt_000000000001.jsonl"
     taken.write_bytes(b"someone else's\n")
@@ -350,7 +338,7 @@ def newest(lines: dict[str, dict], agent: str) -> str:
 
 def test_a_reused_agent_id_is_two_roots_and_the_head_is_what_kaizen_resumes_from(project):
     """support_agent ran twice; the second run's step counter restarted at 0 and its step 29 failed."""
-    report = run(RUNS, project)
+    report = import_folder(RUNS, project)
 
     assert report.errors == []
     session = session_named(project, "support_agent")
@@ -367,7 +355,7 @@ def test_a_reused_agent_id_is_two_roots_and_the_head_is_what_kaizen_resumes_from
 
 def test_forks_and_a_run_resumed_from_an_older_checkpoint_are_branches_of_the_agents_session(project):
     """coder_agent: interrupted at step 40, resumed from step 25 with fork_from_checkpoint; a fork at 15 left."""
-    run(RUNS, project)
+    import_folder(RUNS, project)
 
     session = session_named(project, "coder_agent")
     found = by_source_id(session)
@@ -389,7 +377,7 @@ def test_forks_and_a_run_resumed_from_an_older_checkpoint_are_branches_of_the_ag
 
 
 def test_a_parent_deleted_by_kaizens_retention_leaves_a_root_without_an_error(project):
-    report = run(RUNS, project)
+    report = import_folder(RUNS, project)
 
     session = session_named(project, "research_agent")
     first, *rest = session.checkpoints.order_by("seq")
@@ -400,14 +388,14 @@ def test_a_parent_deleted_by_kaizens_retention_leaves_a_root_without_an_error(pr
 
 
 def test_reimporting_kaizens_files_adds_nothing(project):
-    first = run(RUNS, project)
-    second = run(RUNS, project)
+    first = import_folder(RUNS, project)
+    second = import_folder(RUNS, project)
 
     assert (first.imported, second.imported, second.skipped, second.errors) == (35, 0, 35, [])
 
 
 def test_export_keeps_each_checkpoints_compression_and_size(project, tmp_path):
-    run(RUNS, project)
+    import_folder(RUNS, project)
     out = tmp_path / "out"
     for agent in ("research_agent", "support_agent", "coder_agent"):
         kaizen.export(session_named(project, agent), out)
@@ -426,7 +414,7 @@ def test_a_parentless_checkpoint_continues_the_one_before_unless_its_step_counte
         line |= {"step_number": step, "parent_checkpoint_id": None, "status": "running"}
         (tmp_path / f"{key}.jsonl").write_text(json.dumps(line) + "\n")
 
-    run(tmp_path, project)
+    import_folder(tmp_path, project)
 
     found = by_source_id(session_named(project, "loop"))
     parents = {key: c.parent.metadata["source_id"] if c.parent else None for key, c in found.items()}
@@ -445,7 +433,7 @@ def test_a_refused_state_keeps_its_children_in_the_tree_under_its_parent(project
             line["memory_contents"] = {"nested": too_deep}
         (tmp_path / f"{key}.jsonl").write_text(json.dumps(line) + "\n")
 
-    report = run(tmp_path, project)
+    report = import_folder(tmp_path, project)
 
     assert report.imported == 2
     assert [(error["path"], "invalid state" in error["error"]) for error in report.errors] == [
@@ -535,7 +523,7 @@ def test_kaizen_reads_our_export_with_the_same_count_head_and_states(kaizen_stat
         drive(kaizen_state, folder)
     before = kaizen_view(kaizen_state, folder)
 
-    report = run(folder, project)
+    report = import_folder(folder, project)
     after = kaizen_view(kaizen_state, export_all(project, tmp_path / "exported"))
 
     assert report.errors == []
@@ -555,7 +543,7 @@ def test_kaizen_reads_our_export_with_the_same_count_head_and_states(kaizen_stat
 def test_kaizen_resumes_from_our_write_back(kaizen_state, project, tmp_path):
     folder = tmp_path / "kaizen"
     drive(kaizen_state, folder)
-    run(folder, project)
+    import_folder(folder, project)
     target = Checkpoint.objects.get(
         session__project=project, session__external_id="coder_agent", step=15, parent__step=10
     )

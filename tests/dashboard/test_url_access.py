@@ -1,0 +1,174 @@
+"""Who may do what on every console URL: one permission matrix, walked by role and method.
+
+Every URL name in `dashboard/urls.py` needs a row in MATRIX (a new URL without one fails the walk). A row maps
+each method the view takes to the roles allowed it and the status they get. For any other role and method:
+a signed-out visitor is sent to sign in (whatever the method, htmx or not: `console()` checks before the
+method), a role the view refuses gets 403, and one it lets use another method gets 405. A refused request
+writes and queues nothing; an allowed POST writes its audit row. Each case gets a fresh world (a session of
+five checkpoints, an alert, a phase, an import job: tests/dashboard/conftest.py), so no action leaves
+anything behind for the next.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+from django.urls import URLPattern, reverse
+from django_celery_beat.models import PeriodicTask
+
+from checkpoints.models import AuditEvent
+from dashboard.urls import urlpatterns
+from tests.dashboard.conftest import World
+
+ROLES = ["anonymous", "outsider", "viewer", "operator", "approver", "staff"]  # outsider: signed in, in no project
+ANONYMOUS, OUTSIDER, VIEWER, OPERATOR, APPROVER, STAFF = ROLES
+USERS = {OUTSIDER: "nobody", VIEWER: "bob", OPERATOR: "alice", APPROVER: "carol", STAFF: "staff_operator"}
+METHODS = ["GET", "POST", "PUT", "DELETE"]
+
+MEMBERS = frozenset({VIEWER, OPERATOR, APPROVER, STAFF})  # view_agentsession in the project (staff: in all)
+OPERATORS = frozenset({OPERATOR, STAFF})  # operate_session, triage_alert
+APPROVERS = frozenset({APPROVER})  # approve_phase
+EVERY_PROJECT = frozenset({STAFF})  # operate_session in every project at once
+
+
+def _zip() -> SimpleUploadedFile:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path in sorted((Path(__file__).parents[1] / "fixtures" / "ares").iterdir()):
+            archive.write(path, f"ares/{path.name}")
+    return SimpleUploadedFile("runs.zip", buffer.getvalue(), content_type="application/zip")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One URL: method → (roles allowed, their status); `at` picks the URL's arguments from the world."""
+
+    methods: dict[str, tuple[frozenset[str], int]]
+    at: Callable[[World], list[Any]] = lambda world: []
+    query: Callable[[World], str] = lambda world: ""
+    data: Callable[[], dict[str, Any]] = dict
+
+
+def session(world: World) -> list[Any]:
+    return [world.session.pk]
+
+
+def checkpoint(world: World) -> list[Any]:
+    return [world.checkpoint.pk]
+
+
+def alert(world: World) -> list[Any]:
+    return [world.alert.pk]
+
+
+def phase(world: World) -> list[Any]:
+    return [world.session.pk, world.phase.number]
+
+
+def job(world: World) -> list[Any]:
+    return [world.job.pk]
+
+
+def gc_task(world: World) -> list[Any]:
+    return [PeriodicTask.objects.get(task="checkpoints.tasks.collect_garbage").pk]
+
+
+# fmt: off
+MATRIX: dict[str, Row] = {
+    "overview":            Row({"GET": (MEMBERS, 200)}),
+    "session_list":        Row({"GET": (MEMBERS, 200)}),
+    "session_detail":      Row({"GET": (MEMBERS, 200)}, at=session),
+    "session_undo":        Row({"POST": (OPERATORS, 302)}, at=session),
+    "session_export":      Row({"GET": (MEMBERS, 200)}, at=session, query=lambda w: "?format=ares"),
+    "phase_detail":        Row({"GET": (MEMBERS, 200)}, at=phase),
+    "phase_feedback":      Row({"POST": (APPROVERS, 302)}, at=phase, data=lambda: {"action": "skip_phase"}),
+    "checkpoint_detail":   Row({"GET": (MEMBERS, 200)}, at=checkpoint),
+    "checkpoint_subtree":  Row({"GET": (MEMBERS, 200)}, at=checkpoint),
+    "checkpoint_download": Row({"GET": (MEMBERS, 200)}, at=checkpoint),
+    "checkpoint_restore":  Row({"GET": (OPERATORS, 200), "POST": (OPERATORS, 302)}, at=checkpoint,
+                               data=lambda: {"reason": "walk"}),
+    "checkpoint_fork":     Row({"GET": (OPERATORS, 200), "POST": (OPERATORS, 302)}, at=checkpoint,
+                               data=lambda: {"title": "walk"}),
+    "checkpoint_pin":      Row({"POST": (OPERATORS, 302)}, at=checkpoint, data=lambda: {"pinned": "1"}),
+    "compare":             Row({"GET": (MEMBERS, 200)},
+                               query=lambda w: f"?a={w.session.head_id}&b={w.checkpoint.pk}"),
+    "alert_list":          Row({"GET": (MEMBERS, 200)}),
+    "alert_acknowledge":   Row({"POST": (OPERATORS, 302)}, at=alert),
+    "alert_resolve":       Row({"POST": (OPERATORS, 302)}, at=alert, data=lambda: {"reason": "walk"}),
+    "audit_log":           Row({"GET": (MEMBERS, 200)}),
+    "retention":           Row({"GET": (MEMBERS, 200), "POST": (EVERY_PROJECT, 302)},
+                               data=lambda: {"confirm": "yes"}),
+    "retention_dry_run":   Row({"POST": (OPERATORS, 302)}),
+    "import_upload":       Row({"GET": (OPERATORS, 200), "POST": (OPERATORS, 302)},
+                               data=lambda: {"project": "acme", "archive": _zip()}),
+    "import_job":          Row({"GET": (OPERATORS, 200)}, at=job),
+    "jobs":                Row({"GET": (MEMBERS, 200)}),
+    "job_run":             Row({"POST": (EVERY_PROJECT, 302)}, at=gc_task, data=lambda: {"confirm": "yes"}),
+}
+# fmt: on
+
+NAMES = sorted(p.name for p in urlpatterns if isinstance(p, URLPattern) and p.name)
+
+
+def expected(name: str, role: str, method: str) -> int:
+    row = MATRIX[name]
+    if role == ANONYMOUS:
+        return 302
+    if method in row.methods:
+        roles, status = row.methods[method]
+        return status if role in roles else 403
+    may_use = set().union(*(roles for roles, _ in row.methods.values()))
+    return 405 if role in may_use else 403
+
+
+def test_every_console_url_has_a_row_in_the_matrix():
+    assert sorted(MATRIX) == NAMES
+
+
+@pytest.fixture(autouse=True)
+def var_dir(settings, tmp_path) -> Path:
+    """Uploads and exports go to a folder of the test's own."""
+    settings.VAR_DIR = tmp_path / "var"
+    settings.VAR_DIR.mkdir()
+    return settings.VAR_DIR
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("name", NAMES)
+def test_each_role_gets_the_matrix_status_for_each_url_and_method(
+    request, make_world, project, django_capture_on_commit_callbacks, name, role, method
+):
+    row = MATRIX.get(name)
+    assert row is not None, f"add {name!r} to MATRIX"
+    world = make_world(project, "acme")
+    url = reverse(f"dashboard:{name}", args=row.at(world)) + row.query(world)
+    client = Client()
+    if role != ANONYMOUS:
+        client.force_login(request.getfixturevalue(USERS[role]))
+    status = expected(name, role, method)
+    events = AuditEvent.objects.count()
+
+    with django_capture_on_commit_callbacks() as queued:
+        response = client.post(url, row.data()) if method == "POST" else client.generic(method, url)
+
+    assert response.status_code == status, (method, url, role)
+    if role == ANONYMOUS:
+        assert response["Location"] == f"{reverse('login')}?next={quote(url)}"
+        htmx = client.generic(method, url, headers={"HX-Request": "true"})
+        assert (htmx.status_code, htmx["Location"]) == (302, response["Location"])
+    if role == OUTSIDER:
+        assert "not a member of any project yet" in response.content.decode()
+    if role == ANONYMOUS or status in (403, 405):
+        assert AuditEvent.objects.count() == events and not queued, "a refused request wrote or queued something"
+    elif method == "POST":
+        assert AuditEvent.objects.count() > events, "an action left no audit row"

@@ -1,0 +1,49 @@
+"""Plain helpers the test files share (fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import lxml.html
+from django.core.management import call_command
+
+from checkpoints.services import Actor
+from checkpoints.services.importing import import_path
+
+
+def command(*args: str, **options: Any) -> tuple[str, str]:
+    """Run a management command; what it printed to stdout and to stderr."""
+    out, err = StringIO(), StringIO()
+    call_command(*args, stdout=out, stderr=err, **options)
+    return out.getvalue(), err.getvalue()
+
+
+def import_folder(path: Path, project: Any, **options: Any) -> Any:
+    """Import checkpoint files as the `import_checkpoints` command does, as the system actor."""
+    return import_path(path, project=project, actor=Actor.system("test"), **options)
+
+
+def writable_copy(source: Path, target: Path) -> Path:
+    """A writable copy of a fixture folder (the fixtures are read-only, and so are their folders)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for path in sorted(source.rglob("*")):
+        if path.is_file():
+            copied = target / path.relative_to(source)
+            copied.parent.mkdir(parents=True, exist_ok=True)
+            copied.write_bytes(path.read_bytes())
+    return target
+
+
+def select(page: Any, css: str) -> list[lxml.html.HtmlElement]:
+    """The elements of a response (or an HTML string) that a CSS selector matches, in document order."""
+    html = page if isinstance(page, str) else page.content.decode()
+    return lxml.html.fromstring(html).cssselect(css)
+
+
+def text(element: lxml.html.HtmlElement | str) -> str:
+    """The text a reader sees in an element (or a piece of HTML), runs of white space made one."""
+    if isinstance(element, str):
+        element = lxml.html.fromstring(element)
+    return " ".join(element.text_content().split())
