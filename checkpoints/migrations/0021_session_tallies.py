@@ -1,4 +1,4 @@
-"""Running tallies of each session's checkpoints (checkpoints.tallies): totals on the session, rollups by seq block
+"""Running tallies of each session's checkpoints (checkpoints.store.tallies): totals on the session, rollups by seq block
 and hour, counts by name, kind and status; the timeline, the summary API and the overview read them instead of
 counting a session's rows on every request.
 
@@ -17,7 +17,7 @@ from django.db import migrations, models
 
 
 def backfill(apps, schema_editor):
-    from checkpoints import tallies
+    from checkpoints.store import tallies
 
     sessions = apps.get_model("checkpoints", "AgentSession").objects.order_by("pk").values_list("pk", flat=True)
     tallies.recount(list(sessions), apps=apps)
