@@ -9,7 +9,7 @@ import pytest
 
 from checkpoints import services
 from checkpoints.models import AgentSession, Checkpoint
-from checkpoints.services.importing import import_path
+from checkpoints.services.file_import import import_path
 from checkpoints.sources import formats
 from checkpoints.sources.formats import dreamos
 from checkpoints.store import load_state

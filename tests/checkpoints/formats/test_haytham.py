@@ -8,7 +8,7 @@ from pathlib import Path
 
 from checkpoints import services
 from checkpoints.models import AgentOutput, AgentSession, Checkpoint, Phase, PhaseFeedback, Project
-from checkpoints.services.importing import import_path
+from checkpoints.services.file_import import import_path
 from checkpoints.services.phases import add_agent_output, report_phase
 from checkpoints.sources import formats
 from checkpoints.sources.formats import haytham

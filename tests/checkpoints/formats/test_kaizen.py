@@ -12,7 +12,7 @@ import time_machine
 
 from checkpoints import services
 from checkpoints.models import AgentSession, Checkpoint
-from checkpoints.services.importing import import_path
+from checkpoints.services.file_import import import_path
 from checkpoints.sources import formats
 from checkpoints.sources.formats import kaizen
 from checkpoints.sources.formats.base import CheckpointRecord, Problem, SessionRecord
