@@ -23,6 +23,7 @@ from ninja.throttling import BaseThrottle, SimpleRateThrottle
 from pydantic import AfterValidator, ConfigDict, model_validator
 
 from . import limits, services, store
+from .humanize import short_value
 from .models import (
     AgentSession,
     AlertKind,
@@ -170,8 +171,8 @@ def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespons
 
 
 def _short(value: Any) -> Any:
-    if isinstance(value, str) and len(value) > 300:
-        return value[:299] + "…"
+    if isinstance(value, str):
+        return short_value(value, 300)
     if isinstance(value, list | tuple):
         return [_short(part) for part in value[:20]]
     return value

@@ -9,7 +9,7 @@ from django.db import OperationalError
 
 from .jobs import gc, retention, routine, run_job, watching
 from .services import drift
-from .services.imports import run_import_job
+from .services.uploads import run_import_job
 
 
 @shared_task(acks_late=True, time_limit=3600, soft_time_limit=3500)

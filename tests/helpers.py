@@ -10,7 +10,7 @@ import lxml.html
 from django.core.management import call_command
 
 from checkpoints.services import Actor
-from checkpoints.services.importing import import_path
+from checkpoints.services.file_import import import_path
 
 
 def command(*args: str, **options: Any) -> tuple[str, str]:

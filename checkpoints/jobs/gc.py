@@ -23,12 +23,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models.functions import Length
 from django.utils import timezone
 
 from .. import store
 from ..models import AgentSession, Checkpoint, Chunk
+from ..services.chunks import delete_chunks
 
 _QUERY_BATCH = 500
 
@@ -95,17 +95,9 @@ def collect_garbage(
         doomed = [(key, size) for key, size in page if key not in marked]
         if doomed:
             sizes = dict(doomed)
-            with transaction.atomic():
-                # Re-check the age in the DELETE: a chunk refreshed since the scan stays.
-                gone = list(
-                    Chunk.objects.filter(hash__in=list(sizes), created_at__lt=cutoff)
-                    .select_for_update(skip_locked=True)
-                    .values_list("hash", flat=True)
-                )
-                if gone:
-                    Chunk.objects.filter(hash__in=gone, created_at__lt=cutoff).delete()
+            gone = delete_chunks(sizes, created_before=cutoff)
             deleted += len(gone)
-            freed += sum(sizes[bytes(key)] for key in gone)
+            freed += sum(sizes[key] for key in gone)
         if len(page) < batch_size:
             break
     return {"marked": len(marked), "deleted": deleted, "bytes_freed": freed}

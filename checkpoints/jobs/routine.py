@@ -18,6 +18,7 @@ from .. import services, store
 from ..models import AgentSession, AlertKind, CheckpointKind, DriftAlert, SessionStatus
 from ..services import drift
 from ..services.batches import Failures, each_batch
+from ..services.checkpoints import take_routine_checkpoint
 from ..store import jsoncodec
 
 ROUTINE_BATCH = 20  # sessions per savepoint: few, since each holds its session's row lock until the batch ends
@@ -87,7 +88,4 @@ def _take_routine_checkpoint(session: AgentSession, *, now: datetime) -> bool:
         # a second worker taking the same live state finds this key and creates nothing
         idempotency_key=f"routine:{live_root.hex()}:{live_at.isoformat()}",
     )
-    [(_, created)] = services.ingest_checkpoints([(session, [item])], now=now)
-    if created:  # the job took this checkpoint, not the agent: it is no heartbeat (unless one came meanwhile)
-        AgentSession.objects.filter(pk=session.pk, last_seen_at=now).update(last_seen_at=session.last_seen_at)
-    return created
+    return take_routine_checkpoint(session, item, now=now)

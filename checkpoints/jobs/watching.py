@@ -7,16 +7,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
 from .. import services
-from ..models import AgentSession, AlertKind, AlertSeverity, DriftAlert, WatchedSource
-from ..services import drift
+from ..models import WatchedSource
 from ..services.batches import Failures, contained
-from ..services.importing import ImportReport, import_path
-
-WATCH_ACTOR = "system:watch"
+from ..services.file_import import ImportReport, import_path
+from ..services.watched import record_scan, report_folder_back, report_folder_missing
 
 
 def signature(folder: Path) -> dict[str, list[int]]:
@@ -38,12 +35,12 @@ def scan_source(source: WatchedSource, *, now: datetime | None = None) -> Import
     now = now or timezone.now()
     folder = Path(source.path)
     if not folder.is_dir():
-        _folder_missing(source, now)
+        report_folder_missing(source, now=now)
         return None
-    _folder_back(source, now)
+    report_folder_back(source, now=now)
     current = signature(folder)
     if current == source.seen:
-        WatchedSource.objects.filter(pk=source.pk).update(last_scan_at=now)
+        record_scan(source, now=now)
         return None
     report = import_path(
         folder, fmt=source.format, project=source.project, actor=services.Actor.system(f"watch:{source.pk}")
@@ -51,36 +48,8 @@ def scan_source(source: WatchedSource, *, now: datetime | None = None) -> Import
     errors = "; ".join(f"{e['path']}: {e['error']}" for e in report.errors[:20])
     # A session whose stored rows broke its import is tried again next scan: its files stay unseen.
     seen = source.seen if report.failed_sessions else current
-    WatchedSource.objects.filter(pk=source.pk).update(seen=seen, last_scan_at=now, last_error=errors)
+    record_scan(source, now=now, seen=seen, error=errors)
     return report
-
-
-def _sessions_from(source: WatchedSource) -> list[AgentSession]:
-    return list(AgentSession.objects.filter(project=source.project, source_path__startswith=str(Path(source.path))))
-
-
-@transaction.atomic
-def _folder_missing(source: WatchedSource, now: datetime) -> None:
-    message = f"The watched folder {source.path} is gone; its agents' checkpoints are no longer imported."
-    WatchedSource.objects.filter(pk=source.pk).update(last_scan_at=now, last_error=message)
-    for session in _sessions_from(source):
-        if not DriftAlert.objects.filter(session=session, kind=AlertKind.SOURCE_MISSING).unresolved().exists():
-            alert = DriftAlert.objects.create(
-                session=session,
-                kind=AlertKind.SOURCE_MISSING,
-                severity=AlertSeverity.WARNING,
-                message=message,
-                evidence={"folder": source.path, "format": source.format},
-                opened_at=now,
-            )
-            drift.audit_alert(alert, "alert_opened", actor=WATCH_ACTOR, reason=message, now=now)
-
-
-def _folder_back(source: WatchedSource, now: datetime) -> None:
-    sessions = _sessions_from(source)
-    gone = DriftAlert.objects.filter(session__in=sessions, kind=AlertKind.SOURCE_MISSING).unresolved()
-    for alert in gone.select_related("session"):
-        drift.resolve_by_detector(alert, actor=WATCH_ACTOR, reason=f"the watched folder {source.path} is back", now=now)
 
 
 class SessionsNotImported(Exception):

@@ -1,4 +1,4 @@
-"""Running tallies of each session's checkpoints (checkpoints.tallies): totals on the session, rollups by seq block
+"""Running tallies of each session's checkpoints (checkpoints.store.tallies): totals on the session, rollups by seq block
 and hour, counts by name, kind and status; the timeline, the summary API and the overview read them instead of
 counting a session's rows on every request.
 

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from billiard.exceptions import SoftTimeLimitExceeded
 from django.db import InterfaceError, OperationalError, connection, transaction
 
+from ..humanize import short_value
 from ..models import AgentSession
 
 logger = logging.getLogger(__name__)
@@ -35,8 +36,7 @@ def session_label(pk: int) -> str:
 
 
 def describe_error(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
+    return short_value(f"{type(exc).__name__}: {exc}".strip(), ERROR_CHARS)
 
 
 def concerns_the_whole_run(exc: BaseException) -> bool:

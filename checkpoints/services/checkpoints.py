@@ -166,6 +166,19 @@ def ingest_checkpoints(
     return [results[index] for index in range(position + 1)]
 
 
+@transaction.atomic
+def take_routine_checkpoint(session: AgentSession, item: CheckpointInput, *, now: datetime) -> bool:
+    """Store a checkpoint the routine job took from the live state; returns whether it was new.
+
+    The job took it, not the agent: it is no heartbeat, so `last_seen_at` goes back to what it was (unless the
+    agent was heard from meanwhile).
+    """
+    [(_, created)] = ingest_checkpoints([(session, [item])], now=now)
+    if created:
+        AgentSession.objects.filter(pk=session.pk, last_seen_at=now).update(last_seen_at=session.last_seen_at)
+    return created
+
+
 def _state_or_none(root: bytes | None) -> Any:
     """The parent's state to tell what a checkpoint added (in the store's memory: it was just patched against)."""
     try:

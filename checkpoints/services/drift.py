@@ -38,7 +38,7 @@ from ..models import (
     SessionStatus,
 )
 from ..store import jsoncodec
-from ..store.previews import failed_call, tool_calls_of
+from ..store.previews import call_name, failed_call, tool_calls_of
 from .audit import Actor, audit_event
 from .batches import Failures, each_batch
 
@@ -203,8 +203,7 @@ def progress_of(state: Any) -> tuple[Any, float] | None:
 
 
 def _action(call: dict[str, Any]) -> tuple[str, bytes]:
-    name = call.get("tool_name") or call.get("name") or call.get("tool") or ""
-    return str(name), jsoncodec.canonical(call.get("arguments"))  # arguments may hold integers beyond 64 bits
+    return call_name(call), jsoncodec.canonical(call.get("arguments"))  # arguments may hold integers beyond 64 bits
 
 
 def _good_ancestor(recent: Recent, row: SeenCheckpoint) -> SeenCheckpoint | None:

@@ -14,6 +14,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from ..humanize import short_value
 from ..models import AgentSession, Checkpoint, CheckpointKind, CheckpointStatus, SessionStatus
 from ..sources import formats
 from ..store import diff_checkpoints, tallies
@@ -186,7 +187,7 @@ def _fork_title(source: AgentSession, checkpoint: Checkpoint) -> str:
     suffix = f" at #{checkpoint.seq}"
     name = source.title or source.external_id
     room = TITLE_MAX - len("Fork of ") - len(suffix)
-    return f"Fork of {name if len(name) <= room else name[: room - 1] + '…'}{suffix}"
+    return f"Fork of {short_value(name, room)}{suffix}"
 
 
 def fork_session(

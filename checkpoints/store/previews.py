@@ -35,6 +35,11 @@ def tool_calls_of(state: Any) -> list[dict[str, Any]]:
     return [call for call in calls if isinstance(call, dict)] if isinstance(calls, list) else []
 
 
+def call_name(call: dict[str, Any]) -> str:
+    """The tool a call used, under whichever key its format names it; empty when it names none."""
+    return str(call.get("tool_name") or call.get("name") or call.get("tool") or "")
+
+
 def failed_call(call: dict[str, Any]) -> bool:
     if "success" in call:
         return call["success"] is False
@@ -81,7 +86,7 @@ def _messages(state: Any) -> list[dict[str, Any]]:
 
 
 def _call_line(call: dict[str, Any]) -> str:
-    name = call.get("tool_name") or call.get("name") or call.get("tool") or "tool"
+    name = call_name(call) or "tool"
     head = f"{name}({_arguments(call.get('arguments') or call.get('args'))})"
     if failed_call(call):
         why = _text(call.get("error") or call.get("result"))

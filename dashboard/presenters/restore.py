@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkpoints.services import RestorePreview
+from checkpoints.store.previews import call_name
 
 from .diff import DiffView, present_diff
 
@@ -27,7 +28,7 @@ def forgotten_calls(calls: list[Any]) -> list[ForgottenCall]:
     records = [call if isinstance(call, dict) else {"value": call} for call in calls]
     return [
         ForgottenCall(
-            name=record.get("tool_name") or record.get("name") or record.get("tool") or "tool call",
+            name=call_name(record) or "tool call",
             arguments=_as_text(record.get("arguments", record.get("args"))),
             result=_as_text(record.get("result")),
             error=_as_text(record.get("error")),

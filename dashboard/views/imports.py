@@ -24,7 +24,8 @@ from django_htmx.http import HttpResponseStopPolling
 from checkpoints.models import AgentSession, ImportJob, Project
 from checkpoints.roles import in_every_project
 from checkpoints.services import Actor
-from checkpoints.services.imports import queue_import, record_export
+from checkpoints.services.exports import record_export
+from checkpoints.services.uploads import queue_import
 from checkpoints.sources import formats
 from checkpoints.sources.archives import Limits, UnsafeArchive
 from checkpoints.tasks import import_archive

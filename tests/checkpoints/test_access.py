@@ -27,7 +27,7 @@ from checkpoints.models import (
 )
 from checkpoints.roles import ALL_PROJECTS, APPROVE, OPERATE, TRIAGE, VIEW_SESSIONS, ensure_roles
 from checkpoints.services import Actor
-from checkpoints.services.importing import import_path
+from checkpoints.services.file_import import import_path
 from checkpoints.services.memberships import revoke_membership, save_membership
 
 pytestmark = pytest.mark.django_db

@@ -13,7 +13,7 @@ from django.core.management import call_command
 from checkpoints import services, store
 from checkpoints.jobs.watching import scan_source
 from checkpoints.models import AgentSession, AuditEvent, Checkpoint, DriftAlert, Phase, Project, WatchedSource
-from checkpoints.services.importing import import_path
+from checkpoints.services.file_import import import_path
 from checkpoints.tasks import scan_watched_sources
 from tests.helpers import command
 

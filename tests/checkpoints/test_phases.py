@@ -18,7 +18,7 @@ from checkpoints.phases import (
     validate_phase,
     waiting_for_approval,
 )
-from checkpoints.services.importing import import_path
+from checkpoints.services.file_import import import_path
 from checkpoints.services.phases import FeedbackRefused, import_agent_output, record_feedback
 from checkpoints.sources.formats import haytham
 from tests.helpers import select, text

@@ -8,7 +8,8 @@ import pytest
 from checkpoints import store
 from checkpoints.jobs.routine import take_routine_checkpoints
 from checkpoints.models import AgentSession, AlertKind, AlertState, Checkpoint, DriftAlert, JobRun
-from checkpoints.services import record_live_state
+from checkpoints.services import CheckpointInput, record_live_state
+from checkpoints.services.checkpoints import take_routine_checkpoint
 from checkpoints.tasks import take_routine_checkpoints as routine_task
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -135,3 +136,14 @@ def test_the_task_records_a_job_run(make_session, make_checkpoint, at):
     result = routine_task.delay(triggered_by="test").get()
     assert result["taken"] == 1
     assert JobRun.objects.get(job="routine_checkpoints").result == result
+
+
+def test_a_routine_checkpoint_stored_by_the_service_is_no_heartbeat_and_stored_once(make_session, make_checkpoint):
+    session = started(make_session, make_checkpoint)
+    later = T0 + timedelta(minutes=30)
+    item = CheckpointInput(state={**STATE, "step": 8}, name="routine", kind="routine", idempotency_key="routine:1")
+
+    assert take_routine_checkpoint(session, item, now=later) is True
+    assert take_routine_checkpoint(session, item, now=later) is False
+    session.refresh_from_db()
+    assert (session.last_seq, session.last_seen_at) == (2, T0)

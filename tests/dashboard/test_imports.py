@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from checkpoints.models import AgentSession, AuditEvent, Checkpoint, ImportJob, ImportJobStatus, Project
 from checkpoints.services import Actor, get_or_create_project
-from checkpoints.services.importing import import_path
+from checkpoints.services.file_import import import_path
 from checkpoints.sources import formats
 from checkpoints.tasks import import_archive
 from tests.checkpoints.archive_kit import (
@@ -678,7 +678,7 @@ def test_a_bug_during_the_import_fails_the_job_instead_of_leaving_it_running(cli
     def broken(*args, **kwargs):  # fault injection: stands for any bug below the task
         raise KeyError("a bug")
 
-    monkeypatch.setattr("checkpoints.services.imports.import_path", broken)
+    monkeypatch.setattr("checkpoints.services.uploads.import_path", broken)
     with pytest.raises(KeyError):
         import_archive(job.pk)
     job.refresh_from_db()

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from checkpoints import services
-from checkpoints.services.importing import ImportReport, import_path
+from checkpoints.services.file_import import ImportReport, import_path
 from checkpoints.sources import formats
 
 

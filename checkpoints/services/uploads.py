@@ -1,4 +1,4 @@
-"""Uploaded archives of checkpoint files: kept, checked while the operator waits, then imported by a task; exports.
+"""Uploaded archives of checkpoint files: kept, checked while the operator waits, then imported by a task.
 
 The check reads the archive's index only (`archives.check`: nothing is unpacked), so a refusal comes
 back at once; the `import_archive` task then unpacks that same stored file exactly once, running the
@@ -20,11 +20,11 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.utils import timezone
 
-from ..models import AgentSession, AuditEvent, ImportJob, ImportJobStatus
+from ..models import ImportJob, ImportJobStatus
 from ..sources.archives import UnsafeArchive, archive_suffix, check, extract
 from .audit import Actor, record_audit
 from .checkpoints import get_or_create_project
-from .importing import ImportReport, import_path
+from .file_import import ImportReport, import_path
 
 
 def queue_import(upload: UploadedFile, *, project_slug: str, actor: Actor, start: Callable[[int], object]) -> ImportJob:
@@ -131,9 +131,3 @@ def _without_folder(result: dict[str, Any], folder: Path) -> dict[str, Any]:
         for key in ("path", "error"):
             error[key] = error[key].replace(f"{folder}/", "").replace(str(folder), "the archive")
     return result
-
-
-@transaction.atomic
-def record_export(session: AgentSession, *, actor: Actor, format_name: str) -> AuditEvent:
-    """A session downloaded in a format: the files leave the console, so who took them is kept."""
-    return record_audit(actor, "export", session=session, details={"format": format_name})
