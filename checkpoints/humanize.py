@@ -25,6 +25,7 @@ def plain_duration(seconds: float) -> str:
 
 
 def short_value(value: Any, width: int) -> str:
-    """A JSON value in at most `width` characters: a string as it is, anything else as JSON, the cut marked '…'."""
+    """A JSON value in at most `width` characters: a string as it is, anything else as JSON, the cut marked '…'
+    (spaces before the mark dropped, so a cut never reads as a finished word followed by a gap)."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return text if len(text) <= width else text[: width - 1].rstrip() + "…"

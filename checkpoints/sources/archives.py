@@ -39,6 +39,8 @@ from typing import IO, Any, BinaryIO, Literal
 from django.conf import settings
 from django.template.defaultfilters import filesizeformat
 
+from ..humanize import short_value
+
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
 NAME_PART_MAX_BYTES = 255  # one file or folder name: what Linux file systems take
 RATIO_FLOOR = 1024 * 1024  # an archive unpacking to no more than this is never refused for its ratio
@@ -154,7 +156,7 @@ class Index:
 
 def _shown(name: str) -> str:
     """A member's name as a message quotes it: escaped (no control characters reach a page), cut short."""
-    return repr(name if len(name) <= SHOWN_NAME else name[:SHOWN_NAME] + "…")
+    return repr(short_value(name, SHOWN_NAME + 1))
 
 
 def _safe_path(name: str, limits: Limits) -> PurePosixPath:

@@ -15,6 +15,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from .. import store
+from ..humanize import short_value
 from ..models import Checkpoint, CheckpointKind
 from . import tallies
 
@@ -59,7 +60,7 @@ def preview_of(state: Any, previous: Any = None) -> Preview:
         failed = failed or any(_failed_tool_message(message) for message in messages)
     log = isinstance(state, dict) and isinstance(state.get("tool_calls"), list)
     count = len(calls) if log else sum(len(m["tool_calls"]) for m in messages if isinstance(m.get("tool_calls"), list))
-    return Preview(_clip(text), failed, count)
+    return Preview(short_value(text, PREVIEW_MAX), failed, count)
 
 
 def _added(now: list[Any], before: list[Any]) -> list[Any]:
@@ -121,11 +122,7 @@ def _text(value: Any, limit: int = PREVIEW_MAX) -> str:
     if isinstance(value, list):  # content parts: [{"type": "text", "text": …}, …]
         value = " ".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in value)
     text = value if isinstance(value, str) else "" if value is None else str(value)
-    return _clip(" ".join(text.split()), limit)
-
-
-def _clip(text: str, limit: int = PREVIEW_MAX) -> str:
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    return short_value(" ".join(text.split()), limit)
 
 
 def fill_previews(checkpoints: QuerySet[Checkpoint] | None = None, *, batch_size: int = 500) -> int:

@@ -398,7 +398,7 @@ def side_by_side(old: str, new: str) -> tuple[list[SideRow], bool]:
 
 def _equal_run(lines: list[str], i1: int, i2: int, j1: int, *, first: bool, last: bool) -> list[SideRow]:
     def same(i: int) -> SideRow:
-        text = _cut(lines[i])
+        text = short_value(lines[i], INLINE_MAX + 1)
         return SideRow(Cell(i + 1, [(text, False)], "same"), Cell(j1 + i - i1 + 1, [(text, False)], "same"))
 
     keep_head = 0 if first else CONTEXT
@@ -410,17 +410,13 @@ def _equal_run(lines: list[str], i1: int, i2: int, j1: int, *, first: bool, last
     return [*(same(i) for i in range(i1, i1 + keep_head)), gap, *(same(i) for i in range(i2 - keep_tail, i2))]
 
 
-def _cut(line: str) -> str:
-    return line if len(line) <= INLINE_MAX else line[:INLINE_MAX] + "…"
-
-
 _TOKEN = re.compile(r"\s+|\w+|[^\w\s]")
 
 
 def _inline(old: str | None, new: str | None) -> tuple[list[tuple[str, bool]], list[tuple[str, bool]]]:
     """Word-level marks within a changed pair of lines; whole lines when one side is missing or huge."""
     if old is None or new is None or len(old) > INLINE_MAX or len(new) > INLINE_MAX:
-        return [(_cut(old or ""), True)], [(_cut(new or ""), True)]
+        return [(short_value(old or "", INLINE_MAX + 1), True)], [(short_value(new or "", INLINE_MAX + 1), True)]
     a, b = _TOKEN.findall(old), _TOKEN.findall(new)
     left: list[tuple[str, bool]] = []
     right: list[tuple[str, bool]] = []

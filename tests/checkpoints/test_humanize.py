@@ -27,10 +27,14 @@ def test_durations_read_in_their_two_largest_units(seconds, text):
         ("plain text", 10, "plain text"),
         ("plain text!", 10, "plain tex…"),
         ({"name": "é", "n": 1}, 40, '{"name": "é", "n": 1}'),
-        ([1, 2, 3, 4], 8, "[1, 2, …"),
+        ([1, 2, 3, 4], 8, "[1, 2,…"),
         (None, 10, "null"),
         (True, 10, "true"),
     ],
 )
 def test_short_values_are_strings_as_they_are_or_json_cut_to_their_width(value, width, text):
     assert short_value(value, width) == text
+
+
+def test_a_cut_value_ends_in_the_mark_without_the_spaces_before_it():
+    assert short_value("read the file   and then", 9) == "read the…"
