@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import tallies
-from .lineage import mark_branch_starts
+from .lineage import mark_branch_starts, repoint
 from .models import AgentSession, ApiToken, Checkpoint, CheckpointKind, SessionStatus
 from .retention import protected_among
 from .services import Actor, record_audit
@@ -71,13 +71,10 @@ def delete_checkpoints(ids: Iterable[int], *, actor: Actor, reason: str = "") ->
         gone = set(doomed) - protected_among(doomed)
         tallies.forget(gone)  # first: its session locks come before any row lock, as in every deleter
         children = Checkpoint.objects.filter(parent_id__in=list(doomed)).exclude(pk__in=list(doomed))
-        moved = [
-            Checkpoint(pk=pk, parent_id=kept_ancestor(parent)) for pk, parent in children.values_list("pk", "parent_id")
-        ]
-        if moved:
-            Checkpoint.objects.bulk_update(moved, ["parent"])
+        moved = [(pk, kept_ancestor(parent)) for pk, parent in children.values_list("pk", "parent_id")]
+        repoint(moved)
         Checkpoint.objects.filter(pk__in=list(gone)).delete()
-        mark_branch_starts(row.pk for row in moved)
+        mark_branch_starts(pk for pk, _ in moved)
     else:
         gone = set()
 

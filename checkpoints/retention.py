@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from . import tallies
 from .jobs import Failures, concerns_the_whole_run, contained, each_batch
-from .lineage import mark_branch_starts
+from .lineage import mark_branch_starts, repoint
 from .models import (
     AgentSession,
     AuditEvent,
@@ -423,27 +423,13 @@ def _delete_batch(ids: list[int], parents: dict[int, int | None]) -> list[tuple[
 
         children = Checkpoint.objects.filter(parent__in=gone).exclude(pk__in=gone).values_list("pk", "parent_id")
         moved = [(pk, kept_ancestor(parent)) for pk, parent in children]
-        _repoint(moved)
+        repoint(moved)
         DriftAlert.objects.filter(last_good__in=gone).update(last_good=None)
         DriftAlert.objects.filter(checkpoint__in=gone).update(checkpoint=None)
         AuditEvent.objects.filter(checkpoint__in=gone).update(checkpoint=None)
         Checkpoint.objects.filter(pk__in=gone)._raw_delete(Checkpoint.objects.db)
         mark_branch_starts(pk for pk, _ in moved)
     return doomed
-
-
-def _repoint(moved: list[tuple[int, int | None]]) -> None:
-    """Hang each checkpoint (id, new parent) from its new parent in one UPDATE joined to a VALUES list: Django's
-    bulk_update builds a CASE with a WHEN per row, which cost ten times the statement."""
-    if not moved:
-        return
-    table = connection.ops.quote_name(Checkpoint._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"WITH moved (id, parent_id) AS (VALUES {', '.join(['(%s, %s)'] * len(moved))}) "
-            f"UPDATE {table} SET parent_id = CAST(moved.parent_id AS BIGINT) FROM moved WHERE {table}.id = moved.id",
-            [value for row in moved for value in row],
-        )
 
 
 def apply_retention(*, dry_run: bool = False, now: datetime | None = None, batch_size: int = 1000) -> dict[str, Any]:
