@@ -44,7 +44,7 @@ from ..services.audit import Actor, record_audit
 from ..services.batches import Failures, concerns_the_whole_run, contained, each_batch
 from ..services.cleanup import ids_param, protected_among
 from ..store import tallies
-from ..store.lineage import mark_branch_starts
+from ..store.lineage import mark_branch_starts, repoint
 
 PREVIEW_SIZE = 200
 PROJECT_PREVIEW = 50  # ids kept per project, so a recorded dry run can show each user their projects' share
@@ -392,14 +392,13 @@ def _delete_batch(ids: list[int], parents: dict[int, int | None]) -> list[tuple[
             return pk
 
         children = Checkpoint.objects.filter(parent__in=gone).exclude(pk__in=gone).values_list("pk", "parent_id")
-        moved = [Checkpoint(pk=pk, parent_id=kept_ancestor(parent)) for pk, parent in children]
-        if moved:
-            Checkpoint.objects.bulk_update(moved, ["parent"])
+        moved = [(pk, kept_ancestor(parent)) for pk, parent in children]
+        repoint(moved)
         DriftAlert.objects.filter(last_good__in=gone).update(last_good=None)
         DriftAlert.objects.filter(checkpoint__in=gone).update(checkpoint=None)
         AuditEvent.objects.filter(checkpoint__in=gone).update(checkpoint=None)
         Checkpoint.objects.filter(pk__in=gone)._raw_delete(Checkpoint.objects.db)
-        mark_branch_starts(row.pk for row in moved)
+        mark_branch_starts(pk for pk, _ in moved)
     return doomed
 
 

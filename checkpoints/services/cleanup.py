@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from ..models import AgentSession, Checkpoint, CheckpointKind, DriftAlert, SessionStatus
 from ..store import tallies
-from ..store.lineage import mark_branch_starts
+from ..store.lineage import mark_branch_starts, repoint
 from .audit import Actor, record_audit
 
 BATCH_SIZE = 500
@@ -71,13 +71,10 @@ def delete_checkpoints(ids: Iterable[int], *, actor: Actor, reason: str = "") ->
         gone = set(doomed) - protected_among(doomed)
         tallies.forget(gone)  # first: its session locks come before any row lock, as in every deleter
         children = Checkpoint.objects.filter(parent_id__in=list(doomed)).exclude(pk__in=list(doomed))
-        moved = [
-            Checkpoint(pk=pk, parent_id=kept_ancestor(parent)) for pk, parent in children.values_list("pk", "parent_id")
-        ]
-        if moved:
-            Checkpoint.objects.bulk_update(moved, ["parent"])
+        moved = [(pk, kept_ancestor(parent)) for pk, parent in children.values_list("pk", "parent_id")]
+        repoint(moved)
         Checkpoint.objects.filter(pk__in=list(gone)).delete()
-        mark_branch_starts(row.pk for row in moved)
+        mark_branch_starts(pk for pk, _ in moved)
     else:
         gone = set()
 

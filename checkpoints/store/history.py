@@ -6,15 +6,15 @@ the head is not on, off everything after the point where the target's branch lea
 them reads index entries of the discarded seq ranges (retention leaves gaps, so the ranges are counted,
 not measured); the tool calls come from the counter each checkpoint keeps of the calls made on its path
 (`calls_made`, its parent's plus what it added, worked out at ingest with its preview): the head's minus the
-meeting point's. A whole list of targets costs four queries.
+meeting point's. A whole list of targets costs three queries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db.models import Count, Q
+from django.db import connection
 
 from ..models import AgentSession, Checkpoint
 from .lineage import Span, path_from, shapes_within
@@ -43,69 +43,73 @@ def discards(target: Checkpoint) -> Discards:
 
 
 def discards_for(targets: Sequence[Checkpoint]) -> dict[int, Discards]:
-    """What restoring each of `targets` discards, by target id, in four queries whatever their number."""
+    """What restoring each of `targets` discards, by target id, in three queries whatever their number."""
     if not targets:
         return {}
     session_ids = {target.session_id for target in targets}
     heads = {
-        pk: (seq, head_id)
-        for pk, head_id, seq in AgentSession.objects.filter(pk__in=session_ids).values_list(
-            "pk", "head_id", "head__seq"
+        pk: (seq, calls)
+        for pk, seq, calls in AgentSession.objects.filter(pk__in=session_ids).values_list(
+            "pk", "head__seq", "head__calls_made"
         )
     }
     shapes = shapes_within(session_ids)
 
-    plans: dict[int, tuple[int, int, Q]] = {}  # target id → (session, meeting seq, the discarded ranges)
+    points: list[_Point] = []
     for target in targets:
-        head_seq, _ = heads.get(target.session_id, (None, None))
+        head_seq, head_calls = heads.get(target.session_id, (None, None))
         if head_seq is None:
             continue
         path = path_from(target.session_id, head_seq, shapes)
         meet = meeting_point(path, path_from(target.session_id, target.seq, shapes))
-        ranges = Q()
-        for span in path:
-            if span.high > meet:
-                ranges |= Q(seq__gte=max(span.low, meet + 1), seq__lte=span.high)
-        plans[target.pk] = (target.session_id, meet, Q(session_id=target.session_id) & ranges if ranges else Q())
+        spans = [(max(span.low, meet + 1), span.high) for span in path if span.high > meet]
+        points.append(_Point(target.pk, target.session_id, meet, head_calls, spans))
 
-    counts = _count(plans)
-    wanted = {(session_id, meet) for session_id, meet, _ in plans.values()}
-    wanted |= {(session_id, heads[session_id][0]) for session_id, _, _ in plans.values()}
-    tool_calls = _tool_calls(wanted)
-    found: dict[int, Discards] = {}
-    for target in targets:
-        if target.pk not in plans:
-            found[target.pk] = Discards(0, 0)
-            continue
-        session_id, meet, _ = plans[target.pk]
-        head_calls = tool_calls.get((session_id, heads[session_id][0]))
-        meet_calls = tool_calls.get((session_id, meet), 0) if meet else 0
-        calls = max(head_calls - meet_calls, 0) if head_calls is not None and meet_calls is not None else None
-        found[target.pk] = Discards(counts.get(target.pk, 0), calls)
+    measured = _measure(points)
+    found = {target.pk: Discards(0, 0) for target in targets}
+    for point in points:
+        count, meet_found, meet_calls = measured[point.target]
+        if not meet_found:  # no meeting point (two runs), or retention removed it: nothing made before it
+            meet_calls = 0
+        calls = None
+        if point.head_calls is not None and meet_calls is not None:
+            calls = max(point.head_calls - meet_calls, 0)
+        found[point.target] = Discards(count, calls)
     return found
 
 
-def _count(plans: dict[int, tuple[int, int, Q]]) -> dict[int, int]:
-    """Checkpoints in each plan's ranges, in one pass over the index entries of all of them."""
-    where = [(pk, ranges) for pk, (_, _, ranges) in plans.items() if ranges]
-    if not where:
+@dataclass(frozen=True)
+class _Point:
+    """A restore target: where its branch meets the head's path, and the seq ranges of that path after it."""
+
+    target: int
+    session_id: int
+    meet: int
+    head_calls: int | None
+    spans: list[tuple[int, int]]
+
+
+def _measure(points: list[_Point]) -> dict[int, tuple[int, bool, int | None]]:
+    """Per target: the checkpoints in its ranges, whether its meeting point exists and the calls made up to it. One
+    statement, its rows joined to VALUES lists (ORM filters of a Q per range cost more to build than to run)."""
+    if not points:
         return {}
-    union = Q()
-    for _, ranges in where:
-        union |= ranges
-    totals = Checkpoint.objects.filter(union).aggregate(
-        **{f"t{pk}": Count("pk", filter=ranges) for pk, ranges in where}
+    table = connection.ops.quote_name(Checkpoint._meta.db_table)
+    spans = [(p.target, p.session_id, low, high) for p in points for low, high in p.spans]
+    span_rows = ", ".join(["(%s, %s, %s, %s)"] * len(spans))
+    counted = (
+        f"(SELECT COUNT(*) FROM span JOIN {table} c ON c.session_id = span.session_id "
+        "AND c.seq BETWEEN span.low AND span.high WHERE span.target = point.target)"
+        if spans
+        else "0"
     )
-    return {pk: totals[f"t{pk}"] for pk, _ in where}
-
-
-def _tool_calls(wanted: Iterable[tuple[int, int]]) -> dict[tuple[int, int], int | None]:
-    """The calls made on the paths to the checkpoints at (session, seq)."""
-    where = Q()
-    for session_id, seq in wanted:
-        if seq:
-            where |= Q(session_id=session_id, seq=seq)
-    if not where:
-        return {}
-    rows = Checkpoint.objects.filter(where).values_list("session_id", "seq", "calls_made")
-    return {(session_id, seq): calls for session_id, seq, calls in rows}
+    span_list = f", span (target, session_id, low, high) AS (VALUES {span_rows})" if spans else ""
+    sql = (
+        f"WITH point (target, session_id, meet) AS (VALUES {', '.join(['(%s, %s, %s)'] * len(points))}){span_list} "
+        f"SELECT point.target, {counted}, meet.id IS NOT NULL, meet.calls_made FROM point "
+        f"LEFT JOIN {table} meet ON meet.session_id = point.session_id AND meet.seq = point.meet"
+    )
+    params = [value for p in points for value in (p.target, p.session_id, p.meet)]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, *(value for span in spans for value in span)])
+        return {target: (count, bool(exists), calls) for target, count, exists, calls in cursor.fetchall()}

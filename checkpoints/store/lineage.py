@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from django.db import connection
 from django.db.models import OuterRef, Subquery
 
 from ..models import AgentSession, Checkpoint
@@ -142,3 +143,18 @@ def mark_branch_starts(ids: Iterable[int]) -> int:
     )
     marked = [pk for pk, parent, previous in rows if parent != previous]
     return Checkpoint.objects.filter(pk__in=marked).update(starts_branch=True) if marked else 0
+
+
+def repoint(moved: list[tuple[int, int | None]]) -> None:
+    """Hang each checkpoint of `moved` (id, new parent) from its new parent, before a deletion takes the old one:
+    one UPDATE joined to a VALUES list (Django's bulk_update builds a CASE with a WHEN per row, which cost ten
+    times the statement)."""
+    if not moved:
+        return
+    table = connection.ops.quote_name(Checkpoint._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH moved (id, parent_id) AS (VALUES {', '.join(['(%s, %s)'] * len(moved))}) "
+            f"UPDATE {table} SET parent_id = CAST(moved.parent_id AS BIGINT) FROM moved WHERE {table}.id = moved.id",
+            [value for row in moved for value in row],
+        )

@@ -101,7 +101,8 @@ def forget(ids: Collection[int]) -> None:
 
     Locks their sessions (in id order) as ingest does, then for all of them at once: one UPDATE of the sessions,
     the counts' upsert, and a recount of the rollup blocks they leave from the rows that stay (a block is
-    ROLLUP_BLOCK seqs: the largest state and the first and last seq cannot be taken back by subtraction). A batch
+    ROLLUP_BLOCK seqs: the largest state and the first and last seq cannot be taken back by subtraction; a block
+    left empty is only dropped, and retention empties most of the blocks it touches). A batch
     of retention spanning many small sessions costs the same few statements as one session's.
 
     The rows are read once the locks are held: a checkpoint that a concurrent deleter took out meanwhile is gone
@@ -117,8 +118,8 @@ def forget(ids: Collection[int]) -> None:
         return
     _take_from_sessions(by_session)
     _add_counts(by_session, sign=-1)
-    blocks = {session_id: sorted({_block(c.seq) for c in rows}) for session_id, rows in by_session.items()}
-    _recount_blocks(blocks, without=[c.pk for rows in by_session.values() for c in rows])
+    leaving = Counter((session_id, _block(c.seq)) for session_id, rows in by_session.items() for c in rows)
+    _recount_blocks(_drop_rollups(leaving), without=[c.pk for rows in by_session.values() for c in rows])
 
 
 def recount(session_ids: Iterable[int], *, apps: Any = global_apps, batch_size: int = 100) -> int:
@@ -238,9 +239,32 @@ def _upsert(
             cursor.execute(sql, [value for row in chunk for value in row])
 
 
+def _drop_rollups(leaving: Counter[tuple[int, int]]) -> dict[int, list[int]]:
+    """Delete the rollups of the blocks that checkpoints are leaving (`leaving`: how many per (session, block));
+    returns the blocks that keep some checkpoints, by session, sorted: those are to be recounted."""
+    table = connection.ops.quote_name(SessionRollup._meta.db_table)
+    held: Counter[tuple[int, int]] = Counter()
+    keys = sorted(leaving)
+    with connection.cursor() as cursor:
+        for start in range(0, len(keys), _UPSERT_ROWS):
+            chunk = keys[start : start + _UPSERT_ROWS]
+            cursor.execute(
+                f"DELETE FROM {table} WHERE (session_id, block) IN (VALUES {', '.join(['(%s, %s)'] * len(chunk))}) "
+                "RETURNING session_id, block, count",
+                [value for key in chunk for value in key],
+            )
+            for session_id, block, count in cursor.fetchall():
+                held[session_id, block] += count
+    kept: dict[int, list[int]] = {}
+    for session_id, block in keys:
+        if held[session_id, block] > leaving[session_id, block]:
+            kept.setdefault(session_id, []).append(block)
+    return kept
+
+
 def _recount_blocks(blocks: dict[int, list[int]], *, without: list[int]) -> None:
-    """Rebuild the rollups of each session's `blocks` (sorted) from its rows, leaving out the checkpoints
-    `without`: a few statements per _SPANS runs of blocks, whatever the number of sessions."""
+    """Rebuild the (dropped) rollups of each session's `blocks` (sorted) from its rows, leaving out the checkpoints
+    `without`: one statement per _SPANS runs of blocks, whatever the number of sessions."""
     spans: list[tuple[int, int, int]] = []  # (session, first block, last block)
     for session_id, session_blocks in blocks.items():
         for block in session_blocks:
@@ -250,9 +274,6 @@ def _recount_blocks(blocks: dict[int, list[int]], *, without: list[int]) -> None
                 spans.append((session_id, block, block))
     for start in range(0, len(spans), _SPANS):
         chunk = spans[start : start + _SPANS]
-        SessionRollup.objects.filter(
-            reduce(operator.or_, (Q(session_id=s, block__range=(lo, hi)) for s, lo, hi in chunk))
-        ).delete()
         seqs = reduce(
             operator.or_,
             (Q(session_id=s, seq__range=(lo * ROLLUP_BLOCK + 1, (hi + 1) * ROLLUP_BLOCK)) for s, lo, hi in chunk),

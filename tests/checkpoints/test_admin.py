@@ -6,6 +6,7 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.messages import get_messages
 from django.urls import reverse
 
+from checkpoints.admin import CappedCountPaginator
 from checkpoints.models import (
     AgentSession,
     AlertKind,
@@ -79,6 +80,17 @@ def test_checkpoint_changelist_never_counts_the_whole_table(admin_client, big_se
         admin_client.get(CHECKPOINTS)
     sql = [q["sql"] for q in captured.captured_queries]
     assert not [s for s in sql if s.startswith("SELECT COUNT(*)") and "LIMIT" not in s]
+
+
+def test_a_search_matching_more_than_the_cap_counts_only_up_to_it_and_lists_every_match(
+    admin_client, session, django_assert_max_num_queries, monkeypatch
+):
+    monkeypatch.setattr(CappedCountPaginator, "cap", 2)
+    with django_assert_max_num_queries(10) as captured:
+        html = admin_client.get(CHECKPOINTS + "?q=s").content.decode()  # s0 … s4
+    counts = [q["sql"] for q in captured.captured_queries if q["sql"].startswith("SELECT COUNT(*)")]
+    assert counts and all("LIMIT 3" in sql for sql in counts)
+    assert all(f">s{i}<" in html for i in range(5))
 
 
 def test_checkpoint_page_shows_the_state_read_only(admin_client, session):

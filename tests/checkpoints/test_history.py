@@ -138,6 +138,6 @@ def test_many_targets_cost_a_fixed_number_of_queries(make_session, django_assert
         restore_checkpoint(line[5], actor=OPERATOR)
         run(session, 7, 9)
         targets += [line[2], line[8]]
-    with django_assert_max_num_queries(4):
+    with django_assert_max_num_queries(3):
         found = history.discards_for(targets)
     assert {found[t.pk].checkpoints for t in targets} == {7, 4}

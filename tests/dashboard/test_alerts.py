@@ -243,8 +243,8 @@ def test_alert_list_runs_a_bounded_number_of_queries(
             opened_at=timezone.now() - timedelta(minutes=i),
         )
     client.force_login(alice)
-    # 3 for the user and roles, the page, then four for what each restore offer discards
-    with django_assert_max_num_queries(11):
+    # 3 for the user and roles, the page, then three for what each restore offer discards
+    with django_assert_max_num_queries(10):
         response = client.get(LIST)
     assert len(rows(response.content.decode())) == 50
 
