@@ -1,4 +1,5 @@
-"""Retention (DESIGN section 8): which checkpoints the policies let go, and deleting them in short batches.
+"""Retention (DESIGN section 8): which checkpoints the policies let go, and deleting them in short batches (each
+through `services.cleanup.delete_expired`, the run audited by `record_retention_run`).
 
 A policy is a set of *keep* rules; a checkpoint of the policy's kind is deleted when none of its rules keeps it:
 
@@ -25,14 +26,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, transaction
 from django.db.models import F, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from ..models import (
     AgentSession,
-    AuditEvent,
     Checkpoint,
     CheckpointKind,
     DriftAlert,
@@ -40,11 +39,8 @@ from ..models import (
     RetentionPolicy,
     RetentionScope,
 )
-from ..services.audit import Actor, record_audit
 from ..services.batches import Failures, concerns_the_whole_run, contained, each_batch
-from ..services.cleanup import ids_param, protected_among
-from ..store import tallies
-from ..store.lineage import mark_branch_starts, repoint
+from ..services.cleanup import delete_expired, record_retention_run
 
 PREVIEW_SIZE = 200
 PROJECT_PREVIEW = 50  # ids kept per project, so a recorded dry run can show each user their projects' share
@@ -324,7 +320,7 @@ def _apply_group(group: list[SessionPlan], *, failures: Failures) -> list[Sessio
         return group
     parents = {pk: parent for session_plan in group for pk, parent in session_plan.parents.items()}
     try:
-        deleted = _delete_batch(ids, parents)
+        deleted = delete_expired(ids, parents)
     except Exception as exc:
         if concerns_the_whole_run(exc):
             raise
@@ -351,55 +347,10 @@ def _apply_session(session_plan: SessionPlan, *, batch_size: int, failures: Fail
     with contained(session_plan.session_id, failures):
         for start in range(0, len(session_plan.delete), batch_size):
             batch = session_plan.delete[start : start + batch_size]
-            deleted = _delete_batch(batch, parents)
+            deleted = delete_expired(batch, parents)
             done.extend(pk for pk, _ in deleted)
             kinds.update(kind for _, kind in deleted)
     return SessionPlan(session_plan.session_id, session_plan.project_id, session_plan.total, done, kinds, {})
-
-
-def _delete_batch(ids: list[int], parents: dict[int, int | None]) -> list[tuple[int, str]]:
-    """One short transaction: keep what became protected since planning, move the children of the rest to
-    their nearest kept ancestor (the timeline stays a tree), clear every other reference to them, delete them.
-
-    `parents` maps the ids planned for deletion to their parents; the ones found protected leave it (they stay,
-    and children may hang from them). A parent is older (lower seq) than its child and batches go in seq order,
-    so each ancestor of this batch's children that `parents` still holds is gone or goes now.
-
-    The references are cleared here, one statement per foreign key to Checkpoint, not by Django's delete
-    collector: heads, fork sources and unresolved alerts' checkpoints are protected, so what remains are
-    children (`parent`), resolved alerts (`last_good`, `checkpoint`) and audit rows (`checkpoint`).
-    """
-    with transaction.atomic():
-        protected = protected_among(ids)
-        for pk in protected:
-            parents.pop(pk, None)
-        doomed = list(
-            Checkpoint.objects.filter(pk__in=ids_param([pk for pk in ids if pk not in protected]))
-            .order_by("seq")
-            .values_list("id", "kind")
-        )
-        if not doomed:
-            return []
-        tallies.forget([pk for pk, _ in doomed])  # first: its sessions' locks come before any row lock
-        gone = ids_param([pk for pk, _ in doomed])
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:  # a batch lost in a crash is deleted by the next run: no fsync wait
-                cursor.execute("SET LOCAL synchronous_commit TO OFF")
-
-        def kept_ancestor(pk: int | None) -> int | None:
-            while pk is not None and pk in parents:
-                pk = parents[pk]
-            return pk
-
-        children = Checkpoint.objects.filter(parent__in=gone).exclude(pk__in=gone).values_list("pk", "parent_id")
-        moved = [(pk, kept_ancestor(parent)) for pk, parent in children]
-        repoint(moved)
-        DriftAlert.objects.filter(last_good__in=gone).update(last_good=None)
-        DriftAlert.objects.filter(checkpoint__in=gone).update(checkpoint=None)
-        AuditEvent.objects.filter(checkpoint__in=gone).update(checkpoint=None)
-        Checkpoint.objects.filter(pk__in=gone)._raw_delete(Checkpoint.objects.db)
-        mark_branch_starts(pk for pk, _ in moved)
-    return doomed
 
 
 def apply_retention(*, dry_run: bool = False, now: datetime | None = None, batch_size: int = 1000) -> dict[str, Any]:
@@ -423,11 +374,5 @@ def apply_retention(*, dry_run: bool = False, now: datetime | None = None, batch
         plan.add(session_plan)
     result = plan.as_dict()
     if not dry_run:
-        record_audit(
-            Actor.system("retention"),
-            "retention",
-            target="all projects",
-            details={key: result[key] for key in ("deleted", "kept", "by_kind", "error_count")},
-            now=now,
-        )
+        record_retention_run(result, now=now)
     return result

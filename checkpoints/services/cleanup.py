@@ -1,4 +1,5 @@
-"""Manual clean-up (the admin site): deleting checkpoints by hand, archiving and purging sessions, revoking tokens.
+"""Clean-up: deleting checkpoints by hand (the admin site), archiving and purging sessions, revoking tokens, and
+retention's delete step (`delete_expired`, which the retention job calls batch by batch).
 
 Deletion never touches a protected checkpoint: the protections are retention's own (`protected_among`, below):
 pinned, a session's head, a fork source, a restore target, an unresolved alert's `last_good` or `checkpoint`.
@@ -10,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from ..models import AgentSession, Checkpoint, CheckpointKind, DriftAlert, SessionStatus
+from ..models import AgentSession, AuditEvent, Checkpoint, CheckpointKind, DriftAlert, SessionStatus
 from ..store import tallies
 from ..store.lineage import mark_branch_starts, repoint
 from .audit import Actor, record_audit
@@ -151,6 +153,63 @@ def purge_session(session: AgentSession, *, actor: Actor) -> int:
         Checkpoint.objects.filter(pk__in=ids[start : start + BATCH_SIZE]).delete()
     AgentSession.objects.filter(pk=session.pk).delete()
     return count
+
+
+def delete_expired(ids: list[int], parents: dict[int, int | None]) -> list[tuple[int, str]]:
+    """Retention's delete step for one batch, in one short transaction: keep what became protected since planning, move the children of the rest to
+    their nearest kept ancestor (the timeline stays a tree), clear every other reference to them, delete them.
+
+    `parents` maps the ids planned for deletion to their parents; the ones found protected leave it (they stay,
+    and children may hang from them). A parent is older (lower seq) than its child and batches go in seq order,
+    so each ancestor of this batch's children that `parents` still holds is gone or goes now.
+
+    The references are cleared here, one statement per foreign key to Checkpoint, not by Django's delete
+    collector: heads, fork sources and unresolved alerts' checkpoints are protected, so what remains are
+    children (`parent`), resolved alerts (`last_good`, `checkpoint`) and audit rows (`checkpoint`).
+    """
+    with transaction.atomic():
+        protected = protected_among(ids)
+        for pk in protected:
+            parents.pop(pk, None)
+        doomed = list(
+            Checkpoint.objects.filter(pk__in=ids_param([pk for pk in ids if pk not in protected]))
+            .order_by("seq")
+            .values_list("id", "kind")
+        )
+        if not doomed:
+            return []
+        tallies.forget([pk for pk, _ in doomed])  # first: its sessions' locks come before any row lock
+        gone = ids_param([pk for pk, _ in doomed])
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:  # a batch lost in a crash is deleted by the next run: no fsync wait
+                cursor.execute("SET LOCAL synchronous_commit TO OFF")
+
+        def kept_ancestor(pk: int | None) -> int | None:
+            while pk is not None and pk in parents:
+                pk = parents[pk]
+            return pk
+
+        children = Checkpoint.objects.filter(parent__in=gone).exclude(pk__in=gone).values_list("pk", "parent_id")
+        moved = [(pk, kept_ancestor(parent)) for pk, parent in children]
+        repoint(moved)
+        DriftAlert.objects.filter(last_good__in=gone).update(last_good=None)
+        DriftAlert.objects.filter(checkpoint__in=gone).update(checkpoint=None)
+        AuditEvent.objects.filter(checkpoint__in=gone).update(checkpoint=None)
+        Checkpoint.objects.filter(pk__in=gone)._raw_delete(Checkpoint.objects.db)
+        mark_branch_starts(pk for pk, _ in moved)
+    return doomed
+
+
+def record_retention_run(result: dict[str, Any], *, now: datetime) -> None:
+    """The `retention` audit row of a real run, with its counts (the batches themselves are not audited one by
+    one: a run deletes hundreds of thousands)."""
+    record_audit(
+        Actor.system("retention"),
+        "retention",
+        target="all projects",
+        details={key: result[key] for key in ("deleted", "kept", "by_kind", "error_count")},
+        now=now,
+    )
 
 
 def ids_param(ids: list[int]) -> list[int] | RawSQL:

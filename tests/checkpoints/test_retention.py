@@ -453,14 +453,14 @@ def test_when_a_shared_batch_fails_each_session_is_tried_alone_and_the_bad_one_i
     for session in (good, bad, other):
         steps(make_checkpoint, session, 3)
     doomed_in_bad = Checkpoint.objects.get(session=bad, seq=1).pk
-    delete_batch = retention._delete_batch
+    delete_batch = retention.delete_expired
 
     def failing_on_bad(ids, parents):
         if doomed_in_bad in ids:
             raise ValueError("cannot delete this one")
         return delete_batch(ids, parents)
 
-    monkeypatch.setattr(retention, "_delete_batch", failing_on_bad)
+    monkeypatch.setattr(retention, "delete_expired", failing_on_bad)
 
     result = apply_retention()
 
