@@ -130,11 +130,14 @@ class AgentSessionQuerySet(ProjectScopedQuerySet):
         return self.annotate(open_alerts=Coalesce(models.Subquery(counts), 0))
 
     def for_list(self) -> AgentSessionQuerySet:
-        """What a table of sessions shows, in its one query: project, the head's step, the alert badge."""
+        """What a table of sessions shows, in its one query: project, the head's step, the alert badge. The head's
+        step is a subquery, not a join: PostgreSQL then looks it up for the page's rows only, after the sort, where
+        a join hashed the whole checkpoint table for sorts no index serves (174 ms at a million checkpoints)."""
+        heads = Checkpoint.objects.filter(pk=models.OuterRef("head_id")).values("step")
         return (
             self.select_related("project")
             .defer("metadata", "live_root")
-            .annotate(head_step=models.F("head__step"))
+            .annotate(head_step=models.Subquery(heads))
             .with_open_alert_count()
         )
 

@@ -26,7 +26,7 @@ SPARK_POINTS = 30
 SORTS = {
     "activity": ("Last activity", ("-updated_at", "-pk")),
     "created": ("Newest first", ("-created_at", "-pk")),
-    "checkpoints": ("Most checkpoints", ("-last_seq", "-pk")),
+    "checkpoints": ("Most checkpoints", ("-checkpoint_count", "-pk")),
     "title": ("Title A–Z", ("title", "pk")),
 }
 

@@ -10,6 +10,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from checkpoints.models import AgentSession, DriftAlert
+from checkpoints.services import Actor
+from checkpoints.services.cleanup import delete_checkpoints
 from tests.helpers import select, text
 
 URL = reverse("dashboard:session_list")
@@ -185,6 +187,17 @@ def test_sorts_by_activity_created_checkpoints_and_title(client, bob, make_sessi
     assert shown(client.get(URL, {"sort": "created"})) == ["b", "c", "a"]
     assert shown(client.get(URL, {"sort": "checkpoints"})) == ["c", "a", "b"]
     assert shown(client.get(URL, {"sort": "title"})) == ["a", "b", "c"]
+
+
+def test_most_checkpoints_ranks_by_what_is_kept_not_by_steps_taken(client, bob, make_session, make_checkpoint):
+    pruned, kept = make_session("pruned"), make_session("kept")
+    made = [make_checkpoint(pruned) for _ in range(5)]
+    for _ in range(3):
+        make_checkpoint(kept)
+    delete_checkpoints([checkpoint.pk for checkpoint in made[:3]], actor=Actor.system("retention"))
+    client.force_login(bob)
+
+    assert shown(client.get(URL, {"sort": "checkpoints"})) == ["kept", "pruned"]
 
 
 # ---- keyset pagination ----------------------------------------------------------------------------
