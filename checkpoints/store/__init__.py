@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import zstandard
 from django.conf import settings
 from django.db import connection
@@ -335,8 +336,6 @@ def _select(sql: str, params: list[Any]) -> list[tuple[bytes, bytes]]:
         with connection.cursor() as cursor:
             cursor.execute(sql.replace("= ANY(%s)", f"IN ({', '.join(['%s'] * len(params[0]))})"), _flat(params))
             return [(bytes(h), bytes(d)) for h, d in cursor.fetchall()]
-    import psycopg
-
     connection.ensure_connection()
     started = time.monotonic()
     with psycopg.Cursor(connection.connection) as cursor:
