@@ -121,14 +121,7 @@ def _new_head(
         name=name,
         kind=CheckpointKind.RESTORE,
         status=CheckpointStatus.COMPLETED,
-        step=checkpoint.step,
-        phase=checkpoint.phase,
-        created_at=now,
-        received_at=now,
-        root=checkpoint.root,
-        state_hash=checkpoint.state_hash,
-        raw_bytes=checkpoint.raw_bytes,
-        stored_bytes=0,
+        **_sharing_state(checkpoint, now=now),
         calls_made=checkpoint.calls_made,  # no call made here: the path's calls are the target's
         metadata={
             "restored_from": checkpoint.pk,
@@ -149,6 +142,21 @@ def _new_head(
         transaction.on_commit(lambda: write_back_restore(restored.pk))
     transaction.on_commit(lambda: detect_after_ingest([session.pk]))  # a failed or halted alert clears now
     return restored
+
+
+def _sharing_state(checkpoint: Checkpoint, *, now: datetime) -> dict[str, Any]:
+    """The columns of a new checkpoint that holds `checkpoint`'s state by reference (restore, fork): the same
+    tree and hash, no bytes stored for it."""
+    return {
+        "step": checkpoint.step,
+        "phase": checkpoint.phase,
+        "created_at": now,
+        "received_at": now,
+        "root": checkpoint.root,
+        "state_hash": checkpoint.state_hash,
+        "raw_bytes": checkpoint.raw_bytes,
+        "stored_bytes": 0,
+    }
 
 
 def write_back_restore(checkpoint_id: int) -> list[Path]:
@@ -244,14 +252,7 @@ def _fork(checkpoint: Checkpoint, *, actor: Actor, title: str, external_id: str,
         name=f"fork of {source.external_id} #{checkpoint.seq}"[: Checkpoint._meta.get_field("name").max_length],
         kind=CheckpointKind.FORK,
         status=CheckpointStatus.COMPLETED,
-        step=checkpoint.step,
-        phase=checkpoint.phase,
-        created_at=now,
-        received_at=now,
-        root=checkpoint.root,
-        state_hash=checkpoint.state_hash,
-        raw_bytes=checkpoint.raw_bytes,
-        stored_bytes=0,
+        **_sharing_state(checkpoint, now=now),
         calls_made=0,  # the fork's own path starts here
         metadata={"forked_from": checkpoint.pk},
     )
