@@ -10,12 +10,13 @@ RUN python -m venv /opt/venv
 
 WORKDIR /src
 COPY pyproject.toml ./
+COPY clients/python ./clients/python
 # Only pyproject.toml is copied, so a code change does not reinstall the dependencies. The project's
 # own packages are not installed as a wheel: settings find templates/ and static/ beside config/,
 # so the code runs from the source tree in /app (PYTHONPATH below).
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
         > requirements.txt \
-    && pip install -r requirements.txt \
+    && pip install ./clients/python -r requirements.txt \
     && pip check
 
 # ---- final: runtime only, non-root ---------------------------------------------------------------

@@ -1,7 +1,7 @@
 # Checkpoint Console — the two commands a new user needs: `make run` and `make test`.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml clients/python/pyproject.toml | cksum | cut -d' ' -f1)
 PORT ?= 8000
 PG_TEST_URL ?= postgres://postgres@127.0.0.1:5432/checkpoint_console
 REDIS_TEST_URL ?= redis://127.0.0.1:6379/15
@@ -10,10 +10,10 @@ REDIS_TEST_URL ?= redis://127.0.0.1:6379/15
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -e "./clients/python[langgraph]" -e ".[test]"
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

@@ -1,0 +1,402 @@
+"""A Python client for the Checkpoint Console API (`/api/v1/`).
+
+Standard library only, so an agent can copy this one file into its own code base.
+Method names follow the source systems (`create`, `get_latest`, `rollback_to`, `export`, …).
+
+    client = CheckpointClient("https://console.example.com", "cpk_…")
+    client.create_session("run-42", agent="planner")
+    client.create("run-42", {"messages": []}, name="task_started")
+    state = client.resume("run-42")["state"]
+"""
+
+from __future__ import annotations
+
+import builtins
+import http.client
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = ["CheckpointAPIError", "CheckpointClient"]
+
+JSONDict = dict[str, Any]
+JSONList = list[JSONDict]
+When = datetime | str
+
+# The batch endpoint takes up to 10,000 checkpoints and 16 MB per request; stay well below both.
+_BATCH_ITEMS = 500
+_BATCH_BYTES = 8 * 1024 * 1024
+_TIME_FIELDS = ("since", "until", "created_at")
+
+
+class CheckpointAPIError(Exception):
+    """The API refused a request (`status` 4xx/5xx), or could not be reached (`status` 0).
+
+    `detail` is the server's own explanation: a string, or a list of field errors.
+    """
+
+    def __init__(self, status: int, detail: Any) -> None:
+        super().__init__(f"{status}: {detail}" if status else str(detail))
+        self.status = status
+        self.detail = detail
+
+
+class CheckpointClient:
+    """One project's sessions and checkpoints, through its bearer token."""
+
+    def __init__(self, base_url: str, token: str, *, timeout: float = 30) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"CheckpointClient({self.base_url!r})"  # never the token: reprs end up in logs
+
+    # ---- sessions ------------------------------------------------------------------------
+
+    def create_session(
+        self,
+        external_id: str,
+        agent: str,
+        title: str | None = None,
+        execution_mode: str | None = None,
+        metadata: JSONDict | None = None,
+    ) -> JSONDict:
+        """Create the session, or update the fields given (so an agent can call this on every start)."""
+        body = _without_none(
+            {"external_id": external_id, "agent": agent, "title": title, "execution_mode": execution_mode}
+        )
+        if metadata is not None:
+            body["metadata"] = metadata
+        return self._request("POST", "/sessions", body)
+
+    def get_session(self, session: str) -> JSONDict:
+        """The session with its head checkpoint, status, restore generation and counts."""
+        return self._request("GET", _path("sessions", session))
+
+    def get_summary(self, session: str) -> JSONDict:
+        """Counts by name, kind and status, first and last checkpoint, and duration."""
+        return self._request("GET", _path("sessions", session, "summary"))
+
+    def resume(self, session: str) -> JSONDict:
+        """What to resume from: `{session, restore_generation, checkpoint, state}`.
+
+        An agent that remembers `restore_generation` knows an operator restored it when the number grows.
+        """
+        return self._request("GET", _path("sessions", session, "resume"))
+
+    def put_live_state(self, session: str, state: Any) -> JSONDict:
+        """Heartbeat with the current state (routine checkpoints are taken from it); returns when it was received."""
+        return self._request("PUT", _path("sessions", session, "live-state"), {"state": state})
+
+    # ---- writing checkpoints -------------------------------------------------------------
+
+    def create(
+        self,
+        session: str,
+        state: Any,
+        name: str = "",
+        kind: str = "step",
+        status: str | None = None,
+        status_reason: str | None = None,
+        step: int | None = None,
+        phase: int | None = None,
+        created_at: When | None = None,
+        idempotency_key: str | None = None,
+        operation_id: str | None = None,
+        metadata: JSONDict | None = None,
+        parent: int | None = None,
+    ) -> JSONDict:
+        """Store one checkpoint (metadata back, no state). Repeating an `idempotency_key` returns the original.
+
+        `parent` (a checkpoint id of the session) branches from an earlier checkpoint instead of the head.
+        """
+        body = _checkpoint_body(
+            state,
+            name=name,
+            kind=kind,
+            status=status,
+            status_reason=status_reason,
+            step=step,
+            phase=phase,
+            created_at=created_at,
+            idempotency_key=idempotency_key,
+            operation_id=operation_id,
+            metadata=metadata,
+            parent=parent,
+        )
+        return self._request("POST", _path("sessions", session, "checkpoints"), body)
+
+    def create_batch(self, items: Iterable[JSONDict]) -> JSONDict:
+        """Many checkpoints in one request, all stored or none: each item is `{session, state, …}`.
+
+        Returns `{created, existing, checkpoints: [{id, session, seq, created}]}`.
+        """
+        checkpoints = [_encode_times(item) for item in items]
+        return self._request("POST", "/checkpoints/batch", {"checkpoints": checkpoints})
+
+    def rollback_to(self, checkpoint_id: int, reason: str = "") -> JSONDict:
+        """Restore: a new head sharing that checkpoint's state. Nothing is deleted, so it can be undone."""
+        return self._request("POST", _path("checkpoints", checkpoint_id, "restore"), {"reason": reason})
+
+    def fork(self, checkpoint_id: int, title: str = "", external_id: str = "") -> JSONDict:
+        """A new session starting from that checkpoint; returns the new session."""
+        body = {"title": title, "external_id": external_id}
+        return self._request("POST", _path("checkpoints", checkpoint_id, "fork"), body)
+
+    # ---- reading checkpoints -------------------------------------------------------------
+
+    def get(self, checkpoint_id: int) -> JSONDict:
+        """One checkpoint with its full `state`."""
+        return self._request("GET", _path("checkpoints", checkpoint_id))
+
+    def get_latest(self, session: str) -> JSONDict | None:
+        """The newest checkpoint (highest seq) with its state, or None for an empty session."""
+        return self._newest(session)
+
+    def get_by_name(self, session: str, name: str) -> JSONDict | None:
+        """The newest checkpoint with that name, with its state, or None if there is none."""
+        return self._newest(session, name=name)
+
+    def get_since(self, session: str, since: When) -> JSONList:
+        """Metadata of every checkpoint created at or after `since`, oldest first (all pages)."""
+        return [*self.list(session, since=since)]
+
+    def get_between(self, session: str, since: When, until: When) -> JSONList:
+        """Metadata of every checkpoint created between `since` and `until` inclusive, oldest first."""
+        return [*self.list(session, since=since, until=until)]
+
+    def list(self, session: str, **filters: Any) -> Iterator[JSONDict]:
+        """Checkpoint metadata (no states), following `next_cursor` until the last page.
+
+        Filters: name, kind, status, since, until (datetime or ISO string), order ("asc"/"desc"),
+        limit (page size, 1–1000).
+        """
+        query = _encode_times({key: value for key, value in filters.items() if value is not None})
+        path = _path("sessions", session, "checkpoints")
+        while True:
+            page = self._request("GET", path, query=query)
+            yield from page["items"]
+            if not page.get("next_cursor"):
+                return
+            query = {**query, "cursor": page["next_cursor"]}
+
+    def diff(self, a_id: int, b_id: int) -> JSONDict:
+        """Structural diff from `a_id` to `b_id`: `{from, to, summary: {added, removed, changed, text}, changes}`."""
+        return self._request("GET", _path("checkpoints", a_id, "diff", b_id))
+
+    # ---- export and import (Breakpilot style) --------------------------------------------
+
+    def export(self, session: str) -> JSONList:
+        """Every checkpoint of the session with its state, as `{id: "<session>:<seq>", name, timestamp, data, metadata}`."""
+        exported = []
+        for row in self.list(session, limit=1000):
+            checkpoint = self.get(row["id"])
+            exported.append(
+                {
+                    "id": f"{session}:{checkpoint['seq']}",
+                    "name": checkpoint["name"],
+                    "timestamp": checkpoint["created_at"],
+                    "data": checkpoint["state"],
+                    "metadata": checkpoint["metadata"],
+                }
+            )
+        return exported
+
+    def import_checkpoints(self, session: str, exported: Iterable[JSONDict]) -> JSONDict:
+        """Add exported checkpoints to an existing session, in the order given; returns `{created, existing}`.
+
+        Each exported id becomes the idempotency key, so importing the same list twice adds nothing,
+        and an import cut short can simply be run again. A repeated id within the list is imported once.
+        """
+        items: JSONList = []
+        seen: set[str] = set()
+        for entry in exported:
+            key = str(entry["id"])
+            if key in seen:
+                continue
+            seen.add(key)
+            items.append(
+                {
+                    "session": session,
+                    "state": entry["data"],
+                    "name": entry.get("name") or "",
+                    "kind": "imported",
+                    "created_at": _timestamp(entry.get("timestamp")),
+                    "idempotency_key": key,
+                    "metadata": entry.get("metadata") or {},
+                }
+            )
+        totals: JSONDict = {"created": 0, "existing": 0, "checkpoints": []}
+        for chunk in _chunks(items):
+            result = self.create_batch(chunk)
+            totals["created"] += result["created"]
+            totals["existing"] += result["existing"]
+            totals["checkpoints"].extend(result["checkpoints"])
+        return totals
+
+    # ---- phases and reviewers' feedback (Haytham style) --------------------------------------
+
+    def report_phase(
+        self,
+        session: str,
+        number: int,
+        name: str | None = None,
+        status: str | None = None,
+        started_at: When | None = None,
+        completed_at: When | None = None,
+        duration: float | None = None,
+        retry_count: int | None = None,
+        tokens_in: int | None = None,
+        tokens_out: int | None = None,
+        cost: float | None = None,
+        errors: builtins.list[Any] | None = None,
+    ) -> JSONDict:
+        """Create or update phase `number` (its `name` is needed the first time); only the fields given change."""
+        body = _without_none(
+            {
+                "name": name,
+                "status": status,
+                "started_at": _iso(started_at) if started_at is not None else None,
+                "completed_at": _iso(completed_at) if completed_at is not None else None,
+                "duration": duration,
+                "retry_count": retry_count,
+                "tokens_in": tokens_in,
+                "tokens_out": tokens_out,
+                "cost": cost,
+                "errors": errors,
+            }
+        )
+        return self._request("PUT", _path("sessions", session, "phases", number), body)
+
+    def add_phase_output(
+        self,
+        session: str,
+        number: int,
+        agent_name: str,
+        content: str = "",
+        status: str = "",
+        model: str = "",
+        tokens_in: int = 0,
+        tokens_out: int = 0,
+        tools_used: builtins.list[str] | None = None,
+        duration: float | None = None,
+        error: str = "",
+    ) -> JSONDict:
+        """An agent's markdown output for the phase; reviewers read it on the phase page."""
+        body = {
+            "agent_name": agent_name,
+            "content": content,
+            "status": status,
+            "model": model,
+            "tokens_in": tokens_in,
+            "tokens_out": tokens_out,
+            "tools_used": tools_used or [],
+            "error": error,
+        }
+        if duration is not None:
+            body["duration"] = duration
+        return self._request("POST", _path("sessions", session, "phases", number, "outputs"), body)
+
+    def get_phase_feedback(self, session: str, number: int) -> JSONDict | None:
+        """The latest review of the phase (`action`, `approved`, `comments`, `requested_changes`, …), or None yet."""
+        try:
+            return self._request("GET", _path("sessions", session, "phases", number, "feedback"))
+        except CheckpointAPIError as exc:
+            if exc.status == 404 and "no feedback" in str(exc.detail):
+                return None
+            raise
+
+    # ---- plumbing ------------------------------------------------------------------------
+
+    def _newest(self, session: str, **filters: Any) -> JSONDict | None:
+        query = {**filters, "order": "desc", "limit": 1}
+        page = self._request("GET", _path("sessions", session, "checkpoints"), query=query)
+        return self.get(page["items"][0]["id"]) if page["items"] else None
+
+    def _request(self, method: str, path: str, body: Any = None, *, query: JSONDict | None = None) -> Any:
+        url = f"{self.base_url}/api/v1{path}"
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        data = None
+        if body is not None:
+            # allow_nan=False: the server refuses NaN and Infinity, so fail here with a clear ValueError.
+            data = json.dumps(body, ensure_ascii=False, allow_nan=False).encode()
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(url, data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                payload = response.read()
+        except urllib.error.HTTPError as exc:
+            raise CheckpointAPIError(exc.code, _error_detail(exc)) from exc
+        except (OSError, http.client.HTTPException) as exc:  # URLError, refused, reset, timeout
+            reason = getattr(exc, "reason", exc)
+            raise CheckpointAPIError(0, f"cannot reach {self.base_url}: {reason}") from exc
+        try:
+            return json.loads(payload) if payload else None
+        except ValueError as exc:  # a proxy's HTML page with a 200
+            raise CheckpointAPIError(0, f"{url} answered with something that is not JSON") from exc
+
+
+def _path(*segments: str | int) -> str:
+    # safe="": a session id like "team/run 1" must stay one path segment.
+    return "".join("/" + urllib.parse.quote(str(segment), safe="") for segment in segments)
+
+
+def _without_none(data: JSONDict) -> JSONDict:
+    return {key: value for key, value in data.items() if value is not None}
+
+
+def _checkpoint_body(state: Any, **fields: Any) -> JSONDict:
+    return _encode_times({"state": state, **_without_none(fields)})
+
+
+def _iso(value: When) -> str:
+    """Datetimes as ISO 8601; a naive datetime is taken as UTC, the API's clock."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value.isoformat()
+    return value
+
+
+def _encode_times(data: JSONDict) -> JSONDict:
+    return {key: _iso(value) if key in _TIME_FIELDS and value is not None else value for key, value in data.items()}
+
+
+def _timestamp(value: Any) -> str | None:
+    """Exported timestamps are ISO strings; older exports may carry epoch seconds."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value, tz=UTC).isoformat()
+    return value if isinstance(value, str) and value else None
+
+
+def _chunks(items: JSONList) -> Iterator[JSONList]:
+    """Split a batch so that each request stays under the API's item and body limits."""
+    chunk: JSONList = []
+    size = 0
+    for item in items:
+        item_size = len(json.dumps(item, ensure_ascii=False).encode())
+        if chunk and (len(chunk) >= _BATCH_ITEMS or size + item_size > _BATCH_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(item)
+        size += item_size
+    if chunk:
+        yield chunk
+
+
+def _error_detail(exc: urllib.error.HTTPError) -> Any:
+    """The server's {"detail": …}; for a non-JSON error page (a proxy, a crash), its first bytes."""
+    body = exc.read()
+    try:
+        data = json.loads(body)
+    except ValueError:
+        text = body.decode("utf-8", "replace").strip()
+        return text[:500] or exc.reason
+    return data.get("detail", data) if isinstance(data, dict) else data
