@@ -1,0 +1,409 @@
+"""ConsoleSaver: a LangGraph checkpoint saver that keeps a graph's checkpoints in the Checkpoint Console.
+
+    from checkpoint_console.langgraph import ConsoleSaver
+
+    graph = builder.compile(checkpointer=ConsoleSaver("https://console.example.com", "cpk_…"))
+    graph.invoke({"messages": [("user", "hi")]}, {"configurable": {"thread_id": "chat-1"}})
+
+A thread is a console session and each checkpoint a console checkpoint, so the console's timeline, diffs,
+alerts, restore and fork work on LangGraph threads. Values travel as typed JSON (`checkpoint_console.typedjson`)
+made by this saver's serde, so `get_tuple` gives back what `put` was given; a put sends only what changed
+(`checkpoint_console.lgwire`). Needs the `langgraph` extra: `pip install "checkpoint-console-client[langgraph]"`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any, cast
+
+import httpx
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from . import typedjson
+from .client import CheckpointAPIError
+from .lgwire import Memory, PutPlan, plan_put
+
+__all__ = ["CheckpointAPIError", "ConsoleSaver"]
+
+_API = "/api/v1/langgraph"
+# The checkpoint header and metadata are LangGraph's bookkeeping, which the server reads (tree parents,
+# `list` filters), so they are encoded plainly even when the saver's serde encrypts channel values.
+_PLAIN = JsonPlusSerializer()
+
+
+class ConsoleSaver(BaseCheckpointSaver[str]):
+    """LangGraph's checkpoint saver over the console's HTTP API, sync (httpx.Client) and async (httpx.AsyncClient).
+
+    `token` is a project's API token (write scope to run graphs). `client` is the httpx.Client in use: add
+    event hooks, proxies or transport options to it as to any. Close with `close()`/`aclose()` or use the saver
+    as a (sync or async) context manager.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        serde: SerializerProtocol | None = None,
+        timeout: float = 30.0,
+        memory_size: int = 512,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.base_url = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        self._timeout = httpx.Timeout(timeout)
+        self.client = httpx.Client(base_url=self.base_url, headers=self._headers, timeout=self._timeout)
+        self._async_client: httpx.AsyncClient | None = None
+        self._async_loop: asyncio.AbstractEventLoop | None = None
+        self.memory = Memory(memory_size)
+
+    def __repr__(self) -> str:
+        return f"ConsoleSaver({self.base_url!r})"  # never the token: reprs end up in logs
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def async_client(self) -> httpx.AsyncClient:
+        """The httpx.AsyncClient of the running event loop (a client's connections belong to one loop)."""
+        loop = asyncio.get_running_loop()
+        if self._async_client is None or self._async_loop is not loop:
+            self._async_client = httpx.AsyncClient(base_url=self.base_url, headers=self._headers, timeout=self._timeout)
+            self._async_loop = loop
+        return self._async_client
+
+    def close(self) -> None:
+        self.client.close()
+
+    async def aclose(self) -> None:
+        self.client.close()
+        if self._async_client is not None:
+            await self._async_client.aclose()
+            self._async_client = None
+
+    def __enter__(self) -> ConsoleSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> ConsoleSaver:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # ---- versions and values -----------------------------------------------------------
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """Zero-padded counter plus a random fraction, like InMemorySaver's: versions sort as strings, and a
+        version equal to the base's means the same value even across branches."""
+        if current is None:
+            current_v = 0
+        elif isinstance(current, int):
+            current_v = current
+        else:
+            current_v = int(current.split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
+
+    def _encode(self, value: Any) -> Any:
+        return typedjson.from_typed(*self.serde.dumps_typed(value))
+
+    def _decode(self, value: Any) -> Any:
+        return self.serde.loads_typed(typedjson.to_typed(value))
+
+    # ---- request bodies and answers (shared by the sync and async methods) -------------
+
+    def _plan(
+        self, config: RunnableConfig, checkpoint: Checkpoint, new_versions: ChannelVersions, *, relative: bool
+    ) -> PutPlan:
+        thread_id, checkpoint_ns = _thread(config), _ns(config)
+        base = self.memory.get(thread_id, checkpoint_ns) if relative else None
+        return plan_put(
+            checkpoint["channel_values"],
+            checkpoint["channel_versions"],
+            new_versions,
+            checkpoint["id"],
+            base,
+            self._encode,
+        )
+
+    def _put_body(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, plan: PutPlan
+    ) -> dict[str, Any]:
+        header = {key: value for key, value in checkpoint.items() if key != "channel_values"}
+        return {
+            "thread_id": _thread(config),
+            "checkpoint_ns": _ns(config),
+            "parent_checkpoint_id": get_checkpoint_id(config),
+            "checkpoint": typedjson.from_typed(*_PLAIN.dumps_typed(header)),
+            "metadata": typedjson.from_typed(
+                *_PLAIN.dumps_typed(get_serializable_checkpoint_metadata(config, metadata))
+            ),
+            "channels": plan.channels,
+            "values": plan.values,
+            "appends": plan.appends,
+            "base_checkpoint_id": plan.base_checkpoint_id,
+        }
+
+    def _stored(self, config: RunnableConfig, plan: PutPlan, answer: Any) -> RunnableConfig:
+        self.memory.remember(_thread(config), _ns(config), plan.sent)
+        return {
+            "configurable": {
+                "thread_id": answer["thread_id"],
+                "checkpoint_ns": answer["checkpoint_ns"],
+                "checkpoint_id": answer["checkpoint_id"],
+            }
+        }
+
+    def _writes_body(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+    ) -> dict[str, Any]:
+        checkpoint_id = get_checkpoint_id(config)
+        if not checkpoint_id:
+            raise ValueError("put_writes needs a config with a checkpoint_id (the one put returned)")
+        return {
+            "thread_id": _thread(config),
+            "checkpoint_ns": _ns(config),
+            "checkpoint_id": checkpoint_id,
+            "task_id": task_id,
+            "task_path": task_path,
+            "writes": [[channel, self._encode(value)] for channel, value in writes],
+        }
+
+    def _tuple(self, item: dict[str, Any]) -> CheckpointTuple:
+        stored = item["checkpoint"]
+        header = self._decode({key: value for key, value in stored.items() if key != "channel_values"})
+        values = {channel: self._decode(value) for channel, value in stored.get("channel_values", {}).items()}
+        thread_id, checkpoint_ns, parent_id = item["thread_id"], item["checkpoint_ns"], item["parent_checkpoint_id"]
+        return CheckpointTuple(
+            config=_config(thread_id, checkpoint_ns, item["checkpoint_id"]),
+            checkpoint=cast(Checkpoint, {**header, "channel_values": values}),
+            metadata=self._decode(item["metadata"]),
+            parent_config=_config(thread_id, checkpoint_ns, parent_id) if parent_id else None,
+            pending_writes=[
+                (task_id, channel, self._decode(value)) for task_id, channel, value in item["pending_writes"]
+            ],
+        )
+
+    def _list_params(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> dict[str, Any]:
+        configurable = (config or {}).get("configurable", {})
+        params: dict[str, Any] = {
+            "thread_id": str(configurable["thread_id"]) if "thread_id" in configurable else None,
+            "checkpoint_ns": configurable.get("checkpoint_ns"),
+            "checkpoint_id": configurable.get("checkpoint_id"),
+            "before": get_checkpoint_id(before) if before else None,
+            "limit": limit,
+        }
+        if filter:
+            encoded = {key: typedjson.from_typed(*_PLAIN.dumps_typed(value)) for key, value in filter.items()}
+            params["filter"] = json.dumps(encoded, ensure_ascii=False, separators=(",", ":"))
+        return {key: value for key, value in params.items() if value is not None}
+
+    # ---- sync API ----------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return self.client.request(method, _API + path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise CheckpointAPIError(0, f"cannot reach {self.base_url}: {exc}") from exc
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        plan = self._plan(config, checkpoint, new_versions, relative=True)
+        response = self._call("POST", "/checkpoints", json=self._put_body(config, checkpoint, metadata, plan))
+        if _resend(response, plan, config):
+            plan = self._plan(config, checkpoint, new_versions, relative=False)
+            response = self._call("POST", "/checkpoints", json=self._put_body(config, checkpoint, metadata, plan))
+        return self._stored(config, plan, _answer(response))
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        _answer(self._call("POST", "/writes", json=self._writes_body(config, writes, task_id, task_path)))
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        response = self._call("GET", "/checkpoint", params=_get_params(config))
+        if response.status_code == 404:
+            return None
+        return self._tuple(_answer(response))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Newest first, fetched a page at a time as the iteration goes."""
+        params: dict[str, Any] | None = self._list_params(config, filter, before, limit)
+        left = limit
+        while params is not None:
+            items, params, left = _page(_answer(self._call("GET", "/checkpoints", params=params)), params, left)
+            for item in items:
+                yield self._tuple(item)
+
+    def delete_thread(self, thread_id: str) -> None:
+        self.memory.forget([str(thread_id)])
+        _answer(self._call("POST", "/threads/delete", json={"thread_id": str(thread_id)}))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self.memory.forget([str(target_thread_id)])
+        body = {"source_thread_id": str(source_thread_id), "target_thread_id": str(target_thread_id)}
+        _answer(self._call("POST", "/threads/copy", json=body))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self.memory.forget()  # which threads the runs touched is known only to the server
+        _answer(self._call("POST", "/runs/delete", json={"run_ids": [str(run_id) for run_id in run_ids]}))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        thread_ids = [str(thread_id) for thread_id in thread_ids]
+        self.memory.forget(thread_ids)
+        _answer(self._call("POST", "/threads/prune", json={"thread_ids": thread_ids, "strategy": strategy}))
+
+    # ---- async API ---------------------------------------------------------------------
+
+    async def _acall(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return await self.async_client.request(method, _API + path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise CheckpointAPIError(0, f"cannot reach {self.base_url}: {exc}") from exc
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        plan = self._plan(config, checkpoint, new_versions, relative=True)
+        response = await self._acall("POST", "/checkpoints", json=self._put_body(config, checkpoint, metadata, plan))
+        if _resend(response, plan, config):
+            plan = self._plan(config, checkpoint, new_versions, relative=False)
+            body = self._put_body(config, checkpoint, metadata, plan)
+            response = await self._acall("POST", "/checkpoints", json=body)
+        return self._stored(config, plan, _answer(response))
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        _answer(await self._acall("POST", "/writes", json=self._writes_body(config, writes, task_id, task_path)))
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        response = await self._acall("GET", "/checkpoint", params=_get_params(config))
+        if response.status_code == 404:
+            return None
+        return self._tuple(_answer(response))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        params: dict[str, Any] | None = self._list_params(config, filter, before, limit)
+        left = limit
+        while params is not None:
+            items, params, left = _page(_answer(await self._acall("GET", "/checkpoints", params=params)), params, left)
+            for item in items:
+                yield self._tuple(item)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        self.memory.forget([str(thread_id)])
+        _answer(await self._acall("POST", "/threads/delete", json={"thread_id": str(thread_id)}))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self.memory.forget([str(target_thread_id)])
+        body = {"source_thread_id": str(source_thread_id), "target_thread_id": str(target_thread_id)}
+        _answer(await self._acall("POST", "/threads/copy", json=body))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self.memory.forget()
+        _answer(await self._acall("POST", "/runs/delete", json={"run_ids": [str(run_id) for run_id in run_ids]}))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        thread_ids = [str(thread_id) for thread_id in thread_ids]
+        self.memory.forget(thread_ids)
+        body = {"thread_ids": thread_ids, "strategy": strategy}
+        _answer(await self._acall("POST", "/threads/prune", json=body))
+
+
+def _thread(config: RunnableConfig) -> str:
+    return str(config["configurable"]["thread_id"])
+
+
+def _ns(config: RunnableConfig) -> str:
+    return config["configurable"].get("checkpoint_ns", "") or ""
+
+
+def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id}}
+
+
+def _get_params(config: RunnableConfig) -> dict[str, str]:
+    params = {"thread_id": _thread(config), "checkpoint_ns": _ns(config)}
+    if checkpoint_id := get_checkpoint_id(config):
+        params["checkpoint_id"] = checkpoint_id
+    return params
+
+
+def _page(
+    page: dict[str, Any], params: dict[str, Any], left: int | None
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None, int | None]:
+    """A page's items within the limit, the parameters of the next page (None after the last) and what is left."""
+    items = page["items"] if left is None else page["items"][: max(left, 0)]
+    left = None if left is None else left - len(items)
+    cursor = page.get("next_cursor")
+    more = bool(cursor) and (left is None or left > 0)
+    return items, ({**params, "cursor": cursor} if more else None), left
+
+
+def _resend(response: httpx.Response, plan: PutPlan, config: RunnableConfig) -> bool:
+    """Whether a relative put must go again with every channel whole: the server lacks its base (409), or the
+    base belongs to a deleted history while the put itself starts afresh (410 without a parent)."""
+    if plan.base_checkpoint_id is None:
+        return False
+    if response.status_code == 409:
+        return True
+    return response.status_code == 410 and not get_checkpoint_id(config)
+
+
+def _answer(response: httpx.Response) -> Any:
+    """The JSON body of a 2xx answer; CheckpointAPIError with the server's `detail` otherwise."""
+    try:
+        payload = response.json() if response.content else None
+    except ValueError:
+        payload = None
+        if response.is_success:
+            raise CheckpointAPIError(0, f"{response.url} answered with something that is not JSON") from None
+    if response.is_success:
+        return payload
+    detail = payload.get("detail", payload) if isinstance(payload, dict) else response.text[:500]
+    raise CheckpointAPIError(response.status_code, detail)
