@@ -261,12 +261,12 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Newest first, fetched a page at a time as the iteration goes."""
-        params: dict[str, Any] | None = self._list_params(config, filter, before, limit)
-        left = limit
+        params = None if limit is not None and limit < 1 else self._list_params(config, filter, before, limit)
         while params is not None:
-            items, params, left = _page(_answer(self._call("GET", "/checkpoints", params=params)), params, left)
-            for item in items:
+            page = _answer(self._call("GET", "/checkpoints", params=params))
+            for item in page["items"]:
                 yield self._tuple(item)
+            params = {**params, "cursor": page["next_cursor"]} if page.get("next_cursor") else None
 
     def delete_thread(self, thread_id: str) -> None:
         self.memory.forget([str(thread_id)])
@@ -328,12 +328,12 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        params: dict[str, Any] | None = self._list_params(config, filter, before, limit)
-        left = limit
+        params = None if limit is not None and limit < 1 else self._list_params(config, filter, before, limit)
         while params is not None:
-            items, params, left = _page(_answer(await self._acall("GET", "/checkpoints", params=params)), params, left)
-            for item in items:
+            page = _answer(await self._acall("GET", "/checkpoints", params=params))
+            for item in page["items"]:
                 yield self._tuple(item)
+            params = {**params, "cursor": page["next_cursor"]} if page.get("next_cursor") else None
 
     async def adelete_thread(self, thread_id: str) -> None:
         self.memory.forget([str(thread_id)])
@@ -372,17 +372,6 @@ def _get_params(config: RunnableConfig) -> dict[str, str]:
     if checkpoint_id := get_checkpoint_id(config):
         params["checkpoint_id"] = checkpoint_id
     return params
-
-
-def _page(
-    page: dict[str, Any], params: dict[str, Any], left: int | None
-) -> tuple[list[dict[str, Any]], dict[str, Any] | None, int | None]:
-    """A page's items within the limit, the parameters of the next page (None after the last) and what is left."""
-    items = page["items"] if left is None else page["items"][: max(left, 0)]
-    left = None if left is None else left - len(items)
-    cursor = page.get("next_cursor")
-    more = bool(cursor) and (left is None or left > 0)
-    return items, ({**params, "cursor": cursor} if more else None), left
 
 
 def _resend(response: httpx.Response, plan: PutPlan, config: RunnableConfig) -> bool:

@@ -1,0 +1,287 @@
+"""ConsoleSaver against a real running server on PostgreSQL: LangGraph's conformance suite, real graphs, the
+wire economy of puts and the typed round trip of values."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Annotated, Any, TypedDict
+from uuid import UUID
+
+import httpx
+import pytest
+from checkpoint_console.client import CheckpointAPIError
+from checkpoint_console.langgraph import ConsoleSaver
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.conformance.report import ProgressCallbacks
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from pydantic import BaseModel
+
+from checkpoints.models import AgentSession
+from checkpoints.services import create_api_token, get_or_create_project
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+class Order(BaseModel):
+    sku: str
+    quantity: int
+    placed_at: datetime
+
+
+@pytest.fixture
+def saver(live_server, token_secret):
+    with ConsoleSaver(live_server.url, token_secret, timeout=30) as saver:
+        yield saver
+
+
+class Wire:
+    """The bodies of the saver's requests, by path, as its httpx client sends them."""
+
+    def __init__(self, saver: ConsoleSaver) -> None:
+        self.requests: list[tuple[str, str, int]] = []
+        saver.client.event_hooks["request"].append(self._seen)
+
+    def _seen(self, request: httpx.Request) -> None:
+        self.requests.append((request.method, request.url.path.removeprefix("/api/v1/langgraph"), len(request.content)))
+
+    def sizes(self, path: str) -> list[int]:
+        return [size for method, seen, size in self.requests if method == "POST" and seen == path]
+
+    def count(self, method: str, path: str) -> int:
+        return sum(1 for seen_method, seen, _ in self.requests if (seen_method, seen) == (method, path))
+
+
+def put(
+    saver: ConsoleSaver,
+    thread_id: str,
+    values: dict[str, Any],
+    *,
+    parent: str | None = None,
+    checkpoint_id: str | None = None,
+    **versions: Any,
+) -> str:
+    """A checkpoint of `values` whose channels in `versions` changed (every channel when none is named)."""
+    checkpoint = empty_checkpoint()
+    checkpoint["id"] = checkpoint_id or checkpoint["id"]
+    checkpoint["channel_values"] = values
+    changed = versions or dict.fromkeys(values, "1")
+    checkpoint["channel_versions"] = {**dict.fromkeys(values, "1"), **changed}
+    config: dict[str, Any] = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    if parent:
+        config["configurable"]["checkpoint_id"] = parent
+    stored = saver.put(config, checkpoint, {"source": "loop", "step": 0, "parents": {}}, changed)
+    return stored["configurable"]["checkpoint_id"]
+
+
+def latest(saver: ConsoleSaver, thread_id: str):
+    return saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+
+
+# ---- conformance -----------------------------------------------------------------------------------------
+
+
+def test_console_saver_passes_langgraph_conformance_base_and_extended(live_server):
+    suites = iter(range(100))
+
+    @checkpointer_test(name="ConsoleSaver")
+    async def console_saver():
+        # A project per capability suite: each starts as empty as a fresh InMemorySaver.
+        project = get_or_create_project(f"conformance-{next(suites)}")
+        secret = create_api_token(project, name="conformance")[1]
+        async with ConsoleSaver(live_server.url, secret, timeout=30) as saver:
+            yield saver
+
+    report = asyncio.run(validate(console_saver, progress=ProgressCallbacks.quiet()))
+
+    failures = {name: result.failures for name, result in report.results.items() if result.passed is not True}
+    assert report.passed_all_base(), failures
+    for capability in ("copy_thread", "delete_for_runs", "prune"):
+        assert report.results[capability].passed is True, failures
+    assert report.conformance_level() == "FULL"
+
+
+# ---- real graphs -----------------------------------------------------------------------------------------
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    turns: int
+
+
+def chat_graph(saver: ConsoleSaver, *, replies: int, size: int = 2600):
+    def agent(state: Chat) -> dict[str, Any]:
+        turn = state["turns"] + 1
+        return {"messages": [AIMessage(f"reply {turn} " + "x" * size, id=f"ai-{turn}")], "turns": turn}
+
+    builder = StateGraph(Chat)
+    builder.add_node("agent", agent)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", lambda state: "agent" if state["turns"] < replies else END)
+    return builder.compile(checkpointer=saver)
+
+
+def test_a_graph_run_through_the_saver_resumes_with_its_whole_message_history(saver):
+    graph = chat_graph(saver, replies=5, size=10)
+    config = {"configurable": {"thread_id": "chat/1"}, "recursion_limit": 100}
+
+    graph.invoke({"messages": [HumanMessage("hi", id="h1")], "turns": 0}, config)
+    state = graph.get_state(config)
+
+    assert [m.id for m in state.values["messages"]] == ["h1", *(f"ai-{n}" for n in range(1, 6))]
+    assert len(list(graph.get_state_history(config))) == 7  # input, then one per agent step
+    assert AgentSession.objects.get(external_id="chat%2F1").metadata["thread_id"] == "chat/1"
+
+
+def test_each_put_of_a_growing_chat_sends_the_new_message_not_the_history(saver):
+    wire = Wire(saver)
+    graph = chat_graph(saver, replies=40)
+    config = {"configurable": {"thread_id": "long-chat"}, "recursion_limit": 200}
+
+    graph.invoke({"messages": [HumanMessage("hi", id="h1")], "turns": 0}, config)
+
+    puts = wire.sizes("/checkpoints")
+    state = graph.get_state(config).values
+    history = len(json.dumps([m.model_dump() for m in state["messages"]]))
+    assert history > 100_000
+    assert len(puts) == 42
+    assert max(puts[2:]) < 6_000, puts  # one 2.6 KB message and the header, at step 40 as at step 2
+    assert [m.id for m in state["messages"]][-1] == "ai-40" and state["turns"] == 40
+
+
+def test_a_graph_continues_from_its_latest_checkpoint_with_a_fresh_saver(live_server, token_secret, saver):
+    config = {"configurable": {"thread_id": "resumed"}, "recursion_limit": 100}
+    chat_graph(saver, replies=2, size=10).invoke({"messages": [HumanMessage("hi", id="h1")], "turns": 0}, config)
+
+    with ConsoleSaver(live_server.url, token_secret) as fresh:
+        wire = Wire(fresh)
+        chat_graph(fresh, replies=4, size=10).invoke({"messages": [HumanMessage("more", id="h2")]}, config)
+        state = chat_graph(fresh, replies=4, size=10).get_state(config).values
+
+    assert [m.id for m in state["messages"]] == ["h1", "ai-1", "ai-2", "h2", "ai-3", "ai-4"]
+    assert wire.count("POST", "/checkpoints") == 3  # no memory for its first put: whole; then appends
+
+
+# ---- the wire: resends, tombstones, pages ------------------------------------------------------------------
+
+
+def test_a_put_whose_base_the_server_cannot_use_is_resent_whole(live_server, token_secret, saver):
+    first = put(saver, "t", {"notes": "a long note", "n": 1})
+    with ConsoleSaver(live_server.url, token_secret) as other:
+        put(other, "t", {"n": 1}, checkpoint_id=first)  # replaces the checkpoint this saver remembers
+    wire = Wire(saver)
+
+    put(saver, "t", {"notes": "a long note", "n": 2}, parent=first, n="2")
+
+    relative, whole = wire.sizes("/checkpoints")  # "notes" left to a base that no longer has it: 409, then whole
+    assert relative < whole
+    assert latest(saver, "t").checkpoint["channel_values"] == {"notes": "a long note", "n": 2}
+
+
+def test_a_put_with_a_parent_from_a_deleted_thread_is_refused_with_410(live_server, token_secret, saver):
+    first = put(saver, "t", {"n": 1})
+    with ConsoleSaver(live_server.url, token_secret) as other:
+        other.delete_thread("t")
+
+    with pytest.raises(CheckpointAPIError) as refused:
+        put(saver, "t", {"n": 2}, parent=first, n="2")
+    assert refused.value.status == 410
+
+    put(saver, "t", {"n": 3})  # no parent: the thread starts afresh, though the saver's memory had a base
+    assert latest(saver, "t").checkpoint["channel_values"] == {"n": 3}
+
+
+def test_list_fetches_pages_lazily_and_stops_at_the_limit(saver):
+    parent = None
+    for step in range(45):
+        parent = put(saver, "paged", {"step": step}, parent=parent)
+    wire = Wire(saver)
+
+    everything = [t.checkpoint["channel_values"]["step"] for t in saver.list({"configurable": {"thread_id": "paged"}})]
+    requests_for_all = wire.count("GET", "/checkpoints")
+    first_two = list(saver.list({"configurable": {"thread_id": "paged"}}, limit=25))
+
+    assert everything == list(reversed(range(45)))
+    assert requests_for_all == 3
+    assert [t.checkpoint["channel_values"]["step"] for t in first_two] == list(reversed(range(20, 45)))
+    assert wire.count("GET", "/checkpoints") == 3 + 2
+
+
+def test_list_filters_metadata_at_the_server(saver):
+    config = {"configurable": {"thread_id": "filtered", "checkpoint_ns": ""}}
+    for step, source in enumerate(["input", "loop", "loop", "update"]):
+        checkpoint = empty_checkpoint()
+        saver.put(config, checkpoint, {"source": source, "step": step, "parents": {}, "score": Decimal(step)}, {})
+
+    found = list(saver.list(config, filter={"source": "loop", "score": Decimal(2)}))
+
+    assert [(t.metadata["source"], t.metadata["step"]) for t in found] == [("loop", 2)]
+
+
+def test_errors_carry_the_servers_detail_and_a_missing_checkpoint_is_none(live_server, project, saver):
+    read_only = create_api_token(project, name="viewer", read_only=True)[1]
+
+    with ConsoleSaver(live_server.url, read_only) as viewer, pytest.raises(CheckpointAPIError) as refused:
+        put(viewer, "t", {"n": 1})
+    assert (refused.value.status, refused.value.detail) == (403, "this token is read-only")
+    assert latest(saver, "no such thread") is None
+    with ConsoleSaver("http://127.0.0.1:9", "cpk_x", timeout=2) as nowhere, pytest.raises(CheckpointAPIError) as down:
+        latest(nowhere, "t")
+    assert down.value.status == 0
+
+
+# ---- typed round trip --------------------------------------------------------------------------------------
+
+
+def test_get_tuple_returns_the_values_put_was_given(saver):
+    when = datetime(2026, 11, 26, 16, 30, tzinfo=UTC)
+    values = {
+        "messages": [
+            HumanMessage("book it", id="h1"),
+            AIMessage("", id="a1", tool_calls=[{"name": "book", "args": {"sku": "A-1", "n": 2}, "id": "call-1"}]),
+            ToolMessage("booked", tool_call_id="call-1", id="t1"),
+        ],
+        "order": Order(sku="A-1", quantity=2, placed_at=when),
+        "when": when,
+        "delay": timedelta(minutes=5),
+        "raw": b"\x00\xff binary",
+        "tags": {"urgent", "vip"},
+        "by_id": {1: "one", (2, 3): "pair"},
+        "ids": [UUID(int=7)],
+        "nothing": None,
+        "inf": float("inf"),
+    }
+    checkpoint_id = put(saver, "typed/thread " + "x" * 300, values)
+    config = {"configurable": {"thread_id": "typed/thread " + "x" * 300, "checkpoint_id": checkpoint_id}}
+    saver.put_writes(config, [("messages", values["messages"][:1]), ("__interrupt__", {"when": when})], "task-1")
+
+    found = saver.get_tuple(config)
+
+    assert found.checkpoint["channel_values"] == values
+    assert found.pending_writes == [
+        ("task-1", "__interrupt__", {"when": when}),
+        ("task-1", "messages", values["messages"][:1]),
+    ]
+
+
+def test_the_async_methods_round_trip_and_list_like_the_sync_ones(saver):
+    config = {"configurable": {"thread_id": "async", "checkpoint_ns": "child:1"}}
+
+    async def run() -> tuple[Any, list[Any]]:
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"order": Order(sku="B", quantity=1, placed_at=datetime(2026, 1, 1, tzinfo=UTC))}
+        checkpoint["channel_versions"] = {"order": "1"}
+        stored = await saver.aput(config, checkpoint, {"source": "input", "step": -1}, {"order": "1"})
+        await saver.aput_writes(stored, [("order", None)], "task")
+        return await saver.aget_tuple(stored), [t async for t in saver.alist({"configurable": {"thread_id": "async"}})]
+
+    found, listed = asyncio.run(run())
+
+    assert found.checkpoint["channel_values"]["order"].sku == "B"
+    assert found.pending_writes == [("task", "order", None)]
+    assert [t.config for t in listed] == [found.config]
