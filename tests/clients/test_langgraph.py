@@ -87,14 +87,13 @@ def latest(saver: ConsoleSaver, thread_id: str):
 
 
 def test_console_saver_passes_langgraph_conformance_base_and_extended(live_server):
-    suites = iter(range(100))
+    # A project per capability suite, so each starts as empty as a fresh InMemorySaver. Made here, not in the
+    # factory: ORM calls inside the event loop would open a connection no one closes.
+    secrets = iter([create_api_token(get_or_create_project(f"conformance-{n}"), name="lg")[1] for n in range(8)])
 
     @checkpointer_test(name="ConsoleSaver")
     async def console_saver():
-        # A project per capability suite: each starts as empty as a fresh InMemorySaver.
-        project = get_or_create_project(f"conformance-{next(suites)}")
-        secret = create_api_token(project, name="conformance")[1]
-        async with ConsoleSaver(live_server.url, secret, timeout=30) as saver:
+        async with ConsoleSaver(live_server.url, next(secrets), timeout=30) as saver:
             yield saver
 
     report = asyncio.run(validate(console_saver, progress=ProgressCallbacks.quiet()))
