@@ -267,19 +267,36 @@ def test_get_tuple_returns_the_values_put_was_given(saver):
     ]
 
 
-def test_the_async_methods_round_trip_and_list_like_the_sync_ones(saver):
+def test_the_async_methods_round_trip_and_list_like_the_sync_ones(live_server, token_secret):
     config = {"configurable": {"thread_id": "async", "checkpoint_ns": "child:1"}}
 
     async def run() -> tuple[Any, list[Any]]:
-        checkpoint = empty_checkpoint()
-        checkpoint["channel_values"] = {"order": Order(sku="B", quantity=1, placed_at=datetime(2026, 1, 1, tzinfo=UTC))}
-        checkpoint["channel_versions"] = {"order": "1"}
-        stored = await saver.aput(config, checkpoint, {"source": "input", "step": -1}, {"order": "1"})
-        await saver.aput_writes(stored, [("order", None)], "task")
-        return await saver.aget_tuple(stored), [t async for t in saver.alist({"configurable": {"thread_id": "async"}})]
+        async with ConsoleSaver(live_server.url, token_secret) as saver:
+            checkpoint = empty_checkpoint()
+            order = Order(sku="B", quantity=1, placed_at=datetime(2026, 1, 1, tzinfo=UTC))
+            checkpoint["channel_values"] = {"order": order}
+            checkpoint["channel_versions"] = {"order": "1"}
+            stored = await saver.aput(config, checkpoint, {"source": "input", "step": -1}, {"order": "1"})
+            await saver.aput_writes(stored, [("order", None)], "task")
+            listed = [t async for t in saver.alist({"configurable": {"thread_id": "async"}})]
+            return await saver.aget_tuple(stored), listed
 
     found, listed = asyncio.run(run())
 
     assert found.checkpoint["channel_values"]["order"].sku == "B"
     assert found.pending_writes == [("task", "order", None)]
     assert [t.config for t in listed] == [found.config]
+
+
+def test_an_async_graph_run_appends_its_messages_through_the_async_saver(live_server, token_secret):
+    config = {"configurable": {"thread_id": "async-chat"}, "recursion_limit": 100}
+
+    async def run() -> dict[str, Any]:
+        async with ConsoleSaver(live_server.url, token_secret) as saver:
+            graph = chat_graph(saver, replies=3, size=10)
+            await graph.ainvoke({"messages": [HumanMessage("hi", id="h1")], "turns": 0}, config)
+            return (await graph.aget_state(config)).values
+
+    state = asyncio.run(run())
+
+    assert [m.id for m in state["messages"]] == ["h1", "ai-1", "ai-2", "ai-3"]

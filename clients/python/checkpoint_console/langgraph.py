@@ -86,9 +86,11 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
         return self._async_client
 
     def close(self) -> None:
+        """Close the sync client. An async client can only be closed in its loop: async code uses aclose()."""
         self.client.close()
 
     async def aclose(self) -> None:
+        """Close both clients; keep-alive connections left open hold a server worker each."""
         self.client.close()
         if self._async_client is not None:
             await self._async_client.aclose()
