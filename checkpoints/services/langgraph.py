@@ -191,20 +191,11 @@ def _current(session: AgentSession, checkpoint_ns: str) -> Any:
     return LangGraphCheckpoint.objects.filter(session=session, checkpoint_ns=checkpoint_ns, current=True)
 
 
-def _refuse_deleted_history(session: AgentSession, checkpoint_ns: str, named: list[str | None]) -> None:
-    """After the thread's deletion, a checkpoint id the thread does not hold now is from the deleted history."""
-    wanted = {name for name in named if name}
-    if (
-        not wanted
-        or not LangGraphTombstone.objects.filter(
-            project_id=session.project_id, external_id=session.external_id
-        ).exists()
-    ):
-        return
-    held = set(
-        _current(session, checkpoint_ns).filter(checkpoint_id__in=wanted).values_list("checkpoint_id", flat=True)
-    )
-    if missing := sorted(wanted - held):
+def _refuse_deleted_history(session: AgentSession, named: list[str | None], held: set[str]) -> None:
+    """After the thread's deletion, a checkpoint id the thread does not hold now (`held`: those of `named` it
+    holds) is from the deleted history."""
+    tombstone = LangGraphTombstone.objects.filter(project_id=session.project_id, external_id=session.external_id)
+    if (missing := sorted({name for name in named if name} - held)) and tombstone.exists():
         raise HistoryDeleted(
             f"checkpoint {missing[0]!r} belongs to a deleted history of thread {session.metadata.get('thread_id')!r}; "
             "put without a parent to start the thread afresh"
@@ -214,20 +205,15 @@ def _refuse_deleted_history(session: AgentSession, checkpoint_ns: str, named: li
 # ---- put -------------------------------------------------------------------------------------------------
 
 
-def _resolve_state(session: AgentSession, item: PutInput) -> dict[str, Any]:
+def _resolve_state(item: PutInput, base_row: LangGraphCheckpoint | None) -> dict[str, Any]:
     """The full channel values: those sent, the rest from the base checkpoint's stored state."""
     channels = item.channels if item.channels is not None else [*item.values, *item.appends]
     state: dict[str, Any] = {}
-    needed = [channel for channel in channels if channel not in item.values]
     base: Any = None
-    if needed:
-        row = None
-        if item.base_checkpoint_id is not None:
-            row = _current(session, item.checkpoint_ns).filter(checkpoint_id=item.base_checkpoint_id)
-            row = row.values_list("console__root", flat=True).first()
-        if row is None:
+    if any(channel not in item.values for channel in channels):
+        if base_row is None:
             raise ResendNeeded(f"base checkpoint {item.base_checkpoint_id!r} is not stored: send every channel")
-        base = store.load_shared(bytes(row))
+        base = store.load_shared(bytes(base_row.console.root))
     for channel in channels:
         if channel in item.values:
             state[channel] = item.values[channel]
@@ -252,17 +238,18 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
     exactly (an importer run twice): then nothing is stored. Puts are the agent's own steps, not audited."""
     _check_put(item)
     session = _thread_session(project, item.thread_id)
-    _refuse_deleted_history(session, item.checkpoint_ns, [item.parent_checkpoint_id, item.base_checkpoint_id])
-    state = _resolve_state(session, item)
     checkpoint_id = item.checkpoint["id"]
+    named = {checkpoint_id, item.parent_checkpoint_id, item.base_checkpoint_id} - {None}
+    rows = _current(session, item.checkpoint_ns).filter(checkpoint_id__in=named).select_related("console")
+    found = {row.checkpoint_id: row for row in rows.only(*_NAMED_FIELDS)}
+    _refuse_deleted_history(session, [item.parent_checkpoint_id, item.base_checkpoint_id], set(found))
+    state = _resolve_state(item, found.get(item.base_checkpoint_id or ""))
     header = {key: value for key, value in item.checkpoint.items() if key != "id"}
-    rows = _current(session, item.checkpoint_ns)
-    existing = rows.filter(checkpoint_id=checkpoint_id).select_related("console").first()
+    existing = found.get(checkpoint_id)
     if existing is not None and _same_put(existing, item, state, header):
         return existing.console, False
-    parent = None
-    if item.parent_checkpoint_id is not None:
-        parent = rows.filter(checkpoint_id=item.parent_checkpoint_id).values_list("console_id", flat=True).first()
+    parent_row = found.get(item.parent_checkpoint_id or "")
+    parent = parent_row.console_id if parent_row is not None else None
     now = timezone.now()
     metadata = item.metadata
     source = metadata.get("source")
@@ -292,6 +279,12 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
     )
     set_head(session)
     return checkpoint, True
+
+
+_NAMED_FIELDS = (
+    "console_id", "checkpoint_id", "parent_checkpoint_id", "header", "metadata", "console__root",
+    "console__state_hash", "console__seq", "console__session_id",
+)  # fmt: skip
 
 
 def _same_put(existing: LangGraphCheckpoint, item: PutInput, state: dict[str, Any], header: dict[str, Any]) -> bool:
@@ -343,7 +336,8 @@ def put_writes(
             raise InvalidInput(f"writes.{position}", "must be a [channel, value] pair")
         _check_typed(f"writes.{position}", write[1])
     session = _thread_session(project, thread_id)
-    _refuse_deleted_history(session, checkpoint_ns, [checkpoint_id])
+    held = _current(session, checkpoint_ns).filter(checkpoint_id=checkpoint_id).exists()
+    _refuse_deleted_history(session, [checkpoint_id], {checkpoint_id} if held else set())
     key = {"session": session, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id, "task_id": task_id}
     row = LangGraphWrites.objects.select_for_update().filter(**key).first()
     slots: dict[int, list[Any]] = {}
