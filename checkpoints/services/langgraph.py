@@ -277,6 +277,8 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
         metadata=metadata,
         run_id=run_id[:ID_MAX] if isinstance(run_id, str) else "",
     )
+    if item.parent_checkpoint_id is not None:
+        _share_written_values(session, item, item.parent_checkpoint_id, bytes(checkpoint.root))
     set_head(session)
     return checkpoint, True
 
@@ -340,9 +342,9 @@ def put_writes(
     _refuse_deleted_history(session, [checkpoint_id], {checkpoint_id} if held else set())
     key = {"session": session, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id, "task_id": task_id}
     row = LangGraphWrites.objects.select_for_update().filter(**key).first()
-    slots: dict[int, list[Any]] = {}
+    slots: dict[int, list[Any]] = {}  # idx → [channel, value] or [channel, None, positions]
     if row is not None:
-        slots = {idx: [channel, value] for idx, channel, value in jsoncodec.unpack(row.writes)}
+        slots = {entry[0]: entry[1:] for entry in jsoncodec.unpack(row.writes)}
     stored = 0
     for position, (channel, value) in enumerate(writes):
         idx = SPECIAL_WRITES.get(channel, position)
@@ -378,7 +380,7 @@ def _tuples(rows: list[LangGraphCheckpoint]) -> list[dict[str, Any]]:
     writes: dict[tuple[int, str, str], list[tuple[str, str, int, list[Any]]]] = {}
     for found in LangGraphWrites.objects.filter(wanted):
         key = (found.session_id, found.checkpoint_ns, found.checkpoint_id)
-        for idx, channel, value in jsoncodec.unpack(found.writes):
+        for idx, channel, value in _written_values(found):
             writes.setdefault(key, []).append((found.task_path, found.task_id, idx, [found.task_id, channel, value]))
     return [
         _tuple(
@@ -392,6 +394,53 @@ def _tuples(rows: list[LangGraphCheckpoint]) -> list[dict[str, Any]]:
         )
         for row in rows
     ]
+
+
+def _written_values(row: LangGraphWrites) -> list[tuple[int, str, Any]]:
+    """A task's writes as (idx, channel, value), the values named by their place in a state read from it."""
+    entries = jsoncodec.unpack(row.writes)
+    state = store.load_shared(bytes(row.values_root)) if row.values_root is not None else None
+    found = []
+    for idx, channel, value, *positions in entries:
+        if positions:
+            items = state[channel]  # type: ignore[index]
+            value = [items[at] for at in positions[0]] if isinstance(positions[0], list) else items[positions[0]]
+        found.append((idx, channel, value))
+    return found
+
+
+def _share_written_values(session: AgentSession, item: PutInput, parent: str, root: bytes) -> None:
+    """Once a checkpoint appends what its parent's tasks wrote (a chat step's new messages), the parent's writes
+    name those values' places in its state (stored once) instead of holding them a second time."""
+    appended: dict[tuple[str, bytes], int] = {}  # (channel, canonical JSON of an item) → its index in the state
+    for channel, append in item.appends.items():
+        for offset, value in enumerate(append["items"]):
+            appended.setdefault((channel, jsoncodec.canonical(value)), append["base_len"] + offset)
+    if not appended:
+        return
+    rows = LangGraphWrites.objects.filter(
+        session=session, checkpoint_ns=item.checkpoint_ns, checkpoint_id=parent, values_root__isnull=True
+    )
+    for row in rows:
+        entries = jsoncodec.unpack(row.writes)
+        named = [_named(entry, appended) for entry in entries]
+        if any(entry is not None for entry in named):
+            shared = [new or old for new, old in zip(named, entries, strict=True)]
+            LangGraphWrites.objects.filter(pk=row.pk).update(writes=jsoncodec.pack(shared), values_root=root)
+
+
+def _named(entry: list[Any], appended: dict[tuple[str, bytes], int]) -> list[Any] | None:
+    """[idx, channel, None, positions] for a write whose value (or each item of it) the state holds; else None."""
+    if len(entry) != 3:
+        return None
+    idx, channel, value = entry
+    if isinstance(value, list) and value:
+        positions = [appended.get((channel, jsoncodec.canonical(part))) for part in value]
+        if all(at is not None for at in positions):
+            return [idx, channel, None, positions]
+        return None
+    at = appended.get((channel, jsoncodec.canonical(value)))
+    return None if at is None else [idx, channel, None, at]
 
 
 def _tuple(row: LangGraphCheckpoint, pending: list[list[Any]]) -> dict[str, Any]:
@@ -661,6 +710,7 @@ def _copy_writes(rows: Any, target: AgentSession, *, checkpoint_id: str | None =
             task_id=row.task_id,
             task_path=row.task_path,
             writes=row.writes,
+            values_root=row.values_root,
             interrupted=row.interrupted,
             resumed=row.resumed,
         )

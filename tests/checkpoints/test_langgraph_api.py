@@ -479,3 +479,24 @@ def test_any_put_body_gets_a_2xx_or_a_4xx_never_a_server_error(api, values, meta
     assert response.status_code in (201, 409, 422), response.content
     if response.status_code == 201:
         assert latest(api, "thread-h", checkpoint_id=lg_id(1)).status_code == 200
+
+
+def test_a_message_written_and_then_appended_is_stored_once_and_still_comes_back_as_the_write(api):
+    from checkpoints.models import LangGraphWrites
+
+    put(api, "thread-1", 0, values={"messages": messages(1)})
+    new = messages(2)[1]
+    write(api, lg_id(0), "task", [["messages", [new]], ["branch:to:tools", None]])
+    write(api, lg_id(0), "other", [["messages", typed("not appended")]])
+    before = latest(api, "thread-1", checkpoint_id=lg_id(0)).json()["pending_writes"]
+    appended = {"messages": {"base_len": 1, "items": [new]}}
+    put(api, "thread-1", 1, parent=0, values={}, channels=["messages"], appends=appended, base_checkpoint_id=lg_id(0))
+    assert latest(api, "thread-1", checkpoint_id=lg_id(0)).json()["pending_writes"] == before
+    shared = LangGraphWrites.objects.get(task_id="task")
+    assert shared.values_root is not None
+    assert len(shared.writes) < 100  # the message is no longer in the row
+    assert LangGraphWrites.objects.get(task_id="other").values_root is None
+    # a later write to the same task keeps what is named
+    write(api, lg_id(0), "task", [["__error__", typed("boom")]])
+    pending = latest(api, "thread-1", checkpoint_id=lg_id(0)).json()["pending_writes"]
+    assert pending == [["other", "messages", "not appended"], ["task", "__error__", "boom"], *before[1:]]
