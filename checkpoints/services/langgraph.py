@@ -26,7 +26,6 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .. import limits, store
-from ..fields import escape_json
 from ..models import (
     AgentSession,
     Checkpoint,
@@ -525,7 +524,7 @@ def iter_tuples(
         rows = rows.filter(checkpoint_id__lt=before)
     if filter:
         _check_typed("filter", filter)
-        rows = rows.filter(metadata__contains=escape_json(filter))
+        rows = rows.filter(metadata__contains=filter)  # the field escapes it as it escaped what it stored
     rows = rows.order_by("-checkpoint_id", "-console_id")
     remaining = limit if limit is not None else -1
     while remaining:

@@ -229,6 +229,13 @@ def test_list_filters_metadata_at_the_database_by_exact_value(api):
     assert listed(api, filter=json.dumps({"source": "loop", "step": 1}))["items"][0]["metadata"]["tags"] == ["a", "b"]
 
 
+def test_list_filters_values_the_database_cannot_hold_as_they_are(api):
+    put(api, "thread-1", 0, metadata={"source": "input", "note": "nul\x00 and \ue000", "big": 1e300})
+    put(api, "thread-1", 1, metadata={"source": "input", "note": "plain", "big": 1})
+    assert ids(listed(api, filter=json.dumps({"note": "nul\x00 and \ue000"}))) == [lg_id(0)]
+    assert ids(listed(api, filter=json.dumps({"big": 1e300}))) == [lg_id(0)]
+
+
 def test_list_pages_hold_20_and_the_cursor_continues_within_the_limit(api):
     for n in range(45):
         put(api, "thread-1", n, values={"n": n})
