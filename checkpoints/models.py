@@ -791,14 +791,23 @@ class LangGraphCheckpoint(models.Model):
 
 class LangGraphWrites(models.Model):
     """The pending writes of one task against one checkpoint, as LangGraph's put_writes leaves them: one row a
-    task, its writes zstd'd together (idx → channel and typed JSON value), so a step costs one small row."""
+    task, its writes zstd'd together (idx → channel and typed JSON value), so a step costs one small row.
+
+    A chat step writes each new message twice, as a pending write and appended to the next checkpoint's state;
+    once that checkpoint arrives, the write names the message's place in its state instead of holding it."""
 
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+", db_index=False)
     checkpoint_ns = SafeTextField(blank=True)
     checkpoint_id = SafeCharField(max_length=200)
     task_id = SafeCharField(max_length=200)
     task_path = SafeTextField(blank=True)
-    writes = models.BinaryField(help_text="zstd'd JSON [[idx, channel, value], …], by idx.")
+    writes = models.BinaryField(
+        help_text="zstd'd JSON [[idx, channel, value] or [idx, channel, null, positions], …], by idx: a value "
+        "the next checkpoint appended to its state is kept there once, named by its positions in the channel."
+    )
+    values_root = models.BinaryField(
+        max_length=32, null=True, blank=True, help_text="Store address of the state holding the values named."
+    )
     interrupted = models.BooleanField(default=False, help_text="Holds an __interrupt__ write.")
     resumed = models.BooleanField(default=False, help_text="Holds a __resume__ write.")
 

@@ -1,6 +1,7 @@
 """Storage garbage collection: mark every chunk a live state needs, sweep the old rest.
 
-Mark: start from every checkpoint's `root` and every session's `live_root`, and follow references
+Mark: start from every checkpoint's `root`, every session's `live_root` and every LangGraph pending write's
+`values_root` (a write whose value a later state holds), and follow references
 one tree level per query (as the store reads): a patch's only reference is its `base` column (its
 data is compressed with a dictionary and is never decompressed here); any other node is a plain
 zstd frame whose header lists its refs. Keyframes and the patches between them are therefore kept
@@ -27,7 +28,7 @@ from django.db.models.functions import Length
 from django.utils import timezone
 
 from .. import store
-from ..models import AgentSession, Checkpoint, Chunk
+from ..models import AgentSession, Checkpoint, Chunk, LangGraphWrites
 from ..services.chunks import delete_chunks
 
 _QUERY_BATCH = 500
@@ -47,6 +48,8 @@ def live_roots() -> set[bytes]:
     roots.update(
         bytes(r) for r in AgentSession.objects.filter(live_root__isnull=False).values_list("live_root", flat=True)
     )
+    writes = LangGraphWrites.objects.filter(values_root__isnull=False).order_by().values_list("values_root", flat=True)
+    roots.update(bytes(r) for r in writes.distinct() if r is not None)
     return roots
 
 

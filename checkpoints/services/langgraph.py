@@ -26,7 +26,6 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .. import limits, store
-from ..fields import escape_json
 from ..models import (
     AgentSession,
     Checkpoint,
@@ -191,20 +190,11 @@ def _current(session: AgentSession, checkpoint_ns: str) -> Any:
     return LangGraphCheckpoint.objects.filter(session=session, checkpoint_ns=checkpoint_ns, current=True)
 
 
-def _refuse_deleted_history(session: AgentSession, checkpoint_ns: str, named: list[str | None]) -> None:
-    """After the thread's deletion, a checkpoint id the thread does not hold now is from the deleted history."""
-    wanted = {name for name in named if name}
-    if (
-        not wanted
-        or not LangGraphTombstone.objects.filter(
-            project_id=session.project_id, external_id=session.external_id
-        ).exists()
-    ):
-        return
-    held = set(
-        _current(session, checkpoint_ns).filter(checkpoint_id__in=wanted).values_list("checkpoint_id", flat=True)
-    )
-    if missing := sorted(wanted - held):
+def _refuse_deleted_history(session: AgentSession, named: list[str | None], held: set[str]) -> None:
+    """After the thread's deletion, a checkpoint id the thread does not hold now (`held`: those of `named` it
+    holds) is from the deleted history."""
+    tombstone = LangGraphTombstone.objects.filter(project_id=session.project_id, external_id=session.external_id)
+    if (missing := sorted({name for name in named if name} - held)) and tombstone.exists():
         raise HistoryDeleted(
             f"checkpoint {missing[0]!r} belongs to a deleted history of thread {session.metadata.get('thread_id')!r}; "
             "put without a parent to start the thread afresh"
@@ -214,20 +204,15 @@ def _refuse_deleted_history(session: AgentSession, checkpoint_ns: str, named: li
 # ---- put -------------------------------------------------------------------------------------------------
 
 
-def _resolve_state(session: AgentSession, item: PutInput) -> dict[str, Any]:
+def _resolve_state(item: PutInput, base_row: LangGraphCheckpoint | None) -> dict[str, Any]:
     """The full channel values: those sent, the rest from the base checkpoint's stored state."""
     channels = item.channels if item.channels is not None else [*item.values, *item.appends]
     state: dict[str, Any] = {}
-    needed = [channel for channel in channels if channel not in item.values]
     base: Any = None
-    if needed:
-        row = None
-        if item.base_checkpoint_id is not None:
-            row = _current(session, item.checkpoint_ns).filter(checkpoint_id=item.base_checkpoint_id)
-            row = row.values_list("console__root", flat=True).first()
-        if row is None:
+    if any(channel not in item.values for channel in channels):
+        if base_row is None:
             raise ResendNeeded(f"base checkpoint {item.base_checkpoint_id!r} is not stored: send every channel")
-        base = store.load_shared(bytes(row))
+        base = store.load_shared(bytes(base_row.console.root))
     for channel in channels:
         if channel in item.values:
             state[channel] = item.values[channel]
@@ -252,17 +237,18 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
     exactly (an importer run twice): then nothing is stored. Puts are the agent's own steps, not audited."""
     _check_put(item)
     session = _thread_session(project, item.thread_id)
-    _refuse_deleted_history(session, item.checkpoint_ns, [item.parent_checkpoint_id, item.base_checkpoint_id])
-    state = _resolve_state(session, item)
     checkpoint_id = item.checkpoint["id"]
+    named = {checkpoint_id, item.parent_checkpoint_id, item.base_checkpoint_id} - {None}
+    rows = _current(session, item.checkpoint_ns).filter(checkpoint_id__in=named).select_related("console")
+    found = {row.checkpoint_id: row for row in rows.only(*_NAMED_FIELDS)}
+    _refuse_deleted_history(session, [item.parent_checkpoint_id, item.base_checkpoint_id], set(found))
+    state = _resolve_state(item, found.get(item.base_checkpoint_id or ""))
     header = {key: value for key, value in item.checkpoint.items() if key != "id"}
-    rows = _current(session, item.checkpoint_ns)
-    existing = rows.filter(checkpoint_id=checkpoint_id).select_related("console").first()
+    existing = found.get(checkpoint_id)
     if existing is not None and _same_put(existing, item, state, header):
         return existing.console, False
-    parent = None
-    if item.parent_checkpoint_id is not None:
-        parent = rows.filter(checkpoint_id=item.parent_checkpoint_id).values_list("console_id", flat=True).first()
+    parent_row = found.get(item.parent_checkpoint_id or "")
+    parent = parent_row.console_id if parent_row is not None else None
     now = timezone.now()
     metadata = item.metadata
     source = metadata.get("source")
@@ -290,8 +276,16 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
         metadata=metadata,
         run_id=run_id[:ID_MAX] if isinstance(run_id, str) else "",
     )
+    if item.parent_checkpoint_id is not None:
+        _share_written_values(session, item, item.parent_checkpoint_id, bytes(checkpoint.root))
     set_head(session)
     return checkpoint, True
+
+
+_NAMED_FIELDS = (
+    "console_id", "checkpoint_id", "parent_checkpoint_id", "header", "metadata", "console__root",
+    "console__state_hash", "console__seq", "console__session_id",
+)  # fmt: skip
 
 
 def _same_put(existing: LangGraphCheckpoint, item: PutInput, state: dict[str, Any], header: dict[str, Any]) -> bool:
@@ -343,12 +337,13 @@ def put_writes(
             raise InvalidInput(f"writes.{position}", "must be a [channel, value] pair")
         _check_typed(f"writes.{position}", write[1])
     session = _thread_session(project, thread_id)
-    _refuse_deleted_history(session, checkpoint_ns, [checkpoint_id])
+    held = _current(session, checkpoint_ns).filter(checkpoint_id=checkpoint_id).exists()
+    _refuse_deleted_history(session, [checkpoint_id], {checkpoint_id} if held else set())
     key = {"session": session, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id, "task_id": task_id}
     row = LangGraphWrites.objects.select_for_update().filter(**key).first()
-    slots: dict[int, list[Any]] = {}
+    slots: dict[int, list[Any]] = {}  # idx → [channel, value] or [channel, None, positions]
     if row is not None:
-        slots = {idx: [channel, value] for idx, channel, value in jsoncodec.unpack(row.writes)}
+        slots = {entry[0]: entry[1:] for entry in jsoncodec.unpack(row.writes)}
     stored = 0
     for position, (channel, value) in enumerate(writes):
         idx = SPECIAL_WRITES.get(channel, position)
@@ -384,7 +379,7 @@ def _tuples(rows: list[LangGraphCheckpoint]) -> list[dict[str, Any]]:
     writes: dict[tuple[int, str, str], list[tuple[str, str, int, list[Any]]]] = {}
     for found in LangGraphWrites.objects.filter(wanted):
         key = (found.session_id, found.checkpoint_ns, found.checkpoint_id)
-        for idx, channel, value in jsoncodec.unpack(found.writes):
+        for idx, channel, value in _written_values(found):
             writes.setdefault(key, []).append((found.task_path, found.task_id, idx, [found.task_id, channel, value]))
     return [
         _tuple(
@@ -398,6 +393,53 @@ def _tuples(rows: list[LangGraphCheckpoint]) -> list[dict[str, Any]]:
         )
         for row in rows
     ]
+
+
+def _written_values(row: LangGraphWrites) -> list[tuple[int, str, Any]]:
+    """A task's writes as (idx, channel, value), the values named by their place in a state read from it."""
+    entries = jsoncodec.unpack(row.writes)
+    state = store.load_shared(bytes(row.values_root)) if row.values_root is not None else None
+    found = []
+    for idx, channel, value, *positions in entries:
+        if positions:
+            items = state[channel]  # type: ignore[index]
+            value = [items[at] for at in positions[0]] if isinstance(positions[0], list) else items[positions[0]]
+        found.append((idx, channel, value))
+    return found
+
+
+def _share_written_values(session: AgentSession, item: PutInput, parent: str, root: bytes) -> None:
+    """Once a checkpoint appends what its parent's tasks wrote (a chat step's new messages), the parent's writes
+    name those values' places in its state (stored once) instead of holding them a second time."""
+    appended: dict[tuple[str, bytes], int] = {}  # (channel, canonical JSON of an item) → its index in the state
+    for channel, append in item.appends.items():
+        for offset, value in enumerate(append["items"]):
+            appended.setdefault((channel, jsoncodec.canonical(value)), append["base_len"] + offset)
+    if not appended:
+        return
+    rows = LangGraphWrites.objects.filter(
+        session=session, checkpoint_ns=item.checkpoint_ns, checkpoint_id=parent, values_root__isnull=True
+    )
+    for row in rows:
+        entries = jsoncodec.unpack(row.writes)
+        named = [_named(entry, appended) for entry in entries]
+        if any(entry is not None for entry in named):
+            shared = [new or old for new, old in zip(named, entries, strict=True)]
+            LangGraphWrites.objects.filter(pk=row.pk).update(writes=jsoncodec.pack(shared), values_root=root)
+
+
+def _named(entry: list[Any], appended: dict[tuple[str, bytes], int]) -> list[Any] | None:
+    """[idx, channel, None, positions] for a write whose value (or each item of it) the state holds; else None."""
+    if len(entry) != 3:
+        return None
+    idx, channel, value = entry
+    if isinstance(value, list) and value:
+        positions = [appended.get((channel, jsoncodec.canonical(part))) for part in value]
+        if all(at is not None for at in positions):
+            return [idx, channel, None, positions]
+        return None
+    at = appended.get((channel, jsoncodec.canonical(value)))
+    return None if at is None else [idx, channel, None, at]
 
 
 def _tuple(row: LangGraphCheckpoint, pending: list[list[Any]]) -> dict[str, Any]:
@@ -482,7 +524,7 @@ def iter_tuples(
         rows = rows.filter(checkpoint_id__lt=before)
     if filter:
         _check_typed("filter", filter)
-        rows = rows.filter(metadata__contains=escape_json(filter))
+        rows = rows.filter(metadata__contains=filter)  # the field escapes it as it escaped what it stored
     rows = rows.order_by("-checkpoint_id", "-console_id")
     remaining = limit if limit is not None else -1
     while remaining:
@@ -667,6 +709,7 @@ def _copy_writes(rows: Any, target: AgentSession, *, checkpoint_id: str | None =
             task_id=row.task_id,
             task_path=row.task_path,
             writes=row.writes,
+            values_root=row.values_root,
             interrupted=row.interrupted,
             resumed=row.resumed,
         )

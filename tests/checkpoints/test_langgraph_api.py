@@ -3,9 +3,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from langchain_core.messages import AIMessage
 
 from checkpoints.models import AgentSession, Checkpoint, LangGraphCheckpoint
+from checkpoints.store import jsoncodec
 from tests.checkpoints.langgraph_kit import lg_id, messages, put_body, typed, untyped
 
 PUT = "/langgraph/checkpoints"
@@ -226,6 +229,13 @@ def test_list_filters_metadata_at_the_database_by_exact_value(api):
     assert listed(api, filter=json.dumps({"source": "loop", "step": 1}))["items"][0]["metadata"]["tags"] == ["a", "b"]
 
 
+def test_list_filters_values_the_database_cannot_hold_as_they_are(api):
+    put(api, "thread-1", 0, metadata={"source": "input", "note": "nul\x00 and \ue000", "big": 1e300})
+    put(api, "thread-1", 1, metadata={"source": "input", "note": "plain", "big": 1})
+    assert ids(listed(api, filter=json.dumps({"note": "nul\x00 and \ue000"}))) == [lg_id(0)]
+    assert ids(listed(api, filter=json.dumps({"big": 1e300}))) == [lg_id(0)]
+
+
 def test_list_pages_hold_20_and_the_cursor_continues_within_the_limit(api):
     for n in range(45):
         put(api, "thread-1", n, values={"n": n})
@@ -438,3 +448,62 @@ def test_deletions_and_copies_need_a_write_token(api, read_only_api, path, body)
 def test_prune_refuses_an_unknown_strategy(api):
     response = api.post("/langgraph/threads/prune", {"thread_ids": ["thread-1"], "strategy": "everything"})
     assert response.status_code == 422
+
+
+# ---- any body: a 2xx or a 4xx, never a server error -------------------------------------------------------
+
+_TAGS = st.sampled_from(
+    [[5, "m", "C", "model_validate_json"], ["map"], ["bin"], ["float"], ["ext", 1], ["typed", "x"], [], ["json"]]
+)
+_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8)
+_TYPED = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+        | st.builds(
+            lambda tag, rest: {**rest, "__lg__": tag},
+            _TAGS,
+            st.dictionaries(st.sampled_from(["items", "b64", "v", "content"]), inner, max_size=2),
+        )
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    values=st.dictionaries(st.text(min_size=1, max_size=6), _TYPED, max_size=3),
+    metadata=st.dictionaries(st.text(max_size=6), _TYPED, max_size=3),
+    appends=st.dictionaries(st.sampled_from(["messages", "x"]), _TYPED, max_size=2),
+    channels=st.none() | st.lists(st.text(max_size=6), max_size=3),
+    base=st.none() | st.sampled_from([lg_id(0), lg_id(5)]),
+)
+def test_any_put_body_gets_a_2xx_or_a_4xx_never_a_server_error(api, values, metadata, appends, channels, base):
+    body = {**put_body("thread-h", 1, parent=0), "values": values, "metadata": metadata, "appends": appends}
+    body.update(channels=channels, base_checkpoint_id=base)
+    response = api.post(PUT, raw=jsoncodec.dumps(body))  # integers beyond 64 bits too
+    assert response.status_code in (201, 409, 422), response.content
+    if response.status_code == 201:
+        assert latest(api, "thread-h", checkpoint_id=lg_id(1)).status_code == 200
+
+
+def test_a_message_written_and_then_appended_is_stored_once_and_still_comes_back_as_the_write(api):
+    from checkpoints.models import LangGraphWrites
+
+    put(api, "thread-1", 0, values={"messages": messages(1)})
+    new = messages(2)[1]
+    write(api, lg_id(0), "task", [["messages", [new]], ["branch:to:tools", None]])
+    write(api, lg_id(0), "other", [["messages", typed("not appended")]])
+    before = latest(api, "thread-1", checkpoint_id=lg_id(0)).json()["pending_writes"]
+    appended = {"messages": {"base_len": 1, "items": [new]}}
+    put(api, "thread-1", 1, parent=0, values={}, channels=["messages"], appends=appended, base_checkpoint_id=lg_id(0))
+    assert latest(api, "thread-1", checkpoint_id=lg_id(0)).json()["pending_writes"] == before
+    shared = LangGraphWrites.objects.get(task_id="task")
+    assert shared.values_root is not None
+    assert len(shared.writes) < 100  # the message is no longer in the row
+    assert LangGraphWrites.objects.get(task_id="other").values_root is None
+    # a later write to the same task keeps what is named
+    write(api, lg_id(0), "task", [["__error__", typed("boom")]])
+    pending = latest(api, "thread-1", checkpoint_id=lg_id(0)).json()["pending_writes"]
+    assert pending == [["other", "messages", "not appended"], ["task", "__error__", "boom"], *before[1:]]
