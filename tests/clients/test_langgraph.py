@@ -20,6 +20,7 @@ from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.report import ProgressCallbacks
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
+from langgraph.types import Command, interrupt
 from pydantic import BaseModel
 
 from checkpoints.models import AgentSession
@@ -162,6 +163,44 @@ def test_a_graph_continues_from_its_latest_checkpoint_with_a_fresh_saver(live_se
         state = chat_graph(fresh, replies=4, size=10).get_state(config).values
 
     assert [m.id for m in state["messages"]] == ["h1", "ai-1", "ai-2", "h2", "ai-3", "ai-4"]
+
+
+class Booking(TypedDict):
+    request: str
+    approval: str
+
+
+def booking_graph(saver: ConsoleSaver):
+    """A parent graph whose subgraph waits on a person's approval with interrupt()."""
+
+    def ask(state: Booking) -> dict[str, Any]:
+        return {"approval": interrupt(f"approve {state['request']}?")}
+
+    approval = StateGraph(Booking)
+    approval.add_node("ask", ask)
+    approval.add_edge(START, "ask")
+    builder = StateGraph(Booking)
+    builder.add_node("approval", approval.compile())
+    builder.add_edge(START, "approval")
+    builder.add_edge("approval", END)
+    return builder.compile(checkpointer=saver)
+
+
+def test_a_subgraph_waiting_on_an_interrupt_resumes_with_command(saver):
+    graph = booking_graph(saver)
+    config = {"configurable": {"thread_id": "booking"}}
+
+    first = graph.invoke({"request": "room 12", "approval": ""}, config)
+    waiting = graph.get_state(config, subgraphs=True)
+    done = graph.invoke(Command(resume="yes"), config)
+
+    assert first["__interrupt__"][0].value == "approve room 12?"
+    assert waiting.tasks[0].state.tasks[0].interrupts[0].value == "approve room 12?"
+    assert done == {"request": "room 12", "approval": "yes"}
+    namespaces = {
+        t.config["configurable"]["checkpoint_ns"] for t in saver.list({"configurable": {"thread_id": "booking"}})
+    }
+    assert "" in namespaces and any(ns.startswith("approval:") for ns in namespaces)
 
 
 # ---- the wire: resends, tombstones, pages ------------------------------------------------------------------
