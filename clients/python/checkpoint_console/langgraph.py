@@ -8,7 +8,7 @@
 A thread is a console session and each checkpoint a console checkpoint, so the console's timeline, diffs,
 alerts, restore and fork work on LangGraph threads. Values travel as typed JSON (`checkpoint_console.typedjson`)
 made by this saver's serde, so `get_tuple` gives back what `put` was given; a put sends only what changed
-(`checkpoint_console.lgwire`). Needs the `langgraph` extra: `pip install "checkpoint-console-client[langgraph]"`.
+(`checkpoint_console.lgwire`). Needs the distribution's `langgraph` extra: `pip install "./clients/python[langgraph]"`.
 """
 
 from __future__ import annotations
