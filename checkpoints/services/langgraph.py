@@ -398,14 +398,14 @@ def _tuples(rows: list[LangGraphCheckpoint]) -> list[dict[str, Any]]:
     for row in rows:
         wanted |= Q(session_id=row.session_id, checkpoint_ns=row.checkpoint_ns, checkpoint_id=row.checkpoint_id)
     pending: dict[tuple[int, str, str], list[tuple[tuple[str, str, int], list[Any]]]] = {}  # sort key, write
-    for found in LangGraphWrites.objects.filter(wanted):
-        key = (found.session_id, found.checkpoint_ns, found.checkpoint_id)
-        for idx, channel, value in _written_values(found):
-            pending.setdefault(key, []).append(((found.task_path, found.task_id, idx), [found.task_id, channel, value]))
+    for task in LangGraphWrites.objects.filter(wanted):
+        key = (task.session_id, task.checkpoint_ns, task.checkpoint_id)
+        for idx, channel, value in _written_values(task):
+            pending.setdefault(key, []).append(((task.task_path, task.task_id, idx), [task.task_id, channel, value]))
     tuples = []
     for row in rows:
-        found = sorted(pending.get((row.session_id, row.checkpoint_ns, row.checkpoint_id), []), key=lambda w: w[0])
-        tuples.append(_tuple(row, [write for _, write in found]))
+        writes = sorted(pending.get((row.session_id, row.checkpoint_ns, row.checkpoint_id), []), key=lambda w: w[0])
+        tuples.append(_tuple(row, [write for _, write in writes]))
     return tuples
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from checkpoint_console import client as client_module
 
+from checkpoint_console import client as client_module
 from checkpoints.client import CheckpointAPIError, CheckpointClient
 from checkpoints.models import AuditEvent, Checkpoint
 from checkpoints.services import create_api_token
