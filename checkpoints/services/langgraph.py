@@ -88,10 +88,9 @@ class PutInput:
 # ---- checking input --------------------------------------------------------------------------------------
 
 
-def _check_id(name: str, value: Any, *, empty: bool = False) -> str:
-    if not isinstance(value, str) or not (empty or value) or len(value) > ID_MAX:
-        raise InvalidInput(name, f"must be a string of {'0' if empty else '1'}–{ID_MAX} characters")
-    return value
+def _check_id(name: str, value: Any) -> None:
+    if not isinstance(value, str) or not 1 <= len(value) <= ID_MAX:
+        raise InvalidInput(name, f"must be a string of 1–{ID_MAX} characters")
 
 
 def _check_thread(thread_id: Any, checkpoint_ns: Any) -> None:
@@ -170,14 +169,18 @@ def _step(metadata: dict[str, Any]) -> int | None:
 def _thread_session(project: Project, thread_id: str) -> AgentSession:
     """The thread's session, created on first use, locked for the rest of the transaction."""
     external_id = thread_external_id(thread_id)
-    session, _ = AgentSession.objects.get_or_create(
-        project=project,
-        external_id=external_id,
-        defaults={"agent": AGENT, "source_format": SourceFormat.LANGGRAPH, "metadata": {"thread_id": thread_id}},
-    )
+    locked = AgentSession.objects.select_for_update(of=("self",))
+    session = locked.filter(project=project, external_id=external_id).first()
+    if session is None:
+        created, _ = AgentSession.objects.get_or_create(
+            project=project,
+            external_id=external_id,
+            defaults={"agent": AGENT, "source_format": SourceFormat.LANGGRAPH, "metadata": {"thread_id": thread_id}},
+        )
+        session = locked.get(pk=created.pk)
     if session.source_format != SourceFormat.LANGGRAPH:
         raise InvalidInput("thread_id", f"session {external_id!r} exists and is not a LangGraph thread")
-    return AgentSession.objects.select_for_update(of=("self",)).get(pk=session.pk)
+    return session
 
 
 def find_thread(project: Project, thread_id: str) -> AgentSession | None:
@@ -239,8 +242,15 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
     session = _thread_session(project, item.thread_id)
     checkpoint_id = item.checkpoint["id"]
     named = {checkpoint_id, item.parent_checkpoint_id, item.base_checkpoint_id} - {None}
-    rows = _current(session, item.checkpoint_ns).filter(checkpoint_id__in=named).select_related("console")
-    found = {row.checkpoint_id: row for row in rows.only(*_NAMED_FIELDS)}
+    wanted = Q(checkpoint_ns=item.checkpoint_ns, checkpoint_id__in=named) | Q(console_id=session.head_id)
+    rows = LangGraphCheckpoint.objects.filter(wanted, session=session, current=True).select_related("console")
+    found: dict[str, LangGraphCheckpoint] = {}
+    head: LangGraphCheckpoint | None = None
+    for row in rows.only(*_NAMED_FIELDS, "checkpoint_ns"):
+        if row.console_id == session.head_id:
+            head = row
+        if row.checkpoint_ns == item.checkpoint_ns and row.checkpoint_id in named:
+            found[row.checkpoint_id] = row
     _refuse_deleted_history(session, [item.parent_checkpoint_id, item.base_checkpoint_id], set(found))
     state = _resolve_state(item, found.get(item.base_checkpoint_id or ""))
     header = {key: value for key, value in item.checkpoint.items() if key != "id"}
@@ -264,6 +274,7 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
     )
     if existing is not None:
         LangGraphCheckpoint.objects.filter(pk=existing.pk).update(current=False)
+    previous = session.head_id
     [(checkpoint, _)] = ingest_checkpoints([(session, [console_input])], now=now)
     run_id = metadata.get("run_id")
     LangGraphCheckpoint.objects.create(
@@ -278,8 +289,18 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
     )
     if item.parent_checkpoint_id is not None:
         _share_written_values(session, item, item.parent_checkpoint_id, bytes(checkpoint.root))
-    set_head(session)
+    _keep_head(session, item, previous, head)
     return checkpoint, True
+
+
+def _keep_head(session: AgentSession, item: PutInput, previous: int | None, head: LangGraphCheckpoint | None) -> None:
+    """Ingest made the new checkpoint the head: right when it is the root namespace's largest id (the usual
+    put); else the head stays the `previous` one (a subgraph's put, an id arriving late), or is looked up again
+    when LangGraph does not know that one."""
+    if previous is not None and (head is None or head.checkpoint_ns != ""):
+        set_head(session)
+    elif item.checkpoint_ns != "" or (head is not None and item.checkpoint["id"] < head.checkpoint_id):
+        AgentSession.objects.filter(pk=session.pk).update(head_id=previous)
 
 
 _NAMED_FIELDS = (
@@ -376,23 +397,16 @@ def _tuples(rows: list[LangGraphCheckpoint]) -> list[dict[str, Any]]:
     wanted = Q()
     for row in rows:
         wanted |= Q(session_id=row.session_id, checkpoint_ns=row.checkpoint_ns, checkpoint_id=row.checkpoint_id)
-    writes: dict[tuple[int, str, str], list[tuple[str, str, int, list[Any]]]] = {}
-    for found in LangGraphWrites.objects.filter(wanted):
-        key = (found.session_id, found.checkpoint_ns, found.checkpoint_id)
-        for idx, channel, value in _written_values(found):
-            writes.setdefault(key, []).append((found.task_path, found.task_id, idx, [found.task_id, channel, value]))
-    return [
-        _tuple(
-            row,
-            [
-                w[3]
-                for w in sorted(
-                    writes.get((row.session_id, row.checkpoint_ns, row.checkpoint_id), []), key=lambda w: w[:3]
-                )
-            ],
-        )
-        for row in rows
-    ]
+    pending: dict[tuple[int, str, str], list[tuple[tuple[str, str, int], list[Any]]]] = {}  # sort key, write
+    for task in LangGraphWrites.objects.filter(wanted):
+        key = (task.session_id, task.checkpoint_ns, task.checkpoint_id)
+        for idx, channel, value in _written_values(task):
+            pending.setdefault(key, []).append(((task.task_path, task.task_id, idx), [task.task_id, channel, value]))
+    tuples = []
+    for row in rows:
+        writes = sorted(pending.get((row.session_id, row.checkpoint_ns, row.checkpoint_id), []), key=lambda w: w[0])
+        tuples.append(_tuple(row, [write for _, write in writes]))
+    return tuples
 
 
 def _written_values(row: LangGraphWrites) -> list[tuple[int, str, Any]]:
@@ -464,9 +478,7 @@ def _tuple(row: LangGraphCheckpoint, pending: list[list[Any]]) -> dict[str, Any]
 def _rows() -> Any:
     return (
         LangGraphCheckpoint.objects.filter(current=True)
-        .select_related("session")
-        .defer("session__live_root")
-        .select_related("console")
+        .select_related("session", "console")
         .only(
             "console_id",
             "session_id",

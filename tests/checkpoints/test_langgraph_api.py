@@ -86,6 +86,8 @@ def test_get_tuple_without_an_id_is_the_largest_id_and_with_one_that_checkpoint(
 
 
 def test_the_head_is_the_root_namespace_checkpoint_with_the_largest_id(api):
+    put(api, "thread-1", 7, ns="child:abc")  # a subgraph saves first
+    assert AgentSession.objects.get().head is None
     put(api, "thread-1", 2)
     put(api, "thread-1", 1, parent=0)
     put(api, "thread-1", 5, ns="child:abc")
