@@ -813,4 +813,6 @@ def list_alerts(request: HttpRequest, filters: Query[AlertFilter]) -> Any:
     ]
 
 
+from . import api_langgraph  # noqa: E402, F401 - mounts /langgraph/ on `api` (it imports this module's parts)
+
 __all__ = ["api"]

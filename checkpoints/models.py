@@ -96,6 +96,7 @@ class SourceFormat(models.TextChoices):
     ARES = "ares"
     KAIZEN = "kaizen"
     HAYTHAM = "haytham"
+    LANGGRAPH = "langgraph"
 
 
 class SessionStatus(models.TextChoices):
@@ -752,6 +753,84 @@ class DriftAlert(models.Model):
         return f"{self.kind} on {self.session_id}"
 
 
+class LangGraphCheckpoint(models.Model):
+    """What LangGraph knows of a checkpoint besides its state (the Checkpoint beside it holds the channel values):
+    its id in the thread, its namespace, its header and its exact metadata.
+
+    A put repeating an id makes a new Checkpoint (the console keeps the old one in its history); the old row stays
+    with `current` False, so LangGraph reads only current rows.
+    """
+
+    console = models.OneToOneField(Checkpoint, on_delete=models.CASCADE, primary_key=True, related_name="langgraph")
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+", db_index=False)
+    checkpoint_ns = SafeTextField(blank=True)
+    checkpoint_id = SafeCharField(max_length=200)
+    parent_checkpoint_id = SafeCharField(max_length=200, blank=True)
+    current = models.BooleanField(default=True)
+    header = models.BinaryField(help_text="zstd'd JSON of LangGraph's checkpoint without id and channel values.")
+    metadata = SafeJSONField(default=dict, blank=True, help_text="LangGraph's metadata as put (typed JSON).")
+    run_id = SafeCharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [
+            # one current checkpoint per id; also serves "latest of a thread+ns" and `before` paging
+            models.UniqueConstraint(
+                fields=["session", "checkpoint_ns", "checkpoint_id"],
+                condition=Q(current=True),
+                name="langgraph_checkpoint_current_id",
+            ),
+        ]
+        indexes = [
+            # delete_for_runs
+            models.Index(fields=["run_id"], condition=~Q(run_id=""), name="langgraph_checkpoint_run"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.checkpoint_ns}:{self.checkpoint_id}"
+
+
+class LangGraphWrites(models.Model):
+    """The pending writes of one task against one checkpoint, as LangGraph's put_writes leaves them: one row a
+    task, its writes zstd'd together (idx → channel and typed JSON value), so a step costs one small row."""
+
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+", db_index=False)
+    checkpoint_ns = SafeTextField(blank=True)
+    checkpoint_id = SafeCharField(max_length=200)
+    task_id = SafeCharField(max_length=200)
+    task_path = SafeTextField(blank=True)
+    writes = models.BinaryField(help_text="zstd'd JSON [[idx, channel, value], …], by idx.")
+    interrupted = models.BooleanField(default=False, help_text="Holds an __interrupt__ write.")
+    resumed = models.BooleanField(default=False, help_text="Holds a __resume__ write.")
+
+    class Meta:
+        constraints = [
+            # one row per task; also serves a checkpoint's pending writes
+            models.UniqueConstraint(
+                fields=["session", "checkpoint_ns", "checkpoint_id", "task_id"], name="langgraph_writes_per_task"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.checkpoint_ns}:{self.checkpoint_id} {self.task_id}"
+
+
+class LangGraphTombstone(models.Model):
+    """A LangGraph thread its agent deleted: a late put or write naming a checkpoint of the deleted history is
+    refused (410) instead of bringing it back; a put without a parent starts the thread afresh."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
+    external_id = SafeCharField(max_length=200)
+    deleted_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "external_id"], name="langgraph_tombstone_per_thread"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project_id}/{self.external_id} deleted"
+
+
 class RetentionScope(models.TextChoices):
     AGENT = "agent"
     SESSION = "session"
@@ -768,6 +847,11 @@ class RetentionPolicy(models.Model):
     keep_first = models.BooleanField(default=False)
     keep_latest_per_name = models.BooleanField(default=False)
     until_operation_done = models.BooleanField(default=False)
+    applies_to_langgraph = models.BooleanField(
+        default=False,
+        help_text="Also apply to LangGraph threads; without it they are kept whole until the agent prunes them "
+        "(LangGraph's get_state_history reads every checkpoint).",
+    )
     enabled = models.BooleanField(default=True)
 
     class Meta:

@@ -1,0 +1,185 @@
+"""The LangGraph saver's API (`/api/v1/langgraph/`): what `checkpoint_console.langgraph.ConsoleSaver` calls.
+
+Thread ids travel in bodies and query parameters, never in paths: LangGraph accepts any string, "/" included.
+Values are typed JSON (`checkpoint_console.typedjson`). 409 with `"resend": true` asks the saver to send every
+channel whole; 410 refuses a checkpoint of a deleted thread's history.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from ninja import Field, Query, Router
+from ninja.errors import HttpError
+
+from . import limits
+from .api import ERRORS, WRITE, Detail, Strict, _actor, _json, _token, api
+from .services import langgraph as lg
+from .store import jsoncodec
+
+router = Router(tags=["langgraph"])
+LG_ERRORS = {**ERRORS, 410: Detail}
+
+ThreadId = Field(min_length=1, max_length=lg.THREAD_MAX, description="LangGraph's thread_id: any string.")
+Namespace = Field(default="", max_length=lg.NS_MAX)
+
+
+class PutIn(Strict):
+    thread_id: str = ThreadId
+    checkpoint_ns: str = Namespace
+    parent_checkpoint_id: str | None = Field(default=None, max_length=lg.ID_MAX)
+    checkpoint: dict[str, Any] = Field(description="LangGraph's checkpoint without channel_values, as typed JSON.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Typed JSON.")
+    channels: list[str] | None = Field(
+        default=None, description="Every channel of the state; null: exactly those in values and appends."
+    )
+    values: dict[str, Any] = Field(default_factory=dict, description="Channels sent whole, as typed JSON.")
+    appends: dict[str, Any] = Field(
+        default_factory=dict, description='List channels extended: {"base_len": n, "items": [typed JSON, …]}.'
+    )
+    base_checkpoint_id: str | None = Field(
+        default=None, max_length=lg.ID_MAX, description="What omitted channels and appends resolve against."
+    )
+
+
+class PutOut(Strict):
+    checkpoint_id: str
+    checkpoint_ns: str
+    thread_id: str
+    id: int
+    seq: int
+
+
+class WritesIn(Strict):
+    thread_id: str = ThreadId
+    checkpoint_ns: str = Namespace
+    checkpoint_id: str = Field(min_length=1, max_length=lg.ID_MAX)
+    task_id: str = Field(min_length=1, max_length=lg.ID_MAX)
+    task_path: str = Field(default="", max_length=lg.NS_MAX)
+    writes: list[tuple[str, Any]] = Field(max_length=10_000, description="[channel, typed JSON] pairs.")
+
+
+class WritesOut(Strict):
+    stored: int
+
+
+class TuplePage(Strict):
+    items: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+@api.exception_handler(lg.ResendNeeded)
+def _resend(request: HttpRequest, exc: lg.ResendNeeded) -> HttpResponse:
+    return api.create_response(request, {"detail": str(exc), "resend": True}, status=409)
+
+
+@api.exception_handler(lg.HistoryDeleted)
+def _history_deleted(request: HttpRequest, exc: lg.HistoryDeleted) -> HttpResponse:
+    return api.create_response(request, {"detail": str(exc)}, status=410)
+
+
+@router.post("/checkpoints", response={201: PutOut, **LG_ERRORS}, auth=WRITE)
+def put_checkpoint(request: HttpRequest, payload: PutIn) -> Any:
+    """LangGraph's put: channels left out of `values` come from the base checkpoint's state."""
+    item = lg.PutInput(**payload.model_dump())
+    checkpoint, _ = lg.put_checkpoint(_token(request).project, item, actor=_actor(request))
+    return _json(
+        {
+            "checkpoint_id": item.checkpoint["id"],
+            "checkpoint_ns": item.checkpoint_ns,
+            "thread_id": item.thread_id,
+            "id": checkpoint.pk,
+            "seq": checkpoint.seq,
+        },
+        status=201,
+    )
+
+
+@router.post("/writes", response={200: WritesOut, **LG_ERRORS}, auth=WRITE)
+def put_writes(request: HttpRequest, payload: WritesIn) -> Any:
+    """LangGraph's put_writes: a task's pending writes against a checkpoint."""
+    stored = lg.put_writes(_token(request).project, actor=_actor(request), **payload.model_dump())
+    return {"stored": stored}
+
+
+@router.get("/checkpoint", response={200: dict[str, Any], **LG_ERRORS})
+def get_tuple(
+    request: HttpRequest,
+    thread_id: str = Query(..., min_length=1, max_length=lg.THREAD_MAX),
+    checkpoint_ns: str = Query("", max_length=lg.NS_MAX),
+    checkpoint_id: str | None = Query(None, max_length=lg.ID_MAX),
+) -> Any:
+    """LangGraph's get_tuple: the checkpoint named, or the thread+namespace's latest; 404 when there is none."""
+    found = lg.get_tuple(
+        _token(request).project, thread_id=thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=checkpoint_id
+    )
+    if found is None:
+        raise HttpError(404, f"no checkpoint {checkpoint_id or '(latest)'} in thread {thread_id[:200]!r}")
+    return _json(found)
+
+
+@router.get("/checkpoints", response={200: TuplePage, **LG_ERRORS})
+def list_tuples(
+    request: HttpRequest,
+    thread_id: str | None = Query(None, min_length=1, max_length=lg.THREAD_MAX),
+    checkpoint_ns: str | None = Query(None, max_length=lg.NS_MAX),
+    checkpoint_id: str | None = Query(None, max_length=lg.ID_MAX),
+    before: str | None = Query(None, max_length=lg.ID_MAX, description="A checkpoint id: only smaller ones."),
+    filter: str | None = Query(None, max_length=2000, description="JSON object: metadata key → typed JSON."),  # noqa: A002
+    limit: int | None = Query(None, ge=1, le=limits.INT32_MAX, description="At most this many in all pages."),
+    cursor: str | None = Query(None, max_length=1000, description="next_cursor of the previous page"),
+) -> Any:
+    """LangGraph's list: newest id first, pages of up to 20."""
+    after, remaining = _read_cursor(cursor) if cursor else (None, limit)
+    wanted = _read_filter(filter)
+    page = lg.PAGE if remaining is None else min(lg.PAGE, remaining)
+    items = list(
+        lg.iter_tuples(
+            _token(request).project,
+            thread_id=thread_id,
+            checkpoint_ns=checkpoint_ns,
+            checkpoint_id=checkpoint_id,
+            before=before,
+            filter=wanted,
+            limit=page,
+            after=after,
+        )
+    )
+    left = None if remaining is None else remaining - len(items)
+    next_cursor = None
+    if len(items) == page and left != 0:
+        last = items[-1]
+        next_cursor = _write_cursor((last["checkpoint_id"], last["console"]["id"]), left)
+    return _json({"items": items, "next_cursor": next_cursor})
+
+
+def _read_filter(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        wanted = jsoncodec.loads(text.encode())
+    except jsoncodec.InvalidJSON as exc:
+        raise HttpError(422, f"filter: not JSON: {exc}") from None
+    if not isinstance(wanted, dict):
+        raise HttpError(422, "filter: must be a JSON object of metadata key → value")
+    return wanted
+
+
+def _write_cursor(after: tuple[str, int], remaining: int | None) -> str:
+    return base64.urlsafe_b64encode(jsoncodec.dumps([*after, remaining])).decode("ascii")
+
+
+def _read_cursor(cursor: str) -> tuple[tuple[str, int], int | None]:
+    try:
+        checkpoint_id, pk, remaining = jsoncodec.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
+        if isinstance(checkpoint_id, str) and type(pk) is int and (remaining is None or type(remaining) is int):
+            return (checkpoint_id, pk), remaining
+    except (ValueError, TypeError, UnicodeError, binascii.Error, jsoncodec.InvalidJSON):
+        pass
+    raise HttpError(400, "cursor is not one this API returned")
+
+
+api.add_router("/langgraph/", router)

@@ -1,0 +1,515 @@
+"""LangGraph threads as sessions: the server side of `checkpoint_console.langgraph.ConsoleSaver`.
+
+A thread is a session (source format "langgraph") of the token's project; each LangGraph checkpoint is a
+Checkpoint whose state is its channel values as typed JSON (see `checkpoint_console.typedjson`), stored through
+the usual ingest path, with a `LangGraphCheckpoint` beside it holding what only LangGraph reads (id, namespace,
+header, exact metadata). Pending writes are one `LangGraphWrites` row per task. The session's head is the
+root-namespace checkpoint with the largest id, whatever order puts arrive in.
+
+Puts send what changed: channels left out of `values` come from the base checkpoint's stored state, and
+`appends` extend a base list; when the base cannot serve them, `ResendNeeded` asks for the whole state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import zstandard
+from checkpoint_console import typedjson
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from .. import limits, store
+from ..fields import escape_json
+from ..models import (
+    AgentSession,
+    Checkpoint,
+    CheckpointKind,
+    LangGraphCheckpoint,
+    LangGraphTombstone,
+    LangGraphWrites,
+    Project,
+    SourceFormat,
+)
+from ..store import jsoncodec
+from ..store.jsoncodec import InvalidJSON
+from .audit import Actor, CheckpointError, InvalidInput, max_length
+from .checkpoints import CheckpointInput, check_json_field, ingest_checkpoints
+
+AGENT = "langgraph"
+ID_MAX = max_length(LangGraphCheckpoint, "checkpoint_id")
+NAME_MAX = max_length(Checkpoint, "name")
+EXTERNAL_ID_MAX = max_length(AgentSession, "external_id")
+NS_MAX = 1000  # with the thread id (below) and a filter, a GET's query fits the 64 KB request line
+THREAD_MAX = 1000
+PAGE = 20
+# LangGraph's WRITES_IDX_MAP: these channels have fixed slots and replace; the others keep their first write
+SPECIAL_WRITES = {"__error__": -1, "__scheduled__": -2, "__interrupt__": -3, "__resume__": -4}
+
+
+class ResendNeeded(CheckpointError):
+    """The put left channels to a base the server cannot use: the client sends every channel whole (409)."""
+
+
+class HistoryDeleted(CheckpointError):
+    """The put or write names a checkpoint of a thread its agent deleted (410)."""
+
+
+def thread_external_id(thread_id: str) -> str:
+    """The session id of a thread: the thread id itself when the API's id rules take it, else with "/", "%" and
+    NUL percent-encoded, and past 200 characters a digest (the original stays in the session's metadata)."""
+    if 1 <= len(thread_id) <= EXTERNAL_ID_MAX and not any(char in thread_id for char in "/%\x00"):
+        return thread_id
+    encoded = thread_id.replace("%", "%25").replace("/", "%2F").replace("\x00", "%00")
+    if len(encoded) <= EXTERNAL_ID_MAX:
+        return encoded
+    return "%sha256:" + hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass
+class PutInput:
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint: dict[str, Any]  # LangGraph's checkpoint header, "id" included, channel values not
+    metadata: dict[str, Any]
+    values: dict[str, Any]
+    channels: list[str] | None = None  # every channel of the state; None: exactly those of values and appends
+    appends: dict[str, Any] = field(default_factory=dict)  # channel → {"base_len": n, "items": [...]}
+    parent_checkpoint_id: str | None = None
+    base_checkpoint_id: str | None = None
+
+
+# ---- compact blobs ---------------------------------------------------------------------------------------
+
+_zstd_compressor = zstandard.ZstdCompressor(level=3)
+_zstd_decompressor = zstandard.ZstdDecompressor()
+
+
+def _pack(value: Any) -> bytes:
+    return _zstd_compressor.compress(jsoncodec.canonical(value))
+
+
+def _unpack(data: bytes | memoryview) -> Any:
+    return jsoncodec.loads(_zstd_decompressor.decompress(bytes(data)), exact=True)
+
+
+# ---- checking input --------------------------------------------------------------------------------------
+
+
+def _check_id(name: str, value: Any, *, empty: bool = False) -> str:
+    if not isinstance(value, str) or not (empty or value) or len(value) > ID_MAX:
+        raise InvalidInput(name, f"must be a string of {'0' if empty else '1'}–{ID_MAX} characters")
+    return value
+
+
+def _check_thread(thread_id: Any, checkpoint_ns: Any) -> None:
+    if not isinstance(thread_id, str) or not 1 <= len(thread_id) <= THREAD_MAX:
+        raise InvalidInput("thread_id", f"must be a string of 1–{THREAD_MAX} characters")
+    if not isinstance(checkpoint_ns, str) or len(checkpoint_ns) > NS_MAX:
+        raise InvalidInput("checkpoint_ns", f"must be a string of at most {NS_MAX} characters")
+
+
+def _check_typed(name: str, value: Any) -> None:
+    """Typed JSON that LangGraph's serializer can read back: plain JSON whose `__lg__` tags are well formed."""
+    check_json_field(name, value)
+    try:
+        typedjson.to_typed(value)
+    except (ValueError, TypeError) as exc:
+        raise InvalidInput(name, f"not typed JSON: {exc}") from None
+
+
+def _check_put(item: PutInput) -> None:
+    _check_thread(item.thread_id, item.checkpoint_ns)
+    if not isinstance(item.checkpoint, dict):
+        raise InvalidInput("checkpoint", "must be an object")
+    _check_id("checkpoint.id", item.checkpoint.get("id"))
+    if "channel_values" in item.checkpoint:
+        raise InvalidInput("checkpoint", "channel values go in values and appends")
+    check_json_field("checkpoint", item.checkpoint)
+    if not isinstance(item.metadata, dict):
+        raise InvalidInput("metadata", "must be an object")
+    _check_typed("metadata", item.metadata)
+    for name in ("parent_checkpoint_id", "base_checkpoint_id"):
+        if getattr(item, name) is not None:
+            _check_id(name, getattr(item, name))
+    if not isinstance(item.values, dict) or not isinstance(item.appends, dict):
+        raise InvalidInput("values", "values and appends must be objects")
+    for channel, value in item.values.items():
+        _check_typed(f"values.{channel}", value)
+    _check_appends(item)
+    if item.channels is not None:
+        if not isinstance(item.channels, list) or not all(isinstance(name, str) for name in item.channels):
+            raise InvalidInput("channels", "must be a list of channel names")
+        if missing := sorted((item.values.keys() | item.appends.keys()) - set(item.channels)):
+            raise InvalidInput("channels", f"values or appends name channels it lacks: {missing[:5]}")
+
+
+def _check_appends(item: PutInput) -> None:
+    for channel, append in item.appends.items():
+        if channel in item.values:
+            raise InvalidInput(f"appends.{channel}", "a channel is sent whole or appended, not both")
+        base_len = append.get("base_len") if isinstance(append, dict) else None
+        items = append.get("items") if isinstance(append, dict) else None
+        if not isinstance(base_len, int) or isinstance(base_len, bool) or base_len < 0 or not isinstance(items, list):
+            raise InvalidInput(f"appends.{channel}", 'must be {"base_len": n ≥ 0, "items": [...]}')
+        _check_typed(f"appends.{channel}", items)
+
+
+def _created_at(ts: Any, now: datetime) -> datetime:
+    """The checkpoint's `ts` as the console's created_at; now when it is no time the console can store."""
+    if isinstance(ts, str):
+        try:
+            return limits.as_utc(datetime.fromisoformat(ts))
+        except (ValueError, limits.OutOfRange):
+            pass
+    return now
+
+
+def _step(metadata: dict[str, Any]) -> int | None:
+    step = metadata.get("step")
+    if isinstance(step, int) and not isinstance(step, bool) and limits.INT32_MIN <= step <= limits.INT32_MAX:
+        return step
+    return None
+
+
+# ---- sessions and tombstones ----------------------------------------------------------------------------
+
+
+def _thread_session(project: Project, thread_id: str) -> AgentSession:
+    """The thread's session, created on first use, locked for the rest of the transaction."""
+    external_id = thread_external_id(thread_id)
+    session, _ = AgentSession.objects.get_or_create(
+        project=project,
+        external_id=external_id,
+        defaults={"agent": AGENT, "source_format": SourceFormat.LANGGRAPH, "metadata": {"thread_id": thread_id}},
+    )
+    if session.source_format != SourceFormat.LANGGRAPH:
+        raise InvalidInput("thread_id", f"session {external_id!r} exists and is not a LangGraph thread")
+    return AgentSession.objects.select_for_update(of=("self",)).get(pk=session.pk)
+
+
+def find_thread(project: Project, thread_id: str) -> AgentSession | None:
+    return AgentSession.objects.filter(
+        project=project, external_id=thread_external_id(thread_id), source_format=SourceFormat.LANGGRAPH
+    ).first()
+
+
+def _current(session: AgentSession, checkpoint_ns: str) -> Any:
+    return LangGraphCheckpoint.objects.filter(session=session, checkpoint_ns=checkpoint_ns, current=True)
+
+
+def _refuse_deleted_history(session: AgentSession, checkpoint_ns: str, named: list[str | None]) -> None:
+    """After the thread's deletion, a checkpoint id the thread does not hold now is from the deleted history."""
+    wanted = {name for name in named if name}
+    if (
+        not wanted
+        or not LangGraphTombstone.objects.filter(
+            project_id=session.project_id, external_id=session.external_id
+        ).exists()
+    ):
+        return
+    held = set(
+        _current(session, checkpoint_ns).filter(checkpoint_id__in=wanted).values_list("checkpoint_id", flat=True)
+    )
+    if missing := sorted(wanted - held):
+        raise HistoryDeleted(
+            f"checkpoint {missing[0]!r} belongs to a deleted history of thread {session.metadata.get('thread_id')!r}; "
+            "put without a parent to start the thread afresh"
+        )
+
+
+# ---- put -------------------------------------------------------------------------------------------------
+
+
+def _resolve_state(session: AgentSession, item: PutInput) -> dict[str, Any]:
+    """The full channel values: those sent, the rest from the base checkpoint's stored state."""
+    channels = item.channels if item.channels is not None else [*item.values, *item.appends]
+    state: dict[str, Any] = {}
+    needed = [channel for channel in channels if channel not in item.values]
+    base: Any = None
+    if needed:
+        row = None
+        if item.base_checkpoint_id is not None:
+            row = _current(session, item.checkpoint_ns).filter(checkpoint_id=item.base_checkpoint_id)
+            row = row.values_list("console__root", flat=True).first()
+        if row is None:
+            raise ResendNeeded(f"base checkpoint {item.base_checkpoint_id!r} is not stored: send every channel")
+        base = store.load_shared(bytes(row))
+    for channel in channels:
+        if channel in item.values:
+            state[channel] = item.values[channel]
+            continue
+        if not isinstance(base, dict) or channel not in base:
+            raise ResendNeeded(f"the base checkpoint has no channel {channel!r}: send every channel")
+        if channel in item.appends:
+            append = item.appends[channel]
+            stored = base[channel]
+            if not isinstance(stored, list) or len(stored) != append["base_len"]:
+                raise ResendNeeded(f"channel {channel!r} of the base is not a list of {append['base_len']} items")
+            state[channel] = [*stored, *append["items"]]
+        else:
+            state[channel] = base[channel]
+    return state
+
+
+@transaction.atomic
+def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = None) -> tuple[Checkpoint, bool]:
+    """Store a LangGraph checkpoint; returns (checkpoint, created). An id already current in the thread+ns is
+    replaced for LangGraph (the console keeps the old Checkpoint in its history), unless the put repeats it
+    exactly (an importer run twice): then nothing is stored. Puts are the agent's own steps, not audited."""
+    _check_put(item)
+    session = _thread_session(project, item.thread_id)
+    _refuse_deleted_history(session, item.checkpoint_ns, [item.parent_checkpoint_id, item.base_checkpoint_id])
+    state = _resolve_state(session, item)
+    checkpoint_id = item.checkpoint["id"]
+    header = {key: value for key, value in item.checkpoint.items() if key != "id"}
+    rows = _current(session, item.checkpoint_ns)
+    existing = rows.filter(checkpoint_id=checkpoint_id).select_related("console").first()
+    if existing is not None and _same_put(existing, item, state, header):
+        return existing.console, False
+    parent = None
+    if item.parent_checkpoint_id is not None:
+        parent = rows.filter(checkpoint_id=item.parent_checkpoint_id).values_list("console_id", flat=True).first()
+    now = timezone.now()
+    metadata = item.metadata
+    source = metadata.get("source")
+    console_input = CheckpointInput(
+        state=state,
+        name=source[:NAME_MAX] if isinstance(source, str) else "",
+        kind=CheckpointKind.STEP,
+        step=_step(metadata),
+        created_at=_created_at(header.get("ts"), now),
+        metadata={**metadata, "checkpoint_id": checkpoint_id, "checkpoint_ns": item.checkpoint_ns},
+        parent=parent,
+        new_root=parent is None,
+    )
+    if existing is not None:
+        LangGraphCheckpoint.objects.filter(pk=existing.pk).update(current=False)
+    [(checkpoint, _)] = ingest_checkpoints([(session, [console_input])], now=now)
+    run_id = metadata.get("run_id")
+    LangGraphCheckpoint.objects.create(
+        console=checkpoint,
+        session=session,
+        checkpoint_ns=item.checkpoint_ns,
+        checkpoint_id=checkpoint_id,
+        parent_checkpoint_id=item.parent_checkpoint_id or "",
+        header=_pack(header),
+        metadata=metadata,
+        run_id=run_id[:ID_MAX] if isinstance(run_id, str) else "",
+    )
+    set_head(session)
+    return checkpoint, True
+
+
+def _same_put(existing: LangGraphCheckpoint, item: PutInput, state: dict[str, Any], header: dict[str, Any]) -> bool:
+    try:
+        state_hash = store.digest(jsoncodec.encode(state)[0])
+    except InvalidJSON:
+        return False
+    return (
+        bytes(existing.console.state_hash) == state_hash
+        and existing.metadata == item.metadata
+        and _unpack(existing.header) == header
+        and existing.parent_checkpoint_id == (item.parent_checkpoint_id or "")
+    )
+
+
+def set_head(session: AgentSession) -> None:
+    """The head is the root-namespace checkpoint with the largest id (ingest made the newest arrival head)."""
+    head = _current(session, "").order_by("-checkpoint_id").values_list("console_id", flat=True).first()
+    AgentSession.objects.filter(pk=session.pk).exclude(head_id=head).update(head_id=head)
+
+
+# ---- writes ----------------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def put_writes(
+    project: Project,
+    *,
+    actor: Actor | None = None,
+    thread_id: str,
+    checkpoint_ns: str,
+    checkpoint_id: str,
+    task_id: str,
+    task_path: str,
+    writes: list[tuple[str, Any]],
+) -> int:
+    """Store a task's pending writes against a checkpoint as LangGraph's savers do: the special channels
+    (error, scheduled, interrupt, resume) replace their slot, the others keep a write already stored at their
+    position. Returns how many writes were stored."""
+    _check_thread(thread_id, checkpoint_ns)
+    _check_id("checkpoint_id", checkpoint_id)
+    _check_id("task_id", task_id)
+    if not isinstance(task_path, str) or len(task_path) > NS_MAX:
+        raise InvalidInput("task_path", f"must be a string of at most {NS_MAX} characters")
+    if not isinstance(writes, list | tuple):
+        raise InvalidInput("writes", "must be a list of [channel, value] pairs")
+    for position, write in enumerate(writes):
+        if not isinstance(write, list | tuple) or len(write) != 2 or not isinstance(write[0], str):
+            raise InvalidInput(f"writes.{position}", "must be a [channel, value] pair")
+        _check_typed(f"writes.{position}", write[1])
+    session = _thread_session(project, thread_id)
+    _refuse_deleted_history(session, checkpoint_ns, [checkpoint_id])
+    key = {"session": session, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id, "task_id": task_id}
+    row = LangGraphWrites.objects.select_for_update().filter(**key).first()
+    slots: dict[int, list[Any]] = {}
+    if row is not None:
+        slots = {idx: [channel, value] for idx, channel, value in _unpack(row.writes)}
+    stored = 0
+    for position, (channel, value) in enumerate(writes):
+        idx = SPECIAL_WRITES.get(channel, position)
+        if idx >= 0 and idx in slots:
+            continue
+        slots[idx] = [channel, value]
+        stored += 1
+    if not stored:
+        return 0
+    fields = {
+        "task_path": task_path,
+        "writes": _pack([[idx, *slots[idx]] for idx in sorted(slots)]),
+        "interrupted": SPECIAL_WRITES["__interrupt__"] in slots,
+        "resumed": SPECIAL_WRITES["__resume__"] in slots,
+    }
+    if row is None:
+        LangGraphWrites.objects.create(**key, **fields)
+    else:
+        LangGraphWrites.objects.filter(pk=row.pk).update(**fields)
+    return stored
+
+
+# ---- reading ---------------------------------------------------------------------------------------------
+
+
+def _tuples(rows: list[LangGraphCheckpoint]) -> list[dict[str, Any]]:
+    """LangGraph's checkpoint tuples of `rows` (with `console` and `session` loaded), their writes in one query."""
+    if not rows:
+        return []
+    wanted = Q()
+    for row in rows:
+        wanted |= Q(session_id=row.session_id, checkpoint_ns=row.checkpoint_ns, checkpoint_id=row.checkpoint_id)
+    writes: dict[tuple[int, str, str], list[tuple[str, str, int, list[Any]]]] = {}
+    for found in LangGraphWrites.objects.filter(wanted):
+        key = (found.session_id, found.checkpoint_ns, found.checkpoint_id)
+        for idx, channel, value in _unpack(found.writes):
+            writes.setdefault(key, []).append((found.task_path, found.task_id, idx, [found.task_id, channel, value]))
+    return [
+        _tuple(
+            row,
+            [
+                w[3]
+                for w in sorted(
+                    writes.get((row.session_id, row.checkpoint_ns, row.checkpoint_id), []), key=lambda w: w[:3]
+                )
+            ],
+        )
+        for row in rows
+    ]
+
+
+def _tuple(row: LangGraphCheckpoint, pending: list[list[Any]]) -> dict[str, Any]:
+    session = row.session
+    return {
+        "thread_id": session.metadata.get("thread_id", session.external_id),
+        "checkpoint_ns": row.checkpoint_ns,
+        "checkpoint_id": row.checkpoint_id,
+        "parent_checkpoint_id": row.parent_checkpoint_id or None,
+        # the state is shared with the store's cache: read-only
+        "checkpoint": {
+            **_unpack(row.header),
+            "id": row.checkpoint_id,
+            "channel_values": store.load_shared(bytes(row.console.root)),
+        },
+        "metadata": row.metadata,
+        "pending_writes": pending,
+        "console": {"id": row.console_id, "seq": row.console.seq, "session": session.external_id},
+    }
+
+
+def _rows() -> Any:
+    return (
+        LangGraphCheckpoint.objects.filter(current=True)
+        .select_related("session")
+        .defer("session__live_root")
+        .select_related("console")
+        .only(
+            "console_id",
+            "session_id",
+            "checkpoint_ns",
+            "checkpoint_id",
+            "parent_checkpoint_id",
+            "header",
+            "metadata",
+            "console__root",
+            "console__seq",
+            "session__external_id",
+            "session__metadata",
+        )
+    )
+
+
+def get_tuple(
+    project: Project, *, thread_id: str, checkpoint_ns: str = "", checkpoint_id: str | None = None
+) -> dict[str, Any] | None:
+    """The checkpoint tuple LangGraph's get_tuple returns: the one named, or the thread+ns's largest id."""
+    _check_thread(thread_id, checkpoint_ns)
+    session = find_thread(project, thread_id)
+    if session is None:
+        return None
+    rows = _rows().filter(session=session, checkpoint_ns=checkpoint_ns)
+    if checkpoint_id is not None:
+        rows = rows.filter(checkpoint_id=checkpoint_id)
+    row = rows.order_by("-checkpoint_id").first()
+    return _tuples([row])[0] if row is not None else None
+
+
+def iter_tuples(
+    project: Project,
+    *,
+    thread_id: str | None = None,
+    checkpoint_ns: str | None = None,
+    checkpoint_id: str | None = None,
+    before: str | None = None,
+    filter: dict[str, Any] | None = None,  # noqa: A002 - LangGraph's name
+    limit: int | None = None,
+    after: tuple[str, int] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """LangGraph's list: newest id first, filtered at the database (metadata by containment, then compared
+    exactly as LangGraph does), read PAGE tuples at a time. `after` continues past a tuple's (checkpoint_id,
+    console id), as the API's cursor does."""
+    rows = _rows().filter(session__project=project, session__source_format=SourceFormat.LANGGRAPH)
+    if thread_id is not None:
+        _check_thread(thread_id, checkpoint_ns or "")
+        rows = rows.filter(session__external_id=thread_external_id(thread_id))
+    if checkpoint_ns is not None:
+        rows = rows.filter(checkpoint_ns=checkpoint_ns)
+    if checkpoint_id is not None:
+        rows = rows.filter(checkpoint_id=checkpoint_id)
+    if before is not None:
+        rows = rows.filter(checkpoint_id__lt=before)
+    if filter:
+        _check_typed("filter", filter)
+        rows = rows.filter(metadata__contains=escape_json(filter))
+    rows = rows.order_by("-checkpoint_id", "-console_id")
+    remaining = limit if limit is not None else -1
+    while remaining:
+        page = rows
+        if after is not None:
+            page = page.filter(Q(checkpoint_id__lt=after[0]) | Q(checkpoint_id=after[0], console_id__lt=after[1]))
+        found = list(page[:PAGE])
+        if not found:
+            return
+        after = (found[-1].checkpoint_id, found[-1].console_id)
+        matching = [row for row in found if not filter or all(row.metadata.get(k) == v for k, v in filter.items())]
+        for item in _tuples(matching):
+            yield item
+            remaining -= 1
+            if not remaining:
+                return
+        if len(found) < PAGE:
+            return

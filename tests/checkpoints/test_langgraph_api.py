@@ -1,0 +1,305 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from langchain_core.messages import AIMessage
+
+from checkpoints.models import AgentSession, Checkpoint, LangGraphCheckpoint
+from tests.checkpoints.langgraph_kit import lg_id, messages, put_body, typed, untyped
+
+PUT = "/langgraph/checkpoints"
+WRITES = "/langgraph/writes"
+
+
+def put(api, *args, **kwargs):
+    response = api.post(PUT, put_body(*args, **kwargs))
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def latest(api, thread_id, **params):
+    return api.get("/langgraph/checkpoint", {"thread_id": thread_id, **params})
+
+
+def listed(api, **params):
+    response = api.get("/langgraph/checkpoints", params)
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def ids(page):
+    return [item["checkpoint_id"] for item in page["items"]]
+
+
+# ---- put and get_tuple -----------------------------------------------------------------------------------
+
+
+def test_a_put_stores_a_thread_as_a_langgraph_session_whose_checkpoint_state_is_the_channel_values(api):
+    created = put(api, "thread-1", 0)
+    tuple_ = latest(api, "thread-1").json()
+    session = AgentSession.objects.get()
+    checkpoint = Checkpoint.objects.get()
+    assert (session.external_id, session.agent, session.source_format) == ("thread-1", "langgraph", "langgraph")
+    assert session.metadata == {"thread_id": "thread-1"}
+    assert created == {
+        "checkpoint_id": lg_id(0),
+        "checkpoint_ns": "",
+        "thread_id": "thread-1",
+        "id": checkpoint.pk,
+        "seq": 1,
+    }
+    assert (checkpoint.name, checkpoint.kind, checkpoint.step) == ("loop", "step", 0)
+    assert checkpoint.metadata == {
+        "source": "loop",
+        "step": 0,
+        "parents": {},
+        "checkpoint_id": lg_id(0),
+        "checkpoint_ns": "",
+    }
+    assert tuple_["checkpoint"]["channel_values"] == {"messages": messages(1)}
+    assert tuple_["checkpoint"]["channel_versions"] == {"messages": f"{0:032}.0.5"}
+    assert tuple_["metadata"] == {"source": "loop", "step": 0, "parents": {}}
+    assert tuple_["parent_checkpoint_id"] is None
+    assert tuple_["console"] == {"id": checkpoint.pk, "seq": 1, "session": "thread-1"}
+
+
+def test_messages_come_back_as_the_objects_langgraph_put(api):
+    put(api, "thread-1", 1)
+    stored = latest(api, "thread-1").json()["checkpoint"]["channel_values"]["messages"]
+    message = untyped(stored[1])
+    assert isinstance(message, AIMessage)
+    assert message.tool_calls == [{"name": "search", "args": {"q": 1}, "id": "c1", "type": "tool_call"}]
+    assert stored[1]["type"] == "ai" and stored[1]["content"] == "answer 1"  # readable in the console
+
+
+def test_get_tuple_without_an_id_is_the_largest_id_and_with_one_that_checkpoint(api):
+    put(api, "thread-1", 2)
+    put(api, "thread-1", 1)  # arrives late
+    assert latest(api, "thread-1").json()["checkpoint_id"] == lg_id(2)
+    assert latest(api, "thread-1", checkpoint_id=lg_id(1)).json()["checkpoint_id"] == lg_id(1)
+    assert latest(api, "thread-1", checkpoint_id=lg_id(9)).status_code == 404
+    assert latest(api, "no-such-thread").status_code == 404
+
+
+def test_the_head_is_the_root_namespace_checkpoint_with_the_largest_id(api):
+    put(api, "thread-1", 2)
+    put(api, "thread-1", 1, parent=0)
+    put(api, "thread-1", 5, ns="child:abc")
+    head = AgentSession.objects.get().head
+    assert head.metadata["checkpoint_id"] == lg_id(2)
+
+
+def test_a_put_hangs_under_its_real_parent_so_a_branch_shows(api):
+    first = put(api, "thread-1", 0)
+    second = put(api, "thread-1", 1, parent=0)
+    put(api, "thread-1", 2, parent=1)
+    branch = put(api, "thread-1", 3, parent=0)  # time travel from the first
+    rows = {c.pk: c for c in Checkpoint.objects.all()}
+    assert rows[second["id"]].parent_id == first["id"]
+    assert rows[branch["id"]].parent_id == first["id"]
+    assert rows[branch["id"]].starts_branch
+    assert latest(api, "thread-1").json()["parent_checkpoint_id"] == lg_id(0)
+
+
+def test_thread_ids_with_a_slash_or_300_characters_are_sessions_with_the_original_id_kept(api):
+    long_id = "x" * 300
+    for thread_id in ("user/42", long_id, "50% off", "ünïcödé ☃"):
+        put(api, thread_id, 0)
+        assert latest(api, thread_id).json()["thread_id"] == thread_id
+    external = set(AgentSession.objects.values_list("external_id", flat=True))
+    assert {"user%2F42", "50%25 off", "ünïcödé ☃"} < external
+    assert any(name.startswith("%sha256:") for name in external)
+
+
+def test_a_put_repeating_an_id_replaces_it_for_langgraph_and_keeps_the_old_one_in_the_console(api):
+    put(api, "thread-1", 0)
+    put(api, "thread-1", 0, metadata={"source": "update", "step": 0, "parents": {}})
+    assert latest(api, "thread-1").json()["metadata"]["source"] == "update"
+    assert Checkpoint.objects.count() == 2
+    assert LangGraphCheckpoint.objects.filter(current=True).count() == 1
+    assert len(listed(api, thread_id="thread-1")["items"]) == 1
+
+
+def test_an_identical_repeat_stores_nothing(api):
+    first = put(api, "thread-1", 0)
+    again = put(api, "thread-1", 0)
+    assert again["id"] == first["id"]
+    assert Checkpoint.objects.count() == 1
+
+
+# ---- O(change): omitted channels and appends -------------------------------------------------------------
+
+
+def test_omitted_channels_and_appends_resolve_against_the_base_checkpoint(api):
+    put(api, "thread-1", 0, values={"messages": messages(1), "plan": typed({"todo": [1, 2]})})
+    put(
+        api,
+        "thread-1",
+        1,
+        parent=0,
+        values={},
+        channels=["messages", "plan"],
+        appends={"messages": {"base_len": 1, "items": messages(2)[1:]}},
+        base_checkpoint_id=lg_id(0),
+    )
+    values = latest(api, "thread-1").json()["checkpoint"]["channel_values"]
+    assert values == {"messages": messages(2), "plan": {"todo": [1, 2]}}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"base_checkpoint_id": lg_id(7), "channels": ["messages"], "values": {}},  # unknown base
+        {"base_checkpoint_id": lg_id(0), "channels": ["messages", "gone"], "values": {"messages": []}},  # lacks one
+        {"base_checkpoint_id": lg_id(0), "appends": {"messages": {"base_len": 3, "items": []}}, "values": {}},
+        {"appends": {"messages": {"base_len": 1, "items": []}}, "values": {}},  # no base named
+    ],
+)
+def test_a_put_the_base_cannot_serve_gets_409_resend_and_stores_nothing(api, change):
+    put(api, "thread-1", 0)
+    response = api.post(PUT, {**put_body("thread-1", 1, parent=0), **change})
+    assert response.status_code == 409, response.content
+    assert response.json()["resend"] is True
+    assert Checkpoint.objects.count() == 1
+
+
+# ---- writes ----------------------------------------------------------------------------------------------
+
+
+def write(api, checkpoint_id, task_id, writes, thread_id="thread-1", **extra):
+    body = {"thread_id": thread_id, "checkpoint_id": checkpoint_id, "task_id": task_id, "writes": writes, **extra}
+    return api.post(WRITES, body)
+
+
+def test_writes_come_back_with_their_checkpoint_sorted_by_task_path_task_and_index(api):
+    put(api, "thread-1", 0)
+    assert write(
+        api, lg_id(0), "task-b", [["messages", typed("b0")], ["plan", typed("b1")]], task_path="~2"
+    ).json() == {"stored": 2}
+    write(api, lg_id(0), "task-a", [["messages", typed("a0")]], task_path="~1")
+    pending = latest(api, "thread-1").json()["pending_writes"]
+    assert pending == [["task-a", "messages", "a0"], ["task-b", "messages", "b0"], ["task-b", "plan", "b1"]]
+
+
+def test_a_repeated_write_keeps_the_first_while_special_channels_replace(api):
+    put(api, "thread-1", 0)
+    write(api, lg_id(0), "task", [["messages", typed("first")], ["__error__", typed("boom")]])
+    response = write(api, lg_id(0), "task", [["messages", typed("second")], ["__error__", typed("boom 2")]])
+    assert response.json() == {"stored": 1}
+    pending = latest(api, "thread-1").json()["pending_writes"]
+    assert pending == [["task", "__error__", "boom 2"], ["task", "messages", "first"]]
+
+
+def test_interrupt_and_resume_writes_round_trip(api):
+    put(api, "thread-1", 0)
+    interrupt = typed({"value": "approve?", "id": "i1"})
+    write(api, lg_id(0), "task", [["__interrupt__", interrupt]])
+    write(api, lg_id(0), "task", [["__resume__", typed("yes")]])
+    pending = latest(api, "thread-1").json()["pending_writes"]
+    assert pending == [["task", "__resume__", "yes"], ["task", "__interrupt__", interrupt]]
+
+
+# ---- list ------------------------------------------------------------------------------------------------
+
+
+def test_list_is_newest_first_filtered_by_thread_namespace_before_and_limit(api):
+    for n in range(4):
+        put(api, "thread-1", n)
+    put(api, "thread-1", 9, ns="child:1")
+    put(api, "thread-2", 5)
+    assert ids(listed(api, thread_id="thread-1")) == [lg_id(9), lg_id(3), lg_id(2), lg_id(1), lg_id(0)]
+    assert ids(listed(api, thread_id="thread-1", checkpoint_ns="")) == [lg_id(3), lg_id(2), lg_id(1), lg_id(0)]
+    assert ids(listed(api, thread_id="thread-1", checkpoint_ns="", before=lg_id(2))) == [lg_id(1), lg_id(0)]
+    assert ids(listed(api, thread_id="thread-1", checkpoint_ns="", limit=2)) == [lg_id(3), lg_id(2)]
+    assert ids(listed(api)) == [lg_id(9), lg_id(5), lg_id(3), lg_id(2), lg_id(1), lg_id(0)]
+
+
+def test_list_filters_metadata_at_the_database_by_exact_value(api):
+    put(api, "thread-1", 0, metadata={"source": "input", "step": -1, "user": {"name": "ada"}})
+    put(api, "thread-1", 1, metadata={"source": "loop", "step": 0, "user": {"name": "ada", "x": 1}})
+    put(api, "thread-1", 2, metadata={"source": "loop", "step": 1, "tags": ["a", "b"]})
+    assert ids(listed(api, filter=json.dumps({"source": "loop"}))) == [lg_id(2), lg_id(1)]
+    assert ids(listed(api, filter=json.dumps({"step": -1}))) == [lg_id(0)]
+    assert ids(listed(api, filter=json.dumps({"user": {"name": "ada"}}))) == [lg_id(0)]  # equal, not contained
+    assert ids(listed(api, filter=json.dumps({"tags": ["a"]}))) == []
+    assert listed(api, filter=json.dumps({"source": "loop", "step": 1}))["items"][0]["metadata"]["tags"] == ["a", "b"]
+
+
+def test_list_pages_hold_20_and_the_cursor_continues_within_the_limit(api):
+    for n in range(45):
+        put(api, "thread-1", n, values={"n": n})
+    first = listed(api, thread_id="thread-1")
+    second = listed(api, thread_id="thread-1", cursor=first["next_cursor"])
+    third = listed(api, thread_id="thread-1", cursor=second["next_cursor"])
+    assert ids(first) + ids(second) + ids(third) == [lg_id(n) for n in reversed(range(45))]
+    assert third["next_cursor"] is None
+    capped = listed(api, thread_id="thread-1", limit=25)
+    rest = listed(api, thread_id="thread-1", cursor=capped["next_cursor"])
+    assert len(ids(capped)) == 20 and len(ids(rest)) == 5 and rest["next_cursor"] is None
+
+
+# ---- boundaries ------------------------------------------------------------------------------------------
+
+
+def test_a_read_only_token_reads_but_cannot_put_or_write(api, read_only_api):
+    put(api, "thread-1", 0)
+    assert latest(read_only_api, "thread-1").status_code == 200
+    assert read_only_api.post(PUT, put_body("thread-1", 1)).status_code == 403
+    assert write(read_only_api, lg_id(0), "task", []).status_code == 403
+
+
+def test_a_token_sees_no_thread_of_another_project(api, api_as, other_project):
+    from checkpoints.services import create_api_token
+
+    put(api, "thread-1", 0)
+    other = api_as(create_api_token(other_project, name="other")[1])
+    assert latest(other, "thread-1").status_code == 404
+    assert listed(other)["items"] == []
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"checkpoint": {"v": 4}},  # no id
+        {"checkpoint": {"id": 7}},
+        {"checkpoint": {"id": "x" * 201}},
+        {
+            "values": {
+                "messages": {"__lg__": [5, "m", "C", "model_validate_json"], "b": {"__lg__": ["bin"], "b64": "!!"}}
+            }
+        },
+        {"values": {"messages": {"__lg__": ["map"], "items": [1]}}},
+        {"metadata": {"__lg__": ["float"], "v": "no"}},
+        {"appends": {"messages": {"base_len": -1, "items": []}}},
+        {"appends": {"messages": {"items": []}}},
+        {"channels": ["other"]},
+        {"thread_id": ""},
+        {"checkpoint": {"id": "a", "channel_values": {}}},
+        {"surprise": 1},
+    ],
+)
+def test_malformed_puts_get_422_and_store_nothing(api, change):
+    response = api.post(PUT, {**put_body("thread-1", 0), **change})
+    assert response.status_code == 422, response.content
+    assert Checkpoint.objects.count() == 0
+
+
+def test_malformed_writes_and_queries_get_4xx(api):
+    put(api, "thread-1", 0)
+    assert write(api, lg_id(0), "task", [["messages"]]).status_code == 422
+    assert write(api, lg_id(0), "task", [["messages", {"__lg__": ["bin"], "b64": 3}]]).status_code == 422
+    assert listed_status(api, filter="{not json") == 422
+    assert listed_status(api, filter="[1]") == 422
+    assert listed_status(api, cursor="garbage") == 400
+    assert listed_status(api, limit=0) == 422
+
+
+def listed_status(api, **params):
+    return api.get("/langgraph/checkpoints", params).status_code
+
+
+def test_the_langgraph_endpoints_are_in_the_openapi_schema(client):
+    paths = client.get("/api/v1/openapi.json").json()["paths"]
+    for path in ("checkpoints", "checkpoint", "writes"):
+        assert f"/api/v1/langgraph/{path}" in paths
