@@ -15,8 +15,9 @@ checkpoint, with its namespace, parent, metadata and pending writes. Export writ
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,11 +27,15 @@ import psycopg
 from checkpoint_console import typedjson
 from psycopg.rows import dict_row
 
+from ... import store
+from ...models import Checkpoint, LangGraphWrites
 from .base import Problem
 
 NAME = "langgraph"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 URL_SCHEMES = ("postgres://", "postgresql://")
+CHECKPOINT_COLUMNS = {"thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "checkpoint", "metadata"}
+WRITE_COLUMNS = {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx", "channel", "value"}
 
 
 @dataclass
@@ -77,11 +82,7 @@ def detect(path: Path) -> bool:
             if file.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
                 return False
         with closing(_open_sqlite(path)) as conn:
-            return {"thread_id", "checkpoint_ns", "checkpoint_id", "checkpoint"} <= _columns(conn, "checkpoints") and {
-                "task_id",
-                "channel",
-                "value",
-            } <= _columns(conn, "writes")
+            return _columns(conn, "checkpoints") >= CHECKPOINT_COLUMNS and _columns(conn, "writes") >= WRITE_COLUMNS
     except (OSError, sqlite3.Error):
         return False
 
@@ -122,13 +123,12 @@ def _sqlite_threads(path: Path) -> Iterator[Thread]:
                 (thread_id,),
             )
             for ns, checkpoint_id, parent, type_, blob, metadata in rows:
-                where = _where(path, thread_id, ns, checkpoint_id)
                 try:
                     header = _decoded_checkpoint(type_, blob)
                     values = header.pop("channel_values")
                     found = Saved(thread_id, ns, checkpoint_id, parent, header, values, _sqlite_metadata(metadata))
                 except ValueError as exc:
-                    thread.problems.append(Problem(where, str(exc)))
+                    thread.problems.append(Problem(where(path, thread_id, ns, checkpoint_id), str(exc)))
                     continue
                 thread.checkpoints.append(found)
             rows = conn.execute(
@@ -143,8 +143,9 @@ def _sqlite_threads(path: Path) -> Iterator[Thread]:
             yield thread
 
 
-def _where(source: Path | str, thread_id: str, ns: str, checkpoint_id: str) -> str:
-    return f"{source} thread {thread_id!r} ns {ns!r} checkpoint {checkpoint_id}"
+def where(source: Path | str, thread_id: str, ns: str, checkpoint_id: str) -> str:
+    """A checkpoint's place in a report line."""
+    return f"{source} thread {thread_id!r}" + (f" ns {ns!r}" if ns else "") + f" checkpoint {checkpoint_id}"
 
 
 def _decoded_checkpoint(type_: str | None, blob: bytes | None) -> dict[str, Any]:
@@ -189,12 +190,18 @@ def _postgres_threads(url: str) -> Iterator[Thread]:
         conn.read_only = True
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         with conn.transaction():
+            has_path = conn.execute(
+                "SELECT 1 FROM information_schema.columns WHERE table_name = 'checkpoint_writes'"
+                " AND column_name = 'task_path' AND table_schema = ANY(current_schemas(false))"
+            ).fetchone()
             ids = [row["thread_id"] for row in conn.execute("SELECT DISTINCT thread_id FROM checkpoints ORDER BY 1")]
             for thread_id in ids:
-                yield _postgres_thread(conn, url, thread_id)
+                yield _postgres_thread(conn, url, thread_id, task_path="task_path" if has_path else "''")
 
 
-def _postgres_thread(conn: psycopg.Connection[dict[str, Any]], url: str, thread_id: str) -> Thread:
+def _postgres_thread(conn: psycopg.Connection[dict[str, Any]], url: str, thread_id: str, *, task_path: str) -> Thread:
+    """The thread's checkpoints with their channel values put back together: each channel's version names its
+    blob (a primitive stays inline in the checkpoint; an "empty" blob means the channel has no value)."""
     thread = Thread(thread_id)
     blobs: dict[tuple[str, str, str], Any] = {}
     for row in conn.execute(
@@ -204,7 +211,7 @@ def _postgres_thread(conn: psycopg.Connection[dict[str, Any]], url: str, thread_
         blobs[(row["checkpoint_ns"], row["channel"], row["version"])] = (
             _EMPTY if row["type"] == "empty" else _value(row["type"], row["blob"])
         )
-    where = database_name(url)
+    name = database_name(url)
     for row in conn.execute(
         "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata FROM checkpoints"
         " WHERE thread_id = %s ORDER BY checkpoint_id, checkpoint_ns",
@@ -221,14 +228,14 @@ def _postgres_thread(conn: psycopg.Connection[dict[str, Any]], url: str, thread_
                 values[channel] = value
         metadata = row["metadata"]
         if not isinstance(metadata, dict):
-            thread.problems.append(Problem(_where(where, thread_id, ns, checkpoint_id), "metadata is no object"))
+            thread.problems.append(Problem(where(name, thread_id, ns, checkpoint_id), "metadata is no object"))
             continue
         thread.checkpoints.append(
             Saved(thread_id, ns, checkpoint_id, row["parent_checkpoint_id"], header, values, metadata)
         )
     for row in conn.execute(
-        "SELECT checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob FROM checkpoint_writes"
-        " WHERE thread_id = %s ORDER BY checkpoint_ns, checkpoint_id, task_id, idx",
+        f"SELECT checkpoint_ns, checkpoint_id, task_id, {task_path} AS task_path, idx, channel, type, blob"
+        " FROM checkpoint_writes WHERE thread_id = %s ORDER BY checkpoint_ns, checkpoint_id, task_id, idx",
         (thread_id,),
     ):
         value = _value(row["type"], row["blob"])
@@ -252,6 +259,141 @@ _MISSING = object()
 
 
 def database_name(url: str) -> str:
-    """The database named without its password, for report lines."""
-    info = psycopg.conninfo.conninfo_to_dict(url)
+    """The database named without its password, for report lines and the audit log."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "a postgres:// URL that does not parse"
     return f"postgres://{info.get('user') or ''}@{info.get('host') or ''}/{info.get('dbname') or ''}"
+
+
+# ---- export ------------------------------------------------------------------------------------
+
+SQLITE_SCHEMA = """
+CREATE TABLE checkpoints (
+    thread_id TEXT NOT NULL,
+    checkpoint_ns TEXT NOT NULL DEFAULT '',
+    checkpoint_id TEXT NOT NULL,
+    parent_checkpoint_id TEXT,
+    type TEXT,
+    checkpoint BLOB,
+    metadata BLOB,
+    PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+);
+CREATE TABLE writes (
+    thread_id TEXT NOT NULL,
+    checkpoint_ns TEXT NOT NULL DEFAULT '',
+    checkpoint_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    task_path TEXT NOT NULL DEFAULT '',
+    idx INTEGER NOT NULL,
+    channel TEXT NOT NULL,
+    type TEXT,
+    value BLOB,
+    PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+);
+"""
+# LangGraph's WRITES_IDX_MAP: the special channels' fixed slots
+SPECIAL_WRITES = {"__error__": -1, "__scheduled__": -2, "__interrupt__": -3, "__resume__": -4}
+
+
+def export(session: Any, out: Path) -> list[Path]:
+    """The thread as a SqliteSaver file (SqliteSaver's schema; every namespace, checkpoint and pending write, values
+    back as serializer blobs with typedjson.to_typed) that LangGraph's SqliteSaver reads as the thread it was.
+    A session of another format becomes a thread of its own (`_as_thread`).
+
+    `out` is the file to write, or a folder (one without a suffix too) to write `<session>.sqlite` into; an
+    existing file is not replaced.
+    """
+    from ...services import langgraph as service  # the service reads the thread; services import the formats
+
+    out = Path(out)
+    path = out / f"{_file_stem(session.external_id)}.sqlite" if out.is_dir() or not out.suffix else out
+    if path.exists():
+        raise FileExistsError(f"{path} exists; not overwriting it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    thread_id = str((session.metadata or {}).get("thread_id", session.external_id))
+    if session.source_format == NAME:
+        tuples = service.iter_tuples(session.project, thread_id=thread_id)
+    else:
+        tuples = _as_thread(session)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.unlink(missing_ok=True)
+    try:
+        with closing(sqlite3.connect(temporary)) as conn, conn:
+            conn.executescript(SQLITE_SCHEMA)
+            _write_rows(conn, thread_id, tuples, _task_paths(session))
+        path.hardlink_to(temporary)  # unlike a rename, fails if `path` appeared meanwhile
+    finally:
+        temporary.unlink(missing_ok=True)
+    return [path]
+
+
+def _write_rows(
+    conn: sqlite3.Connection, thread_id: str, tuples: Iterable[dict[str, Any]], task_paths: dict[tuple[str, ...], str]
+) -> None:
+    for item in tuples:
+        ns, checkpoint_id = item["checkpoint_ns"], item["checkpoint_id"]
+        conn.execute(
+            "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (thread_id, ns, checkpoint_id, item["parent_checkpoint_id"], *typedjson.to_typed(item["checkpoint"]))
+            + (json.dumps(item["metadata"], ensure_ascii=False).encode("utf-8", "ignore"),),
+        )
+        conn.executemany(
+            "INSERT INTO writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (thread_id, ns, checkpoint_id, task_id, task_paths.get((ns, checkpoint_id, task_id), ""), idx)
+                + (channel, *typedjson.to_typed(value))
+                for task_id, idx, channel, value in _numbered(item["pending_writes"])
+            ],
+        )
+
+
+def _task_paths(session: Any) -> dict[tuple[str, ...], str]:
+    """(ns, checkpoint id, task id) → task_path: the tuples' pending writes are sorted by it but do not carry it."""
+    rows = LangGraphWrites.objects.filter(session=session)
+    return {
+        tuple(key): path for *key, path in rows.values_list("checkpoint_ns", "checkpoint_id", "task_id", "task_path")
+    }
+
+
+def _as_thread(session: Any) -> Iterator[dict[str, Any]]:
+    """A session of another format as a LangGraph thread: each checkpoint, oldest first, a root-namespace checkpoint
+    whose channels are the state's keys (a state that is no object: one channel "state"), parent for parent, the
+    newest id the head; metadata says `source` "update" and the step."""
+    ids: dict[int, str] = {}
+    for checkpoint in Checkpoint.objects.filter(session=session).order_by("seq").iterator(chunk_size=200):
+        state = store.load_state(bytes(checkpoint.root))
+        values = state if isinstance(state, dict) else {"state": state}
+        ids[checkpoint.pk] = checkpoint_id = f"{checkpoint.seq:08x}-0000-6000-8000-{checkpoint.pk:012x}"
+        header = {
+            "v": 4,
+            "ts": checkpoint.created_at.isoformat(),
+            "id": checkpoint_id,
+            "channel_versions": dict.fromkeys(values, 1),
+            "versions_seen": {},
+            "updated_channels": None,
+        }
+        yield {
+            "checkpoint_ns": "",
+            "checkpoint_id": checkpoint_id,
+            "parent_checkpoint_id": ids.get(checkpoint.parent_id) if checkpoint.parent_id else None,
+            "checkpoint": {**header, "channel_values": values},
+            "metadata": {"source": "update", "step": checkpoint.step if checkpoint.step is not None else -1},
+            "pending_writes": [],
+        }
+
+
+def _numbered(pending: list[list[Any]]) -> Iterator[tuple[str, int, str, Any]]:
+    """Each pending write with its idx: a special channel's slot, else its place among its task's other writes."""
+    positions: dict[str, int] = {}
+    for task_id, channel, value in pending:
+        if channel in SPECIAL_WRITES:
+            yield task_id, SPECIAL_WRITES[channel], channel, value
+        else:
+            positions[task_id] = positions.get(task_id, -1) + 1
+            yield task_id, positions[task_id], channel, value
+
+
+def _file_stem(external_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", external_id).lstrip(".") or "thread"

@@ -8,6 +8,7 @@ the import must hold and what the export must give back.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import pickle
 import sqlite3
@@ -27,9 +28,13 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
 
+from checkpoints.models import AgentSession, AuditEvent, Checkpoint
+from checkpoints.services import CheckpointInput, create_checkpoint, upsert_session
+from checkpoints.services.langgraph import iter_tuples
 from checkpoints.sources import formats
 from checkpoints.sources.formats import langgraph
 from checkpoints.sources.formats.base import Problem
+from tests.helpers import command, import_folder
 
 # ---- the graph ---------------------------------------------------------------------------------
 
@@ -148,6 +153,21 @@ def read(source: str | Path) -> dict[tuple[str, str, str], dict[str, Any]]:
                 "parent": item.parent_checkpoint_id,
                 "writes": [[w.task_id, w.channel, w.value] for w in writes],
             }
+    return found
+
+
+def console(project: Any, **where: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """What the console gives LangGraph back (services.langgraph.iter_tuples), in the same shape."""
+    found = {}
+    for item in iter_tuples(project, **where):
+        checkpoint = dict(item["checkpoint"])
+        found[(item["thread_id"], item["checkpoint_ns"], item["checkpoint_id"])] = {
+            "values": checkpoint.pop("channel_values"),
+            "header": checkpoint,
+            "metadata": item["metadata"],
+            "parent": item["parent_checkpoint_id"],
+            "writes": item["pending_writes"],
+        }
     return found
 
 
@@ -297,3 +317,129 @@ def test_the_reader_finds_what_postgres_saver_returns(postgres_url):
     expected = postgres_saved(postgres_url)
     assert len(expected) > 10
     assert read(postgres_url) == expected
+
+
+# ---- importing ---------------------------------------------------------------------------------
+
+
+def test_an_import_holds_what_sqlite_saver_returns_one_session_per_thread(sqlite_file, project):
+    expected = sqlite_saved(sqlite_file)
+    report = import_folder(sqlite_file, project)
+    assert report.errors == []
+    assert (report.imported, report.skipped, report.sessions) == (len(expected), 0, ["t-1", "t-2"])
+    assert console(project) == expected
+    for thread_id in ("t-1", "t-2"):
+        session = AgentSession.objects.get(project=project, external_id=thread_id)
+        assert (session.agent, session.source_format, session.metadata["thread_id"]) == (
+            "langgraph",
+            "langgraph",
+            thread_id,
+        )
+        rows = {c.metadata["checkpoint_id"]: c for c in Checkpoint.objects.filter(session=session)}
+        assert len(rows) == len([key for key in expected if key[0] == thread_id])
+        for (thread, ns, checkpoint_id), item in expected.items():
+            if thread != thread_id:
+                continue
+            row = rows[checkpoint_id]
+            assert (row.name, row.step, row.metadata["checkpoint_ns"]) == (
+                item["metadata"]["source"],
+                item["metadata"]["step"],
+                ns,
+            )
+            assert row.parent == (rows[item["parent"]] if item["parent"] else None)
+        root = max(key[2] for key in expected if key[0] == thread_id and key[1] == "")
+        assert session.head == rows[root]
+    assert AuditEvent.objects.filter(action="import", project=project).count() == 1
+
+
+def test_importing_again_stores_nothing_and_reports_every_checkpoint_skipped(sqlite_file, project):
+    first = import_folder(sqlite_file, project)
+    before = (Checkpoint.objects.count(), console(project))
+    again = import_folder(sqlite_file, project)
+    assert (again.imported, again.skipped, again.errors) == (0, first.imported, [])
+    assert (Checkpoint.objects.count(), console(project)) == before
+
+
+def test_a_dry_run_of_the_folder_finds_the_file_reads_everything_and_stores_nothing(sqlite_file, project):
+    report = import_folder(sqlite_file.parent, project, dry_run=True)
+    assert report.imported == len(sqlite_saved(sqlite_file)) and report.errors == []
+    assert not AgentSession.objects.exists()
+
+
+def test_an_import_stores_pickles_opaque_unpickles_nothing_and_reports_an_undecodable_checkpoint(
+    sqlite_file, tmp_path, project
+):
+    marker = tmp_path / "unpickled"
+    blob = add_pickles(sqlite_file, marker)
+    report = import_folder(sqlite_file, project)
+    assert not marker.exists()
+    assert report.sessions == ["t-1", "t-2"]
+    (error,) = report.errors
+    assert "'t-3'" in error["path"] and "'pickle' blob" in error["error"]
+    latest = next(iter(console(project, thread_id="t-1", checkpoint_ns="").values()))
+    assert ["task-p", "custom", {"__lg__": ["typed", "pickle"], "b64": base64.b64encode(blob).decode()}] in latest[
+        "writes"
+    ]
+
+
+def test_the_command_imports_a_sqlite_saver_file_as_json(sqlite_file, project):
+    out, _ = command("import_checkpoints", str(sqlite_file), "--format", "langgraph", "--project", "acme", "--json")
+    assert '"sessions": ["t-1", "t-2"]' in out
+    assert console(project) == sqlite_saved(sqlite_file)
+
+
+# ---- exporting ---------------------------------------------------------------------------------
+
+
+def test_an_export_is_a_sqlite_saver_file_that_reads_back_as_the_thread(sqlite_file, project, tmp_path):
+    import_folder(sqlite_file, project)
+    session = AgentSession.objects.get(project=project, external_id="t-2")
+    out = tmp_path / "out" / "t-2.sqlite"
+    assert langgraph.export(session, out) == [out]
+    expected = {key: item for key, item in sqlite_saved(sqlite_file).items() if key[0] == "t-2"}
+    assert sqlite_saved(out) == expected
+    with pytest.raises(FileExistsError):
+        langgraph.export(session, out)
+
+
+def test_the_export_command_writes_the_file_named(sqlite_file, project, tmp_path):
+    import_folder(sqlite_file, project)
+    out = tmp_path / "t-1.db"
+    printed, _ = command("export_checkpoints", "t-1", "--format", "langgraph", "--out", str(out))
+    assert "wrote 1 file(s)" in printed
+    assert sqlite_saved(out) == {key: item for key, item in sqlite_saved(sqlite_file).items() if key[0] == "t-1"}
+
+
+@pytest.mark.postgres
+def test_a_postgres_saver_database_imports_from_its_url(postgres_url, project):
+    out, _ = command("import_checkpoints", postgres_url, "--project", "acme", "--json")
+    report = json.loads(out)
+    assert report["errors"] == [] and report["sessions"] == ["t-1", "t-2"]
+    assert console(project) == postgres_saved(postgres_url)
+    assert "lg_scratch_" in AuditEvent.objects.get(action="import").target
+
+
+def test_a_session_of_another_format_exports_as_a_thread_of_its_states(project, tmp_path):
+    session, _ = upsert_session(project, external_id="kaizen-7", agent="kaizen")
+    first, _ = create_checkpoint(session, CheckpointInput(state={"task": "plan", "n": 1}, step=1))
+    second, _ = create_checkpoint(session, CheckpointInput(state=["not", "an", "object"], step=2))
+    (path,) = langgraph.export(session, tmp_path)
+    assert path == tmp_path / "kaizen-7.sqlite"
+    with SqliteSaver.from_conn_string(str(path)) as saver:
+        latest = saver.get_tuple({"configurable": {"thread_id": "kaizen-7", "checkpoint_ns": ""}})
+        history = list(saver.list({"configurable": {"thread_id": "kaizen-7"}}))
+    assert latest is not None and latest.checkpoint["channel_values"] == {"state": ["not", "an", "object"]}
+    assert latest.metadata == {"source": "update", "step": 2}
+    assert [item.checkpoint["channel_values"] for item in history] == [
+        {"state": ["not", "an", "object"]},
+        {"task": "plan", "n": 1},
+    ]
+    assert latest.parent_config is not None
+    assert latest.parent_config["configurable"]["checkpoint_id"] == history[1].config["configurable"]["checkpoint_id"]
+
+
+def test_a_database_that_cannot_be_reached_is_one_error_line_naming_it_without_its_password(project):
+    report = import_folder("postgres://agent:secret@127.0.0.1:1/nowhere", project)
+    (error,) = report.errors
+    assert error["path"] == "postgres://agent@127.0.0.1/nowhere"
+    assert "not readable as LangGraph checkpoints" in error["error"] and "secret" not in str(report.as_dict())
