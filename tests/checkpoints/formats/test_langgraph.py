@@ -12,6 +12,7 @@ import json
 import os
 import pickle
 import sqlite3
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -20,6 +21,7 @@ import psycopg
 import pytest
 from checkpoint_console import typedjson
 from django.db import connection
+from django.urls import reverse
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.postgres import PostgresSaver
@@ -28,12 +30,13 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
 
-from checkpoints.models import AgentSession, AuditEvent, Checkpoint
+from checkpoints.models import AgentSession, AuditEvent, Checkpoint, ImportJob
 from checkpoints.services import CheckpointInput, create_checkpoint, upsert_session
 from checkpoints.services.langgraph import iter_tuples
 from checkpoints.sources import formats
 from checkpoints.sources.formats import langgraph
 from checkpoints.sources.formats.base import Problem
+from checkpoints.tasks import import_archive
 from tests.helpers import command, import_folder
 
 # ---- the graph ---------------------------------------------------------------------------------
@@ -385,6 +388,22 @@ def test_an_import_stores_pickles_opaque_unpickles_nothing_and_reports_an_undeco
 def test_the_command_imports_a_sqlite_saver_file_as_json(sqlite_file, project):
     out, _ = command("import_checkpoints", str(sqlite_file), "--format", "langgraph", "--project", "acme", "--json")
     assert '"sessions": ["t-1", "t-2"]' in out
+    assert console(project) == sqlite_saved(sqlite_file)
+
+
+def test_an_uploaded_archive_holding_a_sqlite_saver_file_imports_its_threads(
+    client, alice, project, sqlite_file, tmp_path, settings
+):
+    settings.VAR_DIR = tmp_path / "var"
+    settings.VAR_DIR.mkdir()
+    archive = tmp_path / "threads.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        zipped.write(sqlite_file, "agent/checkpoints.sqlite")
+    client.force_login(alice)
+    with archive.open("rb") as file:
+        assert client.post(reverse("dashboard:import_upload"), {"project": "acme", "archive": file}).status_code == 302
+    result = import_archive(ImportJob.objects.get().pk)
+    assert (result["errors"], result["sessions"]) == ([], ["t-1", "t-2"])
     assert console(project) == sqlite_saved(sqlite_file)
 
 
