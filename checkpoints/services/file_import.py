@@ -132,7 +132,12 @@ def import_path(
                 where = target if database else str(source)
                 threads = langgraph.threads(source)
                 import_threads(
-                    threads, source=where, project=importer.project, actor=actor, report=report, progress=progress
+                    threads,
+                    source=where,
+                    project_of=lambda: importer.project,
+                    actor=actor,
+                    report=report,
+                    progress=progress,
                 )
                 continue
             source = Path(source)

@@ -29,13 +29,14 @@ def import_threads(
     threads: Iterable[Thread | Problem],
     *,
     source: str,
-    project: Project,
+    project_of: Callable[[], Project],
     actor: Actor,
     report: ImportReport,
     progress: Callable[[ImportReport], None] | None = None,
 ) -> None:
-    """Put every thread's checkpoints and writes into `project`, counting into `report`; `source` names the
-    file or database in report lines."""
+    """Put every thread's checkpoints and writes into the project `project_of` gives (asked once a thread has
+    checkpoints: an import finding none creates no project), counting into `report`; `source` names the file or
+    database in report lines."""
     for thread in threads:
         if isinstance(thread, Problem):
             report.problem(thread.path, thread.error)
@@ -45,6 +46,7 @@ def import_threads(
         if not thread.checkpoints:
             continue
         external_id = langgraph.thread_external_id(thread.thread_id)
+        project = project_of()  # outside the thread's transaction: a failing thread must not take it along
         try:
             with transaction.atomic():
                 imported, skipped = _put_thread(project, thread, source=source, actor=actor, report=report)

@@ -35,6 +35,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         path: Path | str = options["path"]
+        if langgraph.is_url(path) and options["format"] not in ("auto", langgraph.NAME):
+            raise CommandError("a postgres:// URL holds LangGraph history: use --format langgraph (or auto)")
         if not langgraph.is_url(path):
             path = Path(path)
             if not path.exists():

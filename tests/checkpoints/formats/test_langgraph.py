@@ -20,6 +20,7 @@ from typing import Annotated, Any, TypedDict
 import psycopg
 import pytest
 from checkpoint_console import typedjson
+from django.core.management import CommandError
 from django.db import connection
 from django.urls import reverse
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -30,7 +31,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
 
-from checkpoints.models import AgentSession, AuditEvent, Checkpoint, ImportJob
+from checkpoints.models import AgentSession, AuditEvent, Checkpoint, ImportJob, Project
 from checkpoints.services import CheckpointInput, create_checkpoint, upsert_session
 from checkpoints.services.langgraph import iter_tuples
 from checkpoints.sources import formats
@@ -457,8 +458,14 @@ def test_a_session_of_another_format_exports_as_a_thread_of_its_states(project, 
     assert latest.parent_config["configurable"]["checkpoint_id"] == history[1].config["configurable"]["checkpoint_id"]
 
 
-def test_a_database_that_cannot_be_reached_is_one_error_line_naming_it_without_its_password(project):
-    report = import_folder("postgres://agent:secret@127.0.0.1:1/nowhere", project)
+def test_a_database_that_cannot_be_reached_is_one_error_line_naming_it_without_its_password(db):
+    report = import_folder("postgres://agent:secret@127.0.0.1:1/nowhere", "fresh")
     (error,) = report.errors
     assert error["path"] == "postgres://agent@127.0.0.1/nowhere"
     assert "not readable as LangGraph checkpoints" in error["error"] and "secret" not in str(report.as_dict())
+    assert not Project.objects.filter(slug="fresh").exists()
+
+
+def test_the_command_refuses_a_database_url_in_another_format(db):
+    with pytest.raises(CommandError, match="use --format langgraph"):
+        command("import_checkpoints", "postgres://agent@127.0.0.1:1/nowhere", "--format", "kaizen")
