@@ -130,6 +130,10 @@ def import_path(
         for name, source in found:
             if name == langgraph.NAME:  # LangGraph history: a SqliteSaver file or a database URL
                 where = target if database else str(source)
+                if write_back:
+                    report.note(
+                        f"{where}: LangGraph threads are not written back (export them with --format langgraph)"
+                    )
                 threads = langgraph.threads(source)
                 import_threads(
                     threads,

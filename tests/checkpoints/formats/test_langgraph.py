@@ -365,8 +365,11 @@ def test_importing_again_stores_nothing_and_reports_every_checkpoint_skipped(sql
 
 
 def test_a_dry_run_of_the_folder_finds_the_file_reads_everything_and_stores_nothing(sqlite_file, project):
-    report = import_folder(sqlite_file.parent, project, dry_run=True)
+    report = import_folder(sqlite_file.parent, project, dry_run=True, write_back=True)
     assert report.imported == len(sqlite_saved(sqlite_file)) and report.errors == []
+    assert report.notes == [
+        f"{sqlite_file}: LangGraph threads are not written back (export them with --format langgraph)"
+    ]
     assert not AgentSession.objects.exists()
 
 
