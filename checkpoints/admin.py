@@ -487,6 +487,7 @@ class RetentionPolicyForm(forms.ModelForm):
             "keep_first",
             "keep_latest_per_name",
             "until_operation_done",
+            "applies_to_langgraph",
         ]
         help_texts = {
             "project": "Leave empty for the global policy of this kind; a project's policy overrides the global one.",
@@ -498,6 +499,8 @@ class RetentionPolicyForm(forms.ModelForm):
             "keep_first": "Always keep each session's first checkpoint.",
             "keep_latest_per_name": "Always keep each session's newest checkpoint of every name.",
             "until_operation_done": "Keep checkpoints whose operation has not finished (pre_operation).",
+            "applies_to_langgraph": "Also apply to LangGraph threads, which are otherwise kept whole until the agent "
+            "prunes them. Each namespace's latest checkpoint and one waiting on an interrupt are kept all the same.",
             "enabled": "A disabled policy deletes nothing. A checkpoint kept by no rule is deleted, except pinned "
             "ones, session heads, fork sources, restore targets and unresolved alerts' checkpoints.",
         }
@@ -506,12 +509,12 @@ class RetentionPolicyForm(forms.ModelForm):
 @admin.register(models.RetentionPolicy)
 class RetentionPolicyAdmin(admin.ModelAdmin):
     form = RetentionPolicyForm
-    list_display = ["kind", "project", "rules", "enabled"]
-    list_filter = ["kind", "enabled", "project"]
+    list_display = ["kind", "project", "rules", "applies_to_langgraph", "enabled"]
+    list_filter = ["kind", "enabled", "applies_to_langgraph", "project"]
     raw_id_fields = ["project"]
     list_select_related = ["project"]
     fieldsets = [
-        (None, {"fields": ["project", "kind", "enabled"]}),
+        (None, {"fields": ["project", "kind", "enabled", "applies_to_langgraph"]}),
         (
             "Keep rules",
             {

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, Query, Router
@@ -154,6 +154,64 @@ def list_tuples(
         last = items[-1]
         next_cursor = _write_cursor((last["checkpoint_id"], last["console"]["id"]), left)
     return _json({"items": items, "next_cursor": next_cursor})
+
+
+class ThreadIn(Strict):
+    thread_id: str = ThreadId
+
+
+class CopyIn(Strict):
+    source_thread_id: str = ThreadId
+    target_thread_id: str = ThreadId
+
+
+class RunsIn(Strict):
+    run_ids: list[Annotated[str, Field(max_length=lg.ID_MAX)]] = Field(max_length=10_000)
+
+
+class PruneIn(Strict):
+    thread_ids: list[Annotated[str, Field(min_length=1, max_length=lg.THREAD_MAX)]] = Field(max_length=10_000)
+    strategy: Literal["keep_latest", "delete"] = "keep_latest"
+
+
+class DeletedOut(Strict):
+    deleted_checkpoints: int
+    deleted_writes: int
+
+
+class CopiedOut(Strict):
+    copied_checkpoints: int
+    copied_writes: int
+
+
+def _deleted(counts: tuple[int, int]) -> dict[str, int]:
+    return {"deleted_checkpoints": counts[0], "deleted_writes": counts[1]}
+
+
+@router.post("/threads/delete", response={200: DeletedOut, **LG_ERRORS}, auth=WRITE)
+def delete_thread(request: HttpRequest, payload: ThreadIn) -> Any:
+    """LangGraph's delete_thread: every checkpoint and write of the thread goes, audited; a tombstone refuses late
+    puts from the deleted history (410). An unknown thread deletes nothing."""
+    return _deleted(lg.delete_thread(_token(request).project, actor=_actor(request), thread_id=payload.thread_id))
+
+
+@router.post("/threads/copy", response={200: CopiedOut, **LG_ERRORS}, auth=WRITE)
+def copy_thread(request: HttpRequest, payload: CopyIn) -> Any:
+    """LangGraph's copy_thread: every checkpoint, namespace and write, same ids, states shared (nothing stored)."""
+    copied, writes = lg.copy_thread(_token(request).project, actor=_actor(request), **payload.model_dump())
+    return {"copied_checkpoints": copied, "copied_writes": writes}
+
+
+@router.post("/runs/delete", response={200: DeletedOut, **LG_ERRORS}, auth=WRITE)
+def delete_for_runs(request: HttpRequest, payload: RunsIn) -> Any:
+    """LangGraph's delete_for_runs: the checkpoints whose metadata run_id is listed, with their writes."""
+    return _deleted(lg.delete_for_runs(_token(request).project, actor=_actor(request), run_ids=payload.run_ids))
+
+
+@router.post("/threads/prune", response={200: DeletedOut, **LG_ERRORS}, auth=WRITE)
+def prune(request: HttpRequest, payload: PruneIn) -> Any:
+    """LangGraph's prune: keep_latest keeps each namespace's latest checkpoint; delete deletes the threads."""
+    return _deleted(lg.prune(_token(request).project, actor=_actor(request), **payload.model_dump()))
 
 
 def _read_filter(text: str | None) -> dict[str, Any] | None:

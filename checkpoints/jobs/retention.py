@@ -13,6 +13,10 @@ A project's policy for a kind overrides the global one; a disabled policy, a pol
 policy deletes nothing. Whatever the rules say, a pinned checkpoint, a session's head, a fork source, a restore
 target and an unresolved alert's `last_good` (and its `checkpoint`) are never deleted.
 
+LangGraph threads are kept whole (LangGraph's get_state_history reads every checkpoint) unless a policy says
+`applies_to_langgraph`; even then the latest checkpoint of each namespace and a checkpoint waiting on an interrupt
+(an `__interrupt__` pending write without a `__resume__`) stay.
+
 Chunks are left alone: garbage collection sweeps the ones no checkpoint references any more. A session whose rows
 cannot be read or deleted (bad data from before, a bug) is named in the result's `errors` and left as it was; the
 other sessions are processed all the same (`services.batches.each_batch`).
@@ -35,9 +39,12 @@ from ..models import (
     Checkpoint,
     CheckpointKind,
     DriftAlert,
+    LangGraphCheckpoint,
+    LangGraphWrites,
     Project,
     RetentionPolicy,
     RetentionScope,
+    SourceFormat,
 )
 from ..services.batches import Failures, concerns_the_whole_run, contained, each_batch
 from ..services.cleanup import delete_expired, record_retention_run
@@ -171,9 +178,9 @@ class _Rules:
         )
         self._agent_keep: dict[tuple[str, int], set[int]] = {}
 
-    def policy(self, project_id: int, kind: str) -> RetentionPolicy | None:
+    def policy(self, project_id: int, kind: str, *, langgraph: bool = False) -> RetentionPolicy | None:
         policy = self.project.get((project_id, kind)) or self.global_.get(kind)
-        if policy is None or not policy.enabled:
+        if policy is None or not policy.enabled or (langgraph and not policy.applies_to_langgraph):
             return None
         has_rule = (
             policy.keep_last is not None
@@ -199,13 +206,14 @@ class _Rules:
         return self._agent_keep[key]
 
 
-Session = tuple[int, int, int | None]  # (id, project_id, head_id)
+Session = tuple[int, int, int | None, str]  # (id, project_id, head_id, source_format)
 
 
-def _plan_session(rules: _Rules, session: Session, rows: list[Row]) -> SessionPlan:
-    """`rows` are the session's checkpoints in seq order."""
-    session_id, project_id, head_id = session
-    protected = {head_id} if head_id else set()
+def _plan_session(rules: _Rules, session: Session, rows: list[Row], kept: set[int]) -> SessionPlan:
+    """`rows` are the session's checkpoints in seq order; `kept` what its LangGraph side protects."""
+    session_id, project_id, head_id, source_format = session
+    langgraph = source_format == SourceFormat.LANGGRAPH
+    protected = {head_id, *kept} if head_id else set(kept)
     protected.update(parent for _, _, _, kind, _, _, _, parent in rows if kind == CheckpointKind.RESTORE and parent)
     first_id = rows[0][0] if rows else None
     by_kind: dict[str, list[Row]] = {}
@@ -215,7 +223,7 @@ def _plan_session(rules: _Rules, session: Session, rows: list[Row]) -> SessionPl
     delete: set[int] = set()
     kinds: Counter[str] = Counter()
     for kind, kind_rows in by_kind.items():
-        policy = rules.policy(project_id, kind)
+        policy = rules.policy(project_id, kind, langgraph=langgraph)
         if policy is None:
             continue
         keep = _kept(rules, policy, kind_rows, first_id)
@@ -260,7 +268,38 @@ def _plan_sessions(rules: _Rules, sessions: list[Session]) -> list[SessionPlan]:
     )
     for row in query:
         rows[row[0]].append(row[1:])
-    return [_plan_session(rules, session, rows[session[0]]) for session in sessions]
+    kept = _langgraph_kept([session[0] for session in sessions if session[3] == SourceFormat.LANGGRAPH])
+    return [_plan_session(rules, session, rows[session[0]], kept.get(session[0], set())) for session in sessions]
+
+
+def _langgraph_kept(session_ids: list[int]) -> dict[int, set[int]]:
+    """What LangGraph threads need whatever a policy says, by session: the latest checkpoint of each namespace,
+    and each checkpoint with an interrupt no resume has answered (a graph waits on it)."""
+    kept: dict[int, set[int]] = {}
+    if not session_ids:
+        return kept
+    rows = LangGraphCheckpoint.objects.filter(session_id__in=session_ids, current=True)
+    latest: dict[tuple[int, str], tuple[str, int]] = {}
+    by_id: dict[tuple[int, str, str], int] = {}
+    for session_id, ns, checkpoint_id, pk in rows.values_list(
+        "session_id", "checkpoint_ns", "checkpoint_id", "console_id"
+    ):
+        by_id[(session_id, ns, checkpoint_id)] = pk
+        if (session_id, ns) not in latest or checkpoint_id > latest[(session_id, ns)][0]:
+            latest[(session_id, ns)] = (checkpoint_id, pk)
+    for (session_id, _), (_, pk) in latest.items():
+        kept.setdefault(session_id, set()).add(pk)
+    flags: dict[tuple[int, str, str], tuple[bool, bool]] = {}  # → (an interrupt, a resume) among its writes
+    writes = LangGraphWrites.objects.filter(session_id__in=session_ids).filter(Q(interrupted=True) | Q(resumed=True))
+    for session_id, ns, checkpoint_id, interrupt, resume in writes.values_list(
+        "session_id", "checkpoint_ns", "checkpoint_id", "interrupted", "resumed"
+    ):
+        seen = flags.get((session_id, ns, checkpoint_id), (False, False))
+        flags[(session_id, ns, checkpoint_id)] = (seen[0] or interrupt, seen[1] or resume)
+    for key, (interrupt, resume) in flags.items():
+        if interrupt and not resume and key in by_id:
+            kept.setdefault(key[0], set()).add(by_id[key])
+    return kept
 
 
 def iter_session_plans(
@@ -273,7 +312,7 @@ def iter_session_plans(
     """
     rules = _Rules(now or timezone.now())
     chosen = AgentSession.objects.all() if sessions is None else sessions
-    rows = chosen.order_by("pk").values_list("pk", "project_id", "head_id")
+    rows = chosen.order_by("pk").values_list("pk", "project_id", "head_id", "source_format")
 
     for plans in each_batch(
         rows.iterator(chunk_size=1000),

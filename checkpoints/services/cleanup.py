@@ -17,8 +17,18 @@ from django.db import connection, transaction
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from ..models import AgentSession, AuditEvent, Checkpoint, CheckpointKind, DriftAlert, SessionStatus
-from ..store import tallies
+from ..models import (
+    AgentSession,
+    AuditEvent,
+    Checkpoint,
+    CheckpointKind,
+    DriftAlert,
+    LangGraphCheckpoint,
+    LangGraphTombstone,
+    LangGraphWrites,
+    SessionStatus,
+)
+from ..store import jsoncodec, tallies
 from ..store.lineage import mark_branch_starts, repoint
 from .audit import Actor, record_audit
 
@@ -145,6 +155,12 @@ def purge_session(session: AgentSession, *, actor: Actor) -> int:
         target=str(session),
         details={"session_id": session.pk, "external_id": session.external_id, "checkpoints": count},
     )
+    _purge(session)
+    return count
+
+
+def _purge(session: AgentSession) -> None:
+    checkpoints = Checkpoint.objects.filter(session=session)
     AgentSession.objects.filter(pk=session.pk).update(head=None, forked_from=None)
     AgentSession.objects.filter(forked_from__session=session).update(forked_from=None)
     checkpoints.exclude(parent=None).update(parent=None)
@@ -152,7 +168,97 @@ def purge_session(session: AgentSession, *, actor: Actor) -> int:
     for start in range(0, len(ids), BATCH_SIZE):
         Checkpoint.objects.filter(pk__in=ids[start : start + BATCH_SIZE]).delete()
     AgentSession.objects.filter(pk=session.pk).delete()
-    return count
+
+
+# ---- deletions a LangGraph agent's owner asks for (delete_thread, prune, delete_for_runs) ----------------
+
+
+def _write_count(rows: Any) -> int:
+    return sum(len(jsoncodec.unpack(data)) for data in rows.values_list("writes", flat=True))
+
+
+@transaction.atomic
+def delete_langgraph_thread(
+    session: AgentSession, *, actor: Actor, action: str = "langgraph_delete_thread"
+) -> tuple[int, int]:
+    """Delete a LangGraph thread whole (its session, every checkpoint and pending write) and leave a tombstone, so
+    a late put naming a checkpoint of it is refused rather than bringing it back. Returns the LangGraph
+    checkpoints and pending writes deleted."""
+    checkpoints = LangGraphCheckpoint.objects.filter(session=session, current=True).count()
+    writes = _write_count(LangGraphWrites.objects.filter(session=session))
+    record_audit(
+        actor,
+        action,
+        project=session.project,
+        target=str(session),
+        details={
+            "thread_id": session.metadata.get("thread_id"),
+            "external_id": session.external_id,
+            "deleted_checkpoints": checkpoints,
+            "deleted_writes": writes,
+        },
+    )
+    LangGraphTombstone.objects.update_or_create(
+        project_id=session.project_id, external_id=session.external_id, defaults={"deleted_at": timezone.now()}
+    )
+    _purge(session)
+    return checkpoints, writes
+
+
+@transaction.atomic
+def delete_langgraph_checkpoints(
+    session: AgentSession, ids: Iterable[int], *, actor: Actor, action: str, details: dict[str, Any] | None = None
+) -> tuple[int, int]:
+    """Delete checkpoints of a LangGraph thread its agent's owner named (prune, delete_for_runs): no protection
+    refuses them, as LangGraph's own savers refuse none. Kept children move to their nearest kept ancestor,
+    references to the deleted go, and so do the pending writes of the LangGraph checkpoints deleted. The caller
+    sets the head again. Returns the LangGraph checkpoints (current ones) and pending writes deleted."""
+    doomed = dict(Checkpoint.objects.filter(session=session, pk__in=list(ids)).values_list("pk", "parent_id"))
+    if not doomed:
+        return 0, 0
+    gone = list(doomed)
+    current = set(
+        LangGraphCheckpoint.objects.filter(console__in=gone, current=True).values_list("checkpoint_ns", "checkpoint_id")
+    )
+    tallies.forget(gone)  # first: its session lock comes before any row lock
+
+    def kept_ancestor(pk: int | None) -> int | None:
+        while pk is not None and pk in doomed:
+            pk = doomed[pk]
+        return pk
+
+    children = Checkpoint.objects.filter(parent__in=gone).exclude(pk__in=gone).values_list("pk", "parent_id")
+    moved = [(pk, kept_ancestor(parent)) for pk, parent in children]
+    repoint(moved)
+    AgentSession.objects.filter(head__in=gone).update(head=None)
+    AgentSession.objects.filter(forked_from__in=gone).update(forked_from=None)
+    DriftAlert.objects.filter(last_good__in=gone).update(last_good=None)
+    DriftAlert.objects.filter(checkpoint__in=gone).update(checkpoint=None)
+    AuditEvent.objects.filter(checkpoint__in=gone).update(checkpoint=None)
+    LangGraphCheckpoint.objects.filter(console__in=gone).delete()
+    Checkpoint.objects.filter(pk__in=gone).delete()
+    mark_branch_starts(pk for pk, _ in moved)
+    writes = 0
+    by_ns: dict[str, list[str]] = {}
+    for ns, checkpoint_id in current:
+        by_ns.setdefault(ns, []).append(checkpoint_id)
+    for ns, checkpoint_ids in by_ns.items():
+        rows = LangGraphWrites.objects.filter(session=session, checkpoint_ns=ns, checkpoint_id__in=checkpoint_ids)
+        writes += _write_count(rows)
+        rows.delete()
+    record_audit(
+        actor,
+        action,
+        session=session,
+        target=f"{session}: {len(current)} LangGraph checkpoint{'s' * (len(current) != 1)}",
+        details={
+            "deleted_checkpoints": len(current),
+            "deleted_writes": writes,
+            "deleted_ids": sorted(gone),
+            **(details or {}),
+        },
+    )
+    return len(current), writes
 
 
 def delete_expired(ids: list[int], parents: dict[int, int | None]) -> list[tuple[int, str]]:
@@ -195,9 +301,20 @@ def delete_expired(ids: list[int], parents: dict[int, int | None]) -> list[tuple
         DriftAlert.objects.filter(last_good__in=gone).update(last_good=None)
         DriftAlert.objects.filter(checkpoint__in=gone).update(checkpoint=None)
         AuditEvent.objects.filter(checkpoint__in=gone).update(checkpoint=None)
+        _forget_langgraph(gone)
         Checkpoint.objects.filter(pk__in=gone)._raw_delete(Checkpoint.objects.db)
         mark_branch_starts(pk for pk, _ in moved)
     return doomed
+
+
+def _forget_langgraph(gone: list[int] | RawSQL) -> None:
+    """The LangGraph rows of checkpoints retention deletes (only a policy meant for LangGraph threads reaches
+    them), with the pending writes of the current ones."""
+    rows = LangGraphCheckpoint.objects.filter(console__in=gone)
+    current = list(rows.filter(current=True).values_list("session_id", "checkpoint_ns", "checkpoint_id"))
+    rows._raw_delete(rows.db)
+    for session_id, ns, checkpoint_id in current:
+        LangGraphWrites.objects.filter(session_id=session_id, checkpoint_ns=ns, checkpoint_id=checkpoint_id).delete()
 
 
 def record_retention_run(result: dict[str, Any], *, now: datetime) -> None:

@@ -13,12 +13,13 @@ Puts send what changed: channels left out of `values` come from the base checkpo
 from __future__ import annotations
 
 import hashlib
+import re
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import zstandard
 from checkpoint_console import typedjson
 from django.db import transaction
 from django.db.models import Q
@@ -36,9 +37,10 @@ from ..models import (
     Project,
     SourceFormat,
 )
-from ..store import jsoncodec
+from ..store import jsoncodec, tallies
 from ..store.jsoncodec import InvalidJSON
-from .audit import Actor, CheckpointError, InvalidInput, max_length
+from . import cleanup
+from .audit import Actor, CheckpointError, InvalidInput, max_length, record_audit
 from .checkpoints import CheckpointInput, check_json_field, ingest_checkpoints
 
 AGENT = "langgraph"
@@ -82,20 +84,6 @@ class PutInput:
     appends: dict[str, Any] = field(default_factory=dict)  # channel → {"base_len": n, "items": [...]}
     parent_checkpoint_id: str | None = None
     base_checkpoint_id: str | None = None
-
-
-# ---- compact blobs ---------------------------------------------------------------------------------------
-
-_zstd_compressor = zstandard.ZstdCompressor(level=3)
-_zstd_decompressor = zstandard.ZstdDecompressor()
-
-
-def _pack(value: Any) -> bytes:
-    return _zstd_compressor.compress(jsoncodec.canonical(value))
-
-
-def _unpack(data: bytes | memoryview) -> Any:
-    return jsoncodec.loads(_zstd_decompressor.decompress(bytes(data)), exact=True)
 
 
 # ---- checking input --------------------------------------------------------------------------------------
@@ -298,7 +286,7 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
         checkpoint_ns=item.checkpoint_ns,
         checkpoint_id=checkpoint_id,
         parent_checkpoint_id=item.parent_checkpoint_id or "",
-        header=_pack(header),
+        header=jsoncodec.pack(header),
         metadata=metadata,
         run_id=run_id[:ID_MAX] if isinstance(run_id, str) else "",
     )
@@ -314,7 +302,7 @@ def _same_put(existing: LangGraphCheckpoint, item: PutInput, state: dict[str, An
     return (
         bytes(existing.console.state_hash) == state_hash
         and existing.metadata == item.metadata
-        and _unpack(existing.header) == header
+        and jsoncodec.unpack(existing.header) == header
         and existing.parent_checkpoint_id == (item.parent_checkpoint_id or "")
     )
 
@@ -360,7 +348,7 @@ def put_writes(
     row = LangGraphWrites.objects.select_for_update().filter(**key).first()
     slots: dict[int, list[Any]] = {}
     if row is not None:
-        slots = {idx: [channel, value] for idx, channel, value in _unpack(row.writes)}
+        slots = {idx: [channel, value] for idx, channel, value in jsoncodec.unpack(row.writes)}
     stored = 0
     for position, (channel, value) in enumerate(writes):
         idx = SPECIAL_WRITES.get(channel, position)
@@ -372,7 +360,7 @@ def put_writes(
         return 0
     fields = {
         "task_path": task_path,
-        "writes": _pack([[idx, *slots[idx]] for idx in sorted(slots)]),
+        "writes": jsoncodec.pack([[idx, *slots[idx]] for idx in sorted(slots)]),
         "interrupted": SPECIAL_WRITES["__interrupt__"] in slots,
         "resumed": SPECIAL_WRITES["__resume__"] in slots,
     }
@@ -396,7 +384,7 @@ def _tuples(rows: list[LangGraphCheckpoint]) -> list[dict[str, Any]]:
     writes: dict[tuple[int, str, str], list[tuple[str, str, int, list[Any]]]] = {}
     for found in LangGraphWrites.objects.filter(wanted):
         key = (found.session_id, found.checkpoint_ns, found.checkpoint_id)
-        for idx, channel, value in _unpack(found.writes):
+        for idx, channel, value in jsoncodec.unpack(found.writes):
             writes.setdefault(key, []).append((found.task_path, found.task_id, idx, [found.task_id, channel, value]))
     return [
         _tuple(
@@ -421,7 +409,7 @@ def _tuple(row: LangGraphCheckpoint, pending: list[list[Any]]) -> dict[str, Any]
         "parent_checkpoint_id": row.parent_checkpoint_id or None,
         # the state is shared with the store's cache: read-only
         "checkpoint": {
-            **_unpack(row.header),
+            **jsoncodec.unpack(row.header),
             "id": row.checkpoint_id,
             "channel_values": store.load_shared(bytes(row.console.root)),
         },
@@ -513,3 +501,290 @@ def iter_tuples(
                 return
         if len(found) < PAGE:
             return
+
+
+# ---- deletions and copies the agent asks for ---------------------------------------------------------------
+
+
+def delete_thread(project: Project, *, actor: Actor, thread_id: str) -> tuple[int, int]:
+    """LangGraph's delete_thread: the thread goes whole, leaving a tombstone. Returns (checkpoints, writes)."""
+    _check_thread(thread_id, "")
+    session = find_thread(project, thread_id)
+    if session is None:
+        return 0, 0
+    return cleanup.delete_langgraph_thread(session, actor=actor)
+
+
+@transaction.atomic
+def prune(project: Project, *, actor: Actor, thread_ids: list[str], strategy: str) -> tuple[int, int]:
+    """LangGraph's prune: `keep_latest` keeps the latest checkpoint of each namespace of each thread (with its
+    writes), `delete` deletes the threads. Returns (checkpoints, writes) deleted in all."""
+    if strategy not in ("keep_latest", "delete"):
+        raise InvalidInput("strategy", 'must be "keep_latest" or "delete"')
+    totals = [0, 0]
+    for thread_id in dict.fromkeys(thread_ids):
+        _check_thread(thread_id, "")
+        session = find_thread(project, thread_id)
+        if session is None:
+            continue
+        if strategy == "delete":
+            counts = cleanup.delete_langgraph_thread(session, actor=actor, action="langgraph_prune")
+        else:
+            latest = set(_latest_per_namespace(session))
+            doomed = Checkpoint.objects.filter(session=session).exclude(pk__in=latest).values_list("pk", flat=True)
+            counts = cleanup.delete_langgraph_checkpoints(
+                session, list(doomed), actor=actor, action="langgraph_prune", details={"strategy": strategy}
+            )
+            set_head(session)
+        totals[0] += counts[0]
+        totals[1] += counts[1]
+    return totals[0], totals[1]
+
+
+def _latest_per_namespace(session: AgentSession) -> list[int]:
+    """The console ids of the current checkpoint with the largest id in each namespace of the thread."""
+    latest: dict[str, tuple[str, int]] = {}
+    for ns, checkpoint_id, pk in _current_rows(session).values_list("checkpoint_ns", "checkpoint_id", "console_id"):
+        if ns not in latest or checkpoint_id > latest[ns][0]:
+            latest[ns] = (checkpoint_id, pk)
+    return [pk for _, pk in latest.values()]
+
+
+def _current_rows(session: AgentSession) -> Any:
+    return LangGraphCheckpoint.objects.filter(session=session, current=True)
+
+
+@transaction.atomic
+def delete_for_runs(project: Project, *, actor: Actor, run_ids: list[str]) -> tuple[int, int]:
+    """LangGraph's delete_for_runs: the checkpoints whose metadata run_id is listed, with their writes (in every
+    thread of the project). Returns (checkpoints, writes) deleted."""
+    if not all(isinstance(run_id, str) for run_id in run_ids):
+        raise InvalidInput("run_ids", "must be strings")
+    rows = LangGraphCheckpoint.objects.filter(
+        session__project=project, session__source_format=SourceFormat.LANGGRAPH, run_id__in=list(set(run_ids))
+    )
+    by_session: dict[int, list[int]] = {}
+    for session_id, pk in rows.order_by("session_id").values_list("session_id", "console_id"):
+        by_session.setdefault(session_id, []).append(pk)
+    totals = [0, 0]
+    for session in AgentSession.objects.filter(pk__in=list(by_session)).order_by("pk"):
+        counts = cleanup.delete_langgraph_checkpoints(
+            session,
+            by_session[session.pk],
+            actor=actor,
+            action="langgraph_delete_for_runs",
+            details={"run_ids": run_ids},
+        )
+        set_head(session)
+        totals[0] += counts[0]
+        totals[1] += counts[1]
+    return totals[0], totals[1]
+
+
+@transaction.atomic
+def copy_thread(project: Project, *, actor: Actor, source_thread_id: str, target_thread_id: str) -> tuple[int, int]:
+    """LangGraph's copy_thread: every current checkpoint (every namespace) and pending write of the source, with
+    the same ids, into the target thread; states are shared by root, nothing is stored again. Returns (checkpoints,
+    writes) copied."""
+    _check_thread(source_thread_id, "")
+    _check_thread(target_thread_id, "")
+    source = find_thread(project, source_thread_id)
+    if source is None or thread_external_id(source_thread_id) == thread_external_id(target_thread_id):
+        return 0, 0
+    target = _thread_session(project, target_thread_id)
+    rows = list(_current_rows(source).select_related("console").order_by("console__seq"))
+    now = timezone.now()
+    copies = [_copy_of(row.console, target, seq=target.last_seq + n, now=now) for n, row in enumerate(rows, 1)]
+    LangGraphCheckpoint.objects.filter(
+        session=target, current=True, checkpoint_id__in=[row.checkpoint_id for row in rows]
+    ).update(current=False)  # replaced, as a put repeating their ids would
+    Checkpoint.objects.bulk_create(copies)
+    copied = {row.console_id: copy for row, copy in zip(rows, copies, strict=True)}
+    for row, copy in zip(rows, copies, strict=True):
+        parent = copied.get(row.console.parent_id) if row.console.parent_id else None
+        copy.parent_id = parent.pk if parent else None
+        copy.starts_branch = parent is not None and parent.seq != copy.seq - 1
+    Checkpoint.objects.bulk_update(copies, ["parent", "starts_branch"])
+    LangGraphCheckpoint.objects.bulk_create(
+        LangGraphCheckpoint(
+            console=copy,
+            session=target,
+            checkpoint_ns=row.checkpoint_ns,
+            checkpoint_id=row.checkpoint_id,
+            parent_checkpoint_id=row.parent_checkpoint_id,
+            header=row.header,
+            metadata=row.metadata,
+            run_id=row.run_id,
+        )
+        for row, copy in zip(rows, copies, strict=True)
+    )
+    writes = _copy_writes(LangGraphWrites.objects.filter(session=source), target)
+    if copies:
+        tallies.count_in(copies, last_seq=copies[-1].seq, updated_at=now, last_seen_at=now)
+    set_head(target)
+    record_audit(
+        actor,
+        "langgraph_copy_thread",
+        session=target,
+        target=f"{source} → {target}",
+        details={"source_thread_id": source_thread_id, "copied_checkpoints": len(rows), "copied_writes": writes},
+    )
+    return len(rows), writes
+
+
+def _copy_of(checkpoint: Checkpoint, session: AgentSession, *, seq: int, now: datetime) -> Checkpoint:
+    """A checkpoint of `session` sharing `checkpoint`'s stored state and what it says (zero copy)."""
+    return Checkpoint(
+        session=session,
+        seq=seq,
+        name=checkpoint.name,
+        kind=checkpoint.kind,
+        status=checkpoint.status,
+        status_reason=checkpoint.status_reason,
+        step=checkpoint.step,
+        phase=checkpoint.phase,
+        created_at=checkpoint.created_at,
+        received_at=now,
+        root=checkpoint.root,
+        state_hash=checkpoint.state_hash,
+        raw_bytes=checkpoint.raw_bytes,
+        stored_bytes=0,
+        calls_made=checkpoint.calls_made,
+        preview=checkpoint.preview,
+        tool_failed=checkpoint.tool_failed,
+        metadata=checkpoint.metadata,
+    )
+
+
+def _copy_writes(rows: Any, target: AgentSession, *, checkpoint_id: str | None = None) -> int:
+    """Copy pending-write rows into `target` (under `checkpoint_id` when given), replacing the same tasks' rows
+    there. Returns how many writes."""
+    copies = [
+        LangGraphWrites(
+            session=target,
+            checkpoint_ns=row.checkpoint_ns,
+            checkpoint_id=checkpoint_id or row.checkpoint_id,
+            task_id=row.task_id,
+            task_path=row.task_path,
+            writes=row.writes,
+            interrupted=row.interrupted,
+            resumed=row.resumed,
+        )
+        for row in rows
+    ]
+    for copy in copies:
+        LangGraphWrites.objects.filter(
+            session=target, checkpoint_ns=copy.checkpoint_ns, checkpoint_id=copy.checkpoint_id, task_id=copy.task_id
+        ).delete()
+    LangGraphWrites.objects.bulk_create(copies)
+    return sum(len(jsoncodec.unpack(copy.writes)) for copy in copies)
+
+
+# ---- the console's restore and fork ----------------------------------------------------------------------
+
+_UUID6_TIME = (1 << 60) - 1
+
+
+def next_checkpoint_id(largest: str) -> str:
+    """An id just above `largest`, the thread's largest: a uuid6 (LangGraph's) one timestamp tick later with the
+    same clock sequence and node, so the client's next id, minted from its clock, still sorts after it; any other
+    uuid plus one; any other string extended (a longer string with the same start sorts after it)."""
+    try:
+        value = uuid.UUID(largest)
+    except ValueError:
+        return largest + "0"
+    if str(value) != largest:
+        return largest + "0"  # not in the canonical lower-case form: compare as LangGraph does, by string
+    number = value.int
+    if value.version == 6:
+        timestamp = ((number >> 96) << 28) | (((number >> 80) & 0xFFFF) << 12) | ((number >> 64) & 0xFFF)
+        if timestamp < _UUID6_TIME:
+            timestamp += 1
+            low = number & ((1 << 64) - 1)
+            high = ((timestamp >> 28) << 32) | (((timestamp >> 12) & 0xFFFF) << 16) | (0x6 << 12) | (timestamp & 0xFFF)
+            return str(uuid.UUID(int=(high << 64) | low))
+    if number < (1 << 128) - 1:
+        return str(uuid.UUID(int=number + 1))
+    return largest + "0"
+
+
+def _largest_id(session: AgentSession) -> str | None:
+    rows = LangGraphCheckpoint.objects.filter(session=session).order_by("-checkpoint_id")
+    return rows.values_list("checkpoint_id", flat=True).first()
+
+
+def record_restore(checkpoint: Checkpoint, restored: Checkpoint, *, now: datetime) -> None:
+    """Give a console restore (or undo) of a LangGraph checkpoint its LangGraph side, in the restore's
+    transaction: an id larger than every id in the thread, so LangGraph's next `invoke` continues from it; metadata
+    source "fork" with `restored_from`; the restored checkpoint as parent; its header and pending writes (an
+    interrupt it waited on can be resumed)."""
+    source = LangGraphCheckpoint.objects.filter(console=checkpoint).first()
+    if source is None:
+        return
+    session = restored.session
+    checkpoint_id = next_checkpoint_id(_largest_id(session) or source.checkpoint_id)
+    metadata = {**source.metadata, "source": "fork", "restored_from": source.checkpoint_id}
+    _add_row(
+        source, restored, session, checkpoint_id=checkpoint_id, metadata=metadata, parent=source.checkpoint_id, now=now
+    )
+    writes = LangGraphWrites.objects.filter(
+        session=session, checkpoint_ns=source.checkpoint_ns, checkpoint_id=source.checkpoint_id
+    )
+    _copy_writes(list(writes), session, checkpoint_id=checkpoint_id)
+    set_head(session)
+
+
+def record_fork(checkpoint: Checkpoint, fork: AgentSession, first: Checkpoint, *, now: datetime) -> None:
+    """Make a console fork of a LangGraph checkpoint a new thread (its id: the fork session's external id, as
+    `thread_external_id` would map it back) whose first checkpoint has the same id, header and pending writes, so
+    `invoke` on the new thread continues from the forked state."""
+    source = LangGraphCheckpoint.objects.select_related("session").filter(console=checkpoint).first()
+    if source is None:
+        return
+    thread_id = _decoded(fork.external_id)
+    fork.external_id = thread_external_id(thread_id)
+    fork.source_format = SourceFormat.LANGGRAPH
+    fork.metadata = {**fork.metadata, "thread_id": thread_id}
+    fork.save(update_fields=["external_id", "source_format", "metadata"])
+    metadata = {
+        **source.metadata,
+        "source": "fork",
+        "forked_from": source.checkpoint_id,
+        "forked_from_thread": source.session.metadata.get("thread_id"),
+    }
+    _add_row(source, first, fork, checkpoint_id=source.checkpoint_id, metadata=metadata, parent=None, now=now)
+    writes = LangGraphWrites.objects.filter(
+        session=source.session, checkpoint_ns=source.checkpoint_ns, checkpoint_id=source.checkpoint_id
+    )
+    _copy_writes(list(writes), fork)
+
+
+def _decoded(external_id: str) -> str:
+    """The thread id `thread_external_id` maps to `external_id`, when it is one of its encodings."""
+    codes = {"%25": "%", "%2F": "/", "%00": "\x00"}
+    return re.sub("%25|%2F|%00", lambda match: codes[match.group(0)], external_id)
+
+
+def _add_row(
+    source: LangGraphCheckpoint,
+    checkpoint: Checkpoint,
+    session: AgentSession,
+    *,
+    checkpoint_id: str,
+    metadata: dict[str, Any],
+    parent: str | None,
+    now: datetime,
+) -> None:
+    header = {**jsoncodec.unpack(source.header), "ts": now.isoformat()}
+    LangGraphCheckpoint.objects.create(
+        console=checkpoint,
+        session=session,
+        checkpoint_ns=source.checkpoint_ns,
+        checkpoint_id=checkpoint_id,
+        parent_checkpoint_id=parent or "",
+        header=jsoncodec.pack(header),
+        metadata=metadata,
+        run_id=source.run_id,
+    )
+    checkpoint.metadata = {**checkpoint.metadata, "checkpoint_id": checkpoint_id, "checkpoint_ns": source.checkpoint_ns}
+    Checkpoint.objects.filter(pk=checkpoint.pk).update(metadata=checkpoint.metadata)

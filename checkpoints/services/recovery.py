@@ -15,11 +15,12 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ..humanize import short_value
-from ..models import AgentSession, Checkpoint, CheckpointKind, CheckpointStatus, SessionStatus
+from ..models import AgentSession, Checkpoint, CheckpointKind, CheckpointStatus, SessionStatus, SourceFormat
 from ..sources import formats
 from ..store import diff_checkpoints, tallies
 from ..store.diff import Diff, diff_states
 from ..store.history import Discards, discards
+from . import langgraph
 from .audit import Actor, CheckpointError, NothingToUndo, max_length, record_audit
 from .drift import detect_after_ingest
 
@@ -138,6 +139,8 @@ def _new_head(
         session.status = SessionStatus.ACTIVE
     session.updated_at = now
     session.save(update_fields=["last_seq", "restore_generation", "head", "status", "updated_at"])
+    if session.source_format == SourceFormat.LANGGRAPH:
+        langgraph.record_restore(checkpoint, restored, now=now)
     if session.write_back and session.source_path and session.source_format:
         transaction.on_commit(lambda: write_back_restore(restored.pk))
     transaction.on_commit(lambda: detect_after_ingest([session.pk]))  # a failed or halted alert clears now
@@ -259,6 +262,8 @@ def _fork(checkpoint: Checkpoint, *, actor: Actor, title: str, external_id: str,
     tallies.count_in([first])
     fork.head = first
     fork.save(update_fields=["head"])
+    if source.source_format == SourceFormat.LANGGRAPH:
+        langgraph.record_fork(checkpoint, fork, first, now=now)
     record_audit(
         actor,
         "fork",

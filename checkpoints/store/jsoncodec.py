@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 import orjson
+import zstandard
 
 # Any run of 19 digits might be an integer beyond 64 bits. Mapping digits to "0" and searching for
 # nineteen of them is ~15x faster than a regular expression on a 2 MB body.
@@ -166,3 +167,16 @@ def check_value(value: Any, *, max_depth: int, depth: int = 0) -> None:  # noqa:
 
 _SCALARS = frozenset({str, int, float, bool})
 _PLAIN = frozenset({str, int, bool, type(None)})  # always valid: no need to visit
+
+
+_zstd_compressor = zstandard.ZstdCompressor(level=3)
+_zstd_decompressor = zstandard.ZstdDecompressor()
+
+
+def pack(value: Any) -> bytes:
+    """Canonical JSON, zstd'd: small records kept beside the store (LangGraph's headers and pending writes)."""
+    return _zstd_compressor.compress(canonical(value))
+
+
+def unpack(data: bytes | memoryview) -> Any:
+    return loads(_zstd_decompressor.decompress(bytes(data)), exact=True)

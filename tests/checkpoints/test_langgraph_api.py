@@ -303,3 +303,138 @@ def test_the_langgraph_endpoints_are_in_the_openapi_schema(client):
     paths = client.get("/api/v1/openapi.json").json()["paths"]
     for path in ("checkpoints", "checkpoint", "writes"):
         assert f"/api/v1/langgraph/{path}" in paths
+
+
+# ---- deletions and copies the agent asks for -------------------------------------------------------------
+
+
+def writes_for(api, thread_id, n, task="task"):
+    response = write(
+        api, lg_id(n), task, [["messages", typed(f"w{n}")], ["__interrupt__", typed("wait")]], thread_id=thread_id
+    )
+    assert response.status_code == 200, response.content
+
+
+def thread_with_writes(api, thread_id, count, **kwargs):
+    for n in range(count):
+        put(api, thread_id, n, parent=n - 1 if n else None, **kwargs)
+        writes_for(api, thread_id, n)
+
+
+def audits(action):
+    from checkpoints.models import AuditEvent
+
+    return list(AuditEvent.objects.filter(action=action))
+
+
+def test_delete_thread_removes_every_checkpoint_and_write_reports_them_and_is_audited(api):
+    thread_with_writes(api, "user/1", 3)
+    put(api, "user/1", 9, ns="child:1")
+    put(api, "user/2", 0)
+    response = api.post("/langgraph/threads/delete", {"thread_id": "user/1"})
+    assert response.json() == {"deleted_checkpoints": 4, "deleted_writes": 6}
+    assert latest(api, "user/1").status_code == 404
+    assert ids(listed(api)) == [lg_id(0)]  # the other thread stays
+    [event] = audits("langgraph_delete_thread")
+    assert event.actor.startswith("token:")
+    assert event.details["deleted_checkpoints"] == 4 and event.details["thread_id"] == "user/1"
+    assert api.post("/langgraph/threads/delete", {"thread_id": "never"}).json() == {
+        "deleted_checkpoints": 0,
+        "deleted_writes": 0,
+    }
+
+
+def test_a_deleted_thread_refuses_late_puts_and_writes_from_its_history_with_410_but_starts_afresh(api):
+    thread_with_writes(api, "thread-1", 2)
+    api.post("/langgraph/threads/delete", {"thread_id": "thread-1"})
+    late = api.post(PUT, put_body("thread-1", 2, parent=1))
+    assert late.status_code == 410, late.content
+    assert write(api, lg_id(1), "task", [["messages", typed("late")]]).status_code == 410
+    assert latest(api, "thread-1").status_code == 404  # nothing came back
+    put(api, "thread-1", 5)  # no parent: a fresh start
+    put(api, "thread-1", 6, parent=5)
+    assert write(api, lg_id(6), "task", [["messages", typed("new")]]).status_code == 200
+    assert ids(listed(api, thread_id="thread-1")) == [lg_id(6), lg_id(5)]
+
+
+def test_copy_thread_copies_every_checkpoint_namespace_and_write_sharing_states(api):
+    thread_with_writes(api, "src/1", 3)
+    put(api, "src/1", 7, ns="child:1")
+    response = api.post("/langgraph/threads/copy", {"source_thread_id": "src/1", "target_thread_id": "dst/1"})
+    assert response.json() == {"copied_checkpoints": 4, "copied_writes": 6}
+    source, target = listed(api, thread_id="src/1")["items"], listed(api, thread_id="dst/1")["items"]
+    strip = lambda item: {k: v for k, v in item.items() if k not in ("thread_id", "console")}  # noqa: E731
+    assert [strip(item) for item in target] == [strip(item) for item in source]
+    copies = Checkpoint.objects.filter(session__external_id="dst%2F1").order_by("seq")
+    originals = Checkpoint.objects.filter(session__external_id="src%2F1").order_by("seq")
+    assert [bytes(c.root) for c in copies] == [bytes(c.root) for c in originals]
+    assert sum(c.stored_bytes for c in copies) == 0
+    assert [c.parent.seq if c.parent else None for c in copies] == [None, 1, 2, None]
+    assert AgentSession.objects.get(external_id="dst%2F1").head.metadata["checkpoint_id"] == lg_id(2)
+    [event] = audits("langgraph_copy_thread")
+    assert event.details["copied_checkpoints"] == 4
+
+
+def test_delete_for_runs_deletes_the_runs_checkpoints_with_their_writes(api):
+    for n in range(4):
+        put(
+            api,
+            "thread-1",
+            n,
+            parent=n - 1 if n else None,
+            metadata={"source": "loop", "step": n, "run_id": f"run-{n % 2}"},
+        )
+        writes_for(api, "thread-1", n)
+    response = api.post("/langgraph/runs/delete", {"run_ids": ["run-1", "run-9"]})
+    assert response.json() == {"deleted_checkpoints": 2, "deleted_writes": 4}
+    assert ids(listed(api, thread_id="thread-1")) == [lg_id(2), lg_id(0)]
+    assert latest(api, "thread-1").json()["pending_writes"] == [
+        ["task", "__interrupt__", "wait"],
+        ["task", "messages", "w2"],
+    ]
+    head = AgentSession.objects.get().head
+    assert head.metadata["checkpoint_id"] == lg_id(2)
+    assert Checkpoint.objects.get(pk=head.pk).parent.metadata["checkpoint_id"] == lg_id(0)  # re-pointed
+    [event] = audits("langgraph_delete_for_runs")
+    assert event.details["run_ids"] == ["run-1", "run-9"]
+
+
+def test_prune_keep_latest_keeps_each_namespaces_latest_with_its_writes(api):
+    thread_with_writes(api, "thread-1", 3)
+    put(api, "thread-1", 7, ns="child:1")
+    put(api, "thread-1", 8, ns="child:1")
+    put(api, "thread-2", 0)
+    response = api.post("/langgraph/threads/prune", {"thread_ids": ["thread-1", "unknown"], "strategy": "keep_latest"})
+    assert response.json() == {"deleted_checkpoints": 3, "deleted_writes": 4}
+    assert ids(listed(api, thread_id="thread-1")) == [lg_id(8), lg_id(2)]
+    assert len(latest(api, "thread-1").json()["pending_writes"]) == 2
+    assert ids(listed(api, thread_id="thread-2")) == [lg_id(0)]
+    assert AgentSession.objects.get(external_id="thread-1").checkpoint_count == 2
+
+
+def test_prune_delete_deletes_the_threads_and_leaves_tombstones(api):
+    thread_with_writes(api, "thread-1", 2)
+    response = api.post("/langgraph/threads/prune", {"thread_ids": ["thread-1"], "strategy": "delete"})
+    assert response.json() == {"deleted_checkpoints": 2, "deleted_writes": 4}
+    assert api.post(PUT, put_body("thread-1", 2, parent=1)).status_code == 410
+    assert len(audits("langgraph_prune")) == 1
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/langgraph/threads/delete", {"thread_id": "thread-1"}),
+        ("/langgraph/threads/copy", {"source_thread_id": "thread-1", "target_thread_id": "t2"}),
+        ("/langgraph/runs/delete", {"run_ids": ["r"]}),
+        ("/langgraph/threads/prune", {"thread_ids": ["thread-1"]}),
+    ],
+)
+def test_deletions_and_copies_need_a_write_token(api, read_only_api, path, body):
+    put(api, "thread-1", 0)
+    assert read_only_api.post(path, body).status_code == 403
+    assert Checkpoint.objects.count() == 1
+
+
+def test_prune_refuses_an_unknown_strategy(api):
+    response = api.post("/langgraph/threads/prune", {"thread_ids": ["thread-1"], "strategy": "everything"})
+    assert response.status_code == 422
