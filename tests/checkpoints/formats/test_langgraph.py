@@ -32,11 +32,12 @@ from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
 
 from checkpoints.models import AgentSession, AuditEvent, Checkpoint, ImportJob, Project
-from checkpoints.services import CheckpointInput, create_checkpoint, upsert_session
-from checkpoints.services.langgraph import iter_tuples
+from checkpoints.services import Actor, CheckpointInput, create_checkpoint, restore_checkpoint, upsert_session
+from checkpoints.services.langgraph import delete_thread, iter_tuples
 from checkpoints.sources import formats
 from checkpoints.sources.formats import langgraph
 from checkpoints.sources.formats.base import Problem
+from checkpoints.store import load_state
 from checkpoints.tasks import import_archive
 from tests.helpers import command, import_folder
 
@@ -472,3 +473,29 @@ def test_a_database_that_cannot_be_reached_is_one_error_line_naming_it_without_i
 def test_the_command_refuses_a_database_url_in_another_format(db):
     with pytest.raises(CommandError, match="use --format langgraph"):
         command("import_checkpoints", "postgres://agent@127.0.0.1:1/nowhere", "--format", "kaizen")
+
+
+def test_a_console_restore_exports_as_the_newest_checkpoint_so_the_graph_resumes_from_it(
+    sqlite_file, project, tmp_path
+):
+    import_folder(sqlite_file, project)
+    session = AgentSession.objects.get(project=project, external_id="t-1")
+    earlier = Checkpoint.objects.get(session=session, name="loop", step=1, metadata__checkpoint_ns="")
+    restore_checkpoint(earlier, actor=Actor.system("test"))
+    (path,) = langgraph.export(session, tmp_path)
+    with SqliteSaver.from_conn_string(str(path)) as saver:
+        latest = saver.get_tuple({"configurable": {"thread_id": "t-1", "checkpoint_ns": ""}})
+        app = build(saver)
+        resumed = app.invoke(None, {"configurable": {"thread_id": "t-1"}})
+    assert latest is not None
+    assert (latest.metadata["source"], latest.metadata["restored_from"]) == ("fork", earlier.metadata["checkpoint_id"])
+    assert typed(saver, latest.checkpoint["channel_values"]) == load_state(earlier.root)
+    assert [message.id for message in resumed["messages"]] == ["h-1", "ai-1", "tool-1", "ai-2"]
+
+
+def test_a_thread_deleted_in_the_console_comes_back_whole_when_its_file_is_imported_again(sqlite_file, project):
+    import_folder(sqlite_file, project)
+    delete_thread(project, actor=Actor.system("test"), thread_id="t-2")
+    report = import_folder(sqlite_file, project)
+    assert report.errors == []
+    assert console(project) == sqlite_saved(sqlite_file)
