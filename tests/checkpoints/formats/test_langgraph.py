@@ -412,6 +412,36 @@ def test_an_uploaded_archive_holding_a_sqlite_saver_file_imports_its_threads(
     assert console(project) == sqlite_saved(sqlite_file)
 
 
+@pytest.mark.postgres
+def test_a_postgres_saver_database_imports_from_its_url(postgres_url, project):
+    out, _ = command("import_checkpoints", postgres_url, "--project", "acme", "--json")
+    report = json.loads(out)
+    assert report["errors"] == [] and report["sessions"] == ["t-1", "t-2"]
+    assert console(project) == postgres_saved(postgres_url)
+    assert "lg_scratch_" in AuditEvent.objects.get(action="import").target
+
+
+def test_a_database_that_cannot_be_reached_is_one_error_line_naming_it_without_its_password(db):
+    report = import_folder("postgres://agent:secret@127.0.0.1:1/nowhere", "fresh")
+    (error,) = report.errors
+    assert error["path"] == "postgres://agent@127.0.0.1/nowhere"
+    assert "not readable as LangGraph checkpoints" in error["error"] and "secret" not in str(report.as_dict())
+    assert not Project.objects.filter(slug="fresh").exists()
+
+
+def test_the_command_refuses_a_database_url_in_another_format(db):
+    with pytest.raises(CommandError, match="use --format langgraph"):
+        command("import_checkpoints", "postgres://agent@127.0.0.1:1/nowhere", "--format", "kaizen")
+
+
+def test_a_thread_deleted_in_the_console_comes_back_whole_when_its_file_is_imported_again(sqlite_file, project):
+    import_folder(sqlite_file, project)
+    delete_thread(project, actor=Actor.system("test"), thread_id="t-2")
+    report = import_folder(sqlite_file, project)
+    assert report.errors == []
+    assert console(project) == sqlite_saved(sqlite_file)
+
+
 # ---- exporting ---------------------------------------------------------------------------------
 
 
@@ -434,15 +464,6 @@ def test_the_export_command_writes_the_file_named(sqlite_file, project, tmp_path
     assert sqlite_saved(out) == {key: item for key, item in sqlite_saved(sqlite_file).items() if key[0] == "t-1"}
 
 
-@pytest.mark.postgres
-def test_a_postgres_saver_database_imports_from_its_url(postgres_url, project):
-    out, _ = command("import_checkpoints", postgres_url, "--project", "acme", "--json")
-    report = json.loads(out)
-    assert report["errors"] == [] and report["sessions"] == ["t-1", "t-2"]
-    assert console(project) == postgres_saved(postgres_url)
-    assert "lg_scratch_" in AuditEvent.objects.get(action="import").target
-
-
 def test_a_session_of_another_format_exports_as_a_thread_of_its_states(project, tmp_path):
     session, _ = upsert_session(project, external_id="kaizen-7", agent="kaizen")
     first, _ = create_checkpoint(session, CheckpointInput(state={"task": "plan", "n": 1}, step=1))
@@ -462,19 +483,6 @@ def test_a_session_of_another_format_exports_as_a_thread_of_its_states(project, 
     assert latest.parent_config["configurable"]["checkpoint_id"] == history[1].config["configurable"]["checkpoint_id"]
 
 
-def test_a_database_that_cannot_be_reached_is_one_error_line_naming_it_without_its_password(db):
-    report = import_folder("postgres://agent:secret@127.0.0.1:1/nowhere", "fresh")
-    (error,) = report.errors
-    assert error["path"] == "postgres://agent@127.0.0.1/nowhere"
-    assert "not readable as LangGraph checkpoints" in error["error"] and "secret" not in str(report.as_dict())
-    assert not Project.objects.filter(slug="fresh").exists()
-
-
-def test_the_command_refuses_a_database_url_in_another_format(db):
-    with pytest.raises(CommandError, match="use --format langgraph"):
-        command("import_checkpoints", "postgres://agent@127.0.0.1:1/nowhere", "--format", "kaizen")
-
-
 def test_a_console_restore_exports_as_the_newest_checkpoint_so_the_graph_resumes_from_it(
     sqlite_file, project, tmp_path
 ):
@@ -491,11 +499,3 @@ def test_a_console_restore_exports_as_the_newest_checkpoint_so_the_graph_resumes
     assert (latest.metadata["source"], latest.metadata["restored_from"]) == ("fork", earlier.metadata["checkpoint_id"])
     assert typed(saver, latest.checkpoint["channel_values"]) == load_state(earlier.root)
     assert [message.id for message in resumed["messages"]] == ["h-1", "ai-1", "tool-1", "ai-2"]
-
-
-def test_a_thread_deleted_in_the_console_comes_back_whole_when_its_file_is_imported_again(sqlite_file, project):
-    import_folder(sqlite_file, project)
-    delete_thread(project, actor=Actor.system("test"), thread_id="t-2")
-    report = import_folder(sqlite_file, project)
-    assert report.errors == []
-    assert console(project) == sqlite_saved(sqlite_file)
