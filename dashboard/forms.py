@@ -158,7 +158,7 @@ class UploadForm(forms.Form):
     )
     archive = forms.FileField(
         label="Archive",
-        help_text="A .zip, .tar.gz, .tgz or .tar of checkpoint files in any of the five formats.",
+        help_text="A .zip, .tar.gz, .tgz or .tar of checkpoint files in any of the formats (a LangGraph SqliteSaver file too).",
         widget=forms.FileInput(attrs={"accept": ",".join(ARCHIVE_SUFFIXES)}),
     )
 

@@ -1,9 +1,11 @@
-"""Importing checkpoint files: any of the five formats, a file or a whole tree, tolerant and idempotent.
+"""Importing checkpoint files: any of the formats, a file or a whole tree, tolerant and idempotent.
 
 Formats (checkpoints/sources/formats/) turn files into records; this module stores them. A file that cannot
 be read, or a checkpoint whose state is not valid JSON, is reported and skipped — the rest goes in.
 Each checkpoint's idempotency key is "<format>:<its key in the source>", so importing the same tree
 twice adds nothing. Records stream: memory holds one batch per session, not the tree.
+LangGraph history (a SqliteSaver file, or a PostgresSaver database named by its URL) goes in through the
+LangGraph service instead (langgraph_import), thread by thread, under the same report.
 
 The report adds up: every checkpoint read is imported, skipped (already stored, identical: nothing
 else) or an error line saying why not; a file that yields no checkpoint is an error line of its own.
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +27,7 @@ from django.db.models import Max
 from ..access import may_import_into
 from ..models import AgentSession, AuditEvent, Checkpoint, CheckpointKind, Phase, PhaseFeedback, Project
 from ..sources import formats
+from ..sources.formats import langgraph
 from ..sources.formats.base import CheckpointRecord, PhaseRecord, Problem, SessionRecord
 from .audit import Actor, CheckpointError, IdempotencyConflict, InvalidState, record_audit
 from .batches import concerns_the_whole_run, describe_error
@@ -35,6 +38,7 @@ from .checkpoints import (
     ingest_checkpoints,
     upsert_session,
 )
+from .langgraph_import import import_threads
 from .phases import import_agent_output
 
 BATCH = 200
@@ -89,7 +93,7 @@ def sources(path: Path, fmt: str, report: ImportReport) -> Iterator[tuple[str, P
 
 
 def import_path(
-    path: Path,
+    path: Path | str,
     *,
     fmt: str = "auto",
     project: Project | str,
@@ -100,7 +104,8 @@ def import_path(
     progress: Callable[[ImportReport], None] | None = None,
     label: str | None = None,
 ) -> ImportReport:
-    """Import a file or a folder tree. A dry run reads and stores everything, then rolls it all back.
+    """Import a file or a folder tree (or a PostgresSaver database's URL). A dry run reads and stores everything,
+    then rolls it all back.
 
     `project` is where sessions go unless their files name a project (Haytham's `projects/<project>/`);
     given as a slug, the project is created only once a session goes into it.
@@ -108,14 +113,38 @@ def import_path(
     a temporary folder); with `write_back`, a restore of it is also written back there in that format.
     `label` names the source in the audit log instead of its path (an upload's name, not a temporary folder).
     """
-    if not path.exists():
+    database = langgraph.is_url(path)
+    if database and fmt not in ("auto", langgraph.NAME):
+        raise ValueError(f"a database URL holds LangGraph history, not {fmt!r} files")
+    if not database and not Path(path).exists():
         raise FileNotFoundError(f"{path} does not exist")
     if fmt != "auto":
         formats.get(fmt)  # an unknown name fails before anything is read
     report = ImportReport()
+    target = label or (langgraph.database_name(str(path)) if database else str(path))
     with transaction.atomic() if dry_run else nullcontext():
-        importer = _Importer(project, report, progress, write_back, actor, target=label or str(path))
-        for name, source in sources(path, fmt, report):
+        importer = _Importer(project, report, progress, write_back, actor, target=target)
+        found: Iterable[tuple[str, Path | str]] = (
+            [(langgraph.NAME, path)] if database else sources(Path(path), fmt, report)
+        )
+        for name, source in found:
+            if name == langgraph.NAME:  # LangGraph history: a SqliteSaver file or a database URL
+                where = target if database else str(source)
+                if write_back:
+                    report.note(
+                        f"{where}: LangGraph threads are not written back (export them with --format langgraph)"
+                    )
+                threads = langgraph.threads(source)
+                import_threads(
+                    threads,
+                    source=where,
+                    project_of=lambda: importer.project,
+                    actor=actor,
+                    report=report,
+                    progress=progress,
+                )
+                continue
+            source = Path(source)
             importer.fmt = name
             importer.folder = (source if source.is_dir() else source.parent) if record_source else None
             for record in formats.get(name).read(source):

@@ -552,7 +552,7 @@ def test_download_in_an_unknown_format_is_400(client, alice, ares_session, name)
     client.force_login(alice)
     response = client.get(export_url(ares_session, name))
     assert response.status_code == 400
-    assert "choose one of dreamos, breakpilot, ares, kaizen, haytham" in response.content.decode()
+    assert "choose one of dreamos, breakpilot, ares, kaizen, haytham, langgraph" in response.content.decode()
     assert not AuditEvent.objects.filter(action="export").exists()
 
 

@@ -10,12 +10,17 @@ from checkpoints.sources import formats
 
 
 class Command(BaseCommand):
-    help = "Write a session back in one of the five source formats."
+    help = "Write a session back in one of the source formats (langgraph: a SqliteSaver file)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("session", help="the session's external id")
         parser.add_argument("--format", required=True, choices=formats.NAMES)
-        parser.add_argument("--out", required=True, type=Path, help="folder to write into")
+        parser.add_argument(
+            "--out",
+            required=True,
+            type=Path,
+            help="folder to write into (langgraph: the .sqlite file to write, or a folder)",
+        )
         parser.add_argument("--project", help="project slug, when the id exists in several projects")
 
     def handle(self, *args: Any, **options: Any) -> None:

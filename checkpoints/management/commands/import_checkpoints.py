@@ -10,13 +10,17 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from checkpoints import services
 from checkpoints.services.file_import import ImportReport, import_path
 from checkpoints.sources import formats
+from checkpoints.sources.formats import langgraph
 
 
 class Command(BaseCommand):
-    help = "Import checkpoint files (a file or a folder tree) in any of the five source formats."
+    help = (
+        "Import checkpoint files (a file or a folder tree) in any of the source formats, "
+        "or LangGraph history from a PostgresSaver database URL (postgres://…)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("path", type=Path)
+        parser.add_argument("path", help="a file or folder, or a PostgresSaver database's postgres:// URL")
         parser.add_argument("--format", default="auto", choices=["auto", *formats.NAMES])
         parser.add_argument(
             "--project",
@@ -30,9 +34,13 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        path: Path = options["path"]
-        if not path.exists():
-            raise CommandError(f"{path} does not exist")
+        path: Path | str = options["path"]
+        if langgraph.is_url(path) and options["format"] not in ("auto", langgraph.NAME):
+            raise CommandError("a postgres:// URL holds LangGraph history: use --format langgraph (or auto)")
+        if not langgraph.is_url(path):
+            path = Path(path)
+            if not path.exists():
+                raise CommandError(f"{path} does not exist")
         show_progress = not options["json"] and self.stdout.isatty()
         report = import_path(
             path,

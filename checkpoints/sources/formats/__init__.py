@@ -1,4 +1,5 @@
-"""The five source formats (DESIGN section 9). Each module follows `formats.base.Format`."""
+"""The source formats (DESIGN section 9). Each module follows `formats.base.Format`; LangGraph's databases are
+read into threads instead of records (`langgraph.threads`), which the LangGraph service stores."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import cast
 
 from .base import Format
 
-NAMES = ("dreamos", "breakpilot", "ares", "kaizen", "haytham")
+NAMES = ("dreamos", "breakpilot", "ares", "kaizen", "haytham", "langgraph")
 
 
 def get(name: str) -> Format:

@@ -16,6 +16,9 @@ A SessionRecord may come again after its checkpoints (e.g. with the status only 
 tells); the later one updates the session.
 
 Anything a source has that no field holds goes into `metadata`, so nothing is lost.
+
+`langgraph` is the exception: its checkpointer databases are read into threads (`langgraph.threads`) that
+the LangGraph service stores, as a live agent's puts would; it exports, and has no write-back.
 """
 
 from __future__ import annotations

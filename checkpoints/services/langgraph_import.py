@@ -1,0 +1,118 @@
+"""Importing LangGraph history (a SqliteSaver file, a PostgresSaver database) through the LangGraph service.
+
+Each thread goes in through `langgraph.put_checkpoint` and `put_writes`, as a live agent's puts would: one
+session per thread, with its namespaces, parents, metadata and pending writes. A thread is one transaction;
+within it a refused checkpoint (or task's writes) is a report line and the others go in. Importing again
+stores nothing: put_checkpoint keeps an identical repeat as it is (counted skipped), and put_writes keeps the
+writes already stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from itertools import groupby
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+
+from ..models import Project
+from ..sources.formats.base import Problem
+from ..sources.formats.langgraph import Thread, Write, where
+from . import langgraph
+from .audit import Actor, CheckpointError
+
+if TYPE_CHECKING:
+    from .file_import import ImportReport  # file_import calls this module
+
+
+def import_threads(
+    threads: Iterable[Thread | Problem],
+    *,
+    source: str,
+    project_of: Callable[[], Project],
+    actor: Actor,
+    report: ImportReport,
+    progress: Callable[[ImportReport], None] | None = None,
+) -> None:
+    """Put every thread's checkpoints and writes into the project `project_of` gives (asked once a thread has
+    checkpoints: an import finding none creates no project), counting into `report`; `source` names the file or
+    database in report lines."""
+    for thread in threads:
+        if isinstance(thread, Problem):
+            report.problem(thread.path, thread.error)
+            continue
+        for problem in thread.problems:
+            report.problem(problem.path, problem.error)
+        if not thread.checkpoints:
+            continue
+        external_id = langgraph.thread_external_id(thread.thread_id)
+        project = project_of()  # outside the thread's transaction: a failing thread must not take it along
+        try:
+            with transaction.atomic():
+                imported, skipped = _put_thread(project, thread, source=source, actor=actor, report=report)
+        except Exception as exc:  # the thread's stored rows broke, not the source: the other threads go on
+            report.session_failed(external_id, exc, step="imported")
+            continue
+        report.imported += imported
+        report.skipped += skipped
+        if external_id not in report.sessions:
+            report.sessions.append(external_id)
+        if progress:
+            progress(report)
+
+
+def _put_thread(
+    project: Project, thread: Thread, *, source: str, actor: Actor, report: ImportReport
+) -> tuple[int, int]:
+    """Checkpoints oldest id first (parents before children), then the pending writes, task by task."""
+    imported = skipped = 0
+    stored: set[tuple[str, str]] = set()
+    for saved in thread.checkpoints:
+        item = langgraph.PutInput(
+            thread_id=saved.thread_id,
+            checkpoint_ns=saved.checkpoint_ns,
+            checkpoint={**saved.header, "id": saved.checkpoint_id},
+            metadata=saved.metadata,
+            values=saved.values,
+            parent_checkpoint_id=saved.parent_checkpoint_id,
+        )
+        try:
+            _, created = langgraph.put_checkpoint(project, item, actor=actor)  # its own savepoint
+        except CheckpointError as exc:
+            place = where(source, thread.thread_id, saved.checkpoint_ns, saved.checkpoint_id)
+            report.problem(place, f"not imported: {exc}")
+            continue
+        stored.add((saved.checkpoint_ns, saved.checkpoint_id))
+        imported += created
+        skipped += not created
+    for (ns, checkpoint_id, task_id, task_path), writes in groupby(thread.writes, key=_task):
+        place = where(source, thread.thread_id, ns, checkpoint_id)
+        if (ns, checkpoint_id) not in stored:
+            report.problem(place, f"pending writes of task {task_id} skipped: their checkpoint was not imported")
+            continue
+        try:
+            langgraph.put_writes(
+                project,
+                actor=actor,
+                thread_id=thread.thread_id,
+                checkpoint_ns=ns,
+                checkpoint_id=checkpoint_id,
+                task_id=task_id,
+                task_path=task_path,
+                writes=_in_put_order(list(writes)),
+            )
+        except CheckpointError as exc:
+            report.problem(place, f"pending writes of task {task_id} not imported: {exc}")
+    return imported, skipped
+
+
+def _task(write: Write) -> tuple[str, str, str, str]:
+    return write.checkpoint_ns, write.checkpoint_id, write.task_id, write.task_path
+
+
+def _in_put_order(writes: list[Write]) -> list[tuple[str, Any]]:
+    """A task's writes as one put_writes call: the ordinary channels first, by idx, so that each lands on its idx
+    again (put_writes numbers them by position); the special channels' slots come from their names."""
+    ordinary = sorted((w for w in writes if w.idx >= 0), key=lambda w: w.idx)
+    special = sorted((w for w in writes if w.idx < 0), key=lambda w: w.idx)
+    return [(w.channel, w.value) for w in ordinary + special]

@@ -1,0 +1,399 @@
+"""LangGraph checkpointer databases: a SqliteSaver file or a PostgresSaver database, read-only.
+
+SqliteSaver keeps `checkpoints(thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type,
+checkpoint, metadata)`, the checkpoint a serializer blob holding its channel values, the metadata JSON, and
+`writes(…, task_id, task_path, idx, channel, type, value)`. PostgresSaver keeps the checkpoint as JSONB with
+its primitive channel values inline, every other value in `checkpoint_blobs` under (channel, version), and
+`checkpoint_writes`. Both read into `Thread`s in typed JSON (checkpoint_console.typedjson): blobs are decoded
+with `from_typed` only, never with LangGraph's serializer, which imports the modules a blob names and may
+unpickle; a pickle blob stays opaque. A row that cannot be read is a `Problem` and reading goes on.
+
+Mapping (services.langgraph stores it): one session per thread, one console checkpoint per LangGraph
+checkpoint, with its namespace, parent, metadata and pending writes. Export writes a SqliteSaver file back.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Iterable, Iterator
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from checkpoint_console import typedjson
+from psycopg.rows import dict_row
+
+from ... import store
+from ...models import Checkpoint, LangGraphWrites
+from .base import Problem
+
+NAME = "langgraph"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+URL_SCHEMES = ("postgres://", "postgresql://")
+CHECKPOINT_COLUMNS = {"thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "checkpoint", "metadata"}
+WRITE_COLUMNS = {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx", "channel", "value"}
+
+
+@dataclass
+class Saved:
+    """One LangGraph checkpoint: its header (the Checkpoint without channel_values), values and metadata."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_checkpoint_id: str | None
+    header: dict[str, Any]
+    values: dict[str, Any]
+    metadata: dict[str, Any]
+
+
+@dataclass
+class Write:
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    task_id: str
+    task_path: str
+    idx: int
+    channel: str
+    value: Any
+
+
+@dataclass
+class Thread:
+    thread_id: str
+    checkpoints: list[Saved] = field(default_factory=list)  # by checkpoint_id: parents before children
+    writes: list[Write] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def is_url(source: str | Path) -> bool:
+    return str(source).startswith(URL_SCHEMES)
+
+
+def detect(path: Path) -> bool:
+    """A SQLite file with SqliteSaver's two tables."""
+    try:
+        with path.open("rb") as file:
+            if file.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
+                return False
+        with closing(_open_sqlite(path)) as conn:
+            return _columns(conn, "checkpoints") >= CHECKPOINT_COLUMNS and _columns(conn, "writes") >= WRITE_COLUMNS
+    except (OSError, sqlite3.Error):
+        return False
+
+
+def threads(source: str | Path) -> Iterator[Thread | Problem]:
+    """Every thread of a SqliteSaver file or a PostgresSaver database URL, one at a time; a source that cannot
+    be opened or read on is a Problem."""
+    try:
+        if is_url(source):
+            yield from _postgres_threads(str(source))
+        else:
+            yield from _sqlite_threads(Path(source))
+    except (sqlite3.Error, psycopg.Error) as exc:
+        name = database_name(str(source)) if is_url(source) else str(source)
+        yield Problem(name, f"not readable as LangGraph checkpoints: {exc}")
+
+
+# ---- SqliteSaver -------------------------------------------------------------------------------
+
+
+def _open_sqlite(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+
+
+def _sqlite_threads(path: Path) -> Iterator[Thread]:
+    with closing(_open_sqlite(path)) as conn:
+        task_path = "task_path" if "task_path" in _columns(conn, "writes") else "''"
+        ids = [row[0] for row in conn.execute("SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id")]
+        for thread_id in ids:
+            thread = Thread(thread_id)
+            rows = conn.execute(
+                "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata"
+                " FROM checkpoints WHERE thread_id = ? ORDER BY checkpoint_id, checkpoint_ns",
+                (thread_id,),
+            )
+            for ns, checkpoint_id, parent, type_, blob, metadata in rows:
+                try:
+                    header = _decoded_checkpoint(type_, blob)
+                    values = header.pop("channel_values")
+                    found = Saved(thread_id, ns, checkpoint_id, parent, header, values, _sqlite_metadata(metadata))
+                except ValueError as exc:
+                    thread.problems.append(Problem(where(path, thread_id, ns, checkpoint_id), str(exc)))
+                    continue
+                thread.checkpoints.append(found)
+            rows = conn.execute(
+                f"SELECT checkpoint_ns, checkpoint_id, task_id, {task_path}, idx, channel, type, value"
+                " FROM writes WHERE thread_id = ? ORDER BY checkpoint_ns, checkpoint_id, task_id, idx",
+                (thread_id,),
+            )
+            for ns, checkpoint_id, task_id, path_, idx, channel, type_, value in rows:
+                thread.writes.append(
+                    Write(thread_id, ns, checkpoint_id, task_id, path_, idx, channel, _value(type_, value))
+                )
+            yield thread
+
+
+def where(source: Path | str, thread_id: str, ns: str, checkpoint_id: str) -> str:
+    """A checkpoint's place in a report line."""
+    return f"{source} thread {thread_id!r}" + (f" ns {ns!r}" if ns else "") + f" checkpoint {checkpoint_id}"
+
+
+def _decoded_checkpoint(type_: str | None, blob: bytes | None) -> dict[str, Any]:
+    """The checkpoint blob as typed JSON; a blob that is no msgpack map (a pickle, say) cannot be imported."""
+    if type_ != "msgpack" or blob is None:
+        raise ValueError(f"the checkpoint is a {type_!r} blob, which is not decoded (only msgpack is); skipped")
+    checkpoint = typedjson.from_msgpack(bytes(blob))
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("channel_values", {}), dict):
+        raise ValueError("the checkpoint blob is not a LangGraph checkpoint; skipped")
+    checkpoint.setdefault("channel_values", {})
+    return checkpoint
+
+
+def _sqlite_metadata(blob: bytes | str | None) -> dict[str, Any]:
+    """SqliteSaver writes metadata as JSON text (json.dumps); older files may hold serializer msgpack."""
+    if blob is None:
+        return {}
+    data = blob.encode() if isinstance(blob, str) else bytes(blob)
+    try:
+        metadata = json.loads(data)
+    except ValueError:
+        metadata = typedjson.from_msgpack(data)
+    if not isinstance(metadata, dict):
+        raise ValueError("the metadata is not a JSON object; skipped")
+    return metadata
+
+
+def _value(type_: str | None, blob: bytes | None) -> Any:
+    """A serialized value as typed JSON; what cannot be decoded without running code stays opaque."""
+    try:
+        return typedjson.from_typed(type_ or "null", bytes(blob or b""))
+    except ValueError:  # says msgpack but is not: keep the bytes as they are
+        return typedjson.from_typed(f"{type_} (unreadable)", bytes(blob or b""))
+
+
+# ---- PostgresSaver -----------------------------------------------------------------------------
+
+
+def _postgres_threads(url: str) -> Iterator[Thread]:
+    """Read in one read-only, repeatable-read transaction: the threads are one consistent snapshot."""
+    with psycopg.connect(url, row_factory=dict_row) as conn:
+        conn.read_only = True
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        with conn.transaction():
+            has_path = conn.execute(
+                "SELECT 1 FROM information_schema.columns WHERE table_name = 'checkpoint_writes'"
+                " AND column_name = 'task_path' AND table_schema = ANY(current_schemas(false))"
+            ).fetchone()
+            ids = [row["thread_id"] for row in conn.execute("SELECT DISTINCT thread_id FROM checkpoints ORDER BY 1")]
+            for thread_id in ids:
+                yield _postgres_thread(conn, url, thread_id, task_path="task_path" if has_path else "''")
+
+
+def _postgres_thread(conn: psycopg.Connection[dict[str, Any]], url: str, thread_id: str, *, task_path: str) -> Thread:
+    """The thread's checkpoints with their channel values put back together: each channel's version names its
+    blob (a primitive stays inline in the checkpoint; an "empty" blob means the channel has no value)."""
+    thread = Thread(thread_id)
+    blobs: dict[tuple[str, str, str], Any] = {}
+    for row in conn.execute(
+        "SELECT checkpoint_ns, channel, version, type, blob FROM checkpoint_blobs WHERE thread_id = %s",
+        (thread_id,),
+    ):
+        blobs[(row["checkpoint_ns"], row["channel"], row["version"])] = (
+            _EMPTY if row["type"] == "empty" else _value(row["type"], row["blob"])
+        )
+    name = database_name(url)
+    for row in conn.execute(
+        "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata FROM checkpoints"
+        " WHERE thread_id = %s ORDER BY checkpoint_id, checkpoint_ns",
+        (thread_id,),
+    ):
+        ns, checkpoint_id = row["checkpoint_ns"], row["checkpoint_id"]
+        header = dict(row["checkpoint"])
+        values = dict(header.pop("channel_values", None) or {})  # the primitives, stored inline
+        for channel, version in (header.get("channel_versions") or {}).items():
+            value = blobs.get((ns, channel, str(version)), _MISSING)
+            if value is _EMPTY:
+                values.pop(channel, None)
+            elif value is not _MISSING:
+                values[channel] = value
+        metadata = row["metadata"]
+        if not isinstance(metadata, dict):
+            thread.problems.append(Problem(where(name, thread_id, ns, checkpoint_id), "metadata is no object"))
+            continue
+        thread.checkpoints.append(
+            Saved(thread_id, ns, checkpoint_id, row["parent_checkpoint_id"], header, values, metadata)
+        )
+    for row in conn.execute(
+        f"SELECT checkpoint_ns, checkpoint_id, task_id, {task_path} AS task_path, idx, channel, type, blob"
+        " FROM checkpoint_writes WHERE thread_id = %s ORDER BY checkpoint_ns, checkpoint_id, task_id, idx",
+        (thread_id,),
+    ):
+        value = _value(row["type"], row["blob"])
+        thread.writes.append(
+            Write(
+                thread_id,
+                row["checkpoint_ns"],
+                row["checkpoint_id"],
+                row["task_id"],
+                row["task_path"],
+                row["idx"],
+                row["channel"],
+                value,
+            )
+        )
+    return thread
+
+
+_EMPTY = object()  # a channel version whose value was emptied
+_MISSING = object()
+
+
+def database_name(url: str) -> str:
+    """The database named without its password, for report lines and the audit log."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "a postgres:// URL that does not parse"
+    return f"postgres://{info.get('user') or ''}@{info.get('host') or ''}/{info.get('dbname') or ''}"
+
+
+# ---- export ------------------------------------------------------------------------------------
+
+SQLITE_SCHEMA = """
+CREATE TABLE checkpoints (
+    thread_id TEXT NOT NULL,
+    checkpoint_ns TEXT NOT NULL DEFAULT '',
+    checkpoint_id TEXT NOT NULL,
+    parent_checkpoint_id TEXT,
+    type TEXT,
+    checkpoint BLOB,
+    metadata BLOB,
+    PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+);
+CREATE TABLE writes (
+    thread_id TEXT NOT NULL,
+    checkpoint_ns TEXT NOT NULL DEFAULT '',
+    checkpoint_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    task_path TEXT NOT NULL DEFAULT '',
+    idx INTEGER NOT NULL,
+    channel TEXT NOT NULL,
+    type TEXT,
+    value BLOB,
+    PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+);
+"""
+# LangGraph's WRITES_IDX_MAP: the special channels' fixed slots
+SPECIAL_WRITES = {"__error__": -1, "__scheduled__": -2, "__interrupt__": -3, "__resume__": -4}
+
+
+def export(session: Any, out: Path) -> list[Path]:
+    """The thread as a SqliteSaver file (SqliteSaver's schema; every namespace, checkpoint and pending write, values
+    back as serializer blobs with typedjson.to_typed) that LangGraph's SqliteSaver reads as the thread it was.
+    A session of another format becomes a thread of its own (`_as_thread`).
+
+    `out` is the file to write, or a folder (one without a suffix too) to write `<session>.sqlite` into; an
+    existing file is not replaced.
+    """
+    from ...services import langgraph as service  # the service reads the thread; services import the formats
+
+    out = Path(out)
+    path = out / f"{_file_stem(session.external_id)}.sqlite" if out.is_dir() or not out.suffix else out
+    if path.exists():
+        raise FileExistsError(f"{path} exists; not overwriting it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    thread_id = str((session.metadata or {}).get("thread_id", session.external_id))
+    if session.source_format == NAME:
+        tuples = service.iter_tuples(session.project, thread_id=thread_id)
+    else:
+        tuples = _as_thread(session)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.unlink(missing_ok=True)
+    try:
+        with closing(sqlite3.connect(temporary)) as conn, conn:
+            conn.executescript(SQLITE_SCHEMA)
+            _write_rows(conn, thread_id, tuples, _task_paths(session))
+        path.hardlink_to(temporary)  # unlike a rename, fails if `path` appeared meanwhile
+    finally:
+        temporary.unlink(missing_ok=True)
+    return [path]
+
+
+def _write_rows(
+    conn: sqlite3.Connection, thread_id: str, tuples: Iterable[dict[str, Any]], task_paths: dict[tuple[str, ...], str]
+) -> None:
+    for item in tuples:
+        ns, checkpoint_id = item["checkpoint_ns"], item["checkpoint_id"]
+        conn.execute(
+            "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (thread_id, ns, checkpoint_id, item["parent_checkpoint_id"], *typedjson.to_typed(item["checkpoint"]))
+            + (json.dumps(item["metadata"], ensure_ascii=False).encode("utf-8", "ignore"),),
+        )
+        conn.executemany(
+            "INSERT INTO writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (thread_id, ns, checkpoint_id, task_id, task_paths.get((ns, checkpoint_id, task_id), ""), idx)
+                + (channel, *typedjson.to_typed(value))
+                for task_id, idx, channel, value in _numbered(item["pending_writes"])
+            ],
+        )
+
+
+def _task_paths(session: Any) -> dict[tuple[str, ...], str]:
+    """(ns, checkpoint id, task id) → task_path: the tuples' pending writes are sorted by it but do not carry it."""
+    rows = LangGraphWrites.objects.filter(session=session)
+    return {
+        tuple(key): path for *key, path in rows.values_list("checkpoint_ns", "checkpoint_id", "task_id", "task_path")
+    }
+
+
+def _as_thread(session: Any) -> Iterator[dict[str, Any]]:
+    """A session of another format as a LangGraph thread: each checkpoint, oldest first, a root-namespace checkpoint
+    whose channels are the state's keys (a state that is no object: one channel "state"), parent for parent, the
+    newest id the head; metadata says `source` "update" and the step."""
+    ids: dict[int, str] = {}
+    for checkpoint in Checkpoint.objects.filter(session=session).order_by("seq").iterator(chunk_size=200):
+        state = store.load_state(bytes(checkpoint.root))
+        values = state if isinstance(state, dict) else {"state": state}
+        ids[checkpoint.pk] = checkpoint_id = f"{checkpoint.seq:08x}-0000-6000-8000-{checkpoint.pk:012x}"
+        header = {
+            "v": 4,
+            "ts": checkpoint.created_at.isoformat(),
+            "id": checkpoint_id,
+            "channel_versions": dict.fromkeys(values, 1),
+            "versions_seen": {},
+            "updated_channels": None,
+        }
+        yield {
+            "checkpoint_ns": "",
+            "checkpoint_id": checkpoint_id,
+            "parent_checkpoint_id": ids.get(checkpoint.parent_id) if checkpoint.parent_id else None,
+            "checkpoint": {**header, "channel_values": values},
+            "metadata": {"source": "update", "step": checkpoint.step if checkpoint.step is not None else -1},
+            "pending_writes": [],
+        }
+
+
+def _numbered(pending: list[list[Any]]) -> Iterator[tuple[str, int, str, Any]]:
+    """Each pending write with its idx: a special channel's slot, else its place among its task's other writes."""
+    positions: dict[str, int] = {}
+    for task_id, channel, value in pending:
+        if channel in SPECIAL_WRITES:
+            yield task_id, SPECIAL_WRITES[channel], channel, value
+        else:
+            positions[task_id] = positions.get(task_id, -1) + 1
+            yield task_id, positions[task_id], channel, value
+
+
+def _file_stem(external_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", external_id).lstrip(".") or "thread"

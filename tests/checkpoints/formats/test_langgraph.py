@@ -1,0 +1,501 @@
+"""LangGraph history in and out, against files and databases written by LangGraph's own checkpointers.
+
+A real StateGraph (add_messages, a tool-calling loop, a subgraph that interrupts, a branch made with
+update_state) runs with SqliteSaver (and PostgresSaver); what those savers return, in typed JSON, is what
+the import must hold and what the export must give back.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pickle
+import sqlite3
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import psycopg
+import pytest
+from checkpoint_console import typedjson
+from django.core.management import CommandError
+from django.db import connection
+from django.urls import reverse
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.types import Command, interrupt
+
+from checkpoints.models import AgentSession, AuditEvent, Checkpoint, ImportJob, Project
+from checkpoints.services import Actor, CheckpointInput, create_checkpoint, restore_checkpoint, upsert_session
+from checkpoints.services.langgraph import delete_thread, iter_tuples
+from checkpoints.sources import formats
+from checkpoints.sources.formats import langgraph
+from checkpoints.sources.formats.base import Problem
+from checkpoints.store import load_state
+from checkpoints.tasks import import_archive
+from tests.helpers import command, import_folder
+
+# ---- the graph ---------------------------------------------------------------------------------
+
+
+class State(TypedDict):
+    messages: Annotated[list[Any], add_messages]
+    approved: bool
+
+
+def agent(state: State) -> dict[str, Any]:
+    """A fake chat model: asks the tool once, then answers with its result."""
+    if not any(isinstance(message, ToolMessage) for message in state["messages"]):
+        call = {"name": "add", "args": {"a": 2, "b": 3}, "id": "call-1"}
+        return {"messages": [AIMessage("", tool_calls=[call], id="ai-1")]}
+    return {"messages": [AIMessage(f"2 + 3 = {state['messages'][-1].content}", id="ai-2")]}
+
+
+def tools(state: State) -> dict[str, Any]:
+    call = state["messages"][-1].tool_calls[0]
+    result = str(call["args"]["a"] + call["args"]["b"])
+    return {"messages": [ToolMessage(result, tool_call_id=call["id"], id="tool-1")]}
+
+
+def route(state: State) -> str:
+    return "tools" if state["messages"][-1].tool_calls else "review"
+
+
+def ask(state: State) -> dict[str, Any]:
+    answer = interrupt({"question": "approve?"})
+    return {"approved": answer == "yes", "messages": [AIMessage(f"review: {answer}", id="ai-3")]}
+
+
+def build(saver: BaseCheckpointSaver[Any]) -> Any:
+    review = StateGraph(State)
+    review.add_node("ask", ask)
+    review.add_edge(START, "ask")
+    review.add_edge("ask", END)
+    graph = StateGraph(State)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", tools)
+    graph.add_node("review", review.compile())  # its checkpoints live in namespace "review:<task id>"
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", route, ["tools", "review"])
+    graph.add_edge("tools", "agent")
+    graph.add_edge("review", END)
+    return graph.compile(checkpointer=saver)
+
+
+def run(saver: BaseCheckpointSaver[Any]) -> None:
+    """Thread t-1 stops at the interrupt (pending writes); t-2 is resumed to the end, then branched."""
+    app = build(saver)
+    question = {"messages": [HumanMessage("what is 2+3?", id="h-1")], "approved": False}
+    app.invoke(question, {"configurable": {"thread_id": "t-1"}})
+    done = {"configurable": {"thread_id": "t-2"}}
+    app.invoke(question, done)
+    app.invoke(Command(resume="yes"), done)
+    first_answer = next(s for s in app.get_state_history(done) if s.metadata and s.metadata.get("step") == 1)
+    app.update_state(first_answer.config, {"messages": [HumanMessage("and 3+4?", id="h-2")]}, as_node="tools")
+
+
+@pytest.fixture
+def sqlite_file(tmp_path: Path) -> Path:
+    path = tmp_path / "checkpoints.sqlite"
+    with SqliteSaver.from_conn_string(str(path)) as saver:
+        run(saver)
+    return path
+
+
+# ---- what LangGraph itself returns, in typed JSON ----------------------------------------------
+
+
+def typed(saver: BaseCheckpointSaver[Any], value: Any) -> Any:
+    return typedjson.from_typed(*saver.serde.dumps_typed(value))
+
+
+def saved(saver: BaseCheckpointSaver[Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Every checkpoint the saver lists, by (thread, ns, id): its header, values, metadata, parent, writes."""
+    found = {}
+    for item in saver.list(None):
+        config = item.config["configurable"]
+        header = {key: typed(saver, value) for key, value in item.checkpoint.items() if key != "channel_values"}
+        found[(config["thread_id"], config["checkpoint_ns"], config["checkpoint_id"])] = {
+            "header": header,
+            "values": {key: typed(saver, value) for key, value in item.checkpoint["channel_values"].items()},
+            "metadata": typed(saver, item.metadata),
+            "parent": item.parent_config["configurable"]["checkpoint_id"] if item.parent_config else None,
+            "writes": [[task, channel, typed(saver, value)] for task, channel, value in item.pending_writes or []],
+        }
+    return found
+
+
+def sqlite_saved(path: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
+    with SqliteSaver.from_conn_string(str(path)) as saver:
+        return saved(saver)
+
+
+def read(source: str | Path) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """What the reader finds, in the same shape (pending writes in LangGraph's order)."""
+    found = {}
+    for thread in langgraph.threads(source):
+        assert isinstance(thread, langgraph.Thread), thread
+        assert thread.problems == []
+        for item in thread.checkpoints:
+            writes = sorted(
+                (
+                    w
+                    for w in thread.writes
+                    if (w.checkpoint_ns, w.checkpoint_id) == (item.checkpoint_ns, item.checkpoint_id)
+                ),
+                key=lambda w: (w.task_path, w.task_id, w.idx),
+            )
+            found[(item.thread_id, item.checkpoint_ns, item.checkpoint_id)] = {
+                "header": item.header,
+                "values": item.values,
+                "metadata": item.metadata,
+                "parent": item.parent_checkpoint_id,
+                "writes": [[w.task_id, w.channel, w.value] for w in writes],
+            }
+    return found
+
+
+def console(project: Any, **where: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """What the console gives LangGraph back (services.langgraph.iter_tuples), in the same shape."""
+    found = {}
+    for item in iter_tuples(project, **where):
+        checkpoint = dict(item["checkpoint"])
+        found[(item["thread_id"], item["checkpoint_ns"], item["checkpoint_id"])] = {
+            "values": checkpoint.pop("channel_values"),
+            "header": checkpoint,
+            "metadata": item["metadata"],
+            "parent": item["parent_checkpoint_id"],
+            "writes": item["pending_writes"],
+        }
+    return found
+
+
+# ---- reading -----------------------------------------------------------------------------------
+
+
+def test_detects_a_sqlite_saver_file_but_not_another_sqlite_file_or_a_folder(sqlite_file, tmp_path):
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE checkpoints (id INTEGER)")
+    conn.close()
+    assert langgraph.detect(sqlite_file)
+    assert formats.detect(sqlite_file) == "langgraph"
+    assert not langgraph.detect(other)
+    assert not langgraph.detect(tmp_path)
+    assert not langgraph.detect(Path(__file__))
+
+
+def test_the_reader_finds_what_sqlite_saver_returns_namespaces_branches_and_pending_writes(sqlite_file):
+    expected = sqlite_saved(sqlite_file)
+    found = read(sqlite_file)
+    assert found == expected
+    assert {thread for thread, _, _ in found} == {"t-1", "t-2"}
+    assert any(ns.startswith("review:") for _, ns, _ in found)
+    assert any(item["metadata"]["source"] == "update" for item in found.values())
+    interrupts = [write for item in found.values() for write in item["writes"] if write[1] == "__interrupt__"]
+    assert interrupts
+    tool_call = next(
+        message for item in found.values() for message in item["values"].get("messages", []) if message["type"] == "ai"
+    )
+    assert tool_call["tool_calls"] == [{"name": "add", "args": {"a": 2, "b": 3}, "id": "call-1", "type": "tool_call"}]
+
+
+def test_the_file_is_only_read(sqlite_file):
+    before = sqlite_file.read_bytes()
+    sqlite_file.chmod(0o444)
+    list(langgraph.threads(sqlite_file))
+    assert sqlite_file.read_bytes() == before
+
+
+class _SideEffect:
+    """Unpickling this would create the file named: proof that nothing was unpickled."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Path.touch, (self.path,))
+
+
+def add_pickles(path: Path, marker: Path) -> bytes:
+    """A pending write and a whole checkpoint stored as pickle blobs (SqliteSaver's pickle fallback)."""
+    blob = pickle.dumps(_SideEffect(marker))
+    with sqlite3.connect(path) as conn:
+        thread, ns, checkpoint_id = conn.execute(
+            "SELECT thread_id, checkpoint_ns, checkpoint_id FROM checkpoints WHERE thread_id = 't-1' "
+            "AND checkpoint_ns = '' ORDER BY checkpoint_id DESC LIMIT 1"
+        ).fetchone()
+        conn.execute(
+            "INSERT INTO writes VALUES (?, ?, ?, 'task-p', '', 0, 'custom', 'pickle', ?)",
+            (thread, ns, checkpoint_id, blob),
+        )
+        conn.execute(
+            "INSERT INTO checkpoints VALUES ('t-3', '', '1f000000-0000-6000-8000-000000000000', NULL, 'pickle', ?, '{}')",
+            (blob,),
+        )
+    conn.close()
+    return blob
+
+
+def test_pickle_blobs_stay_opaque_and_nothing_is_unpickled(sqlite_file, tmp_path):
+    marker = tmp_path / "unpickled"
+    blob = add_pickles(sqlite_file, marker)
+    found = list(langgraph.threads(sqlite_file))
+    assert not marker.exists()
+    t1 = next(t for t in found if isinstance(t, langgraph.Thread) and t.thread_id == "t-1")
+    (write,) = [w for w in t1.writes if w.task_id == "task-p"]
+    assert write.value == {"__lg__": ["typed", "pickle"], "b64": base64.b64encode(blob).decode()}
+    t3 = next(t for t in found if isinstance(t, langgraph.Thread) and t.thread_id == "t-3")
+    assert t3.checkpoints == []
+    assert "'pickle' blob, which is not decoded" in t3.problems[0].error
+
+
+def test_an_unreadable_checkpoint_is_a_problem_and_the_others_are_read(sqlite_file):
+    with sqlite3.connect(sqlite_file) as conn:
+        (broken,) = conn.execute("SELECT checkpoint_id FROM checkpoints WHERE thread_id = 't-2' LIMIT 1").fetchone()
+        conn.execute("UPDATE checkpoints SET checkpoint = x'c1' WHERE checkpoint_id = ?", (broken,))
+    conn.close()
+    (t1, t2) = langgraph.threads(sqlite_file)
+    assert isinstance(t2, langgraph.Thread) and isinstance(t1, langgraph.Thread)
+    assert len(t2.problems) == 1 and broken in t2.problems[0].path and "not msgpack" in t2.problems[0].error
+    assert broken not in {c.checkpoint_id for c in t2.checkpoints}
+    assert len(t2.checkpoints) == len([k for k in sqlite_saved_ids(sqlite_file) if k[0] == "t-2"]) - 1
+
+
+def sqlite_saved_ids(path: Path) -> list[tuple[str, str, str]]:
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT thread_id, checkpoint_ns, checkpoint_id FROM checkpoints").fetchall()
+    conn.close()
+    return rows
+
+
+def test_a_file_that_is_no_sqlite_saver_file_is_one_problem(tmp_path):
+    path = tmp_path / "not.sqlite"
+    path.write_bytes(b"hello")
+    (problem,) = langgraph.threads(path)
+    assert isinstance(problem, Problem)
+    assert problem.path == str(path) and "not readable as LangGraph checkpoints" in problem.error
+
+
+# ---- PostgresSaver -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def postgres_url(db) -> Iterator[str]:
+    """A scratch database written by PostgresSaver, dropped afterwards."""
+    settings = connection.settings_dict
+    name = f"lg_scratch_{os.getpid()}"
+    server = psycopg.conninfo.make_conninfo(
+        host=settings["HOST"] or "",
+        port=settings["PORT"] or "",
+        user=settings["USER"] or "",
+        password=settings["PASSWORD"] or "",
+        dbname="postgres",
+    )
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.execute(f"CREATE DATABASE {name}")
+    url = f"postgres://{settings['USER']}@{settings['HOST']}:{settings['PORT'] or 5432}/{name}"
+    try:
+        with PostgresSaver.from_conn_string(url) as saver:
+            saver.setup()
+            run(saver)
+        yield url
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def postgres_saved(url: str) -> dict[tuple[str, str, str], dict[str, Any]]:
+    with PostgresSaver.from_conn_string(url) as saver:
+        return saved(saver)
+
+
+@pytest.mark.postgres
+def test_the_reader_finds_what_postgres_saver_returns(postgres_url):
+    expected = postgres_saved(postgres_url)
+    assert len(expected) > 10
+    assert read(postgres_url) == expected
+
+
+# ---- importing ---------------------------------------------------------------------------------
+
+
+def test_an_import_holds_what_sqlite_saver_returns_one_session_per_thread(sqlite_file, project):
+    expected = sqlite_saved(sqlite_file)
+    report = import_folder(sqlite_file, project)
+    assert report.errors == []
+    assert (report.imported, report.skipped, report.sessions) == (len(expected), 0, ["t-1", "t-2"])
+    assert console(project) == expected
+    for thread_id in ("t-1", "t-2"):
+        session = AgentSession.objects.get(project=project, external_id=thread_id)
+        assert (session.agent, session.source_format, session.metadata["thread_id"]) == (
+            "langgraph",
+            "langgraph",
+            thread_id,
+        )
+        rows = {c.metadata["checkpoint_id"]: c for c in Checkpoint.objects.filter(session=session)}
+        assert len(rows) == len([key for key in expected if key[0] == thread_id])
+        for (thread, ns, checkpoint_id), item in expected.items():
+            if thread != thread_id:
+                continue
+            row = rows[checkpoint_id]
+            assert (row.name, row.step, row.metadata["checkpoint_ns"]) == (
+                item["metadata"]["source"],
+                item["metadata"]["step"],
+                ns,
+            )
+            assert row.parent == (rows[item["parent"]] if item["parent"] else None)
+        root = max(key[2] for key in expected if key[0] == thread_id and key[1] == "")
+        assert session.head == rows[root]
+    assert AuditEvent.objects.filter(action="import", project=project).count() == 1
+
+
+def test_importing_again_stores_nothing_and_reports_every_checkpoint_skipped(sqlite_file, project):
+    first = import_folder(sqlite_file, project)
+    before = (Checkpoint.objects.count(), console(project))
+    again = import_folder(sqlite_file, project)
+    assert (again.imported, again.skipped, again.errors) == (0, first.imported, [])
+    assert (Checkpoint.objects.count(), console(project)) == before
+
+
+def test_a_dry_run_of_the_folder_finds_the_file_reads_everything_and_stores_nothing(sqlite_file, project):
+    report = import_folder(sqlite_file.parent, project, dry_run=True, write_back=True)
+    assert report.imported == len(sqlite_saved(sqlite_file)) and report.errors == []
+    assert report.notes == [
+        f"{sqlite_file}: LangGraph threads are not written back (export them with --format langgraph)"
+    ]
+    assert not AgentSession.objects.exists()
+
+
+def test_an_import_stores_pickles_opaque_unpickles_nothing_and_reports_an_undecodable_checkpoint(
+    sqlite_file, tmp_path, project
+):
+    marker = tmp_path / "unpickled"
+    blob = add_pickles(sqlite_file, marker)
+    report = import_folder(sqlite_file, project)
+    assert not marker.exists()
+    assert report.sessions == ["t-1", "t-2"]
+    (error,) = report.errors
+    assert "'t-3'" in error["path"] and "'pickle' blob" in error["error"]
+    latest = next(iter(console(project, thread_id="t-1", checkpoint_ns="").values()))
+    assert ["task-p", "custom", {"__lg__": ["typed", "pickle"], "b64": base64.b64encode(blob).decode()}] in latest[
+        "writes"
+    ]
+
+
+def test_the_command_imports_a_sqlite_saver_file_as_json(sqlite_file, project):
+    out, _ = command("import_checkpoints", str(sqlite_file), "--format", "langgraph", "--project", "acme", "--json")
+    assert '"sessions": ["t-1", "t-2"]' in out
+    assert console(project) == sqlite_saved(sqlite_file)
+
+
+def test_an_uploaded_archive_holding_a_sqlite_saver_file_imports_its_threads(
+    client, alice, project, sqlite_file, tmp_path, settings
+):
+    settings.VAR_DIR = tmp_path / "var"
+    settings.VAR_DIR.mkdir()
+    archive = tmp_path / "threads.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        zipped.write(sqlite_file, "agent/checkpoints.sqlite")
+    client.force_login(alice)
+    with archive.open("rb") as file:
+        assert client.post(reverse("dashboard:import_upload"), {"project": "acme", "archive": file}).status_code == 302
+    result = import_archive(ImportJob.objects.get().pk)
+    assert (result["errors"], result["sessions"]) == ([], ["t-1", "t-2"])
+    assert console(project) == sqlite_saved(sqlite_file)
+
+
+@pytest.mark.postgres
+def test_a_postgres_saver_database_imports_from_its_url(postgres_url, project):
+    out, _ = command("import_checkpoints", postgres_url, "--project", "acme", "--json")
+    report = json.loads(out)
+    assert report["errors"] == [] and report["sessions"] == ["t-1", "t-2"]
+    assert console(project) == postgres_saved(postgres_url)
+    assert "lg_scratch_" in AuditEvent.objects.get(action="import").target
+
+
+def test_a_database_that_cannot_be_reached_is_one_error_line_naming_it_without_its_password(db):
+    report = import_folder("postgres://agent:secret@127.0.0.1:1/nowhere", "fresh")
+    (error,) = report.errors
+    assert error["path"] == "postgres://agent@127.0.0.1/nowhere"
+    assert "not readable as LangGraph checkpoints" in error["error"] and "secret" not in str(report.as_dict())
+    assert not Project.objects.filter(slug="fresh").exists()
+
+
+def test_the_command_refuses_a_database_url_in_another_format(db):
+    with pytest.raises(CommandError, match="use --format langgraph"):
+        command("import_checkpoints", "postgres://agent@127.0.0.1:1/nowhere", "--format", "kaizen")
+
+
+def test_a_thread_deleted_in_the_console_comes_back_whole_when_its_file_is_imported_again(sqlite_file, project):
+    import_folder(sqlite_file, project)
+    delete_thread(project, actor=Actor.system("test"), thread_id="t-2")
+    report = import_folder(sqlite_file, project)
+    assert report.errors == []
+    assert console(project) == sqlite_saved(sqlite_file)
+
+
+# ---- exporting ---------------------------------------------------------------------------------
+
+
+def test_an_export_is_a_sqlite_saver_file_that_reads_back_as_the_thread(sqlite_file, project, tmp_path):
+    import_folder(sqlite_file, project)
+    session = AgentSession.objects.get(project=project, external_id="t-2")
+    out = tmp_path / "out" / "t-2.sqlite"
+    assert langgraph.export(session, out) == [out]
+    expected = {key: item for key, item in sqlite_saved(sqlite_file).items() if key[0] == "t-2"}
+    assert sqlite_saved(out) == expected
+    with pytest.raises(FileExistsError):
+        langgraph.export(session, out)
+
+
+def test_the_export_command_writes_the_file_named(sqlite_file, project, tmp_path):
+    import_folder(sqlite_file, project)
+    out = tmp_path / "t-1.db"
+    printed, _ = command("export_checkpoints", "t-1", "--format", "langgraph", "--out", str(out))
+    assert "wrote 1 file(s)" in printed
+    assert sqlite_saved(out) == {key: item for key, item in sqlite_saved(sqlite_file).items() if key[0] == "t-1"}
+
+
+def test_a_session_of_another_format_exports_as_a_thread_of_its_states(project, tmp_path):
+    session, _ = upsert_session(project, external_id="kaizen-7", agent="kaizen")
+    first, _ = create_checkpoint(session, CheckpointInput(state={"task": "plan", "n": 1}, step=1))
+    second, _ = create_checkpoint(session, CheckpointInput(state=["not", "an", "object"], step=2))
+    (path,) = langgraph.export(session, tmp_path)
+    assert path == tmp_path / "kaizen-7.sqlite"
+    with SqliteSaver.from_conn_string(str(path)) as saver:
+        latest = saver.get_tuple({"configurable": {"thread_id": "kaizen-7", "checkpoint_ns": ""}})
+        history = list(saver.list({"configurable": {"thread_id": "kaizen-7"}}))
+    assert latest is not None and latest.checkpoint["channel_values"] == {"state": ["not", "an", "object"]}
+    assert latest.metadata == {"source": "update", "step": 2}
+    assert [item.checkpoint["channel_values"] for item in history] == [
+        {"state": ["not", "an", "object"]},
+        {"task": "plan", "n": 1},
+    ]
+    assert latest.parent_config is not None
+    assert latest.parent_config["configurable"]["checkpoint_id"] == history[1].config["configurable"]["checkpoint_id"]
+
+
+def test_a_console_restore_exports_as_the_newest_checkpoint_so_the_graph_resumes_from_it(
+    sqlite_file, project, tmp_path
+):
+    import_folder(sqlite_file, project)
+    session = AgentSession.objects.get(project=project, external_id="t-1")
+    earlier = Checkpoint.objects.get(session=session, name="loop", step=1, metadata__checkpoint_ns="")
+    restore_checkpoint(earlier, actor=Actor.system("test"))
+    (path,) = langgraph.export(session, tmp_path)
+    with SqliteSaver.from_conn_string(str(path)) as saver:
+        latest = saver.get_tuple({"configurable": {"thread_id": "t-1", "checkpoint_ns": ""}})
+        app = build(saver)
+        resumed = app.invoke(None, {"configurable": {"thread_id": "t-1"}})
+    assert latest is not None
+    assert (latest.metadata["source"], latest.metadata["restored_from"]) == ("fork", earlier.metadata["checkpoint_id"])
+    assert typed(saver, latest.checkpoint["channel_values"]) == load_state(earlier.root)
+    assert [message.id for message in resumed["messages"]] == ["h-1", "ai-1", "tool-1", "ai-2"]
