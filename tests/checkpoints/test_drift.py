@@ -684,9 +684,16 @@ def test_a_langgraph_agent_repeating_one_call_and_failing_it_raises_repetition_a
     parent = None
     for turn in range(12):
         call = {"name": "book", "args": {"flight": "SK 4411"}, "id": f"call_{turn}"}
-        messages += [AIMessage("", tool_calls=[call]), ToolMessage("seat map timeout", tool_call_id=call["id"], status="error")]
+        messages += [
+            AIMessage("", tool_calls=[call]),
+            ToolMessage("seat map timeout", tool_call_id=call["id"], status="error"),
+        ]
         parent = put(
-            session, {"messages": messages}, {"source": "loop", "step": turn}, checkpoint_id=f"cp-{turn:02}", parent=parent
+            session,
+            {"messages": messages},
+            {"source": "loop", "step": turn},
+            checkpoint_id=f"cp-{turn:02}",
+            parent=parent,
         )
     session.refresh_from_db()
 
