@@ -66,11 +66,20 @@ def tool_loop_graph(saver: InMemorySaver, *, with_subgraph: bool = False) -> Any
     return graph.compile(checkpointer=saver)
 
 
-def run_thread(thread_id: str = "thread-1", *, with_subgraph: bool = False) -> InMemorySaver:
+def run_thread(
+    thread_id: str = "thread-1", *, with_subgraph: bool = False, turns: int = 1, time_travel: bool = False
+) -> InMemorySaver:
+    """The graph run `turns` times on one thread; `time_travel` then replays it from its first `agent` step's
+    checkpoint, as `graph.invoke(None, that checkpoint's config)` does: a branch off an old checkpoint."""
     saver = InMemorySaver()
-    tool_loop_graph(saver, with_subgraph=with_subgraph).invoke(
-        {"messages": [HumanMessage("Find me a flight to Oslo")]}, {"configurable": {"thread_id": thread_id}}
-    )
+    graph = tool_loop_graph(saver, with_subgraph=with_subgraph)
+    config = {"configurable": {"thread_id": thread_id}}
+    for turn in range(turns):
+        graph.invoke({"messages": [HumanMessage(f"Find me a flight to Oslo ({turn + 1})")]}, config)
+    if time_travel:
+        history = list(graph.get_state_history(config))
+        replay_from = next(snapshot for snapshot in reversed(history) if snapshot.next == ("tool",))
+        graph.invoke(None, replay_from.config)
     return saver
 
 

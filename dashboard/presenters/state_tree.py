@@ -119,13 +119,13 @@ PREVIEW_KEYS = ("role", "name", "tool_name", "title", "type", "status", "id", "s
 
 
 def _preview(value: dict[str, Any]) -> str:
-    """A few scalar fields of an object, the telling ones first: `role: assistant · content: The profile…`."""
+    """A few scalar fields of an object that are set, the telling ones first: `role: assistant · content: The…`."""
     keys = [key for key in PREVIEW_KEYS if key in value]
     keys += [key for key in islice(value, 12) if key not in keys]
     parts = []
     for key in keys:
         item = value[key]
-        if isinstance(item, dict | list):
+        if item is None or isinstance(item, dict | list):  # a LangChain message's unset `name` tells nothing
             continue
         parts.append(f"{key}: {short_value(item, PREVIEW_FIELD)}")
         if len(parts) == 3:

@@ -3,16 +3,19 @@ page, and its subgraph runs grouped on the timeline. The threads are real graphs
 
 from __future__ import annotations
 
+import json
+from urllib.parse import quote
+
 import pytest
 from checkpoint_console import typedjson
 from django.urls import reverse
+from langchain_core.messages import AIMessage
 
-from checkpoints import store
 from checkpoints.services import CheckpointInput, create_checkpoint
 from dashboard.presenters.branches import Layout
 from dashboard.presenters.timeline import BranchRow, CheckpointRow, timeline_page
 from tests.helpers import select, text
-from tests.lg_states import SERDE, langgraph_session, put, run_thread, store_thread
+from tests.lg_states import langgraph_session, put, run_thread, store_thread
 
 from .test_checkpoint_detail import tool_io
 
@@ -111,24 +114,36 @@ def test_the_timeline_page_labels_subgraph_rows_with_their_namespace(client, bob
     badges = select(html, ".badge-ns")
     assert len(badges) == len(inner)
     assert all(badge.get("title").endswith(inner[0].metadata["checkpoint_ns"]) for badge in badges)
+    assert not select(html, ", ".join(f"#cp-{c.seq} .tag-side, #cp-{c.seq} .marker-start" for c in inner))  # said once
 
 
-def test_langgraph_time_travel_from_an_old_checkpoint_starts_a_branch_the_timeline_draws(thread, bob):
-    session, checkpoints = thread
-    old = checkpoints[1]  # the root graph's first loop checkpoint: `agent` runs next
-    replayed = put(
-        session,
-        {"messages": SERDE.loads_typed(typedjson.to_typed(store.load_shared(bytes(old.root))["messages"]))},
-        {"source": "update", "step": 1},
-        checkpoint_id="1ffffffff-time-travel",
-        parent=old,
-    )
-    assert replayed.starts_branch
-    layout = Layout.for_session(session)
-    assert layout.starts[replayed.seq].label == f"branched from #{old.seq}"
+def test_langgraph_time_travel_from_an_old_checkpoint_starts_a_branch_the_timeline_draws(make_session, bob):
+    session = langgraph_session(make_session)
+    checkpoints = store_thread(session, run_thread(time_travel=True))
+    fork = next(c for c in checkpoints if c.name == "fork")  # what LangGraph writes replaying an old checkpoint
+    old = fork.parent
+    assert fork.starts_branch and old.seq < fork.seq - 1
+    assert Layout.for_session(session).starts[fork.seq].label == f"branched from #{old.seq}"
     timeline = timeline_page(session, user=bob)
-    head_row = next(row for row in timeline.rows if isinstance(row, CheckpointRow) and row.is_head)
-    assert head_row.checkpoint == replayed and head_row.start is not None
-    [branch] = [row for row in timeline.rows if isinstance(row, BranchRow)]
-    assert (branch.branch.attach, branch.summary.count) == (old.seq, len(checkpoints) - 2)
-    assert branch.branch.lane == 1
+    rows = {row.checkpoint.seq: row for row in timeline.rows if isinstance(row, CheckpointRow)}
+    assert rows[fork.seq].start is not None and rows[fork.seq].main
+    assert rows[checkpoints[-1].seq].is_head
+    [branch] = [row for row in timeline.rows if isinstance(row, BranchRow)]  # the replayed steps, left behind
+    assert (branch.branch.attach, branch.branch.lane, branch.summary.count) == (old.seq, 1, fork.seq - old.seq - 1)
+    assert all(not rows[seq].main for seq in range(old.seq + 1, fork.seq))
+
+
+def test_a_state_tree_path_reaches_into_tagged_values_by_their_readable_keys(client, bob, make_session):
+    session = langgraph_session(make_session, "paths")
+    checkpoint = put(
+        session,
+        {"by_id": {1: AIMessage("one"), 2: AIMessage("two")}},
+        {"source": "loop", "step": 0},
+        checkpoint_id="cp-1",
+    )
+    client.force_login(bob)
+    path = quote(json.dumps(["by_id", "2"]))
+    response = client.get(reverse("dashboard:checkpoint_subtree", args=[checkpoint.pk]) + f"?path={path}")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "two" in html and "__lg__" not in html
