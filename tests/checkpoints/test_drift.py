@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from checkpoints.models import AgentSession, AlertKind, AlertState, AuditEvent, DriftAlert, JobRun
 from checkpoints.services import Actor, CheckpointInput, drift, ingest_checkpoints, restore_checkpoint
+from tests.lg_states import langgraph_session, put
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 TOOLS = ["search_kb", "read_file", "run_tests", "write_file", "get_order", "send_reply", "fetch_url"]
@@ -675,10 +677,6 @@ def test_the_job_clears_a_storm_of_alerts_in_a_few_statements_each_audited(make_
 
 
 def test_a_langgraph_agent_repeating_one_call_and_failing_it_raises_repetition_and_error_rate(make_session):
-    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-
-    from tests.lg_states import langgraph_session, put
-
     session = langgraph_session(make_session)
     messages: list[Any] = [HumanMessage("Book the flight")]
     parent = None

@@ -3,9 +3,11 @@ from __future__ import annotations
 import io
 
 import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from checkpoints.services import Actor, restore_checkpoint
 from checkpoints.store.previews import PREVIEW_MAX, preview_of
+from tests.lg_states import typed
 
 CALL = {"id": "c1", "tool_name": "web_search", "arguments": {"query": "kv cache"}, "success": True}
 
@@ -148,10 +150,6 @@ def test_the_demos_failed_tool_calls_are_marked_on_their_checkpoints(demo):
 
 
 def test_a_langgraph_tool_call_and_its_failed_reply_read_as_other_formats_do():
-    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-
-    from tests.lg_states import typed
-
     asked = [HumanMessage("Find me a flight")]
     call = AIMessage("", tool_calls=[{"name": "search", "args": {"q": "Oslo"}, "id": "call_1"}])
     failed = ToolMessage("HTTP 503", tool_call_id="call_1", status="error")

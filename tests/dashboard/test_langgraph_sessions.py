@@ -56,6 +56,12 @@ def test_the_state_and_its_changes_show_tagged_values_readably_without_the_tag(c
     assert "__lg__" not in html and "model_validate_json" not in html
     [changes] = select(html, "#changes")
     assert "datetime(2026-01-02T03:04:05)" in text(changes)  # the `when` channel it added
+    [message] = changes.cssselect(".msg")  # the AIMessage it appended, read as a message with its call
+    assert [text(part) for part in message.cssselect(".msg-role, .msg-content, .kind")] == [
+        "assistant",
+        "Let me look that up.",
+        "calls search",
+    ]
     [state] = select(html, "#state")
     assert "datetime(2026-01-02T03:04:05)" in text(state)
     assert "type: ai" in text(state)  # a closed message previews its fields
