@@ -6,6 +6,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import SCREENSHOTS
+from tests.browser.test_accessibility import AXE, AXE_PATH, SERIOUS, WIDTHS, sideways
 from tests.lg_states import langgraph_session, run_thread, store_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -30,9 +31,14 @@ def test_operator_reads_a_langgraph_thread_its_subgraph_runs_and_a_checkpoint(
     expect(page.locator("tr.cp .marker-start", has_text="branched from")).to_have_count(1)  # the time travel
     widths("langgraph-timeline")
 
+    page.set_viewport_size(WIDTHS["390"])
+    wrap = page.locator(".table-wrap:has(table.timeline)")
+    assert wrap.evaluate("el => el.scrollWidth - el.clientWidth") <= 0  # a namespace label wraps on a phone
+    page.set_viewport_size({"width": 1366, "height": 860})
     subgraphs.first.locator("a.branch-toggle").click()
     expect(page.locator(".badge-ns").first).to_be_visible()
     widths("langgraph-timeline-subgraph-open")
+    readable_everywhere(page, live_server)
 
     latest = checkpoints[-1]
     page.goto(f"{live_server.url}/checkpoints/{latest.pk}/#transcript")
@@ -47,3 +53,15 @@ def test_operator_reads_a_langgraph_thread_its_subgraph_runs_and_a_checkpoint(
     expect(page.locator("dl.meta")).to_contain_text(inner[-1].metadata["checkpoint_id"])
     expect(page.locator("dl.meta")).to_contain_text("Ran under")
     widths("langgraph-checkpoint")
+    readable_everywhere(page, live_server)
+
+
+def readable_everywhere(page, live_server) -> None:
+    """No serious axe-core finding, and nothing scrolling sideways on a phone (long namespaces wrap)."""
+    url = f"{live_server.url}{AXE_PATH}"
+    page.route(url, lambda route: route.fulfill(path=AXE, content_type="text/javascript"))
+    for size in WIDTHS.values():
+        page.set_viewport_size(size)
+        page.add_script_tag(url=url)
+        assert page.evaluate(SERIOUS) == []
+        assert sideways(page) <= 0
