@@ -153,3 +153,16 @@ def test_a_state_tree_path_reaches_into_tagged_values_by_their_readable_keys(cli
     assert response.status_code == 200
     html = response.content.decode()
     assert "two" in html and "__lg__" not in html
+
+
+def test_the_timeline_index_lists_subgraph_runs_and_each_jump_shows_its_run_open(client, bob, subgraph_thread):
+    session, checkpoints = subgraph_thread
+    inner = [c for c in checkpoints if c.metadata["checkpoint_ns"]]
+    client.force_login(bob)
+    here = reverse("dashboard:session_detail", args=[session.pk])
+    html = client.get(here).content.decode()
+    [group] = [group for group in select(html, ".landmark-group") if "Subgraph runs" in text(group)]
+    [jump] = group.cssselect("a.landmark")
+    assert text(jump).startswith(f"#{inner[0].seq}–{inner[-1].seq} child:")
+    opened = client.get(jump.get("href")).content.decode()
+    assert len(select(opened, ".badge-ns")) == len(inner)
