@@ -38,7 +38,7 @@ from ..models import (
     SessionStatus,
 )
 from ..store import jsoncodec
-from ..store.previews import call_name, failed_call, tool_calls_of
+from ..store.previews import call_name, calls_of, failed_call
 from .audit import Actor, audit_event
 from .batches import Failures, each_batch
 
@@ -280,7 +280,7 @@ def detect_error_rate(recent: Recent, now: datetime, limits: Limits) -> list[Fin
     threshold = limits.error_percent / 100
     rows = [row for row in recent.rows if row.kind not in COPIES][-limits.error_window :]
     failed_rows = [index for index, row in enumerate(rows) if row.status == CheckpointStatus.FAILED]
-    calls = tool_calls_of(recent.state(head))[-limits.error_window :]
+    calls = calls_of(recent.state(head))[-limits.error_window :]
     failed_calls = [call for call in calls if failed_call(call)]
     evidence = {
         "window": limits.error_window,
@@ -305,7 +305,7 @@ def detect_repetition(recent: Recent, now: datetime, limits: Limits) -> list[Fin
     head = recent.head
     if head is None:
         return []
-    calls = tool_calls_of(recent.state(head))
+    calls = calls_of(recent.state(head))
     if len(calls) <= limits.repetition_limit:
         return []
     action = _action(calls[-1])

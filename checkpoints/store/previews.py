@@ -21,6 +21,12 @@ from . import tallies
 
 PREVIEW_MAX = 200  # characters kept: a row shows one line of it
 MESSAGE_KEYS = ("messages", "conversation_history", "history", "transcript")  # OpenAI / Ares / LangGraph, Kaizen
+# LangChain messages (LangGraph's `messages` channel) name their role by `type`; the console says it as chat APIs do
+LANGCHAIN_ROLES = {
+    "human": "user", "ai": "assistant", "system": "system", "tool": "tool", "function": "function",
+    "HumanMessageChunk": "user", "AIMessageChunk": "assistant", "SystemMessageChunk": "system",
+    "ToolMessageChunk": "tool", "FunctionMessageChunk": "function",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,45 @@ def tool_calls_of(state: Any) -> list[dict[str, Any]]:
     """The state's own log of tool calls (`tool_calls`); empty when it keeps none."""
     calls = state.get("tool_calls") if isinstance(state, dict) else None
     return [call for call in calls if isinstance(call, dict)] if isinstance(calls, list) else []
+
+
+def role_of(message: dict[str, Any]) -> str:
+    """Who wrote a message: its `role`, or a LangChain message's `type` said the same way; empty when neither."""
+    role = message.get("role")
+    if isinstance(role, str) and role:
+        return role
+    kind = message.get("type")
+    return LANGCHAIN_ROLES.get(kind, "") if isinstance(kind, str) else ""
+
+
+def is_langchain_message(value: Any) -> bool:
+    return isinstance(value, dict) and "role" not in value and value.get("type") in LANGCHAIN_ROLES
+
+
+def calls_of(state: Any) -> list[dict[str, Any]]:
+    """The tool calls a state records: its own log (`tool_calls`), else those its LangChain messages carry, each
+    as a log entry (`name`, `arguments`, `id`; `success` False and the `error` when the ToolMessage answering it
+    has status "error"). The other formats' messages are not read: their agents keep a log when they keep one."""
+    if isinstance(state, dict) and isinstance(state.get("tool_calls"), list):
+        return tool_calls_of(state)
+    messages = [message for message in _messages(state) if is_langchain_message(message)]
+    replies = {
+        str(message["tool_call_id"]): message
+        for message in messages
+        if role_of(message) == "tool" and message.get("tool_call_id") is not None
+    }
+    calls = []
+    for message in messages:
+        listed = message.get("tool_calls")
+        for call in listed if isinstance(listed, list) else []:
+            if not isinstance(call, dict):
+                continue
+            entry = {"id": call.get("id"), "name": call_name(call), "arguments": call.get("args")}
+            reply = replies.get(str(call.get("id")))
+            if reply is not None and reply.get("status") == "error":
+                entry.update(success=False, error=reply.get("content"))
+            calls.append(entry)
+    return calls
 
 
 def call_name(call: dict[str, Any]) -> str:
@@ -115,7 +160,7 @@ def _message_line(message: dict[str, Any]) -> str:
 
 
 def _failed_tool_message(message: dict[str, Any]) -> bool:
-    return (message.get("role") == "tool" or message.get("type") == "tool") and message.get("status") == "error"
+    return role_of(message) == "tool" and message.get("status") == "error"
 
 
 def _text(value: Any, limit: int = PREVIEW_MAX) -> str:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any
+
+from checkpoint_console.typedjson import readable
 
 from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, Phase
 from checkpoints.store import diff_checkpoints
@@ -33,10 +36,54 @@ def related(checkpoint: Checkpoint, user: Any) -> dict[str, Any]:
         "forks": forks,
         "phase": phase,
         "compare_from": compare_from,
-        "metadata_json": json.dumps(checkpoint.metadata, indent=2, ensure_ascii=False, default=str)
+        "metadata_json": json.dumps(readable(checkpoint.metadata), indent=2, ensure_ascii=False, default=str)
         if checkpoint.metadata
         else "",
+        "langgraph": langgraph_view(checkpoint),
     }
+
+
+@dataclass
+class LangGraphParent:
+    namespace: str
+    checkpoint_id: str
+    found: tuple[int, int] | None  # (pk, seq) of the console's checkpoint of that id, when the thread has it
+
+
+@dataclass
+class LangGraphView:
+    """What LangGraph calls a checkpoint: its id, namespace, source and run, and the checkpoints of the
+    enclosing graphs it ran under (`parents`: namespace → checkpoint id), as the checkpoint page lists them."""
+
+    checkpoint_id: str
+    namespace: str
+    source: str
+    run_id: str
+    parents: list[LangGraphParent] = field(default_factory=list)
+
+
+def langgraph_view(checkpoint: Checkpoint) -> LangGraphView | None:
+    """None unless the checkpoint came from LangGraph (its metadata names a checkpoint_id)."""
+    metadata = readable(checkpoint.metadata)
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("checkpoint_id"), str):
+        return None
+    listed = metadata.get("parents")
+    parents = {str(ns): str(cid) for ns, cid in listed.items()} if isinstance(listed, dict) else {}
+    found: dict[tuple[str, str], tuple[int, int]] = {}
+    if parents:
+        rows = Checkpoint.objects.for_session(checkpoint.session).filter(
+            metadata__checkpoint_id__in=list(parents.values())
+        )
+        named = rows.order_by("seq").values_list("metadata__checkpoint_ns", "metadata__checkpoint_id", "pk", "seq")
+        for ns, cid, pk, seq in named:
+            found[(str(ns or ""), str(cid))] = (pk, seq)  # a repeated put's newest version wins
+    return LangGraphView(
+        checkpoint_id=metadata["checkpoint_id"],
+        namespace=str(metadata.get("checkpoint_ns") or ""),
+        source=str(metadata.get("source") or ""),
+        run_id=str(metadata.get("run_id") or ""),
+        parents=[LangGraphParent(ns, cid, found.get((ns, cid))) for ns, cid in sorted(parents.items())],
+    )
 
 
 def changed_here(checkpoint: Checkpoint) -> dict[str, Any]:

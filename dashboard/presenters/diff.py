@@ -17,11 +17,13 @@ from typing import Any
 from urllib.parse import urlencode
 
 import orjson
+from checkpoint_console.typedjson import readable
 from django.urls import reverse
 
 from checkpoints.humanize import short_value
 from checkpoints.store import jsoncodec
 from checkpoints.store.diff import Diff, DiffEntry, Group, Run, format_path, group_changes
+from checkpoints.store.previews import role_of
 
 PAGE_ROWS = 40  # rows of the first screen, across groups
 GROUP_ROWS = 8  # rows of one group before "show the other N"
@@ -327,6 +329,7 @@ def _row(entry: DiffEntry, budget: Budget) -> EntryRow:
 
 
 def present_value(value: Any, budget: Budget | None = None) -> Value:
+    value = readable(value)  # LangGraph's tagged values (messages, datetimes, blobs) as people read them
     if isinstance(value, str) and "\n" in value:
         text = value  # multi-line text reads better unquoted
     else:
@@ -360,12 +363,12 @@ def _shape(value: Any) -> str:
 
 
 def _message(value: Any) -> dict[str, Any] | None:
-    if not (isinstance(value, dict) and isinstance(value.get("role"), str)):
+    if not isinstance(value, dict) or not (role := role_of(value)) or not ("role" in value or "content" in value):
         return None
     content = value.get("content")
     calls = listed if isinstance(listed := value.get("tool_calls"), list) else []
     tools = [call.get("name") or call.get("function", {}).get("name", "?") for call in calls if isinstance(call, dict)]
-    return {"role": value["role"], "content": short_value(content, VALUE_PREVIEW * 2 + 1), "tools": tools}
+    return {"role": role, "content": short_value(content, VALUE_PREVIEW * 2 + 1), "tools": tools}
 
 
 def side_by_side(old: str, new: str) -> tuple[list[SideRow], bool]:

@@ -2,6 +2,10 @@
 
 The state comes from `store.load_shared`: one object shared with every other reader in the process,
 so everything here only reads it (no sorting in place, no `setdefault`, no `pop`).
+
+LangGraph's tagged values (typed JSON: a message, a datetime, an opaque blob) are drawn as
+`typedjson.readable` renders them, one value at a time as the tree reaches it; paths name the readable
+form's keys, so `resolve` walks the same form.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
+
+from checkpoint_console.typedjson import TAG, readable
 
 from checkpoints.humanize import short_value
 from checkpoints.store.diff import format_path
@@ -47,18 +53,23 @@ def parse_path(raw: str) -> list[str | int]:
     return path
 
 
+def shown(value: Any) -> Any:
+    """A value as the tree draws it: a tagged LangGraph value readable, anything else as it is."""
+    return readable(value) if isinstance(value, dict) and TAG in value else value
+
+
 def resolve(state: Any, path: list[str | int]) -> Any:
-    value = state
+    value = shown(state)
     for depth, part in enumerate(path):
         where = format_path(path[:depth])
         if isinstance(value, dict):
             if not isinstance(part, str) or part not in value:
                 raise BadPath(f"no key {json.dumps(part)} in {where}")
-            value = value[part]
+            value = shown(value[part])
         elif isinstance(value, list):
             if not isinstance(part, int) or not 0 <= part < len(value):
                 raise BadPath(f"no index {json.dumps(part)} in {where} ({len(value)} items)")
-            value = value[part]
+            value = shown(value[part])
         else:
             raise BadPath(f"{where} is a value, not an object or a list")
     return value
@@ -108,13 +119,13 @@ PREVIEW_KEYS = ("role", "name", "tool_name", "title", "type", "status", "id", "s
 
 
 def _preview(value: dict[str, Any]) -> str:
-    """A few scalar fields of an object, the telling ones first: `role: assistant · content: The profile…`."""
+    """A few scalar fields of an object that are set, the telling ones first: `role: assistant · content: The…`."""
     keys = [key for key in PREVIEW_KEYS if key in value]
     keys += [key for key in islice(value, 12) if key not in keys]
     parts = []
     for key in keys:
         item = value[key]
-        if isinstance(item, dict | list):
+        if item is None or isinstance(item, dict | list):  # a LangChain message's unset `name` tells nothing
             continue
         parts.append(f"{key}: {short_value(item, PREVIEW_FIELD)}")
         if len(parts) == 3:
@@ -142,6 +153,7 @@ def make_node(key: str | int | None, path: list[str | int], value: Any) -> Node:
 def _entries(value: Any, path: list[str | int], offset: int) -> Iterator[tuple[Node, Any]]:
     items = value.items() if isinstance(value, dict) else enumerate(value)
     for key, child in islice(items, offset, offset + CHILD_CAP):
+        child = shown(child)
         yield make_node(key, [*path, key], child), child
 
 
@@ -154,6 +166,7 @@ def _expand(node: Node, value: Any, offset: int = 0) -> list[tuple[Node, Any]]:
 
 def state_tree(state: Any) -> Node:
     """The root and, breadth first, as many levels as INLINE_NODES allows; deeper subtrees load on demand."""
+    state = shown(state)
     root = make_node(None, [], state)
     root.open = True
     _grow(root, state, 0)

@@ -16,12 +16,13 @@ from functools import cache, reduce
 from typing import Any, ClassVar
 
 from django.db.models import Case, Count, IntegerField, Max, Min, Q, Value, When
+from django.db.models.fields.json import KT
 from django.urls import reverse
 from django.utils.http import urlencode
 
-from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, CheckpointStatus
+from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, CheckpointQuerySet, CheckpointStatus
 
-from .branches import Branch, Cell, Folding, Layout, Start, Stretch
+from .branches import Branch, Cell, Folding, Layout, Start, Stretch, is_langgraph, short_namespace
 
 PAGE_SIZE = 100  # checkpoints per timeline page
 RUN_MIN = 3  # this many consecutive routine checkpoints collapse into one row
@@ -61,6 +62,15 @@ class CheckpointRow:
     @property
     def branch(self) -> Branch | None:
         return self.stretch.branch if self.stretch else None
+
+    @property
+    def namespace(self) -> str:
+        """The LangGraph subgraph namespace it was sent in (`_rows_of` reads it); empty for the root graph."""
+        return getattr(self.checkpoint, "namespace", None) or ""
+
+    @property
+    def namespace_label(self) -> str:
+        return short_namespace(self.namespace)
 
     @property
     def main(self) -> bool:
@@ -159,6 +169,13 @@ class Page:
         return self.rows[-1].bottom if self.rows else None
 
 
+def _rows_of(session: AgentSession) -> CheckpointQuerySet:
+    """The checkpoints as rows read them; a LangGraph thread's with the namespace each was sent in (a key of
+    small metadata: other sessions' metadata can be large and stays behind)."""
+    queryset = Checkpoint.objects.for_session(session).for_timeline()
+    return queryset.annotate(namespace=KT("metadata__checkpoint_ns")) if is_langgraph(session) else queryset
+
+
 def _child_forks(session: AgentSession, user: Any) -> list[AgentSession]:
     queryset = AgentSession.objects.visible_to(user).filter(forked_from__session=session)
     return list(queryset.select_related("project", "forked_from").order_by("created_at", "pk")[:50])
@@ -197,7 +214,7 @@ def _build_rows(
             own,
             is_head=is_head,
             previous_id=previous,
-            start=start if start and start.label != checkpoint.name and not undoes else None,
+            start=start if start and start.label and start.label != checkpoint.name and not undoes else None,
             restored_by=layout.restore_targets.get(checkpoint.seq, []),
             undoes=undoes,
             forks=forks.get(checkpoint.pk, []),
@@ -397,7 +414,7 @@ def timeline_page(
     layout.fold(folding)
     folded = [b for b in layout.branches if b.folded]
     hidden = _merged([s for b in folded for s in b.stretches] + [Stretch(seq, seq, None) for seq in layout.undone])
-    queryset = Checkpoint.objects.for_session(session).for_timeline()
+    queryset = _rows_of(session)
     before = at + 1 if at is not None else before
     expand = expand or ((at, at) if at is not None else None)  # the checkpoint jumped to is never in a run
     below = None
@@ -478,7 +495,7 @@ def _with_gaps(
 
 def expanded_run(session: AgentSession, span: tuple[int, int], *, folding: Folding, user: Any) -> Page:
     """The checkpoints of a collapsed run, for the htmx request that opens it (drawn with the page's folding)."""
-    queryset = Checkpoint.objects.for_session(session).for_timeline()
+    queryset = _rows_of(session)
     checkpoints = list(queryset.filter(seq__gte=span[0], seq__lte=span[1]).order_by("-seq")[:EXPAND_MAX])
     layout = Layout.for_session(session)
     layout.fold(folding)

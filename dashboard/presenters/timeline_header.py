@@ -20,6 +20,8 @@ from checkpoints.models import (
     SessionRollup,
 )
 
+from .branches import is_langgraph, short_namespace
+
 CHART_POINTS = 500  # the size chart samples at most this many buckets
 INDEX_MAX = 12  # the timeline's index lists this many of each kind of event, newest first
 
@@ -144,5 +146,26 @@ def timeline_index(session: AgentSession, forks: list[AgentSession]) -> list[tup
         ("Failures", [Landmark(seq, f"#{seq} {name or status}", bad=True) for seq, name, status in troubles]),
         ("Phases", [Landmark(seq, f"#{seq} {name}") for seq, name in phases]),
         ("Alerts", [Landmark(seq, f"#{seq} {kind.replace('_', ' ')} ({state})") for seq, kind, state in alerts]),
+        ("Subgraph runs", _subgraph_runs(session) if is_langgraph(session) else []),
     ]
     return [(title, sorted(marks, key=lambda m: -m.seq)) for title, marks in groups if marks]
+
+
+def _subgraph_runs(session: AgentSession) -> list[Landmark]:
+    """A LangGraph thread's newest subgraph runs (each a new root in a checkpoint_ns of its own), each named by
+    its namespace and jumped to at its newest checkpoint, so that the page shows the whole run open."""
+    checkpoints = Checkpoint.objects.for_session(session).order_by()
+    roots = (
+        checkpoints.filter(starts_branch=True, parent__isnull=True)
+        .exclude(metadata__checkpoint_ns="")
+        .order_by("-seq")
+        .values_list("metadata__checkpoint_ns", "seq")[:INDEX_MAX]
+    )
+    firsts = {ns: seq for ns, seq in reversed(list(roots))}  # a namespace started again (a replay): its newest run
+    newest = (
+        checkpoints.filter(seq__gte=min(firsts.values(), default=0), metadata__checkpoint_ns__in=list(firsts))
+        .values("metadata__checkpoint_ns")
+        .annotate(last=Max("seq"))
+        .values_list("metadata__checkpoint_ns", "last")
+    )
+    return [Landmark(last, f"#{firsts[ns]}–{last} {short_namespace(ns)}") for ns, last in newest if ns in firsts]

@@ -9,6 +9,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from checkpoints.store.previews import is_langchain_message, role_of
+
 TRANSCRIPT_PAGE = 60  # messages per transcript page, newest last
 MESSAGE_MAX = 20_000  # characters of one message shown
 
@@ -57,7 +59,7 @@ class Transcript:
         records = _records(state)
         results: dict[str, Any] = {}
         for message in messages:
-            if isinstance(message, dict) and message.get("role") == "tool" and message.get("tool_call_id"):
+            if isinstance(message, dict) and role_of(message) == "tool" and message.get("tool_call_id"):
                 results[str(message["tool_call_id"])] = message
         shown = []
         for index in range(start, end):
@@ -89,7 +91,9 @@ def _find_messages(state: Any) -> tuple[str, list[Any]] | None:
         return None
     for key in ("messages", "conversation_history", "conversation", "history"):
         value = state.get(key)
-        if isinstance(value, list) and any(isinstance(m, dict) and "role" in m for m in value[:20]):
+        if isinstance(value, list) and any(
+            isinstance(m, dict) and ("role" in m or is_langchain_message(m)) for m in value[:20]
+        ):
             return key, value
     return None
 
@@ -137,7 +141,7 @@ def _message(index: int, message: dict[str, Any], calls: list[ToolCall]) -> Mess
     truncated = max(0, len(text) - MESSAGE_MAX)
     return Message(
         index,
-        str(message.get("role") or "?"),
+        role_of(message) or "?",
         text[:MESSAGE_MAX],
         truncated,
         name=str(message.get("name") or ""),
@@ -150,11 +154,13 @@ def _tool_call(call: dict[str, Any], records: dict[str, dict[str, Any]], results
     record = records.get(str(call.get("id")), {})
     reply = results.get(str(call.get("id")))
     name = call.get("tool_name") or call.get("name") or function.get("name") or record.get("tool_name") or "tool"
-    arguments = call.get("arguments", function.get("arguments", record.get("arguments")))
+    arguments = call.get("arguments", call.get("args", function.get("arguments", record.get("arguments"))))
     result = next((source["result"] for source in (call, record) if source.get("result") is not None), None)
     if result is None and reply is not None:
         result = reply.get("content")
     error = call.get("error") or record.get("error")
+    if not error and reply is not None and reply.get("status") == "error":  # a LangChain ToolMessage that failed
+        error = reply.get("content")
     success = next((source["success"] for source in (call, record) if isinstance(source.get("success"), bool)), None)
     if success is None and error:
         success = False

@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from checkpoints.models import AgentSession, AlertKind, AlertState, AuditEvent, DriftAlert, JobRun
 from checkpoints.services import Actor, CheckpointInput, drift, ingest_checkpoints, restore_checkpoint
+from tests.lg_states import langgraph_session, put
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 TOOLS = ["search_kb", "read_file", "run_tests", "write_file", "get_order", "send_reply", "fetch_url"]
@@ -672,3 +674,29 @@ def test_the_job_clears_a_storm_of_alerts_in_a_few_statements_each_audited(make_
     resolved = AuditEvent.objects.filter(action="alert_resolved", actor="system:drift")
     assert sorted(resolved.values_list("session_id", flat=True)) == sorted([a.session.pk for a in agents] * 2)
     assert set(resolved.values_list("reason", flat=True)) == {"the condition cleared"}
+
+
+def test_a_langgraph_agent_repeating_one_call_and_failing_it_raises_repetition_and_error_rate(make_session):
+    session = langgraph_session(make_session)
+    messages: list[Any] = [HumanMessage("Book the flight")]
+    parent = None
+    for turn in range(12):
+        call = {"name": "book", "args": {"flight": "SK 4411"}, "id": f"call_{turn}"}
+        messages += [
+            AIMessage("", tool_calls=[call]),
+            ToolMessage("seat map timeout", tool_call_id=call["id"], status="error"),
+        ]
+        parent = put(
+            session,
+            {"messages": messages},
+            {"source": "loop", "step": turn},
+            checkpoint_id=f"cp-{turn:02}",
+            parent=parent,
+        )
+    session.refresh_from_db()
+
+    drift.detect_session(session, now=datetime.now(UTC))
+
+    assert {AlertKind.REPETITION, AlertKind.ERROR_RATE} <= alert_kinds(session)
+    alert = DriftAlert.objects.get(session=session, kind=AlertKind.REPETITION)
+    assert alert.evidence["tool"] == "book" and alert.evidence["count"] == 12

@@ -3,9 +3,11 @@ from __future__ import annotations
 import io
 
 import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from checkpoints.services import Actor, restore_checkpoint
 from checkpoints.store.previews import PREVIEW_MAX, preview_of
+from tests.lg_states import typed
 
 CALL = {"id": "c1", "tool_name": "web_search", "arguments": {"query": "kv cache"}, "success": True}
 
@@ -145,3 +147,17 @@ def test_the_demos_failed_tool_calls_are_marked_on_their_checkpoints(demo):
     assert named_failed.exists()
     assert not named_failed.filter(tool_failed=False).exists()
     assert named_failed.exclude(preview__contains=" failed: ").count() == 0
+
+
+def test_a_langgraph_tool_call_and_its_failed_reply_read_as_other_formats_do():
+    asked = [HumanMessage("Find me a flight")]
+    call = AIMessage("", tool_calls=[{"name": "search", "args": {"q": "Oslo"}, "id": "call_1"}])
+    failed = ToolMessage("HTTP 503", tool_call_id="call_1", status="error")
+
+    called = preview_of({"messages": typed([*asked, call])}, {"messages": typed(asked)})
+    replied = preview_of({"messages": typed([*asked, call, failed])}, {"messages": typed([*asked, call])})
+
+    assert called.text == "ai: calls search(q=Oslo)"
+    assert (called.tool_calls, called.tool_failed) == (1, False)
+    assert replied.text == "tool: HTTP 503"
+    assert (replied.tool_calls, replied.tool_failed) == (0, True)

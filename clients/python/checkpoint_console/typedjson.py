@@ -201,7 +201,8 @@ def readable(value: Any) -> Any:
         return str(value.get("v"))
     if kind == "json":
         return readable(value.get("v"))
-    size = len(str(value.get("b64", ""))) * 3 // 4
+    encoded = str(value.get("b64", ""))
+    size = len(encoded) * 3 // 4 - len(encoded) + len(encoded.rstrip("="))  # base64 padding holds no bytes
     label = tag[1] if kind in ("typed", "rawext") and len(tag) > 1 else kind
     return f"<{label} value, {size:,} bytes, not decoded>"
 

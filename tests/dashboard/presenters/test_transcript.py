@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
 from dashboard.presenters.transcript import TRANSCRIPT_PAGE, Transcript
+from tests.lg_states import typed
 
 
 def test_a_tool_reply_is_shown_with_its_call_not_as_a_message_of_its_own():
@@ -43,3 +46,18 @@ def test_a_long_conversation_shows_its_newest_page_and_how_many_earlier_ones_loa
 
 def test_a_state_without_messages_has_no_transcript():
     assert Transcript.of({"notes": ["a"]}) is None and Transcript.of([{"role": "user"}]) is None
+
+
+def test_langchain_messages_read_by_type_with_their_args_and_a_failed_tool_message_as_the_error():
+    call = {"name": "read_file", "args": {"path": "/etc/shadow"}, "id": "c1"}
+    messages = [
+        HumanMessage("Read the file"),
+        AIMessage([{"type": "text", "text": "Reading it."}], tool_calls=[call]),
+        ToolMessage("permission denied", tool_call_id="c1", status="error"),
+    ]
+    transcript = Transcript.of({"messages": typed(messages)})
+    assert transcript is not None
+    assert [(m.role, m.text) for m in transcript.messages] == [("user", "Read the file"), ("assistant", "Reading it.")]
+    [shown] = transcript.messages[1].calls
+    assert (shown.name, shown.arguments, shown.result) == ("read_file", '{"path": "/etc/shadow"}', None)
+    assert (shown.success, shown.error) == (False, "permission denied")

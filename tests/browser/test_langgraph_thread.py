@@ -1,0 +1,67 @@
+"""An operator reads a LangGraph thread (two turns with a subgraph, then time travel) in Chromium."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import SCREENSHOTS
+from tests.browser.test_accessibility import AXE, AXE_PATH, SERIOUS, WIDTHS, sideways
+from tests.lg_states import langgraph_session, run_thread, store_thread
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_operator_reads_a_langgraph_thread_its_subgraph_runs_and_a_checkpoint(
+    page, live_server, sign_in, alice, make_session, widths
+):
+    session = langgraph_session(make_session, "support-bot-thread-42")
+    checkpoints = store_thread(
+        session,
+        run_thread("support-bot-thread-42", with_subgraph=True, turns=2, time_travel=True),
+        "support-bot-thread-42",
+    )
+    inner = [c for c in checkpoints if c.metadata["checkpoint_ns"]]
+    sign_in(alice)
+
+    page.goto(f"{live_server.url}/sessions/{session.pk}/")
+    subgraphs = page.locator("tbody.branch", has_text="Subgraph run")
+    expect(subgraphs).to_have_count(3)  # one folded row per subgraph run, the root graph's line between
+    expect(subgraphs.first).to_contain_text("subgraph child:")
+    expect(page.locator("tr.cp .marker-start", has_text="branched from")).to_have_count(1)  # the time travel
+    widths("langgraph-timeline")
+
+    page.set_viewport_size(WIDTHS["390"])
+    wrap = page.locator(".table-wrap:has(table.timeline)")
+    assert wrap.evaluate("el => el.scrollWidth - el.clientWidth") <= 0  # a namespace label wraps on a phone
+    page.set_viewport_size({"width": 1366, "height": 860})
+    subgraphs.first.locator("a.branch-toggle").click()
+    expect(page.locator(".badge-ns").first).to_be_visible()
+    widths("langgraph-timeline-subgraph-open")
+    readable_everywhere(page, live_server)
+
+    latest = checkpoints[-1]
+    page.goto(f"{live_server.url}/checkpoints/{latest.pk}/#transcript")
+    expect(page.locator("#transcript .tool-call").first).to_contain_text("HTTP 503 from the search API")
+    expect(page.locator("body")).not_to_contain_text("__lg__")
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 844})
+        page.locator("#transcript").screenshot(path=str(SCREENSHOTS / f"langgraph-transcript-{width}.png"))
+    page.set_viewport_size({"width": 1366, "height": 860})
+
+    page.goto(f"{live_server.url}/checkpoints/{inner[-1].pk}/")
+    expect(page.locator("dl.meta")).to_contain_text(inner[-1].metadata["checkpoint_id"])
+    expect(page.locator("dl.meta")).to_contain_text("Ran under")
+    widths("langgraph-checkpoint")
+    readable_everywhere(page, live_server)
+
+
+def readable_everywhere(page, live_server) -> None:
+    """No serious axe-core finding, and nothing scrolling sideways on a phone (long namespaces wrap)."""
+    url = f"{live_server.url}{AXE_PATH}"
+    page.route(url, lambda route: route.fulfill(path=AXE, content_type="text/javascript"))
+    for size in WIDTHS.values():
+        page.set_viewport_size(size)
+        page.add_script_tag(url=url)
+        assert page.evaluate(SERIOUS) == []
+        assert sideways(page) <= 0
