@@ -8,13 +8,13 @@ from __future__ import annotations
 import datetime
 from typing import Annotated, Any, TypedDict
 
-from checkpoint_console import typedjson
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
+from checkpoint_console import typedjson
 from checkpoints.models import AgentSession, Checkpoint
 from checkpoints.services import CheckpointInput, create_checkpoint
 

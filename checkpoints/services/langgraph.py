@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from checkpoint_console import typedjson
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+
+from checkpoint_console import typedjson
 
 from .. import limits, store
 from ..models import (

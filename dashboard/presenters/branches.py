@@ -15,9 +15,7 @@ from functools import cached_property
 
 from django.db.models import Min
 
-from checkpoints.models import AgentSession, Checkpoint, CheckpointKind
-
-LANGGRAPH = "langgraph"  # the sessions LangGraph's checkpoint saver sends: a thread each
+from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, SourceFormat
 
 FOLD_OVER = 3  # a side branch of more checkpoints than this starts folded (see Folding)
 LANE_COLOURS = 6
@@ -385,7 +383,7 @@ class Layout:
 
 
 def is_langgraph(session: AgentSession) -> bool:
-    return session.source_format == LANGGRAPH
+    return session.source_format == SourceFormat.LANGGRAPH
 
 
 def _langgraph_starts(

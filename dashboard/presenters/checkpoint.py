@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoint_console.typedjson import readable
-
 from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, Phase
 from checkpoints.store import diff_checkpoints
 

@@ -17,9 +17,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 import orjson
-from checkpoint_console.typedjson import readable
 from django.urls import reverse
 
+from checkpoint_console.typedjson import readable
 from checkpoints.humanize import short_value
 from checkpoints.store import jsoncodec
 from checkpoints.store.diff import Diff, DiffEntry, Group, Run, format_path, group_changes

@@ -18,7 +18,6 @@ from itertools import islice
 from typing import Any
 
 from checkpoint_console.typedjson import TAG, readable
-
 from checkpoints.humanize import short_value
 from checkpoints.store.diff import format_path
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from checkpoint_console import typedjson
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from checkpoint_console import typedjson
 
 SERDE = JsonPlusSerializer()
 

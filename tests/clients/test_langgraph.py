@@ -12,8 +12,6 @@ from uuid import UUID
 
 import httpx
 import pytest
-from checkpoint_console.client import CheckpointAPIError
-from checkpoint_console.langgraph import ConsoleSaver
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.conformance import checkpointer_test, validate
@@ -23,6 +21,8 @@ from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
 from pydantic import BaseModel
 
+from checkpoint_console.client import CheckpointAPIError
+from checkpoint_console.langgraph import ConsoleSaver
 from checkpoints.models import AgentSession
 from checkpoints.services import create_api_token, get_or_create_project
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from checkpoint_console import typedjson
-from checkpoint_console.lgwire import Memory, Sent, plan_put
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from checkpoint_console import typedjson
+from checkpoint_console.lgwire import Memory, Sent, plan_put
 
 SERDE = JsonPlusSerializer()
 

@@ -7,10 +7,10 @@ import json
 from urllib.parse import quote
 
 import pytest
-from checkpoint_console import typedjson
 from django.urls import reverse
 from langchain_core.messages import AIMessage
 
+from checkpoint_console import typedjson
 from checkpoints.services import CheckpointInput, create_checkpoint
 from dashboard.presenters.branches import Layout
 from dashboard.presenters.timeline import BranchRow, CheckpointRow, timeline_page

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from checkpoint_console import typedjson
 from psycopg.rows import dict_row
+
+from checkpoint_console import typedjson
 
 from ... import store
 from ...models import Checkpoint, LangGraphWrites

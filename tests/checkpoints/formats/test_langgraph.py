@@ -19,7 +19,6 @@ from typing import Annotated, Any, TypedDict
 
 import psycopg
 import pytest
-from checkpoint_console import typedjson
 from django.core.management import CommandError
 from django.db import connection
 from django.urls import reverse
@@ -31,6 +30,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
 
+from checkpoint_console import typedjson
 from checkpoints.models import AgentSession, AuditEvent, Checkpoint, ImportJob, Project
 from checkpoints.services import Actor, CheckpointInput, create_checkpoint, restore_checkpoint, upsert_session
 from checkpoints.services.langgraph import delete_thread, iter_tuples
