@@ -143,7 +143,8 @@ def describe(policy: RetentionPolicy) -> str:
     if not rules:
         return "keep everything (no rule)"
     text = rules[0] if rules[0].startswith("keep") else f"keep {rules[0]}"
-    return "".join([text, *(f", plus {rule.removeprefix('keep ')}" for rule in rules[1:])])
+    scope = "; LangGraph threads too" if policy.applies_to_langgraph else ""
+    return "".join([text, *(f", plus {rule.removeprefix('keep ')}" for rule in rules[1:]), scope])
 
 
 def policies_in_force(*, projects: QuerySet[Project] | None = None) -> list[RetentionPolicy]:

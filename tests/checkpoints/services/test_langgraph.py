@@ -185,6 +185,15 @@ def keep_last_step(n, **fields):
     RetentionPolicy.objects.update_or_create(project=None, kind="step", defaults={**rules, "enabled": True, **fields})
 
 
+def test_a_policy_says_when_it_applies_to_langgraph_threads():
+    from checkpoints.jobs.retention import describe
+
+    policy = RetentionPolicy(kind="step", keep_last=5)
+    assert describe(policy) == "keep the last 5 per session"
+    policy.applies_to_langgraph = True
+    assert describe(policy) == "keep the last 5 per session; LangGraph threads too"
+
+
 def test_retention_leaves_langgraph_threads_whole_by_default(project, make_session, make_checkpoint):
     keep_last_step(1)
     for n in range(5):
@@ -214,3 +223,27 @@ def test_retention_for_langgraph_keeps_each_namespaces_latest_and_unanswered_int
     from checkpoints.models import LangGraphWrites
 
     assert not LangGraphWrites.objects.filter(checkpoint_id=lg_id(0)).exists()
+
+
+# ---- writes stored once --------------------------------------------------------------------------------
+
+
+def test_a_write_named_in_a_later_state_outlives_that_checkpoint(project):
+    from checkpoints.jobs.gc import live_roots
+    from checkpoints.models import LangGraphWrites
+
+    put(project, "thread-1", 0, values={"messages": messages(1)})
+    new = messages(2)[1]
+    write(project, "thread-1", lg_id(0), [["messages", [new]]])
+    appends = {"messages": {"base_len": 1, "items": [new]}}
+    item = lg.PutInput(
+        **put_body("thread-1", 1, parent=0, values={}, metadata={"source": "loop", "step": 1, "run_id": "r1"}),
+        channels=["messages"],
+        appends=appends,
+        base_checkpoint_id=lg_id(0),
+    )
+    lg.put_checkpoint(project, item, actor=ACTOR)
+    row = LangGraphWrites.objects.get()
+    assert row.values_root is not None and bytes(row.values_root) in live_roots()
+    assert lg.delete_for_runs(project, actor=ACTOR, run_ids=["r1"]) == (1, 0)
+    assert latest(project, "thread-1")["pending_writes"] == [["task", "messages", [new]]]
