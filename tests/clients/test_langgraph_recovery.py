@@ -62,12 +62,11 @@ class FakeModel:
 
 
 def tools(state: Chat) -> dict[str, Any]:
-    """A ToolNode-like node: runs each call of the last AI message; a negative sum is a failed call."""
+    """A ToolNode-like node: runs each call of the last AI message."""
     replies = []
     for call in state["messages"][-1].tool_calls:
         total = call["args"]["a"] + call["args"]["b"]
-        status = "error" if total < 0 else "success"
-        replies.append(ToolMessage(str(total), tool_call_id=call["id"], id=f"tool-{call['id']}", status=status))
+        replies.append(ToolMessage(str(total), tool_call_id=call["id"], id=f"tool-{call['id']}"))
     return {"messages": replies}
 
 
@@ -102,7 +101,7 @@ def approval_graph(saver: BaseCheckpointSaver[Any]) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-def nested_graph(saver: BaseCheckpointSaver[Any], *, calls: int = 2) -> Any:
+def nested_graph(saver: BaseCheckpointSaver[Any]) -> Any:
     """A parent graph that answers once, then hands its conversation to a tool-loop subgraph."""
 
     def greet(state: Chat) -> dict[str, Any]:
@@ -110,7 +109,7 @@ def nested_graph(saver: BaseCheckpointSaver[Any], *, calls: int = 2) -> Any:
 
     builder = StateGraph(Chat)
     builder.add_node("greet", greet)
-    builder.add_node("work", tool_loop(FakeModel(calls=calls)).compile())  # namespace "work:<task id>"
+    builder.add_node("work", tool_loop(FakeModel(calls=2)).compile())  # namespace "work:<task id>"
     builder.add_edge(START, "greet")
     builder.add_edge("greet", "work")
     builder.add_edge("work", END)
