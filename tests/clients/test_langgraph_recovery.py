@@ -334,13 +334,22 @@ def stored(project: Any, thread_id: str) -> dict[str, list[Any]]:
     )
 
 
+def tallied(thread_id: str) -> dict[str, list[tuple[int | None, int | None, bool]]]:
+    """Each namespace's (step, calls made, tool failed) in id order, as the console counted them."""
+    rows = Checkpoint.objects.filter(session__external_id=thread_id)
+    return by_namespace(
+        (row.metadata["checkpoint_ns"], row.metadata["checkpoint_id"], (row.step, row.calls_made, row.tool_failed))
+        for row in rows
+    )
+
+
 def test_an_imported_sqlite_saver_file_holds_the_states_console_saver_stored_for_the_same_graph(
     saver, project, tmp_path: Path
 ):
-    nested_graph(saver).invoke(QUESTION, config("live"))
+    failed_then_nested_graph(saver).invoke(QUESTION, config("live"))
     path = tmp_path / "run.sqlite"
     with SqliteSaver.from_conn_string(str(path)) as sqlite:
-        nested_graph(sqlite).invoke(QUESTION, config("from-file"))
+        failed_then_nested_graph(sqlite).invoke(QUESTION, config("from-file"))
         in_file = by_namespace(
             (
                 t.config["configurable"]["checkpoint_ns"],
@@ -359,6 +368,7 @@ def test_an_imported_sqlite_saver_file_holds_the_states_console_saver_stored_for
     assert stored(project, "from-file") == in_file
     assert stored(project, "live") == in_file
     assert {node: len(states) for node, states in in_file.items()} == {"": 4, "work": 7}
+    assert tallied("from-file") == tallied("live")  # puts in any order, an import in id order: counted alike
 
 
 # ---- retention -------------------------------------------------------------------------------------------

@@ -177,6 +177,27 @@ def test_a_console_fork_is_a_new_thread_that_continues_from_the_forked_state(pro
     assert len(list(lg.iter_tuples(project, thread_id=thread_id))) == 2
 
 
+def test_a_fork_of_an_answered_interrupt_leaves_the_answer_behind(project):
+    ids = interrupted_thread(project)
+    write(project, "thread-1", ids[1], [["__resume__", typed("no")]])
+    write(project, "thread-1", ids[1], [["__resume__", typed("no")]], task_id="00000000-0000-0000-0000-000000000000")
+    fork = fork_session(Checkpoint.objects.get(metadata__checkpoint_id=ids[1]), actor=ACTOR)
+    assert latest(project, fork.metadata["thread_id"])["pending_writes"] == [
+        ["task", "__interrupt__", {"value": "approve?"}]
+    ]
+
+
+# ---- what a subgraph adds ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("ns", "calls"), [("work:1", 0), ("", 1)])
+def test_a_subgraphs_first_step_counts_no_call_of_the_conversation_its_input_carried(project, ns, calls):
+    start = {"__start__": {"messages": messages(2)}}  # a question and an answer calling a tool
+    put(project, "thread-1", 0, ns=ns, values=start, metadata={"source": "input", "step": -1, "parents": {}})
+    checkpoint, _ = put(project, "thread-1", 1, ns=ns, parent=0, values={"messages": messages(2)})
+    assert checkpoint.calls_made == calls  # a root graph's input is new to the thread; a subgraph's is inherited
+
+
 # ---- retention -------------------------------------------------------------------------------------------
 
 
