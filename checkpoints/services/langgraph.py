@@ -780,6 +780,23 @@ def _largest_id(session: AgentSession) -> str | None:
     return rows.values_list("checkpoint_id", flat=True).first()
 
 
+def check_resumable(checkpoint: Checkpoint) -> None:
+    """Refuse a restore or fork of a subgraph's checkpoint: LangGraph resumes a thread from its root namespace,
+    and a subgraph's namespace is named after the task that ran it, whose id derives from the parent graph's
+    checkpoint id; so the agent could not take it up. The parent graph's checkpoint it ran from is named instead."""
+    row = LangGraphCheckpoint.objects.filter(console=checkpoint).exclude(checkpoint_ns="").first()
+    if row is None:
+        return
+    parents = row.metadata.get("parents")
+    root_id = parents.get("") if isinstance(parents, dict) else None
+    root = _current(row.session, "").filter(checkpoint_id=root_id).select_related("console").first()
+    instead = f"#{root.console.seq}, the parent graph's checkpoint it ran from" if root else "a root checkpoint"
+    raise CheckpointError(
+        f"#{checkpoint.seq} is a checkpoint of subgraph {row.checkpoint_ns.split(':')[0]!r}: LangGraph resumes a "
+        f"thread from its parent graph, so restore or fork {instead}"
+    )
+
+
 def record_restore(checkpoint: Checkpoint, restored: Checkpoint, *, now: datetime) -> None:
     """Give a console restore (or undo) of a LangGraph checkpoint its LangGraph side, in the restore's
     transaction: an id larger than every id in the thread, so LangGraph's next `invoke` continues from it; metadata

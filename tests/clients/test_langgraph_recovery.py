@@ -281,6 +281,26 @@ def test_a_graph_with_a_subgraph_restored_to_a_root_checkpoint_runs_the_subgraph
     assert len([ns for ns in namespaces if ns.startswith("work:")]) == 2  # one subgraph run before, one after
 
 
+def test_a_subgraph_checkpoint_is_not_restored_or_forked_and_the_parent_graphs_is_named(saver, operator, token_secret):
+    graph = nested_graph(saver)
+    graph.invoke(QUESTION, config("deep"))
+    rows = Checkpoint.objects.filter(session__external_id="deep")
+    inside = rows.exclude(metadata__checkpoint_ns="").get(step=2)
+    ran_from = rows.get(metadata__checkpoint_id=inside.metadata["parents"][""])
+    before = (rows.count(), AuditEvent.objects.count())
+
+    page = submit_form(operator, reverse("dashboard:checkpoint_restore", args=[inside.pk]), reason="retry")
+    refused = ApiClient(token_secret).post(f"/checkpoints/{inside.pk}/fork", {})
+    forked = submit_form(operator, reverse("dashboard:checkpoint_fork", args=[inside.pk]), title="deeper")
+
+    expected = f"LangGraph resumes a thread from its parent graph, so restore or fork #{ran_from.seq}"
+    assert page.status_code == 200 and expected in page.content.decode()
+    assert refused.status_code == 409 and expected in refused.json()["detail"]
+    assert forked.status_code == 200 and expected in forked.content.decode()
+    assert (rows.count(), AuditEvent.objects.count()) == before
+    assert not AgentSession.objects.filter(title="deeper").exists()
+
+
 def test_a_subgraph_counts_only_the_calls_it_made_not_the_conversation_it_inherited(saver):
     failed_then_nested_graph(saver).invoke(QUESTION, config("inherits"))
 
