@@ -165,11 +165,11 @@ def snapshot_where(graph: Any, thread_id: str, wanted: Any) -> Any:
 # ---- the operator's actions, as the console and the API take them -----------------------------------------
 
 
-def submit_form(client: Client, url: str, **fields: str) -> Any:
-    """Open the console page at `url` and submit the form posting back to it as a browser would: every field it
-    renders (the CSRF token included), with `fields` typed in."""
+def submit_form(client: Client, url: str, *, action: str | None = None, **fields: str) -> Any:
+    """Open the console page at `url` and submit the form posting to `action` (back to the page by default) as a
+    browser would: every field it renders (the CSRF token included), with `fields` typed in."""
     page = lxml.html.fromstring(client.get(url).content)
-    form = next(f for f in page.forms if f.get("method") == "post" and f.action == url)
+    form = next(f for f in page.forms if f.get("method") == "post" and f.action == (action or url))
     data = {name: value or "" for name, value in form.form_values()}
     data.update({name: node.text or "" for node in form.cssselect("textarea") if (name := node.get("name"))})
     return client.post(form.action, {**data, **fields})
@@ -225,6 +225,25 @@ def test_a_tool_loop_restored_to_an_earlier_step_continues_from_it(saver, restor
     assert all(restored_id > s.config["configurable"]["checkpoint_id"] for s in before)
     assert history[2].parent_config["configurable"]["checkpoint_id"] == restored_id
     assert history[4:] == before  # nothing of the earlier run was lost
+
+
+def test_undoing_a_console_restore_gives_the_graph_its_state_from_before_the_restore(saver, restore_in, operator):
+    graph = tool_graph(saver)
+    graph.invoke(QUESTION, config("undone"))
+    finished = graph.get_state(config("undone"))
+    first_call = snapshot_where(graph, "undone", lambda s: ids(s) == ["h1", "ai-1"])
+    restore_in("console", console_row("undone", first_call))
+    session = AgentSession.objects.get(external_id="undone")
+
+    detail = reverse("dashboard:session_detail", args=[session.pk])
+    undo = reverse("dashboard:session_undo", args=[session.pk])
+    assert submit_form(operator, detail, action=undo).status_code == 302
+    state = graph.get_state(config("undone"))
+    graph.invoke(None, config("undone"))
+
+    assert state.values == finished.values and state.next == ()
+    assert state.metadata["restored_from"] == finished.config["configurable"]["checkpoint_id"]
+    assert graph.get_state(config("undone")).config == state.config  # nothing left to run
 
 
 def test_a_graph_restored_to_the_checkpoint_waiting_on_an_interrupt_asks_again_and_resumes(saver, restore_in):
