@@ -82,6 +82,9 @@ class CheckpointInput:
     parent: int | None = None
     parent_key: str = ""
     new_root: bool = False
+    # The state what this checkpoint added is told from, when not its parent's: a LangGraph subgraph's first step
+    # holds the conversation its input carried in (in the parent's "__start__"), which it did not add.
+    previous: Any = None
 
 
 _New = tuple[int, CheckpointInput, store.Saved, Preview]  # a checkpoint to insert: its place in the results
@@ -147,7 +150,8 @@ def ingest_checkpoints(
                     raise InvalidState(str(exc)) from exc
                 base = saved.root
                 parents.saved(item, saved.root)
-                new.append((position, item, saved, preview_of(item.state, _state_or_none(parent_root))))
+                previous = item.previous if item.previous is not None else _state_or_none(parent_root)
+                new.append((position, item, saved, preview_of(item.state, previous)))
             planned.append((session, new, parents))
         batch.flush()
         recovered: set[int] = set()

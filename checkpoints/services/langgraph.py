@@ -272,6 +272,7 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
         metadata={**metadata, "checkpoint_id": checkpoint_id, "checkpoint_ns": item.checkpoint_ns},
         parent=parent,
         new_root=parent is None,
+        previous=_subgraph_input(item, parent_row),
     )
     if existing is not None:
         LangGraphCheckpoint.objects.filter(pk=existing.pk).update(current=False)
@@ -292,6 +293,16 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
         _share_written_values(session, item, item.parent_checkpoint_id, bytes(checkpoint.root))
     _keep_head(session, item, previous, head)
     return checkpoint, True
+
+
+def _subgraph_input(item: PutInput, parent: LangGraphCheckpoint | None) -> Any:
+    """What a subgraph's first step is told against: the input its parent graph passed it (the input checkpoint's
+    "__start__"), so the inherited conversation's tool calls are not counted, nor its failures flagged, again."""
+    if item.checkpoint_ns == "" or parent is None or parent.metadata.get("source") != "input":
+        return None
+    state = store.load_shared(bytes(parent.console.root))
+    start = state.get("__start__") if isinstance(state, dict) else None
+    return start if isinstance(start, dict) else None
 
 
 def _keep_head(session: AgentSession, item: PutInput, previous: int | None, head: LangGraphCheckpoint | None) -> None:
@@ -769,11 +780,30 @@ def _largest_id(session: AgentSession) -> str | None:
     return rows.values_list("checkpoint_id", flat=True).first()
 
 
+def check_resumable(checkpoint: Checkpoint) -> None:
+    """Refuse a restore or fork of a subgraph's checkpoint: LangGraph resumes a thread from its root namespace,
+    and a subgraph's namespace is named after the task that ran it, whose id derives from the parent graph's
+    checkpoint id; so the agent could not take it up. The parent graph's checkpoint it ran from is named instead."""
+    row = LangGraphCheckpoint.objects.filter(console=checkpoint).exclude(checkpoint_ns="").first()
+    if row is None:
+        return
+    parents = row.metadata.get("parents")
+    root_id = parents.get("") if isinstance(parents, dict) else None
+    root = _current(row.session, "").filter(checkpoint_id=root_id).select_related("console").first()
+    instead = f"#{root.console.seq}, the parent graph's checkpoint it ran from" if root else "a root checkpoint"
+    raise CheckpointError(
+        f"#{checkpoint.seq} is a checkpoint of subgraph {row.checkpoint_ns.split(':')[0]!r}: LangGraph resumes a "
+        f"thread from its parent graph, so restore or fork {instead}"
+    )
+
+
 def record_restore(checkpoint: Checkpoint, restored: Checkpoint, *, now: datetime) -> None:
     """Give a console restore (or undo) of a LangGraph checkpoint its LangGraph side, in the restore's
     transaction: an id larger than every id in the thread, so LangGraph's next `invoke` continues from it; metadata
-    source "fork" with `restored_from`; the restored checkpoint as parent; its header and pending writes (an
-    interrupt it waited on can be resumed)."""
+    source "fork" with `restored_from`; the restored checkpoint as parent; its header. No pending writes: LangGraph
+    derives task ids from the checkpoint id, so the old tasks' writes would match no task of the new id, and the
+    null task's (an earlier answer to an interrupt) would be taken again. As in LangGraph's own time travel, the
+    tasks run again and an interrupt asks again (or takes the `Command(resume=…)` given)."""
     source = LangGraphCheckpoint.objects.filter(console=checkpoint).first()
     if source is None:
         return
@@ -783,17 +813,14 @@ def record_restore(checkpoint: Checkpoint, restored: Checkpoint, *, now: datetim
     _add_row(
         source, restored, session, checkpoint_id=checkpoint_id, metadata=metadata, parent=source.checkpoint_id, now=now
     )
-    writes = LangGraphWrites.objects.filter(
-        session=session, checkpoint_ns=source.checkpoint_ns, checkpoint_id=source.checkpoint_id
-    )
-    _copy_writes(list(writes), session, checkpoint_id=checkpoint_id)
     set_head(session)
 
 
 def record_fork(checkpoint: Checkpoint, fork: AgentSession, first: Checkpoint, *, now: datetime) -> None:
     """Make a console fork of a LangGraph checkpoint a new thread (its id: the fork session's external id, as
-    `thread_external_id` would map it back) whose first checkpoint has the same id, header and pending writes, so
-    `invoke` on the new thread continues from the forked state."""
+    `thread_external_id` would map it back) whose first checkpoint has the same id and header, and of its pending
+    writes only the interrupts: as in LangGraph's time travel, the tasks run again on the new thread (a tool that
+    failed is retried) and an interrupt, even one answered since, waits for a `Command(resume=…)`."""
     source = LangGraphCheckpoint.objects.select_related("session").filter(console=checkpoint).first()
     if source is None:
         return
@@ -812,7 +839,15 @@ def record_fork(checkpoint: Checkpoint, fork: AgentSession, first: Checkpoint, *
     writes = LangGraphWrites.objects.filter(
         session=source.session, checkpoint_ns=source.checkpoint_ns, checkpoint_id=source.checkpoint_id
     )
-    _copy_writes(list(writes), fork)
+    _copy_writes([_interrupt_only(row) for row in writes.filter(interrupted=True)], fork)
+
+
+def _interrupt_only(row: LangGraphWrites) -> LangGraphWrites:
+    """A task's row holding only its interrupt (not what it wrote, nor the answer it was given)."""
+    interrupt = SPECIAL_WRITES["__interrupt__"]
+    row.writes = jsoncodec.pack([entry for entry in jsoncodec.unpack(row.writes) if entry[0] == interrupt])
+    row.resumed = False
+    return row
 
 
 def _decoded(external_id: str) -> str:

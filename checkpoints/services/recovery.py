@@ -40,6 +40,8 @@ def restore_checkpoint(
     """
     now = now or timezone.now()
     session = AgentSession.objects.select_for_update().get(pk=checkpoint.session_id)
+    if session.source_format == SourceFormat.LANGGRAPH:
+        langgraph.check_resumable(checkpoint)
     previous_head = session.head_id
     restored = _new_head(session, checkpoint, name=f"restore of #{checkpoint.seq}", reason=reason, now=now)
     record_audit(
@@ -215,6 +217,8 @@ def fork_session(
     the next number is tried.
     """
     source = checkpoint.session
+    if source.source_format == SourceFormat.LANGGRAPH:
+        langgraph.check_resumable(checkpoint)
     if external_id:
         try:
             return _fork(checkpoint, actor=actor, title=title, external_id=external_id, now=now)

@@ -67,16 +67,20 @@ def restore(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     form = RestoreForm(request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
         session = checkpoint.session
-        restored = restore_checkpoint(
-            checkpoint, actor=Actor.for_user(request.user), reason=form.cleaned_data["reason"]
-        )
-        offer_undo(
-            request,
-            session,
-            f"Restored {session.title or session.external_id} to #{checkpoint.seq}: the agent resumes from "
-            f"new checkpoint #{restored.seq}. Later checkpoints stay in the history.",
-        )
-        return navigate(request, reverse("dashboard:session_detail", args=[session.pk]))
+        try:
+            restored = restore_checkpoint(
+                checkpoint, actor=Actor.for_user(request.user), reason=form.cleaned_data["reason"]
+            )
+        except CheckpointError as exc:
+            form.add_error(None, str(exc))
+        else:
+            offer_undo(
+                request,
+                session,
+                f"Restored {session.title or session.external_id} to #{checkpoint.seq}: the agent resumes from "
+                f"new checkpoint #{restored.seq}. Later checkpoints stay in the history.",
+            )
+            return navigate(request, reverse("dashboard:session_detail", args=[session.pk]))
     context = _restore_context(request, checkpoint, form)
     return render_page(request, "dashboard/restore.html", context, partial="restore-dialog")
 

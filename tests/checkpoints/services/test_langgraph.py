@@ -131,7 +131,7 @@ def test_a_console_restore_makes_the_restored_state_langgraphs_latest_under_a_la
         now_latest["checkpoint"]["channel_versions"]
         == latest(project, "thread-1", checkpoint_id=ids[1])["checkpoint"]["channel_versions"]
     )
-    assert now_latest["pending_writes"] == [["task", "__interrupt__", {"value": "approve?"}], ["task", "messages", "m"]]
+    assert now_latest["pending_writes"] == []  # the tasks run again under the new id, an interrupt asks again
     assert now_latest["console"]["id"] == restored.pk
     session = AgentSession.objects.get()
     assert session.head_id == restored.pk and restored.kind == CheckpointKind.RESTORE
@@ -171,10 +171,31 @@ def test_a_console_fork_is_a_new_thread_that_continues_from_the_forked_state(pro
     assert forked["checkpoint"]["channel_values"] == {"messages": messages(2)}
     assert forked["metadata"]["forked_from"] == ids[1]
     assert forked["metadata"]["forked_from_thread"] == "team/thread-1"
-    assert forked["pending_writes"] == [["task", "__interrupt__", {"value": "approve?"}], ["task", "messages", "m"]]
+    assert forked["pending_writes"] == [["task", "__interrupt__", {"value": "approve?"}]]  # the task runs again
     assert forked["parent_checkpoint_id"] is None
     put(project, thread_id, 5, checkpoint_id=str(uuid6(clock_seq=5)), parent=None)  # the graph goes on
     assert len(list(lg.iter_tuples(project, thread_id=thread_id))) == 2
+
+
+def test_a_fork_of_an_answered_interrupt_leaves_the_answer_behind(project):
+    ids = interrupted_thread(project)
+    write(project, "thread-1", ids[1], [["__resume__", typed("no")]])
+    write(project, "thread-1", ids[1], [["__resume__", typed("no")]], task_id="00000000-0000-0000-0000-000000000000")
+    fork = fork_session(Checkpoint.objects.get(metadata__checkpoint_id=ids[1]), actor=ACTOR)
+    assert latest(project, fork.metadata["thread_id"])["pending_writes"] == [
+        ["task", "__interrupt__", {"value": "approve?"}]
+    ]
+
+
+# ---- what a subgraph adds ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("ns", "calls"), [("work:1", 0), ("", 1)])
+def test_a_subgraphs_first_step_counts_no_call_of_the_conversation_its_input_carried(project, ns, calls):
+    start = {"__start__": {"messages": messages(2)}}  # a question and an answer calling a tool
+    put(project, "thread-1", 0, ns=ns, values=start, metadata={"source": "input", "step": -1, "parents": {}})
+    checkpoint, _ = put(project, "thread-1", 1, ns=ns, parent=0, values={"messages": messages(2)})
+    assert checkpoint.calls_made == calls  # a root graph's input is new to the thread; a subgraph's is inherited
 
 
 # ---- retention -------------------------------------------------------------------------------------------
