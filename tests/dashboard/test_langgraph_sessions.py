@@ -166,3 +166,22 @@ def test_the_timeline_index_lists_subgraph_runs_and_each_jump_shows_its_run_open
     assert text(jump).startswith(f"#{inner[0].seq}–{inner[-1].seq} child:")
     opened = client.get(jump.get("href")).content.decode()
     assert len(select(opened, ".badge-ns")) == len(inner)
+
+
+def test_a_subgraph_checkpoint_offers_no_restore_or_fork_and_names_the_root_checkpoint_instead(
+    client, alice, subgraph_thread
+):
+    session, checkpoints = subgraph_thread
+    inner = next(c for c in checkpoints if c.metadata["checkpoint_ns"] and c.name == "loop")
+    outer = next(
+        c for c in checkpoints if c.metadata["checkpoint_id"] == inner.metadata["parents"][""] and c not in [inner]
+    )
+    html = page(client, alice, inner)
+    assert not select(html, f"a[href='{reverse('dashboard:checkpoint_restore', args=[inner.pk])}']")
+    [note] = select(html, ".lg-no-restore")
+    assert note.cssselect("a")[0].get("href") == reverse("dashboard:checkpoint_detail", args=[outer.pk])
+    assert select(page(client, alice, outer), f"a[href='{reverse('dashboard:checkpoint_restore', args=[outer.pk])}']")
+
+    timeline = client.get(reverse("dashboard:session_detail", args=[session.pk]) + f"?at={inner.seq}").content.decode()
+    assert not select(timeline, f"#cp-{inner.seq} a[href$='/restore/']")
+    assert select(timeline, f"#cp-{outer.seq} a[href$='/restore/']")
