@@ -289,7 +289,7 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
         run_id=run_id[:ID_MAX] if isinstance(run_id, str) else "",
     )
     if item.parent_checkpoint_id is not None:
-        _share_written_values(session, item, item.parent_checkpoint_id, bytes(checkpoint.root))
+        _share_written_values(session, item, item.parent_checkpoint_id, bytes(checkpoint.root), state)
     _keep_head(session, item, previous, head)
     return checkpoint, True
 
@@ -417,37 +417,42 @@ def _written_values(row: LangGraphWrites) -> list[tuple[int, str, Any]]:
     found = []
     for idx, channel, value, *positions in entries:
         if positions:
-            items = state[channel]  # type: ignore[index]
-            value = [items[at] for at in positions[0]] if isinstance(positions[0], list) else items[positions[0]]
+            held = state[channel]  # type: ignore[index]
+            at = positions[0]
+            value = held if at is None else [held[n] for n in at] if isinstance(at, list) else held[at]
         found.append((idx, channel, value))
     return found
 
 
-def _share_written_values(session: AgentSession, item: PutInput, parent: str, root: bytes) -> None:
-    """Once a checkpoint appends what its parent's tasks wrote (a chat step's new messages), the parent's writes
-    name those values' places in its state (stored once) instead of holding them a second time."""
+def _share_written_values(
+    session: AgentSession, item: PutInput, parent: str, root: bytes, state: dict[str, Any]
+) -> None:
+    """Once a checkpoint holds what its parent's tasks wrote (a chat step's new messages appended, a replaced
+    channel's new value), the parent's writes name those values' places in its state (stored once) instead of
+    holding them a second time."""
     appended: dict[tuple[str, bytes], int] = {}  # (channel, canonical JSON of an item) → its index in the state
     for channel, append in item.appends.items():
         for offset, value in enumerate(append["items"]):
             appended.setdefault((channel, jsoncodec.canonical(value)), append["base_len"] + offset)
-    if not appended:
-        return
     rows = LangGraphWrites.objects.filter(
         session=session, checkpoint_ns=item.checkpoint_ns, checkpoint_id=parent, values_root__isnull=True
     )
     for row in rows:
         entries = jsoncodec.unpack(row.writes)
-        named = [_named(entry, appended) for entry in entries]
+        named = [_named(entry, appended, state) for entry in entries]
         if any(entry is not None for entry in named):
             shared = [new or old for new, old in zip(named, entries, strict=True)]
             LangGraphWrites.objects.filter(pk=row.pk).update(writes=jsoncodec.pack(shared), values_root=root)
 
 
-def _named(entry: list[Any], appended: dict[tuple[str, bytes], int]) -> list[Any] | None:
-    """[idx, channel, None, positions] for a write whose value (or each item of it) the state holds; else None."""
+def _named(entry: list[Any], appended: dict[tuple[str, bytes], int], state: dict[str, Any]) -> list[Any] | None:
+    """[idx, channel, None, positions] for a write whose value (or each item of it) the state appended,
+    [idx, channel, None, None] for one that is the channel's whole value in the state; else None."""
     if len(entry) != 3:
         return None
     idx, channel, value = entry
+    if _is_whole(value, state.get(channel, _ABSENT)):
+        return [idx, channel, None, None]
     if isinstance(value, list) and value:
         positions = [appended.get((channel, jsoncodec.canonical(part))) for part in value]
         if all(at is not None for at in positions):
@@ -455,6 +460,17 @@ def _named(entry: list[Any], appended: dict[tuple[str, bytes], int]) -> list[Any
         return None
     at = appended.get((channel, jsoncodec.canonical(value)))
     return None if at is None else [idx, channel, None, at]
+
+
+_ABSENT = object()
+
+
+def _is_whole(value: Any, held: Any) -> bool:
+    """Whether a written value is exactly the state's value of its channel (a LastValue channel's write): worth
+    naming only for containers; sizes are compared first so a grown list is not encoded to find out."""
+    if type(value) is not type(held) or not isinstance(value, dict | list) or not value:
+        return False
+    return len(value) == len(held) and value == held and jsoncodec.canonical(value) == jsoncodec.canonical(held)
 
 
 def _tuple(row: LangGraphCheckpoint, pending: list[list[Any]]) -> dict[str, Any]:
