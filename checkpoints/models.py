@@ -795,8 +795,7 @@ class LangGraphWrites(models.Model):
 
     A step writes each new value twice, as a pending write and in the next checkpoint's state (a message
     appended, a replaced channel's value); once that checkpoint arrives, the write names the value's place in its
-    state instead of holding it. The row is kept in the table's pages (not TOAST) so that the big version it
-    replaces is reclaimed by page pruning, without waiting for VACUUM."""
+    state instead of holding it."""
 
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+", db_index=False)
     checkpoint_ns = SafeTextField(blank=True)
