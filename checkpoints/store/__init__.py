@@ -28,11 +28,13 @@ o = orjson, s = standard-library JSON for integers beyond 64 bits) · ref count 
 from __future__ import annotations
 
 import hashlib
+import operator
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import timedelta
+from itertools import compress
 from typing import Any
 
 import psycopg
@@ -333,8 +335,11 @@ def _same_json(a: Any, b: Any, depth: int = 2) -> bool:
     if depth and kind is type(b):
         if kind is dict:
             return a.keys() == b.keys() and all(_same_json(a[key], b[key], depth - 1) for key in a)
-        if kind is list:
-            return len(a) == len(b) and all(_same_json(x, y, depth - 1) for x, y in zip(a, b, strict=True))
+        if kind is list:  # the shared items skipped in C: a 2,000-message history costs microseconds
+            if len(a) != len(b):
+                return False
+            unshared = compress(zip(a, b, strict=True), map(operator.is_not, a, b))
+            return all(_same_json(x, y, depth - 1) for x, y in unshared)
     return jsoncodec.canonical(a) == jsoncodec.canonical(b)
 
 
