@@ -793,8 +793,9 @@ class LangGraphWrites(models.Model):
     """The pending writes of one task against one checkpoint, as LangGraph's put_writes leaves them: one row a
     task, its writes zstd'd together (idx → channel and typed JSON value), so a step costs one small row.
 
-    A chat step writes each new message twice, as a pending write and appended to the next checkpoint's state;
-    once that checkpoint arrives, the write names the message's place in its state instead of holding it."""
+    A step writes each new value twice, as a pending write and in the next checkpoint's state (a message
+    appended, a replaced channel's value); once that checkpoint arrives, the write names the value's place in its
+    state instead of holding it."""
 
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+", db_index=False)
     checkpoint_ns = SafeTextField(blank=True)
@@ -803,7 +804,8 @@ class LangGraphWrites(models.Model):
     task_path = SafeTextField(blank=True)
     writes = models.BinaryField(
         help_text="zstd'd JSON [[idx, channel, value] or [idx, channel, null, positions], …], by idx: a value "
-        "the next checkpoint appended to its state is kept there once, named by its positions in the channel."
+        "the next checkpoint holds in its state is kept there once, named by its positions in the channel "
+        "(null: the channel's whole value)."
     )
     values_root = models.BinaryField(
         max_length=32, null=True, blank=True, help_text="Store address of the state holding the values named."

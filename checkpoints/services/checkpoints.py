@@ -6,9 +6,10 @@ used key is refused.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -126,7 +127,7 @@ def ingest_checkpoints(
                 _check_input(item)
             existing = _existing_by_key(session, [item.idempotency_key for item in items])
             parents = _Parents(session, items)
-            base = _head_root(session)
+            base: bytes | None | Callable[[], bytes | None] = partial(_head_root, session)  # read if needed
             new: list[_New] = []
             first_with_key: dict[str, int] = {}
             for item in items:
@@ -226,8 +227,9 @@ class _Parents:
             raise InvalidInput("parent", f"checkpoint {missing[0]} is not a checkpoint of this session")
         self.batch_roots: dict[str, bytes] = {}  # idempotency key → root, of inputs earlier in this call
 
-    def base_for(self, item: CheckpointInput, previous: bytes | None) -> bytes | None:
-        """The root to store the item's state against: its parent's, the likeliest to be close."""
+    def base_for(self, item: CheckpointInput, previous: bytes | None | Callable[[], bytes | None]) -> bytes | None:
+        """The root to store the item's state against: its parent's, the likeliest to be close. `previous`
+        (the one before it, or a function reading the head's) serves an item that names no parent."""
         if item.new_root:
             return None
         if item.parent is not None:
@@ -238,7 +240,7 @@ class _Parents:
             if item.parent_key not in self.by_key:
                 raise InvalidInput("parent_key", f"no checkpoint of this session has the key {item.parent_key!r}")
             return self.by_id[self.by_key[item.parent_key]][1]
-        return previous
+        return previous() if callable(previous) else previous
 
     def saved(self, item: CheckpointInput, root: bytes) -> None:
         if item.idempotency_key:

@@ -37,7 +37,7 @@ from ..models import (
     Project,
     SourceFormat,
 )
-from ..store import jsoncodec, tallies
+from ..store import diff, jsoncodec, tallies
 from ..store.jsoncodec import InvalidJSON
 from . import cleanup
 from .audit import Actor, CheckpointError, InvalidInput, max_length, record_audit
@@ -290,7 +290,8 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
         run_id=run_id[:ID_MAX] if isinstance(run_id, str) else "",
     )
     if item.parent_checkpoint_id is not None:
-        _share_written_values(session, item, item.parent_checkpoint_id, bytes(checkpoint.root))
+        parent_root = bytes(parent_row.console.root) if parent_row is not None else None
+        _share_written_values(session, item, item.parent_checkpoint_id, parent_root, bytes(checkpoint.root), state)
     _keep_head(session, item, previous, head)
     return checkpoint, True
 
@@ -370,11 +371,11 @@ def put_writes(
             raise InvalidInput(f"writes.{position}", "must be a [channel, value] pair")
         _check_typed(f"writes.{position}", write[1])
     session = _thread_session(project, thread_id)
-    held = _current(session, checkpoint_ns).filter(checkpoint_id=checkpoint_id).exists()
+    held = _current(session, checkpoint_ns).filter(checkpoint_id=checkpoint_id).values_list("console__root").first()
     _refuse_deleted_history(session, [checkpoint_id], {checkpoint_id} if held else set())
     key = {"session": session, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id, "task_id": task_id}
     row = LangGraphWrites.objects.select_for_update().filter(**key).first()
-    slots: dict[int, list[Any]] = {}  # idx → [channel, value] or [channel, None, positions]
+    slots: dict[int, list[Any]] = {}  # idx → [channel, value] or a stored form (see _value_of)
     if row is not None:
         slots = {entry[0]: entry[1:] for entry in jsoncodec.unpack(row.writes)}
     stored = 0
@@ -386,9 +387,13 @@ def put_writes(
         stored += 1
     if not stored:
         return 0
-    fields = {
+    entries = [[idx, *slots[idx]] for idx in sorted(slots)]
+    fields: dict[str, Any] = {}
+    if row is None and held is not None:  # a task's first writes: changes of the checkpoint's values, when small
+        entries, fields["values_root"] = _as_changes(entries, bytes(held[0]))
+    fields |= {
         "task_path": task_path,
-        "writes": jsoncodec.pack([[idx, *slots[idx]] for idx in sorted(slots)]),
+        "writes": jsoncodec.pack(entries),
         "interrupted": SPECIAL_WRITES["__interrupt__"] in slots,
         "resumed": SPECIAL_WRITES["__resume__"] in slots,
     }
@@ -423,42 +428,79 @@ def _tuples(rows: list[LangGraphCheckpoint]) -> list[dict[str, Any]]:
 
 def _written_values(row: LangGraphWrites) -> list[tuple[int, str, Any]]:
     """A task's writes as (idx, channel, value), the values named by their place in a state read from it."""
-    entries = jsoncodec.unpack(row.writes)
     state = store.load_shared(bytes(row.values_root)) if row.values_root is not None else None
-    found = []
-    for idx, channel, value, *positions in entries:
-        if positions:
-            items = state[channel]  # type: ignore[index]
-            value = [items[at] for at in positions[0]] if isinstance(positions[0], list) else items[positions[0]]
-        found.append((idx, channel, value))
-    return found
+    return [(entry[0], entry[1], _value_of(entry, state)) for entry in jsoncodec.unpack(row.writes)]
 
 
-def _share_written_values(session: AgentSession, item: PutInput, parent: str, root: bytes) -> None:
-    """Once a checkpoint appends what its parent's tasks wrote (a chat step's new messages), the parent's writes
-    name those values' places in its state (stored once) instead of holding them a second time."""
+def _value_of(entry: list[Any], state: Any) -> Any:
+    """The value of a stored write: [idx, channel, value]; [idx, channel, None, positions] (null: the channel's
+    whole value); [idx, channel, None, None, ops]: the channel's value changed by `ops`."""
+    if len(entry) == 3:
+        return entry[2]
+    held, at = state[entry[1]], entry[3]
+    if len(entry) == 5:
+        return diff.apply_ops(held, entry[4])
+    return held if at is None else [held[n] for n in at] if isinstance(at, list) else held[at]
+
+
+_CHANGES_FROM = 1024  # a smaller value is kept whole: its changes would save little
+
+
+def _as_changes(entries: list[list[Any]], root: bytes) -> tuple[list[list[Any]], bytes | None]:
+    """A task's writes with each big value that changes the written-to checkpoint's value of its channel a little
+    (a memory dict with a few keys set) kept as those changes; and the root they apply to (None: none changed).
+    Stored whole, such a value would be written twice before the next checkpoint names it in its state."""
+    try:
+        state = store.load_shared(root)
+    except store.StateNotFound:
+        return entries, None
+    out, changed = [], False
+    for entry in entries:
+        idx, channel, value = entry
+        held = state.get(channel) if isinstance(state, dict) else None
+        size = len(jsoncodec.canonical(value)) if type(value) is type(held) and isinstance(value, dict) else 0
+        if size >= _CHANGES_FROM:
+            ops = diff.to_ops(diff.walk(held, value, strict=True))
+            if len(jsoncodec.canonical(ops)) * 2 < size:
+                out.append([idx, channel, None, None, ops])
+                changed = True
+                continue
+        out.append(entry)
+    return (out, root) if changed else (entries, None)
+
+
+def _share_written_values(
+    session: AgentSession, item: PutInput, parent: str, parent_root: bytes | None, root: bytes, state: dict[str, Any]
+) -> None:
+    """Once a checkpoint holds what its parent's tasks wrote (a chat step's new messages appended, a replaced
+    channel's new value), the parent's writes name those values' places in its state (stored once) instead of
+    holding them a second time (or as changes of the parent's values)."""
     appended: dict[tuple[str, bytes], int] = {}  # (channel, canonical JSON of an item) → its index in the state
     for channel, append in item.appends.items():
         for offset, value in enumerate(append["items"]):
             appended.setdefault((channel, jsoncodec.canonical(value)), append["base_len"] + offset)
-    if not appended:
-        return
     rows = LangGraphWrites.objects.filter(
-        session=session, checkpoint_ns=item.checkpoint_ns, checkpoint_id=parent, values_root__isnull=True
+        Q(values_root__isnull=True) | Q(values_root=parent_root or b""),
+        session=session,
+        checkpoint_ns=item.checkpoint_ns,
+        checkpoint_id=parent,
     )
     for row in rows:
-        entries = jsoncodec.unpack(row.writes)
-        named = [_named(entry, appended) for entry in entries]
+        entries = [[idx, channel, value] for idx, channel, value in _written_values(row)]
+        named = [_named(entry, appended, state) for entry in entries]
         if any(entry is not None for entry in named):
             shared = [new or old for new, old in zip(named, entries, strict=True)]
             LangGraphWrites.objects.filter(pk=row.pk).update(writes=jsoncodec.pack(shared), values_root=root)
 
 
-def _named(entry: list[Any], appended: dict[tuple[str, bytes], int]) -> list[Any] | None:
-    """[idx, channel, None, positions] for a write whose value (or each item of it) the state holds; else None."""
+def _named(entry: list[Any], appended: dict[tuple[str, bytes], int], state: dict[str, Any]) -> list[Any] | None:
+    """[idx, channel, None, positions] for a write whose value (or each item of it) the state appended,
+    [idx, channel, None, None] for one that is the channel's whole value in the state; else None."""
     if len(entry) != 3:
         return None
     idx, channel, value = entry
+    if _is_whole(value, state.get(channel, _ABSENT)):
+        return [idx, channel, None, None]
     if isinstance(value, list) and value:
         positions = [appended.get((channel, jsoncodec.canonical(part))) for part in value]
         if all(at is not None for at in positions):
@@ -466,6 +508,17 @@ def _named(entry: list[Any], appended: dict[tuple[str, bytes], int]) -> list[Any
         return None
     at = appended.get((channel, jsoncodec.canonical(value)))
     return None if at is None else [idx, channel, None, at]
+
+
+_ABSENT = object()
+
+
+def _is_whole(value: Any, held: Any) -> bool:
+    """Whether a written value is exactly the state's value of its channel (a LastValue channel's write): worth
+    naming only for containers; sizes are compared first so a grown list is not encoded to find out."""
+    if type(value) is not type(held) or not isinstance(value, dict | list) or not value:
+        return False
+    return len(value) == len(held) and value == held and jsoncodec.canonical(value) == jsoncodec.canonical(held)
 
 
 def _tuple(row: LangGraphCheckpoint, pending: list[list[Any]]) -> dict[str, Any]:

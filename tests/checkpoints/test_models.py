@@ -39,6 +39,17 @@ def test_the_admin_checkpoint_search_can_use_the_name_trigram_index(make_session
     assert "checkpoint_name_trigram" in Checkpoint.objects.filter(name__icontains="EW_REQ").explain()
 
 
+@pytest.mark.postgres
+def test_the_trigram_indexes_a_checkpoint_touches_take_entries_directly_not_through_a_pending_list(db):
+    """Each checkpoint updates its session's row (a new row version in every index): a GIN fast-update list would
+    hold every trigram of the session's id again, per checkpoint, until VACUUM."""
+    names = ["session_external_id_trigram", "session_title_trigram", "session_agent_trigram", "checkpoint_name_trigram"]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relname, reloptions FROM pg_class WHERE relname = ANY(%s)", [names])
+        options = dict(cursor.fetchall())
+    assert options == {name: ["fastupdate=off"] for name in names}
+
+
 def test_the_admin_finds_checkpoints_by_a_piece_of_their_name(admin_client, make_session, make_checkpoint):
     session = make_session()
     make_checkpoint(session, {"step": 1}, name="review_requested")

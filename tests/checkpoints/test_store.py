@@ -119,6 +119,20 @@ def test_changing_one_to_true_is_not_mistaken_for_no_change(db):
     assert canonical(loaded["flags"]) == b"[true,false,1]"
 
 
+def test_a_state_built_on_its_parents_objects_is_patched_and_loads_back_exactly(db):
+    """A LangGraph put holds the parent's own (shared) objects plus new ones; only the new ones are compared
+    encoded, and 1 vs true in them still counts."""
+    base = store.save_state({"messages": [{"n": n, "text": "t" * 500} for n in range(40)], "flags": {"a": 1}})
+    shared = store.load_shared(base.root)
+    grown = {"messages": [*shared["messages"], {"n": 40, "text": "new"}], "flags": shared["flags"]}
+    saved = store.save_state(grown, base=base.root)
+    assert Chunk.objects.get(hash=saved.root).base is not None  # a patch
+    flipped = {"messages": [*shared["messages"], {"n": True, "text": "new"}], "flags": {"a": True}}
+    _, loaded = roundtrip(flipped, base=base.root)
+    assert canonical(loaded) == canonical(flipped)
+    assert canonical(loaded["flags"]) == b'{"a":true}'
+
+
 def words(rng: random.Random, size: int) -> str:
     vocabulary = [
         "the",

@@ -249,6 +249,46 @@ def test_retention_for_langgraph_keeps_each_namespaces_latest_and_unanswered_int
 # ---- writes stored once --------------------------------------------------------------------------------
 
 
+def test_a_replaced_channels_write_is_stored_once_as_the_next_states_value(project):
+    from checkpoints.models import LangGraphWrites
+
+    memory = {f"key-{n}": f"value {n} " * 20 for n in range(50)}
+    put(project, "thread-1", 0, values={"memory": {**memory, "key-0": "old"}, "progress": {"step": 0}})
+    written = [["memory", memory], ["progress", {"step": 1}], ["branch:to:agent", None]]
+    write(project, "thread-1", lg_id(0), written)
+    before = latest(project, "thread-1", checkpoint_id=lg_id(0))["pending_writes"]
+    put(project, "thread-1", 1, parent=0, values={"memory": memory, "progress": {"step": 1}})
+    row = LangGraphWrites.objects.get()
+    assert row.values_root is not None and len(row.writes) < 100  # the 50 keys are held by checkpoint 1 only
+    assert latest(project, "thread-1", checkpoint_id=lg_id(0))["pending_writes"] == before
+
+
+def test_a_write_changing_a_few_keys_is_stored_as_those_changes_until_the_next_state_holds_it(project):
+    from checkpoints.models import LangGraphWrites
+
+    memory = {f"key-{n}": f"value {n} " * 20 for n in range(50)}
+    put(project, "thread-1", 0, values={"memory": memory})
+    changed = {**memory, "key-1": "new", "key-99": 1}
+    del changed["key-2"]
+    write(project, "thread-1", lg_id(0), [["memory", changed]])
+    assert len(LangGraphWrites.objects.get().writes) < 150  # not the 50 keys again
+    assert latest(project, "thread-1", checkpoint_id=lg_id(0))["pending_writes"] == [["task", "memory", changed]]
+    put(project, "thread-1", 1, parent=0, values={"memory": {**changed, "key-3": "set by another task"}})
+    assert latest(project, "thread-1", checkpoint_id=lg_id(0))["pending_writes"] == [["task", "memory", changed]]
+
+
+def test_a_write_equal_to_the_next_value_only_by_python_equality_keeps_its_own_value(project):
+    from checkpoints.models import LangGraphWrites
+
+    put(project, "thread-1", 0, values={"progress": {"done": 0}})
+    write(project, "thread-1", lg_id(0), [["progress", {"done": True}]])
+    put(project, "thread-1", 1, parent=0, values={"progress": {"done": 1}})  # 1 == True, but not in JSON
+    assert LangGraphWrites.objects.get().values_root is None
+    assert latest(project, "thread-1", checkpoint_id=lg_id(0))["pending_writes"] == [
+        ["task", "progress", {"done": True}]
+    ]
+
+
 def test_a_write_named_in_a_later_state_outlives_that_checkpoint(project):
     from checkpoints.jobs.gc import live_roots
     from checkpoints.models import LangGraphWrites
