@@ -37,7 +37,7 @@ from ..models import (
     Project,
     SourceFormat,
 )
-from ..store import diff, jsoncodec, tallies
+from ..store import diff, jsoncodec, lgtuples, tallies
 from ..store.jsoncodec import InvalidJSON
 from . import cleanup
 from .audit import Actor, CheckpointError, InvalidInput, max_length, record_audit
@@ -49,7 +49,7 @@ NAME_MAX = max_length(Checkpoint, "name")
 EXTERNAL_ID_MAX = max_length(AgentSession, "external_id")
 NS_MAX = 1000  # with the thread id (below) and a filter, a GET's query fits the 64 KB request line
 THREAD_MAX = 1000
-PAGE = 20
+PAGE = lgtuples.PAGE  # the API pages as the reads do
 # LangGraph's WRITES_IDX_MAP: these channels have fixed slots and replace; the others keep their first write
 SPECIAL_WRITES = {"__error__": -1, "__scheduled__": -2, "__interrupt__": -3, "__resume__": -4}
 
@@ -375,7 +375,7 @@ def put_writes(
     _refuse_deleted_history(session, [checkpoint_id], {checkpoint_id} if held else set())
     key = {"session": session, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id, "task_id": task_id}
     row = LangGraphWrites.objects.select_for_update().filter(**key).first()
-    slots: dict[int, list[Any]] = {}  # idx → [channel, value] or a stored form (see _value_of)
+    slots: dict[int, list[Any]] = {}  # idx → [channel, value] or a stored form (see store.lgtuples.value_of)
     if row is not None:
         slots = {entry[0]: entry[1:] for entry in jsoncodec.unpack(row.writes)}
     stored = 0
@@ -405,42 +405,6 @@ def put_writes(
 
 
 # ---- reading ---------------------------------------------------------------------------------------------
-
-
-def _tuples(rows: list[LangGraphCheckpoint]) -> list[dict[str, Any]]:
-    """LangGraph's checkpoint tuples of `rows` (with `console` and `session` loaded), their writes in one query."""
-    if not rows:
-        return []
-    wanted = Q()
-    for row in rows:
-        wanted |= Q(session_id=row.session_id, checkpoint_ns=row.checkpoint_ns, checkpoint_id=row.checkpoint_id)
-    pending: dict[tuple[int, str, str], list[tuple[tuple[str, str, int], list[Any]]]] = {}  # sort key, write
-    for task in LangGraphWrites.objects.filter(wanted):
-        key = (task.session_id, task.checkpoint_ns, task.checkpoint_id)
-        for idx, channel, value in _written_values(task):
-            pending.setdefault(key, []).append(((task.task_path, task.task_id, idx), [task.task_id, channel, value]))
-    tuples = []
-    for row in rows:
-        writes = sorted(pending.get((row.session_id, row.checkpoint_ns, row.checkpoint_id), []), key=lambda w: w[0])
-        tuples.append(_tuple(row, [write for _, write in writes]))
-    return tuples
-
-
-def _written_values(row: LangGraphWrites) -> list[tuple[int, str, Any]]:
-    """A task's writes as (idx, channel, value), the values named by their place in a state read from it."""
-    state = store.load_shared(bytes(row.values_root)) if row.values_root is not None else None
-    return [(entry[0], entry[1], _value_of(entry, state)) for entry in jsoncodec.unpack(row.writes)]
-
-
-def _value_of(entry: list[Any], state: Any) -> Any:
-    """The value of a stored write: [idx, channel, value]; [idx, channel, None, positions] (null: the channel's
-    whole value); [idx, channel, None, None, ops]: the channel's value changed by `ops`."""
-    if len(entry) == 3:
-        return entry[2]
-    held, at = state[entry[1]], entry[3]
-    if len(entry) == 5:
-        return diff.apply_ops(held, entry[4])
-    return held if at is None else [held[n] for n in at] if isinstance(at, list) else held[at]
 
 
 _CHANGES_FROM = 1024  # a smaller value is kept whole: its changes would save little
@@ -486,7 +450,7 @@ def _share_written_values(
         checkpoint_id=parent,
     )
     for row in rows:
-        entries = [[idx, channel, value] for idx, channel, value in _written_values(row)]
+        entries = [[idx, channel, value] for idx, channel, value in lgtuples.written_values(row)]
         named = [_named(entry, appended, state) for entry in entries]
         if any(entry is not None for entry in named):
             shared = [new or old for new, old in zip(named, entries, strict=True)]
@@ -521,45 +485,6 @@ def _is_whole(value: Any, held: Any) -> bool:
     return len(value) == len(held) and value == held and jsoncodec.canonical(value) == jsoncodec.canonical(held)
 
 
-def _tuple(row: LangGraphCheckpoint, pending: list[list[Any]]) -> dict[str, Any]:
-    session = row.session
-    return {
-        "thread_id": session.metadata.get("thread_id", session.external_id),
-        "checkpoint_ns": row.checkpoint_ns,
-        "checkpoint_id": row.checkpoint_id,
-        "parent_checkpoint_id": row.parent_checkpoint_id or None,
-        # the state is shared with the store's cache: read-only
-        "checkpoint": {
-            **jsoncodec.unpack(row.header),
-            "id": row.checkpoint_id,
-            "channel_values": store.load_shared(bytes(row.console.root)),
-        },
-        "metadata": row.metadata,
-        "pending_writes": pending,
-        "console": {"id": row.console_id, "seq": row.console.seq, "session": session.external_id},
-    }
-
-
-def _rows() -> Any:
-    return (
-        LangGraphCheckpoint.objects.filter(current=True)
-        .select_related("session", "console")
-        .only(
-            "console_id",
-            "session_id",
-            "checkpoint_ns",
-            "checkpoint_id",
-            "parent_checkpoint_id",
-            "header",
-            "metadata",
-            "console__root",
-            "console__seq",
-            "session__external_id",
-            "session__metadata",
-        )
-    )
-
-
 def get_tuple(
     project: Project, *, thread_id: str, checkpoint_ns: str = "", checkpoint_id: str | None = None
 ) -> dict[str, Any] | None:
@@ -568,11 +493,11 @@ def get_tuple(
     session = find_thread(project, thread_id)
     if session is None:
         return None
-    rows = _rows().filter(session=session, checkpoint_ns=checkpoint_ns)
+    rows = lgtuples.rows().filter(session=session, checkpoint_ns=checkpoint_ns)
     if checkpoint_id is not None:
         rows = rows.filter(checkpoint_id=checkpoint_id)
     row = rows.order_by("-checkpoint_id").first()
-    return _tuples([row])[0] if row is not None else None
+    return lgtuples.tuples([row])[0] if row is not None else None
 
 
 def iter_tuples(
@@ -589,7 +514,7 @@ def iter_tuples(
     """LangGraph's list: newest id first, filtered at the database (metadata by containment, then compared
     exactly as LangGraph does), read PAGE tuples at a time. `after` continues past a tuple's (checkpoint_id,
     console id), as the API's cursor does."""
-    rows = _rows().filter(session__project=project, session__source_format=SourceFormat.LANGGRAPH)
+    rows = lgtuples.rows().filter(session__project=project, session__source_format=SourceFormat.LANGGRAPH)
     if thread_id is not None:
         _check_thread(thread_id, checkpoint_ns or "")
         rows = rows.filter(session__external_id=thread_external_id(thread_id))
@@ -613,7 +538,7 @@ def iter_tuples(
             return
         after = (found[-1].checkpoint_id, found[-1].console_id)
         matching = [row for row in found if not filter or all(row.metadata.get(k) == v for k, v in filter.items())]
-        for item in _tuples(matching):
+        for item in lgtuples.tuples(matching):
             yield item
             remaining -= 1
             if not remaining:

@@ -30,6 +30,7 @@ from checkpoint_console import typedjson
 
 from ... import store
 from ...models import Checkpoint, LangGraphWrites
+from ...store import lgtuples
 from .base import Problem
 
 NAME = "langgraph"
@@ -306,18 +307,13 @@ def export(session: Any, out: Path) -> list[Path]:
     `out` is the file to write, or a folder (one without a suffix too) to write `<session>.sqlite` into; an
     existing file is not replaced.
     """
-    from ...services import langgraph as service  # the service reads the thread; services import the formats
-
     out = Path(out)
     path = out / f"{_file_stem(session.external_id)}.sqlite" if out.is_dir() or not out.suffix else out
     if path.exists():
         raise FileExistsError(f"{path} exists; not overwriting it")
     path.parent.mkdir(parents=True, exist_ok=True)
     thread_id = str((session.metadata or {}).get("thread_id", session.external_id))
-    if session.source_format == NAME:
-        tuples = service.iter_tuples(session.project, thread_id=thread_id)
-    else:
-        tuples = _as_thread(session)
+    tuples = lgtuples.session_tuples(session) if session.source_format == NAME else _as_thread(session)
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.unlink(missing_ok=True)
     try:
