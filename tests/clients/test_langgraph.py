@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Annotated, Any, TypedDict
@@ -27,6 +28,13 @@ from checkpoints.models import AgentSession
 from checkpoints.services import create_api_token, get_or_create_project
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def run_async(coroutine: Any) -> Any:
+    """asyncio.run in a thread of its own: Playwright's sync API (tests/browser) leaves an event loop running in
+    the main thread for the rest of the session, and asyncio.run refuses to start inside one."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 class Order(BaseModel):
@@ -97,7 +105,7 @@ def test_console_saver_passes_langgraph_conformance_base_and_extended(live_serve
         async with ConsoleSaver(live_server.url, next(secrets), timeout=30) as saver:
             yield saver
 
-    report = asyncio.run(validate(console_saver, progress=ProgressCallbacks.quiet()))
+    report = run_async(validate(console_saver, progress=ProgressCallbacks.quiet()))
 
     failures = {name: result.failures for name, result in report.results.items() if result.passed is not True}
     assert report.passed_all_base(), failures
@@ -320,7 +328,7 @@ def test_the_async_methods_round_trip_and_list_like_the_sync_ones(live_server, t
             listed = [t async for t in saver.alist({"configurable": {"thread_id": "async"}})]
             return await saver.aget_tuple(stored), listed
 
-    found, listed = asyncio.run(run())
+    found, listed = run_async(run())
 
     assert found.checkpoint["channel_values"]["order"].sku == "B"
     assert found.pending_writes == [("task", "order", None)]
@@ -336,6 +344,6 @@ def test_an_async_graph_run_appends_its_messages_through_the_async_saver(live_se
             await graph.ainvoke({"messages": [HumanMessage("hi", id="h1")], "turns": 0}, config)
             return (await graph.aget_state(config)).values
 
-    state = asyncio.run(run())
+    state = run_async(run())
 
     assert [m.id for m in state["messages"]] == ["h1", "ai-1", "ai-2", "ai-3"]
