@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -500,20 +500,15 @@ def get_tuple(
     return lgtuples.tuples([row])[0] if row is not None else None
 
 
-def iter_tuples(
+def _matching(
     project: Project,
-    *,
-    thread_id: str | None = None,
-    checkpoint_ns: str | None = None,
-    checkpoint_id: str | None = None,
-    before: str | None = None,
-    filter: dict[str, Any] | None = None,  # noqa: A002 - LangGraph's name
-    limit: int | None = None,
-    after: tuple[str, int] | None = None,
-) -> Iterator[dict[str, Any]]:
-    """LangGraph's list: newest id first, filtered at the database (metadata by containment, then compared
-    exactly as LangGraph does), read PAGE tuples at a time. `after` continues past a tuple's (checkpoint_id,
-    console id), as the API's cursor does."""
+    thread_id: str | None,
+    checkpoint_ns: str | None,
+    checkpoint_id: str | None,
+    before: str | None,
+    filter: dict[str, Any] | None,  # noqa: A002 - LangGraph's name
+) -> Any:
+    """The current rows a list asks for, as far as the database can tell."""
     rows = lgtuples.rows().filter(session__project=project, session__source_format=SourceFormat.LANGGRAPH)
     if thread_id is not None:
         _check_thread(thread_id, checkpoint_ns or "")
@@ -526,7 +521,26 @@ def iter_tuples(
         rows = rows.filter(checkpoint_id__lt=before)
     if filter:
         _check_typed("filter", filter)
-        rows = rows.filter(metadata__contains=filter)  # the field escapes it as it escaped what it stored
+        if connection.vendor == "postgresql":  # SQLite has no JSON containment: iter_tuples' comparison alone filters
+            rows = rows.filter(metadata__contains=filter)  # the field escapes it as it escaped what it stored
+    return rows
+
+
+def iter_tuples(
+    project: Project,
+    *,
+    thread_id: str | None = None,
+    checkpoint_ns: str | None = None,
+    checkpoint_id: str | None = None,
+    before: str | None = None,
+    filter: dict[str, Any] | None = None,  # noqa: A002 - LangGraph's name
+    limit: int | None = None,
+    after: tuple[str, int] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """LangGraph's list: newest id first, filtered at the database (on PostgreSQL metadata by containment), then
+    compared exactly as LangGraph does, read PAGE tuples at a time. `after` continues past a tuple's (checkpoint_id,
+    console id), as the API's cursor does."""
+    rows = _matching(project, thread_id, checkpoint_ns, checkpoint_id, before, filter)
     rows = rows.order_by("-checkpoint_id", "-console_id")
     remaining = limit if limit is not None else -1
     while remaining:
