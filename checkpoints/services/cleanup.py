@@ -29,7 +29,7 @@ from ..models import (
     SessionStatus,
 )
 from ..store import jsoncodec, tallies
-from ..store.lineage import mark_branch_starts, repoint
+from ..store.lineage import mark_branch_starts, reattach_children
 from .audit import Actor, record_audit
 
 BATCH_SIZE = 500
@@ -74,17 +74,9 @@ def delete_checkpoints(ids: Iterable[int], *, actor: Actor, reason: str = "") ->
     protected = protected_among(row.pk for row in rows)
     doomed = {row.pk: row.parent_id for row in rows if row.pk not in protected}
     if doomed:
-
-        def kept_ancestor(pk: int | None) -> int | None:
-            while pk is not None and pk in doomed:
-                pk = doomed[pk]
-            return pk
-
         gone = set(doomed) - protected_among(doomed)
         tallies.forget(gone)  # first: its session locks come before any row lock, as in every deleter
-        children = Checkpoint.objects.filter(parent_id__in=list(doomed)).exclude(pk__in=list(doomed))
-        moved = [(pk, kept_ancestor(parent)) for pk, parent in children.values_list("pk", "parent_id")]
-        repoint(moved)
+        moved = reattach_children(list(doomed), doomed)
         Checkpoint.objects.filter(pk__in=list(gone)).delete()
         mark_branch_starts(pk for pk, _ in moved)
     else:
@@ -221,15 +213,7 @@ def delete_langgraph_checkpoints(
         LangGraphCheckpoint.objects.filter(console__in=gone, current=True).values_list("checkpoint_ns", "checkpoint_id")
     )
     tallies.forget(gone)  # first: its session lock comes before any row lock
-
-    def kept_ancestor(pk: int | None) -> int | None:
-        while pk is not None and pk in doomed:
-            pk = doomed[pk]
-        return pk
-
-    children = Checkpoint.objects.filter(parent__in=gone).exclude(pk__in=gone).values_list("pk", "parent_id")
-    moved = [(pk, kept_ancestor(parent)) for pk, parent in children]
-    repoint(moved)
+    moved = reattach_children(gone, doomed)
     AgentSession.objects.filter(head__in=gone).update(head=None)
     AgentSession.objects.filter(forked_from__in=gone).update(forked_from=None)
     DriftAlert.objects.filter(last_good__in=gone).update(last_good=None)
@@ -289,15 +273,7 @@ def delete_expired(ids: list[int], parents: dict[int, int | None]) -> list[tuple
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:  # a batch lost in a crash is deleted by the next run: no fsync wait
                 cursor.execute("SET LOCAL synchronous_commit TO OFF")
-
-        def kept_ancestor(pk: int | None) -> int | None:
-            while pk is not None and pk in parents:
-                pk = parents[pk]
-            return pk
-
-        children = Checkpoint.objects.filter(parent__in=gone).exclude(pk__in=gone).values_list("pk", "parent_id")
-        moved = [(pk, kept_ancestor(parent)) for pk, parent in children]
-        repoint(moved)
+        moved = reattach_children(gone, parents)
         DriftAlert.objects.filter(last_good__in=gone).update(last_good=None)
         DriftAlert.objects.filter(checkpoint__in=gone).update(checkpoint=None)
         AuditEvent.objects.filter(checkpoint__in=gone).update(checkpoint=None)

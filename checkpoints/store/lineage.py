@@ -13,6 +13,7 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from django.db import connection
 from django.db.models import OuterRef, Subquery
@@ -143,6 +144,22 @@ def mark_branch_starts(ids: Iterable[int]) -> int:
     )
     marked = [pk for pk, parent, previous in rows if parent != previous]
     return Checkpoint.objects.filter(pk__in=marked).update(starts_branch=True) if marked else 0
+
+
+def reattach_children(gone: Any, parents: dict[int, int | None]) -> list[tuple[int, int | None]]:
+    """Before the checkpoints `gone` (ids, or a subquery of them) are deleted, hang each child they leave behind
+    from its nearest ancestor that stays (`parents`: id → parent of each doomed checkpoint); returns the moved
+    (id, new parent) pairs, whose branch starts the caller marks once the deletion is done."""
+
+    def kept_ancestor(pk: int | None) -> int | None:
+        while pk is not None and pk in parents:
+            pk = parents[pk]
+        return pk
+
+    children = Checkpoint.objects.filter(parent__in=gone).exclude(pk__in=gone).values_list("pk", "parent_id")
+    moved = [(pk, kept_ancestor(parent)) for pk, parent in children]
+    repoint(moved)
+    return moved
 
 
 def repoint(moved: list[tuple[int, int | None]]) -> None:
