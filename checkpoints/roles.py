@@ -16,7 +16,7 @@ VIEW = [
 ]  # fmt: skip
 ROLES = {
     "viewer": VIEW,
-    "operator": [*VIEW, "operate_session", "triage_alert"],
+    "operator": [*VIEW, "operate_session", "triage_alert", "manage_notifications"],
     "approver": [*VIEW, "approve_phase"],
 }
 ROLE_PERMISSIONS = {role: frozenset(f"checkpoints.{codename}" for codename in names) for role, names in ROLES.items()}
@@ -25,6 +25,7 @@ VIEW_SESSIONS = "checkpoints.view_agentsession"
 OPERATE = "checkpoints.operate_session"
 TRIAGE = "checkpoints.triage_alert"
 APPROVE = "checkpoints.approve_phase"
+NOTIFY = "checkpoints.manage_notifications"
 
 
 class AllProjects:
