@@ -77,6 +77,18 @@ def idempotency_key(fmt: str, key: str) -> str:
     return key if len(key) <= 200 else f"{fmt}:sha256:{hashlib.sha256(key.encode()).hexdigest()}"
 
 
+SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
+
+
+def sqlite_companion(path: Path) -> bool:
+    """A SQLite database's write-ahead log, shared memory or journal: read with the database, not a file of its own
+    (a SqliteSaver file still open, or left by a crash, keeps its newest checkpoints in `-wal`)."""
+    return any(
+        path.name.endswith(suffix) and path.with_name(path.name.removesuffix(suffix)).is_file()
+        for suffix in SQLITE_COMPANIONS
+    )
+
+
 def sources(path: Path, fmt: str, report: ImportReport) -> Iterator[tuple[str, Path]]:
     """(format, path) to read: the path itself when it is in a format, else each of its entries."""
     if fmt != "auto":
@@ -88,7 +100,7 @@ def sources(path: Path, fmt: str, report: ImportReport) -> Iterator[tuple[str, P
     elif path.is_dir() and not path.is_symlink():
         for child in sorted(path.iterdir()):
             yield from sources(child, fmt, report)
-    elif not path.name.startswith("."):
+    elif not path.name.startswith(".") and not sqlite_companion(path):
         report.problem(path, "not a checkpoint file of any known format; skipped")
 
 

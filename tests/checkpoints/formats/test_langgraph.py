@@ -374,6 +374,25 @@ def test_a_dry_run_of_the_folder_finds_the_file_reads_everything_and_stores_noth
     assert not AgentSession.objects.exists()
 
 
+def test_a_folder_holding_a_saver_file_still_open_reads_its_write_ahead_log_and_reports_no_companion_file(
+    tmp_path, project
+):
+    path = tmp_path / "live.sqlite"
+    with SqliteSaver.from_conn_string(str(path)) as saver:
+        run(saver)
+        assert {p.name for p in tmp_path.iterdir()} == {"live.sqlite", "live.sqlite-wal", "live.sqlite-shm"}
+        report = import_folder(tmp_path, project)
+        expected = len(sqlite_saved(path))
+    assert (report.imported, report.errors) == (expected, [])
+    assert expected == Checkpoint.objects.count() > 0
+
+
+def test_a_lone_write_ahead_log_is_reported_not_dropped(tmp_path, project):
+    (tmp_path / "gone.sqlite-wal").write_bytes(b"\x00" * 32)
+    report = import_folder(tmp_path, project)
+    assert [e["error"] for e in report.errors] == ["not a checkpoint file of any known format; skipped"]
+
+
 def test_an_import_stores_pickles_opaque_unpickles_nothing_and_reports_an_undecodable_checkpoint(
     sqlite_file, tmp_path, project
 ):
