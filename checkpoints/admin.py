@@ -412,6 +412,39 @@ class ChunkAdmin(ReadOnlyAdmin, BigTableAdmin):
         return chunk.base is not None
 
 
+@admin.register(models.LangGraphCheckpoint)
+class LangGraphCheckpointAdmin(ReadOnlyAdmin, BigTableAdmin):
+    """Read-only: what LangGraph knows of a checkpoint goes with it (delete the checkpoint to remove it)."""
+
+    list_display = ["checkpoint_id", "checkpoint_ns", "session", "console", "current", "run_id"]
+    list_filter = ["current"]
+    search_fields = ["=checkpoint_id", "=run_id", "=session__external_id"]
+    list_select_related = ["session", "console"]
+    ordering = ["-console_id"]
+    exclude = ["header"]
+
+
+@admin.register(models.LangGraphWrites)
+class LangGraphWritesAdmin(ReadOnlyAdmin, BigTableAdmin):
+    """Read-only: a checkpoint's pending writes go with it."""
+
+    list_display = ["checkpoint_id", "checkpoint_ns", "task_id", "session", "interrupted", "resumed"]
+    list_filter = ["interrupted", "resumed"]
+    search_fields = ["=checkpoint_id", "=task_id", "=session__external_id"]
+    list_select_related = ["session"]
+    ordering = ["-id"]
+    exclude = ["writes", "values_root"]
+
+
+@admin.register(models.LangGraphTombstone)
+class LangGraphTombstoneAdmin(ReadOnlyAdmin):
+    """Read-only: removing a tombstone would let a late put bring the deleted history back."""
+
+    list_display = ["external_id", "project", "deleted_at"]
+    search_fields = ["=external_id"]
+    list_select_related = ["project"]
+
+
 @admin.register(models.Phase)
 class PhaseAdmin(admin.ModelAdmin):
     list_display = ["session", "number", "name", "status", "retry_count", "started_at", "completed_at"]

@@ -77,6 +77,7 @@ def delete_checkpoints(ids: Iterable[int], *, actor: Actor, reason: str = "") ->
         gone = set(doomed) - protected_among(doomed)
         tallies.forget(gone)  # first: its session locks come before any row lock, as in every deleter
         moved = reattach_children(list(doomed), doomed)
+        _forget_langgraph(list(gone))
         Checkpoint.objects.filter(pk__in=list(gone)).delete()
         mark_branch_starts(pk for pk, _ in moved)
     else:
@@ -284,8 +285,9 @@ def delete_expired(ids: list[int], parents: dict[int, int | None]) -> list[tuple
 
 
 def _forget_langgraph(gone: list[int] | RawSQL) -> None:
-    """The LangGraph rows of checkpoints retention deletes (only a policy meant for LangGraph threads reaches
-    them), with the pending writes of the current ones."""
+    """The LangGraph rows of checkpoints retention or the admin deletes (only a policy meant for LangGraph threads
+    reaches them), with the pending writes of the current ones: a write row naming no checkpoint would keep its
+    values' chunks alive for ever."""
     rows = LangGraphCheckpoint.objects.filter(console__in=gone)
     current = list(rows.filter(current=True).values_list("session_id", "checkpoint_ns", "checkpoint_id"))
     rows._raw_delete(rows.db)

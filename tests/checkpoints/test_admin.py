@@ -285,3 +285,22 @@ def test_non_staff_cannot_reach_admin_actions(client, alice, session):
     client.force_login(alice)
     response = client.get(reverse("admin:checkpoints_retention_run"))
     assert response.status_code == 302
+
+
+def test_langgraph_rows_are_listed_and_shown_read_only(admin_client, project):
+    from checkpoints.models import LangGraphCheckpoint
+    from checkpoints.services import langgraph as lg
+    from tests.checkpoints.langgraph_kit import lg_id, put_body, typed
+
+    lg.put_checkpoint(project, lg.PutInput(**put_body("thread-a", 0)), actor=Actor.system("test"))
+    lg.put_writes(
+        project, actor=Actor.system("test"), thread_id="thread-a", checkpoint_ns="", checkpoint_id=lg_id(0),
+        task_id="task-9", task_path="", writes=[["__interrupt__", typed("approve?")]],
+    )  # fmt: skip
+    listed = admin_client.get(reverse("admin:checkpoints_langgraphcheckpoint_changelist"))
+    assert lg_id(0) in listed.content.decode()
+    writes = admin_client.get(reverse("admin:checkpoints_langgraphwrites_changelist") + "?interrupted__exact=1")
+    assert "task-9" in writes.content.decode()
+    row = LangGraphCheckpoint.objects.get()
+    detail = admin_client.get(reverse("admin:checkpoints_langgraphcheckpoint_change", args=[row.pk]))
+    assert detail.status_code == 200 and b'name="_save"' not in detail.content

@@ -246,6 +246,23 @@ def test_retention_for_langgraph_keeps_each_namespaces_latest_and_unanswered_int
     assert not LangGraphWrites.objects.filter(checkpoint_id=lg_id(0)).exists()
 
 
+def test_an_admin_deletion_of_a_langgraph_checkpoint_takes_its_pending_writes_along(project):
+    from checkpoints.models import LangGraphCheckpoint, LangGraphWrites
+    from checkpoints.services.cleanup import delete_checkpoints
+
+    for n in range(3):
+        put(project, "thread-1", n)
+    write(project, "thread-1", lg_id(1), [["messages", typed("said at 1")]])
+    write(project, "thread-1", lg_id(2), [["messages", typed("said at 2")]])
+    doomed = LangGraphCheckpoint.objects.get(checkpoint_id=lg_id(1)).console
+    result = delete_checkpoints([doomed.pk], actor=ACTOR, reason="cleanup")
+    assert len(result.deleted) == 1
+    ids = [item["checkpoint"]["id"] for item in lg.iter_tuples(project, thread_id="thread-1")]
+    assert ids == [lg_id(2), lg_id(0)]
+    assert sorted(LangGraphWrites.objects.values_list("checkpoint_id", flat=True)) == [lg_id(2)]
+    assert latest(project, "thread-1")["pending_writes"] == [["task", "messages", "said at 2"]]
+
+
 # ---- writes stored once --------------------------------------------------------------------------------
 
 
