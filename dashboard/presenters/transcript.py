@@ -164,6 +164,8 @@ def _tool_call(call: dict[str, Any], records: dict[str, dict[str, Any]], results
     success = next((source["success"] for source in (call, record) if isinstance(source.get("success"), bool)), None)
     if success is None and error:
         success = False
+    if success is None and reply is not None and reply.get("status") == "success":  # a LangChain ToolMessage's own
+        success = True
     if error and result is not None and _text(result) == _text(error):
         result = None  # the tool's reply was the error itself: shown once, as the error
     return ToolCall(

@@ -61,3 +61,12 @@ def test_langchain_messages_read_by_type_with_their_args_and_a_failed_tool_messa
     [shown] = transcript.messages[1].calls
     assert (shown.name, shown.arguments, shown.result) == ("read_file", '{"path": "/etc/shadow"}', None)
     assert (shown.success, shown.error) == (False, "permission denied")
+
+
+def test_a_langchain_tool_message_that_succeeded_shows_its_call_succeeded():
+    call = {"name": "search", "args": {"q": "oslo"}, "id": "c1"}
+    messages = [AIMessage("", tool_calls=[call]), ToolMessage("3 hits", tool_call_id="c1")]
+    transcript = Transcript.of({"messages": typed(messages)})
+    assert transcript is not None
+    [shown] = transcript.messages[0].calls
+    assert (shown.result, shown.success, shown.error) == ("3 hits", True, None)
