@@ -9,15 +9,15 @@ writes already stored.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from itertools import groupby
+from collections.abc import Callable, Iterable, Iterator
+from itertools import chain, groupby
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
 from ..models import Project
 from ..sources.formats.base import Problem
-from ..sources.formats.langgraph import Thread, Write, where
+from ..sources.formats.langgraph import Saved, Thread, Write, where
 from . import langgraph
 from .audit import Actor, CheckpointError
 
@@ -41,15 +41,20 @@ def import_threads(
         if isinstance(thread, Problem):
             report.problem(thread.path, thread.error)
             continue
-        for problem in thread.problems:
-            report.problem(problem.path, problem.error)
-        if not thread.checkpoints:
-            continue
         external_id = langgraph.thread_external_id(thread.thread_id)
+        try:
+            first = _first_readable(thread.checkpoints, report)
+        except Exception as exc:  # the source broke off: the other threads may still read
+            report.session_failed(external_id, exc, step="imported")
+            continue
+        if first is None:
+            continue
         project = project_of()  # outside the thread's transaction: a failing thread must not take it along
         try:
             with transaction.atomic():
-                imported, skipped = _put_thread(project, thread, source=source, actor=actor, report=report)
+                imported, skipped = _put_thread(
+                    project, thread, chain([first], thread.checkpoints), source=source, actor=actor, report=report
+                )
         except Exception as exc:  # the thread's stored rows broke, not the source: the other threads go on
             report.session_failed(external_id, exc, step="imported")
             continue
@@ -61,13 +66,32 @@ def import_threads(
             progress(report)
 
 
+def _first_readable(checkpoints: Iterator[Saved | Problem], report: ImportReport) -> Saved | None:
+    """The thread's first checkpoint that reads, reporting those before it that do not; None when none reads."""
+    for item in checkpoints:
+        if isinstance(item, Problem):
+            report.problem(item.path, item.error)
+        else:
+            return item
+    return None
+
+
 def _put_thread(
-    project: Project, thread: Thread, *, source: str, actor: Actor, report: ImportReport
+    project: Project,
+    thread: Thread,
+    checkpoints: Iterable[Saved | Problem],
+    *,
+    source: str,
+    actor: Actor,
+    report: ImportReport,
 ) -> tuple[int, int]:
     """Checkpoints oldest id first (parents before children), then the pending writes, task by task."""
     imported = skipped = 0
     stored: set[tuple[str, str]] = set()
-    for saved in thread.checkpoints:
+    for saved in checkpoints:
+        if isinstance(saved, Problem):
+            report.problem(saved.path, saved.error)
+            continue
         item = langgraph.PutInput(
             thread_id=saved.thread_id,
             checkpoint_ns=saved.checkpoint_ns,

@@ -19,7 +19,7 @@ import re
 import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from .base import Problem
 NAME = "langgraph"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 URL_SCHEMES = ("postgres://", "postgresql://")
+READ_BATCH = 200  # checkpoints (or writes) read from a PostgresSaver database at a time
 CHECKPOINT_COLUMNS = {"thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "checkpoint", "metadata"}
 WRITE_COLUMNS = {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx", "channel", "value"}
 
@@ -67,10 +68,14 @@ class Write:
 
 @dataclass
 class Thread:
+    """One thread, read while it is stored: its checkpoints oldest id first (parents before children), a checkpoint
+    that cannot be read as a Problem in its place, then its pending writes in put order. Both are read from the
+    source as they are consumed, checkpoints first, so a thread of any size (users keep 17 GB in one) is never held
+    in memory whole; consume a thread before asking `threads` for the next."""
+
     thread_id: str
-    checkpoints: list[Saved] = field(default_factory=list)  # by checkpoint_id: parents before children
-    writes: list[Write] = field(default_factory=list)
-    problems: list[Problem] = field(default_factory=list)
+    checkpoints: Iterator[Saved | Problem]
+    writes: Iterator[Write]
 
 
 def is_url(source: str | Path) -> bool:
@@ -115,34 +120,41 @@ def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
 
 def _sqlite_threads(path: Path) -> Iterator[Thread]:
     with closing(_open_sqlite(path)) as conn:
-        task_path = "task_path" if "task_path" in _columns(conn, "writes") else "''"
         ids = [row[0] for row in conn.execute("SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id")]
         for thread_id in ids:
-            thread = Thread(thread_id)
-            rows = conn.execute(
-                "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata"
-                " FROM checkpoints WHERE thread_id = ? ORDER BY checkpoint_id, checkpoint_ns",
-                (thread_id,),
-            )
-            for ns, checkpoint_id, parent, type_, blob, metadata in rows:
-                try:
-                    header = _decoded_checkpoint(type_, blob)
-                    values = header.pop("channel_values")
-                    found = Saved(thread_id, ns, checkpoint_id, parent, header, values, _sqlite_metadata(metadata))
-                except ValueError as exc:
-                    thread.problems.append(Problem(where(path, thread_id, ns, checkpoint_id), str(exc)))
-                    continue
-                thread.checkpoints.append(found)
-            rows = conn.execute(
-                f"SELECT checkpoint_ns, checkpoint_id, task_id, {task_path}, idx, channel, type, value"
-                " FROM writes WHERE thread_id = ? ORDER BY checkpoint_ns, checkpoint_id, task_id, idx",
-                (thread_id,),
-            )
-            for ns, checkpoint_id, task_id, path_, idx, channel, type_, value in rows:
-                thread.writes.append(
-                    Write(thread_id, ns, checkpoint_id, task_id, path_, idx, channel, _value(type_, value))
-                )
-            yield thread
+            yield Thread(thread_id, _sqlite_checkpoints(conn, path, thread_id), _sqlite_writes(conn, thread_id))
+
+
+def _sqlite_checkpoints(conn: sqlite3.Connection, path: Path, thread_id: str) -> Iterator[Saved | Problem]:
+    """The keys in id order first (small), then each row by its primary key: sorting the rows themselves would copy
+    every blob of the thread into SQLite's sorter."""
+    keys = conn.execute(
+        "SELECT checkpoint_ns, checkpoint_id FROM checkpoints WHERE thread_id = ? ORDER BY checkpoint_id, checkpoint_ns",
+        (thread_id,),
+    ).fetchall()
+    for ns, checkpoint_id in keys:
+        parent, type_, blob, metadata = conn.execute(
+            "SELECT parent_checkpoint_id, type, checkpoint, metadata FROM checkpoints"
+            " WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+            (thread_id, ns, checkpoint_id),
+        ).fetchone()
+        try:
+            header = _decoded_checkpoint(type_, blob)
+            values = header.pop("channel_values")
+            yield Saved(thread_id, ns, checkpoint_id, parent, header, values, _sqlite_metadata(metadata))
+        except ValueError as exc:
+            yield Problem(where(path, thread_id, ns, checkpoint_id), str(exc))
+
+
+def _sqlite_writes(conn: sqlite3.Connection, thread_id: str) -> Iterator[Write]:
+    task_path = "task_path" if "task_path" in _columns(conn, "writes") else "''"
+    rows = conn.execute(
+        f"SELECT checkpoint_ns, checkpoint_id, task_id, {task_path}, idx, channel, type, value"
+        " FROM writes WHERE thread_id = ? ORDER BY checkpoint_ns, checkpoint_id, task_id, idx",
+        (thread_id,),
+    )
+    for ns, checkpoint_id, task_id, path_, idx, channel, type_, value in rows:
+        yield Write(thread_id, ns, checkpoint_id, task_id, path_, idx, channel, _value(type_, value))
 
 
 def where(source: Path | str, thread_id: str, ns: str, checkpoint_id: str) -> str:
@@ -198,51 +210,83 @@ def _postgres_threads(url: str) -> Iterator[Thread]:
             ).fetchone()
             ids = [row["thread_id"] for row in conn.execute("SELECT DISTINCT thread_id FROM checkpoints ORDER BY 1")]
             for thread_id in ids:
-                yield _postgres_thread(conn, url, thread_id, task_path="task_path" if has_path else "''")
+                yield Thread(
+                    thread_id,
+                    _postgres_checkpoints(conn, url, thread_id),
+                    _postgres_writes(conn, thread_id, task_path="task_path" if has_path else "''"),
+                )
 
 
-def _postgres_thread(conn: psycopg.Connection[dict[str, Any]], url: str, thread_id: str, *, task_path: str) -> Thread:
-    """The thread's checkpoints with their channel values put back together: each channel's version names its
-    blob (a primitive stays inline in the checkpoint; an "empty" blob means the channel has no value)."""
-    thread = Thread(thread_id)
-    blobs: dict[tuple[str, str, str], Any] = {}
-    for row in conn.execute(
-        "SELECT checkpoint_ns, channel, version, type, blob FROM checkpoint_blobs WHERE thread_id = %s",
-        (thread_id,),
-    ):
-        blobs[(row["checkpoint_ns"], row["channel"], row["version"])] = (
-            _EMPTY if row["type"] == "empty" else _value(row["type"], row["blob"])
-        )
+def _postgres_checkpoints(
+    conn: psycopg.Connection[dict[str, Any]], url: str, thread_id: str
+) -> Iterator[Saved | Problem]:
+    """The thread's checkpoints with their channel values put back together, a batch at a time: each channel's
+    version names its blob (a primitive stays inline in the checkpoint; an "empty" blob means the channel has no
+    value). Blobs are read for the batch that needs them and kept only while the next batch needs them too
+    (PostgresSaver keeps a whole copy of a growing channel per version)."""
     name = database_name(url)
-    for row in conn.execute(
-        "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata FROM checkpoints"
-        " WHERE thread_id = %s ORDER BY checkpoint_id, checkpoint_ns",
+    keys = conn.execute(
+        "SELECT checkpoint_ns, checkpoint_id FROM checkpoints WHERE thread_id = %s ORDER BY checkpoint_id, checkpoint_ns",
         (thread_id,),
-    ):
-        ns, checkpoint_id = row["checkpoint_ns"], row["checkpoint_id"]
-        header = dict(row["checkpoint"])
-        values = dict(header.pop("channel_values", None) or {})  # the primitives, stored inline
-        for channel, version in (header.get("channel_versions") or {}).items():
-            value = blobs.get((ns, channel, str(version)), _MISSING)
-            if value is _EMPTY:
-                values.pop(channel, None)
-            elif value is not _MISSING:
-                values[channel] = value
-        metadata = row["metadata"]
-        if not isinstance(metadata, dict):
-            thread.problems.append(Problem(where(name, thread_id, ns, checkpoint_id), "metadata is no object"))
-            continue
-        thread.checkpoints.append(
-            Saved(thread_id, ns, checkpoint_id, row["parent_checkpoint_id"], header, values, metadata)
+    ).fetchall()
+    blobs: dict[tuple[str, str, str], Any] = {}
+    for start in range(0, len(keys), READ_BATCH):
+        batch = keys[start : start + READ_BATCH]
+        rows = conn.execute(
+            "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata FROM checkpoints"
+            " WHERE thread_id = %s AND (checkpoint_ns, checkpoint_id) IN"
+            " (SELECT * FROM unnest(%s::text[], %s::text[])) ORDER BY checkpoint_id, checkpoint_ns",
+            (thread_id, [key["checkpoint_ns"] for key in batch], [key["checkpoint_id"] for key in batch]),
+        ).fetchall()
+        needed = {
+            (row["checkpoint_ns"], channel, str(version))
+            for row in rows
+            for channel, version in ((row["checkpoint"] or {}).get("channel_versions") or {}).items()
+        }
+        blobs = {key: value for key, value in blobs.items() if key in needed}
+        missing = sorted(needed - blobs.keys())
+        if missing:
+            for blob in conn.execute(
+                "SELECT checkpoint_ns, channel, version, type, blob FROM checkpoint_blobs WHERE thread_id = %s"
+                " AND (checkpoint_ns, channel, version) IN (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))",
+                (thread_id, *(list(column) for column in zip(*missing, strict=True))),
+            ):
+                blobs[(blob["checkpoint_ns"], blob["channel"], blob["version"])] = (
+                    _EMPTY if blob["type"] == "empty" else _value(blob["type"], blob["blob"])
+                )
+        for row in rows:
+            yield _postgres_saved(row, thread_id, blobs, name)
+
+
+def _postgres_saved(
+    row: dict[str, Any], thread_id: str, blobs: dict[tuple[str, str, str], Any], name: str
+) -> Saved | Problem:
+    ns, checkpoint_id = row["checkpoint_ns"], row["checkpoint_id"]
+    header = dict(row["checkpoint"])
+    values = dict(header.pop("channel_values", None) or {})  # the primitives, stored inline
+    for channel, version in (header.get("channel_versions") or {}).items():
+        value = blobs.get((ns, channel, str(version)), _MISSING)
+        if value is _EMPTY:
+            values.pop(channel, None)
+        elif value is not _MISSING:
+            values[channel] = value
+    metadata = row["metadata"]
+    if not isinstance(metadata, dict):
+        return Problem(where(name, thread_id, ns, checkpoint_id), "metadata is no object")
+    return Saved(thread_id, ns, checkpoint_id, row["parent_checkpoint_id"], header, values, metadata)
+
+
+def _postgres_writes(conn: psycopg.Connection[dict[str, Any]], thread_id: str, *, task_path: str) -> Iterator[Write]:
+    """Through a server-side cursor, in the primary key's order: no sort, a batch in memory at a time."""
+    with conn.cursor(name=f"lg_writes_{abs(hash(thread_id))}") as cursor:
+        cursor.itersize = READ_BATCH
+        cursor.execute(
+            f"SELECT checkpoint_ns, checkpoint_id, task_id, {task_path} AS task_path, idx, channel, type, blob"
+            " FROM checkpoint_writes WHERE thread_id = %s ORDER BY checkpoint_ns, checkpoint_id, task_id, idx",
+            (thread_id,),
         )
-    for row in conn.execute(
-        f"SELECT checkpoint_ns, checkpoint_id, task_id, {task_path} AS task_path, idx, channel, type, blob"
-        " FROM checkpoint_writes WHERE thread_id = %s ORDER BY checkpoint_ns, checkpoint_id, task_id, idx",
-        (thread_id,),
-    ):
-        value = _value(row["type"], row["blob"])
-        thread.writes.append(
-            Write(
+        for row in cursor:
+            yield Write(
                 thread_id,
                 row["checkpoint_ns"],
                 row["checkpoint_id"],
@@ -250,10 +294,8 @@ def _postgres_thread(conn: psycopg.Connection[dict[str, Any]], url: str, thread_
                 row["task_path"],
                 row["idx"],
                 row["channel"],
-                value,
+                _value(row["type"], row["blob"]),
             )
-        )
-    return thread
 
 
 _EMPTY = object()  # a channel version whose value was emptied

@@ -141,12 +141,14 @@ def read(source: str | Path) -> dict[tuple[str, str, str], dict[str, Any]]:
     found = {}
     for thread in langgraph.threads(source):
         assert isinstance(thread, langgraph.Thread), thread
-        assert thread.problems == []
-        for item in thread.checkpoints:
+        checkpoints = list(thread.checkpoints)
+        assert all(isinstance(item, langgraph.Saved) for item in checkpoints), checkpoints
+        thread_writes = list(thread.writes)
+        for item in checkpoints:
             writes = sorted(
                 (
                     w
-                    for w in thread.writes
+                    for w in thread_writes
                     if (w.checkpoint_ns, w.checkpoint_id) == (item.checkpoint_ns, item.checkpoint_id)
                 ),
                 key=lambda w: (w.task_path, w.task_id, w.idx),
@@ -243,17 +245,24 @@ def add_pickles(path: Path, marker: Path) -> bytes:
     return blob
 
 
+def read_threads(source: str | Path) -> dict[str, tuple[list[Any], list[langgraph.Write]]]:
+    """Each thread's checkpoints (and problems) and writes, consumed in turn as the reader wants them."""
+    found = {}
+    for thread in langgraph.threads(source):
+        assert isinstance(thread, langgraph.Thread), thread
+        found[thread.thread_id] = (list(thread.checkpoints), list(thread.writes))
+    return found
+
+
 def test_pickle_blobs_stay_opaque_and_nothing_is_unpickled(sqlite_file, tmp_path):
     marker = tmp_path / "unpickled"
     blob = add_pickles(sqlite_file, marker)
-    found = list(langgraph.threads(sqlite_file))
+    found = read_threads(sqlite_file)
     assert not marker.exists()
-    t1 = next(t for t in found if isinstance(t, langgraph.Thread) and t.thread_id == "t-1")
-    (write,) = [w for w in t1.writes if w.task_id == "task-p"]
+    (write,) = [w for w in found["t-1"][1] if w.task_id == "task-p"]
     assert write.value == {"__lg__": ["typed", "pickle"], "b64": base64.b64encode(blob).decode()}
-    t3 = next(t for t in found if isinstance(t, langgraph.Thread) and t.thread_id == "t-3")
-    assert t3.checkpoints == []
-    assert "'pickle' blob, which is not decoded" in t3.problems[0].error
+    (problem,) = found["t-3"][0]
+    assert isinstance(problem, Problem) and "'pickle' blob, which is not decoded" in problem.error
 
 
 def test_an_unreadable_checkpoint_is_a_problem_and_the_others_are_read(sqlite_file):
@@ -261,11 +270,11 @@ def test_an_unreadable_checkpoint_is_a_problem_and_the_others_are_read(sqlite_fi
         (broken,) = conn.execute("SELECT checkpoint_id FROM checkpoints WHERE thread_id = 't-2' LIMIT 1").fetchone()
         conn.execute("UPDATE checkpoints SET checkpoint = x'c1' WHERE checkpoint_id = ?", (broken,))
     conn.close()
-    (t1, t2) = langgraph.threads(sqlite_file)
-    assert isinstance(t2, langgraph.Thread) and isinstance(t1, langgraph.Thread)
-    assert len(t2.problems) == 1 and broken in t2.problems[0].path and "not msgpack" in t2.problems[0].error
-    assert broken not in {c.checkpoint_id for c in t2.checkpoints}
-    assert len(t2.checkpoints) == len([k for k in sqlite_saved_ids(sqlite_file) if k[0] == "t-2"]) - 1
+    checkpoints, _ = read_threads(sqlite_file)["t-2"]
+    (problem,) = [item for item in checkpoints if isinstance(item, Problem)]
+    assert broken in problem.path and "not msgpack" in problem.error
+    read = [item.checkpoint_id for item in checkpoints if isinstance(item, langgraph.Saved)]
+    assert broken not in read and len(read) == len([k for k in sqlite_saved_ids(sqlite_file) if k[0] == "t-2"]) - 1
 
 
 def sqlite_saved_ids(path: Path) -> list[tuple[str, str, str]]:
@@ -318,7 +327,9 @@ def postgres_saved(url: str) -> dict[tuple[str, str, str], dict[str, Any]]:
 
 
 @pytest.mark.postgres
-def test_the_reader_finds_what_postgres_saver_returns(postgres_url):
+@pytest.mark.parametrize("batch", [langgraph.READ_BATCH, 3], ids=["one batch", "batches of 3"])
+def test_the_reader_finds_what_postgres_saver_returns(postgres_url, batch, monkeypatch):
+    monkeypatch.setattr(langgraph, "READ_BATCH", batch)
     expected = postgres_saved(postgres_url)
     assert len(expected) > 10
     assert read(postgres_url) == expected
