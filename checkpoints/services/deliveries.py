@@ -1,4 +1,5 @@
-"""Sending deliveries: signed webhook POSTs, the SSRF guard, attempts claimed once, retries scheduled in the database.
+"""Sending deliveries: signed webhook POSTs (through safe_http's SSRF guard), each attempt claimed once, retries
+scheduled in the database.
 
 A delivery's first attempt is queued when its event commits (`queue`); a failed attempt sets `next_attempt_at`
 by `RETRY_DELAYS` and the `send_due_deliveries` beat sweep picks it up then, with the same delivery id, until it
