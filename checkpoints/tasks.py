@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from contextlib import suppress
 from typing import Any
 
 from celery import shared_task
 from django.db import OperationalError
 
 from .jobs import gc, retention, routine, run_job, watching
-from .services import drift
+from .models import Delivery
+from .services import deliveries, drift
 from .services.uploads import run_import_job
 
 
@@ -59,4 +61,22 @@ def collect_garbage(triggered_by: str = "beat") -> dict[str, Any]:
     return run_job("gc", gc.collect_garbage, triggered_by=triggered_by).result
 
 
-__all__ = ["import_archive", "scan_watched_sources"]
+@shared_task(acks_late=True)
+def send_delivery(delivery_id: str) -> None:
+    """One attempt of a delivery (queue "deliveries"); a retry is scheduled in the database, not here."""
+    with suppress(Delivery.DoesNotExist):  # deleted with its old event: nothing to send
+        deliveries.attempt(delivery_id)
+
+
+@shared_task(acks_late=True)
+def send_due_deliveries() -> int:
+    """Every minute: queue the deliveries whose next attempt is due."""
+    return deliveries.send_due()
+
+
+@shared_task(**PERIODIC)
+def delete_old_deliveries(triggered_by: str = "beat") -> dict[str, Any]:
+    return run_job("delivery_cleanup", deliveries.delete_old, triggered_by=triggered_by).result
+
+
+__all__ = ["import_archive", "scan_watched_sources", "send_delivery", "send_due_deliveries"]

@@ -291,6 +291,11 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_RESULT_EXPIRES = None  # no result backend: nothing to expire, so beat adds no "celery.backend_cleanup" job
+# Webhook and notification sends wait on receivers: their own queue, so a slow receiver never holds up the jobs.
+CELERY_TASK_ROUTES = {
+    "checkpoints.tasks.send_delivery": {"queue": "deliveries"},
+    "checkpoints.tasks.send_due_deliveries": {"queue": "deliveries"},
+}
 
 # Notifications and event webhooks: links in them point here; receivers on private addresses only when allowed.
 CONSOLE_BASE_URL = os.environ.get("CONSOLE_BASE_URL", "http://127.0.0.1:8000").rstrip("/")

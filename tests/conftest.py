@@ -50,10 +50,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.fixture(autouse=True)
 def _fresh_state_cache() -> Iterator[None]:
-    """The store's in-process cache must not carry states between tests' databases."""
+    """The store's in-process cache must not carry states between tests' databases, nor the shared cache what
+    a project of a rolled-back test wanted (events.wanted_types: another test's project may get its id)."""
+    from django.core.cache import cache
+
     from checkpoints import store
 
     store.cache.clear()
+    cache.clear()
     yield
     store.cache.clear()
 
@@ -126,6 +130,9 @@ class ApiClient:
     def put(self, path: str, data: Any = None, *, raw: bytes | str | None = None):
         return self.send("put", path, data, raw=raw)
 
+    def delete(self, path: str):
+        return self.client.delete(f"/api/v1{path}", headers=self._headers())
+
 
 @pytest.fixture
 def api_as():
@@ -150,6 +157,14 @@ def read_only_api(project) -> ApiClient:
     from checkpoints.services import create_api_token
 
     return ApiClient(create_api_token(project, name="viewer", read_only=True)[1])
+
+
+@pytest.fixture
+def receiver(settings) -> Iterator[Any]:
+    """A real HTTP receiver of webhooks on 127.0.0.1 (tests/checkpoints/webhook_kit.py)."""
+    from tests.checkpoints.webhook_kit import serve
+
+    yield from serve(settings)
 
 
 # ---- console users -------------------------------------------------------------------------------

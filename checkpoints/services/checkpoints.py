@@ -22,6 +22,7 @@ from ..models import AgentSession, Checkpoint, CheckpointKind, CheckpointStatus,
 from ..store import jsoncodec, tallies
 from ..store.jsoncodec import InvalidJSON
 from ..store.previews import Preview, preview_of
+from . import events
 from .audit import IdempotencyConflict, InvalidInput, InvalidState
 from .drift import detect_after_ingest
 
@@ -156,9 +157,12 @@ def ingest_checkpoints(
             planned.append((session, new, parents))
         batch.flush()
         recovered: set[int] = set()
+        stored: list[tuple[AgentSession, Checkpoint]] = []
         for session, new, parents in planned:
-            for at, checkpoint, created in _insert_checkpoints(session, new, parents, now, recovered):
-                results[at] = (checkpoint, created)
+            inserted = _insert_checkpoints(session, new, parents, now, recovered)
+            results.update({at: (checkpoint, created) for at, checkpoint, created in inserted})
+            stored += [(session, checkpoint) for _, checkpoint, created in inserted if created]
+        events.publish_checkpoints_created(stored)
     # Drift detectors that need no state, once committed, only where something alarming arrived (a failed
     # or halted checkpoint, an oversized state) or a failed or halted session goes on healthily (its alert
     # clears): the normal path pays nothing. The rest run in the drift job every few minutes (DESIGN section 7).

@@ -23,6 +23,7 @@ JOB_FOR_TASK = {
     "checkpoints.tasks.detect_drift": "drift_detection",
     "checkpoints.tasks.collect_garbage": "gc",
     "checkpoints.tasks.scan_watched_sources": "watched_sources",
+    "checkpoints.tasks.delete_old_deliveries": "delivery_cleanup",
 }
 RETENTION_TASK, GC_TASK = "checkpoints.tasks.apply_retention", "checkpoints.tasks.collect_garbage"
 ASKS_FIRST = {RETENTION_TASK, GC_TASK}  # they delete: Run now first says what they remove

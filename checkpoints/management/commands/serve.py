@@ -22,7 +22,7 @@ class Command(BaseCommand):
         manage = str(settings.BASE_DIR / "manage.py")
         commands = {
             "web": [python, manage, "runserver", f"{options['host']}:{options['port']}"],
-            "worker": [python, "-m", "celery", "-A", "config", "worker", "-l", "info", "--concurrency", "2"],
+            "worker": [python, "-m", "celery", "-A", "config", "worker", "-l", "info", "--concurrency", "2", "-Q", "celery,deliveries"],
             "beat": [
                 python, "-m", "celery", "-A", "config", "beat", "-l", "info",
                 "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler",

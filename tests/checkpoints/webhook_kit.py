@@ -1,0 +1,70 @@
+"""A real HTTP receiver on 127.0.0.1 for webhook tests: records what it gets, answers as told."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import orjson
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        return orjson.loads(self.body)
+
+
+@dataclass
+class Receiver:
+    url: str
+    received: list[Received] = field(default_factory=list)
+    status: int = 200  # what it answers
+    delay: float = 0.0  # seconds it waits before answering
+
+
+def verify(secret: str, header: str, body: bytes) -> bool:
+    """What a receiver does with X-Checkpoint-Signature (README "Event webhooks")."""
+    parts = dict(item.split("=", 1) for item in header.split(","))
+    expected = hmac.new(secret.encode(), f"{parts['t']}.".encode() + body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, parts["v1"])
+
+
+def serve(settings: Any) -> Iterator[Receiver]:
+    """A receiver the console may call: private addresses allowed (WEBHOOK_ALLOW_PRIVATE) for this test, and
+    a 1 s send timeout (the `receiver` fixture)."""
+    settings.WEBHOOK_ALLOW_PRIVATE = True
+    settings.WEBHOOK_TIMEOUT_SECONDS = 1
+    state = Receiver(url="")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            state.received.append(Received(self.path, dict(self.headers.items()), body))
+            if state.delay:
+                time.sleep(state.delay)
+            self.send_response(state.status)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    yield state
+    server.shutdown()
+    server.server_close()
