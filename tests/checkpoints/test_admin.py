@@ -17,6 +17,7 @@ from checkpoints.models import (
     CheckpointKind,
     DriftAlert,
     JobRun,
+    NotificationRule,
     RetentionPolicy,
     SessionStatus,
 )
@@ -285,3 +286,34 @@ def test_non_staff_cannot_reach_admin_actions(client, alice, session):
     client.force_login(alice)
     response = client.get(reverse("admin:checkpoints_retention_run"))
     assert response.status_code == 302
+
+
+def test_notification_rules_added_changed_and_deleted_in_the_admin_are_audited(admin_client, project, settings):
+    settings.WEBHOOK_ALLOW_PRIVATE = False
+    add = reverse("admin:checkpoints_notificationrule_add")
+    form = {
+        "project": project.pk,
+        "name": "pager",
+        "events": ["alert.opened"],
+        "min_severity": "critical",
+        "channel": "webhook",
+        "target": "http://10.0.0.1/hook",
+        "quiet_minutes": 30,
+        "enabled": "on",
+    }
+    refused = admin_client.post(add, form)
+    assert refused.status_code == 200 and "private" in refused.content.decode()
+    assert not NotificationRule.objects.exists()
+    settings.WEBHOOK_ALLOW_PRIVATE = True
+    response = admin_client.post(add, form, follow=True)
+    rule = NotificationRule.objects.get()
+    assert rule.secret.startswith("whsec_")
+    assert any(rule.secret in message for message in _messages(response))
+    change = reverse("admin:checkpoints_notificationrule_change", args=[rule.pk])
+    admin_client.post(change, {**form, "channel": "email", "target": "ops@example.com"})
+    rule.refresh_from_db()
+    assert (rule.channel, rule.target) == ("email", "ops@example.com")
+    admin_client.post(reverse("admin:checkpoints_notificationrule_delete", args=[rule.pk]), {"post": "yes"})
+    assert not NotificationRule.objects.exists()
+    actions = list(AuditEvent.objects.filter(action__endswith="_rule").values_list("action", flat=True))
+    assert sorted(actions) == ["create_rule", "delete_rule", "update_rule"]
