@@ -249,8 +249,12 @@ def update_rule(rule: NotificationRule, *, actor: Actor, **fields: Any) -> tuple
 
 @transaction.atomic
 def delete_rule(rule: NotificationRule, *, actor: Actor) -> int:
-    """Delete a rule; its past deliveries stay in the log. Returns how many there are."""
+    """Delete a rule; its past deliveries stay in the log, those still waiting to be sent are not sent.
+    Returns how many deliveries it leaves in the log."""
     kept = rule.deliveries.count()
+    rule.deliveries.filter(status=DeliveryStatus.PENDING).update(
+        status=DeliveryStatus.FAILED, next_attempt_at=None, last_error="Its rule was deleted; not sent."
+    )
     record_audit(actor, "delete_rule", project=rule.project, target=f"rule {rule.name}", details=_described(rule))
     _rule_changed(rule)
     rule.delete()

@@ -87,7 +87,7 @@ def _log_context(project: Project, status: str) -> dict[str, Any]:
 @require_http_methods(["GET", "POST"])
 def rule_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     project = get_project_for_user(request, slug)
-    form = RuleForm(request.POST or None)
+    form = RuleForm(request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
         rule, secret = create_rule(project, actor=Actor.for_user(request.user), **form.cleaned_data)
         return _saved(request, rule, secret, f"Rule {rule.name!r} added.")
@@ -100,7 +100,7 @@ def rule_edit(request: HtmxHttpRequest, slug: str, pk: int) -> HttpResponse:
     project = get_project_for_user(request, slug)
     rule = get_object_or_404(NotificationRule, project=project, pk=pk)
     initial = {name: getattr(rule, name) for name in RuleForm.base_fields}
-    form = RuleForm(request.POST or None, initial=initial)
+    form = RuleForm(request.POST if request.method == "POST" else None, initial=initial)
     if request.method == "POST" and form.is_valid():
         rule, secret = update_rule(rule, actor=Actor.for_user(request.user), **form.cleaned_data)
         return _saved(request, rule, secret, f"Rule {rule.name!r} saved.")

@@ -158,6 +158,15 @@ def test_an_operator_of_one_project_is_403_on_another_they_only_view(client, ali
     assert client.get("/notifications/globex/").status_code == 403
 
 
+def test_notifications_lists_the_projects_an_operator_manages_or_goes_to_the_one(client, alice, grant, other_project):
+    client.force_login(alice)
+    assert client.get("/notifications/")["Location"] == PAGE
+    grant(alice, other_project, "operator")
+    html = client.get("/notifications/").content.decode()
+    links = [a.get("href") for a in select(html, "main li a")]
+    assert links == [PAGE, "/notifications/globex/"]
+
+
 def test_nav_links_the_page_for_operators_only(client, alice, bob):
     client.force_login(alice)
     nav = [text(a) for a in select(client.get(PAGE).content.decode(), "nav.mainnav a[aria-current=page]")]

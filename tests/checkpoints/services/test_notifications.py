@@ -209,9 +209,11 @@ def test_rules_are_created_changed_and_deleted_with_audit_rows_and_a_webhook_sec
     assert secret.startswith("whsec_") and NotificationRule.objects.get().secret == secret
     _, again = update_rule(rule, actor=ACTOR, name="hook 2")
     assert again == ""  # the secret stays; it is not shown again
-    Delivery.objects.create(event=Event.objects.create(project=project, type="ping"), rule=rule, target="t")
+    waiting = Delivery.objects.create(event=Event.objects.create(project=project, type="ping"), rule=rule, target="t")
     assert delete_rule(rule, actor=ACTOR) == 1
     assert not NotificationRule.objects.exists() and Delivery.objects.count() == 1
+    waiting.refresh_from_db()
+    assert (waiting.status, waiting.last_error) == (DeliveryStatus.FAILED, "Its rule was deleted; not sent.")
     actions = list(AuditEvent.objects.order_by("pk").values_list("action", "details"))
     assert [a for a, _ in actions] == ["create_rule", "update_rule", "update_rule", "delete_rule"]
     assert actions[1][1]["channel"] == ["email", "webhook"] and "secret" not in str(actions)
