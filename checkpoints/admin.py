@@ -32,6 +32,7 @@ from django.utils.html import format_html
 from . import models, store, tasks
 from .jobs.retention import describe, plan_retention
 from .services import Actor, acknowledge_alert, cleanup, pin_checkpoint, request_job_run, resolve_alert, revoke_token
+from .services.deliveries import retry_now
 from .services.logins import reset_login_attempts
 from .services.memberships import revoke_membership, save_membership
 from .services.notifications import (
@@ -42,6 +43,7 @@ from .services.notifications import (
     target_error,
     update_rule,
 )
+from .services.webhooks import delete_webhook
 from .store import jsoncodec
 from .store.tallies import SESSION_FIELDS
 
@@ -717,3 +719,68 @@ class LoginAttemptAdmin(AccessAttemptAdmin):
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[AccessAttempt]) -> None:
         reset_login_attempts(queryset, actor=_actor(request))
+
+
+@admin.register(models.Event)
+class EventAdmin(ReadOnlyAdmin, BigTableAdmin):
+    """What happened, as receivers got it: read-only (deleted after DELIVERY_KEEP_DAYS)."""
+
+    list_display = ["created_at", "type", "project", "dedupe_key"]
+    list_filter = ["type", "project"]
+    search_fields = ["=id", "=dedupe_key"]
+    list_select_related = ["project"]
+    fields = readonly_fields = ("id", "type", "project", "created_at", "dedupe_key", "data")
+
+
+@admin.register(models.WebhookEndpoint)
+class WebhookEndpointAdmin(admin.ModelAdmin):
+    """Created, rotated and deleted through the API (audited, the URL checked): here to look and to delete.
+    Its secret is never shown."""
+
+    list_display = ["url", "project", "events", "description", "created_by", "created_at", "deleted_at"]
+    list_filter = ["project", ("deleted_at", admin.EmptyFieldListFilter)]
+    search_fields = ["url", "description"]
+    list_select_related = ["project"]
+    fields = readonly_fields = (
+        "url", "project", "events", "description", "created_by", "created_at", "secret_rotated_at", "deleted_at",
+    )  # fmt: skip
+    actions = ["delete_endpoints"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # a hard delete would lose which endpoint its deliveries went to
+
+    @admin.action(description="Delete selected webhooks (they receive nothing more; deliveries kept)")
+    def delete_endpoints(self, request: HttpRequest, queryset: QuerySet[models.WebhookEndpoint]) -> None:
+        endpoints = list(queryset.filter(deleted_at__isnull=True).select_related("project"))
+        for endpoint in endpoints:
+            delete_webhook(endpoint, actor=_actor(request))
+        self.message_user(request, f"Deleted {len(endpoints)} webhook{'s' * (len(endpoints) != 1)}.")
+
+
+@admin.register(models.Delivery)
+class DeliveryAdmin(ReadOnlyAdmin, BigTableAdmin):
+    """Every attempt's outcome per event and receiver; "Retry now" sends a failed or waiting one again."""
+
+    list_display = [
+        "created_at", "event_type", "channel", "target", "status", "attempts", "response_code", "next_attempt_at",
+    ]  # fmt: skip
+    list_filter = ["status", "channel", "event__type", "event__project"]
+    search_fields = ["=id", "=event__id", "target"]
+    list_select_related = ["event"]
+    fields = readonly_fields = (
+        "id", "event", "endpoint", "rule", "channel", "target", "status", "attempts", "response_code",
+        "last_error", "created_at", "last_attempt_at", "next_attempt_at",
+    )  # fmt: skip
+    actions = ["retry"]
+
+    @admin.display(description="event", ordering="event__type")
+    def event_type(self, delivery: models.Delivery) -> str:
+        return delivery.event.type
+
+    @admin.action(description="Retry selected deliveries now")
+    def retry(self, request: HttpRequest, queryset: QuerySet[models.Delivery]) -> None:
+        count = retry_now(queryset, actor=_actor(request))
+        self.message_user(request, f"Queued {count} deliver{'ies' if count != 1 else 'y'} for one more attempt.")

@@ -813,6 +813,7 @@ def list_alerts(request: HttpRequest, filters: Query[AlertFilter]) -> Any:
     ]
 
 
-from . import api_langgraph  # noqa: E402, F401 - mounts /langgraph/ on `api` (it imports this module's parts)
+# they mount /langgraph/ and /webhooks on `api` (and import this module's parts)
+from . import api_langgraph, api_webhooks  # noqa: E402, F401
 
 __all__ = ["api"]

@@ -29,6 +29,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ..models import JobLock, JobRun, JobRunStatus
+from ..services import events
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +151,12 @@ def run_job(
         with Heartbeat(run.pk, name, holder=holder):
             result = work()
     except Exception as exc:
-        JobRun.objects.filter(pk=run.pk).update(status=JobRunStatus.FAILED, error=repr(exc), finished_at=timezone.now())
+        with transaction.atomic():
+            JobRun.objects.filter(pk=run.pk).update(
+                status=JobRunStatus.FAILED, error=repr(exc), finished_at=timezone.now()
+            )
+            run.status, run.error = JobRunStatus.FAILED, repr(exc)
+            events.publish_job_failed(run)
         raise
     finally:
         release(name, holder=holder)

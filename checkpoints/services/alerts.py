@@ -7,7 +7,8 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from ..models import AlertState, DriftAlert
+from ..models import AlertState, DriftAlert, EventType
+from . import events
 from .audit import Actor, record_audit
 
 
@@ -41,4 +42,5 @@ def resolve_alert(alert: DriftAlert, *, actor: Actor, reason: str = "", now: dat
     record_audit(
         actor, "resolve", session=alert.session, target=f"{alert.kind} alert #{alert.pk}", reason=reason, now=now
     )
+    events.publish_alert(EventType.ALERT_RESOLVED, alert)
     return alert

@@ -86,7 +86,7 @@ def vetted_addresses(host: str, port: int) -> list[tuple[Any, ...]]:
     connection (DNS rebinding) cannot reach inside the network."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError) as exc:
+    except (OSError, UnicodeError, ValueError) as exc:
         raise UnsafeTarget(f"The host {host} could not be resolved ({exc}).") from exc
     addresses = [info[4] for info in infos]
     if not settings.WEBHOOK_ALLOW_PRIVATE:

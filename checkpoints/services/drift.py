@@ -35,10 +35,12 @@ from ..models import (
     CheckpointKind,
     CheckpointStatus,
     DriftAlert,
+    EventType,
     SessionStatus,
 )
 from ..store import jsoncodec
 from ..store.previews import call_name, calls_of, failed_call
+from . import events
 from .audit import Actor, audit_event
 from .batches import Failures, each_batch
 
@@ -480,8 +482,10 @@ def run_detectors(recent: Recent, now: datetime, limits: Limits, kinds: Iterable
 
 
 def audit_alert(alert: DriftAlert, action: str, *, actor: str, reason: str, now: datetime, **details: Any) -> None:
-    """The AuditEvent of a detector's change to an alert: `alert_opened`, `alert_escalated` or `alert_resolved`."""
+    """The AuditEvent of a detector's change to an alert: `alert_opened`, `alert_escalated` or `alert_resolved`;
+    and the event of the same name (alert.opened, …) for webhooks and notifications."""
     _alert_event(alert, action, actor=actor, reason=reason, now=now, **details).save()
+    events.publish_alert(action.replace("_", "."), alert, previous_severity=details.get("previous_severity", ""))
 
 
 def _alert_event(alert: DriftAlert, action: str, *, actor: str, reason: str, now: datetime, **details: Any) -> Any:
@@ -625,6 +629,10 @@ def resolve_all_by_detector(alerts: list[tuple[DriftAlert, str]], *, actor: str,
             for alert, reason in alerts
             if alert.pk in claimed
         )
+        for alert, _ in alerts:
+            if alert.pk in claimed:
+                alert.state, alert.resolved_at = AlertState.RESOLVED, now
+                events.publish_alert(EventType.ALERT_RESOLVED, alert)
     return len(claimed)
 
 

@@ -39,6 +39,7 @@ from . import notifications
 from .deliveries import queue
 
 WANTED_CACHE_SECONDS = 10
+ALWAYS_OFFERED = {EventType.PHASE_WAITING}
 
 
 def _wanted_key(project_id: int) -> str:
@@ -66,9 +67,18 @@ def forget_wanted(project_id: int) -> None:
     transaction.on_commit(lambda: cache.delete(key))
 
 
+def wants(type: str, project_id: int | None) -> bool:
+    """Whether an endpoint or rule of the project may want `type` (cached): when not, the caller need not even
+    build the event's data. Events of no project (job.failed) and phase.waiting (its approvers are emailed
+    without a rule) are always offered to the notification rules."""
+    return project_id is None or type in ALWAYS_OFFERED or type in wanted_types(project_id)
+
+
 def publish(type: str, *, project: Project | None, data: dict[str, Any], dedupe_key: str = "") -> Event | None:
     """Record that `type` happened, with a pending delivery to each endpoint and rule that wants it; None (and
     nothing written) when none does. Call it inside the transaction of the change it announces."""
+    if not wants(type, project.pk if project else None):
+        return None
     events = publish_all([Event(project=project, type=type, data=data, dedupe_key=dedupe_key)])
     return events[0] if events else None
 
@@ -110,6 +120,8 @@ def console_url(name: str, *args: Any, query: str = "") -> str:
 
 
 def session_data(session: AgentSession) -> dict[str, Any]:
+    if session.get_deferred_fields():  # a job's slim copy: one query for the rest, not one a field
+        session = AgentSession.objects.select_related("project").get(pk=session.pk)
     return {
         "id": session.external_id,
         "project": session.project.slug,
@@ -169,6 +181,8 @@ def publish_checkpoints_created(created: Sequence[tuple[AgentSession, Checkpoint
 
 
 def publish_restored(session: AgentSession, restore: Checkpoint, target: Checkpoint, *, actor: str) -> None:
+    if not wants(EventType.SESSION_RESTORED, session.project_id):
+        return
     data = {
         "session": session_data(session),
         "checkpoint": checkpoint_data(restore),
@@ -179,6 +193,8 @@ def publish_restored(session: AgentSession, restore: Checkpoint, target: Checkpo
 
 
 def publish_forked(fork: AgentSession, source: Checkpoint, *, actor: str) -> None:
+    if not wants(EventType.SESSION_FORKED, fork.project_id):
+        return
     data = {
         "session": session_data(fork),
         "source_session": session_data(source.session),
@@ -190,6 +206,8 @@ def publish_forked(fork: AgentSession, source: Checkpoint, *, actor: str) -> Non
 
 def publish_alert(type: str, alert: DriftAlert, *, previous_severity: str = "") -> None:
     """alert.opened, alert.escalated (with the severity before) or alert.resolved."""
+    if not wants(type, alert.session.project_id):
+        return
     data: dict[str, Any] = {"session": session_data(alert.session), "alert": alert_data(alert)}
     if type == EventType.ALERT_ESCALATED:
         data["previous_severity"] = previous_severity
@@ -205,6 +223,8 @@ def publish_phase_waiting(phase: Phase) -> None:
 
 def publish_phase_feedback(feedback: PhaseFeedback) -> None:
     phase = feedback.phase
+    if not wants(EventType.PHASE_FEEDBACK, phase.session.project_id):
+        return
     data = {
         "session": session_data(phase.session),
         "phase": phase_data(phase),
@@ -233,6 +253,8 @@ def publish_job_failed(run: JobRun) -> None:
 
 
 def publish_import_failed(job: ImportJob) -> None:
+    if not wants(EventType.IMPORT_FAILED, job.project_id):
+        return
     data = {"import": {"id": job.pk, "error": job.error, "url": console_url("import_job", job.pk)}}
     publish(EventType.IMPORT_FAILED, project=job.project, data=data)
 

@@ -21,6 +21,7 @@ from .. import limits
 from ..models import AgentOutput, AgentSession, FeedbackAction, Phase, PhaseFeedback, PhaseStatus, SourceFormat
 from ..phases import standing_approval, validate_phase
 from ..sources.formats import haytham
+from . import events
 from .audit import Actor, CheckpointError, InvalidInput, InvalidState, record_audit
 from .checkpoints import check_json_field
 
@@ -75,6 +76,7 @@ def report_phase(session: AgentSession, number: int, *, actor: Actor, **fields: 
             raise InvalidState(f"phase {number} is new: its name is required")
         phase = Phase(session=session, number=number)
     _check_phase_fields(fields)
+    was_completed = not created and phase.status == PhaseStatus.COMPLETED
     for name, value in fields.items():
         setattr(phase, name, Decimal(str(value)) if name == "cost" else value)
     phase.save()
@@ -85,6 +87,9 @@ def report_phase(session: AgentSession, number: int, *, actor: Actor, **fields: 
         target=str(phase),
         details={"number": number, "status": phase.status, "created": created},
     )
+    if phase.status == PhaseStatus.COMPLETED and not was_completed:  # it now waits for a reviewer's decision
+        phase.session = session
+        events.publish_phase_waiting(phase)
     return phase, created
 
 
@@ -187,6 +192,7 @@ def record_feedback(
         details={"phase": phase.number, "action": action, "requested_changes": changes, "feedback": feedback.pk},
         now=now,
     )
+    events.publish_phase_feedback(feedback)
     session = phase.session
     if session.write_back and session.source_format == SourceFormat.HAYTHAM and session.source_path:
         transaction.on_commit(lambda: write_feedback_back(feedback.pk))

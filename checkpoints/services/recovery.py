@@ -20,7 +20,7 @@ from ..sources import formats
 from ..store import diff_checkpoints, tallies
 from ..store.diff import Diff, diff_states
 from ..store.history import Discards, discards
-from . import langgraph
+from . import events, langgraph
 from .audit import Actor, CheckpointError, NothingToUndo, max_length, record_audit
 from .drift import detect_after_ingest
 
@@ -54,6 +54,7 @@ def restore_checkpoint(
         details={"target_seq": checkpoint.seq, "previous_head": previous_head, "new_seq": restored.seq},
         now=now,
     )
+    events.publish_restored(session, restored, checkpoint, actor=actor.label)
     return restored
 
 
@@ -99,6 +100,7 @@ def undo_restore(session: AgentSession, *, actor: Actor, reason: str = "", now: 
         },
         now=now,
     )
+    events.publish_restored(locked, undone, previous, actor=actor.label)
     return undone
 
 
@@ -277,6 +279,7 @@ def _fork(checkpoint: Checkpoint, *, actor: Actor, title: str, external_id: str,
         details={"fork_session": fork.external_id, "fork_session_id": fork.pk},
         now=now,
     )
+    events.publish_forked(fork, checkpoint, actor=actor.label)
     return fork
 
 

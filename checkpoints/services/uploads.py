@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from ..models import ImportJob, ImportJobStatus
 from ..sources.archives import UnsafeArchive, archive_suffix, check, extract
+from . import events
 from .audit import Actor, record_audit
 from .checkpoints import get_or_create_project
 from .file_import import ImportReport, import_path
@@ -97,13 +98,13 @@ def run_import_job(job_id: int) -> dict[str, Any]:
         )
     except (UnsafeArchive, OSError) as exc:
         message = str(exc) if isinstance(exc, UnsafeArchive) else f"The import stopped: {exc.strerror or 'I/O error'}."
-        _update_job(job_id, status=ImportJobStatus.FAILED, error=message, finished_at=timezone.now())
+        _fail_job(job, message)
         archive.unlink(missing_ok=True)
         return {"error": message}
     except Exception:
         # A bug, not the archive: the job must not stay "running" for ever; the traceback goes to the log.
         message = "The import stopped on an internal error (it was logged); what was imported before it stays."
-        _update_job(job_id, status=ImportJobStatus.FAILED, error=message, finished_at=timezone.now())
+        _fail_job(job, message)
         raise
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -123,6 +124,14 @@ def run_import_job(job_id: int) -> dict[str, Any]:
 
 def _update_job(job_id: int, **fields: Any) -> None:
     ImportJob.objects.filter(pk=job_id).update(**fields)
+
+
+@transaction.atomic
+def _fail_job(job: ImportJob, message: str) -> None:
+    """The job failed with `message`, announced (import.failed) in the same transaction."""
+    job.status, job.error = ImportJobStatus.FAILED, message
+    _update_job(job.pk, status=job.status, error=message, finished_at=timezone.now())
+    events.publish_import_failed(job)
 
 
 def _without_folder(result: dict[str, Any], folder: Path) -> dict[str, Any]:

@@ -15,13 +15,16 @@ from checkpoints.models import (
     AuditEvent,
     Checkpoint,
     CheckpointKind,
+    Delivery,
     DriftAlert,
+    Event,
     JobRun,
     NotificationRule,
     RetentionPolicy,
     SessionStatus,
 )
 from checkpoints.services import Actor, create_api_token, fork_session, pin_checkpoint
+from checkpoints.services.webhooks import create_webhook
 from tests.helpers import select
 
 pytestmark = pytest.mark.django_db
@@ -317,3 +320,39 @@ def test_notification_rules_added_changed_and_deleted_in_the_admin_are_audited(a
     assert not NotificationRule.objects.exists()
     actions = list(AuditEvent.objects.filter(action__endswith="_rule").values_list("action", flat=True))
     assert sorted(actions) == ["create_rule", "delete_rule", "update_rule"]
+
+
+def test_retry_now_gives_a_failed_delivery_another_attempt_and_is_audited(
+    admin_client, admin_user, project, receiver, django_capture_on_commit_callbacks
+):
+    endpoint = create_webhook(project, url=receiver.url, events=["ping"], actor=Actor.system("test"))
+    event = Event.objects.create(project=project, type="ping", data={"message": "hi"})
+    failed = Delivery.objects.create(
+        event=event, endpoint=endpoint, channel="webhook", target=receiver.url, status="failed", attempts=6
+    )
+    changelist = reverse("admin:checkpoints_delivery_changelist")
+    assert admin_client.get(changelist + "?status__exact=failed").status_code == 200
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = _act(admin_client, changelist, "retry", [failed])
+
+    assert "Queued 1 delivery for one more attempt." in _messages(response)
+    failed.refresh_from_db()
+    assert (failed.status, failed.attempts, failed.response_code) == ("succeeded", 7, 200)
+    assert len(receiver.received) == 1
+    assert AuditEvent.objects.get(action="retry_delivery").actor_user == admin_user
+
+
+def test_webhooks_are_deleted_softly_from_the_admin_and_their_secret_is_not_shown(
+    admin_client, admin_user, project, receiver
+):
+    endpoint = create_webhook(project, url=receiver.url, events=["ping"], actor=Actor.system("test"))
+    page = admin_client.get(reverse("admin:checkpoints_webhookendpoint_change", args=[endpoint.pk]))
+    assert endpoint.secret not in page.content.decode()
+
+    changelist = reverse("admin:checkpoints_webhookendpoint_changelist")
+    _act(admin_client, changelist, "delete_endpoints", [endpoint])
+
+    endpoint.refresh_from_db()
+    assert endpoint.deleted_at is not None
+    assert AuditEvent.objects.get(action="delete_webhook").actor_user == admin_user
