@@ -162,7 +162,7 @@ def phase_data(phase: Phase) -> dict[str, Any]:
         "number": phase.number,
         "name": phase.name,
         "status": phase.status,
-        "url": console_url("phase_feedback", phase.session_id, phase.number),
+        "url": console_url("phase_detail", phase.session_id, phase.number),  # its approval form (GET)
     }
 
 

@@ -133,7 +133,7 @@ def test_a_completed_phase_announces_that_it_waits_and_the_decision_is_announced
     assert got.types() == ["phase.waiting"]
     waiting = got.of("phase.waiting")
     assert waiting["phase"]["number"] == 1
-    assert waiting["phase"]["url"].endswith(f"/sessions/{session.pk}/phases/1/feedback/")
+    assert waiting["phase"]["url"].endswith(f"/sessions/{session.pk}/phases/1/")
     assert Event.objects.get(type="phase.waiting").dedupe_key == f"phase:{session.pk}:1"
 
     with sent() as got:

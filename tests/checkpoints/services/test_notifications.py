@@ -15,6 +15,7 @@ from checkpoints.models import (
     Event,
     EventType,
     NotificationRule,
+    PhaseStatus,
 )
 from checkpoints.services import Actor
 from checkpoints.services.deliveries import attempt
@@ -27,6 +28,7 @@ from checkpoints.services.notifications import (
     send_test,
     update_rule,
 )
+from checkpoints.services.phases import report_phase
 
 pytestmark = pytest.mark.django_db
 ACTOR = Actor.system("test")
@@ -234,3 +236,19 @@ def test_send_test_to_a_dead_receiver_fails_once_without_retries(project, receiv
     receiver.status = 404
     delivery = send_test(rule, actor=ACTOR)
     assert (delivery.status, delivery.response_code, delivery.next_attempt_at) == (DeliveryStatus.FAILED, 404, None)
+
+
+def test_an_approver_is_emailed_a_link_that_opens_the_approval_form(project, carol, make_session, client, settings):
+    carol.email = "carol@example.com"
+    carol.save()
+    session = make_session("phased")
+    with time_machine.travel(timezone.now(), tick=False):
+        report_phase(session, 2, actor=ACTOR, name="design", status=PhaseStatus.COMPLETED)
+    [delivery] = Delivery.objects.filter(event__type=EventType.PHASE_WAITING)
+    attempt(delivery.pk)
+    [message] = mail.outbox
+    link = message.body.split()[-1]
+    assert link == f"{settings.CONSOLE_BASE_URL}/sessions/{session.pk}/phases/2/"
+    client.force_login(carol)
+    page = client.get(link.removeprefix(settings.CONSOLE_BASE_URL)).content.decode()
+    assert 'id="phase-review"' in page and "Submit decision" in page
