@@ -21,6 +21,7 @@ from django.core.mail import send_mail
 
 from ..models import Channel, Delivery, Event, EventType
 from .outcome import Outcome
+from .safe_http import UnsafeTarget, post, vetted_addresses
 
 ERROR_MAX = 1000
 # Apprise schemas that post to a host the URL names (plain HTTP notifications): that host passes the same
@@ -84,8 +85,6 @@ def _home() -> str:
 def send_slack(delivery: Delivery) -> Outcome:
     """POST {"text": …} as Slack's incoming webhooks (and Mattermost's, Rocket.Chat's) take it; `<url|label>` is
     their link markup. Through the webhooks' SSRF guard, like a signed webhook."""
-    from .deliveries import UnsafeTarget, post  # deliveries imports this module for its SENDERS
-
     message = message_of(delivery.event)
     lines = [f"*{message.title}*", message.text, f"<{message.url}|Open in Checkpoint Console>"]
     body = orjson.dumps({"text": "\n".join(line for line in lines if line)})
@@ -129,8 +128,6 @@ def send_apprise(delivery: Delivery) -> Outcome:
 
 def refusal(apprise_url: str) -> str:
     """Why the SSRF guard refuses an Apprise URL's host, or "" (also for the schemas of a service's own host)."""
-    from .deliveries import UnsafeTarget, vetted_addresses  # deliveries imports this module for its SENDERS
-
     parts = urlsplit(apprise_url)
     if parts.scheme.lower() not in APPRISE_HOSTED or not parts.hostname:
         return ""

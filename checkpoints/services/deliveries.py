@@ -11,14 +11,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import http.client
-import ipaddress
 import logging
-import socket
 import time
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 import orjson
 from django.conf import settings
@@ -28,8 +25,9 @@ from django.utils import timezone
 
 from ..models import Channel, Delivery, DeliveryStatus, Event
 from . import channels
-from .audit import Actor, InvalidInput, record_audit
+from .audit import Actor, record_audit
 from .outcome import Outcome
+from .safe_http import UnsafeTarget, post
 
 logger = logging.getLogger(__name__)
 
@@ -42,21 +40,16 @@ RETRY_DELAYS = (
     timedelta(hours=6),
 )
 LEASE_MARGIN = timedelta(seconds=60)  # a claimed attempt is retried this long after its timeout if its worker died
-RESPONSE_KEPT = 1024  # bytes of a receiver's answer read (and dropped): enough to end the exchange cleanly
-USER_AGENT = "CheckpointConsole-Webhooks/1"
 
 
-class UnsafeTarget(InvalidInput):
-    """A receiver URL the console refuses to call: not http(s), or an address inside the network."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("url", message)
+def iso_time(moment: datetime) -> str:
+    """A time as receivers read it: ISO 8601 in UTC, with a Z."""
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def body_of(event: Event) -> bytes:
     """The JSON every delivery of `event` sends, byte for byte the same on each attempt (the signature covers it)."""
-    created_at = event.created_at.isoformat().replace("+00:00", "Z")
-    body = {"id": str(event.id), "type": event.type, "created_at": created_at, "data": event.data}
+    body = {"id": str(event.id), "type": event.type, "created_at": iso_time(event.created_at), "data": event.data}
     return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)  # PostgreSQL's jsonb keeps no key order
 
 
@@ -64,74 +57,6 @@ def signature_header(secret: str, body: bytes, timestamp: int) -> str:
     """`t=<unix time>,v1=<hex HMAC-SHA256 of "<t>." + body>`: the timestamp is signed so a replay can be refused."""
     digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
     return f"t={timestamp},v1={digest}"
-
-
-def check_target(url: str) -> None:
-    """Refuse (UnsafeTarget) a URL that is not http(s), or whose host resolves to a loopback, private, link-local
-    or reserved address unless WEBHOOK_ALLOW_PRIVATE: run when an endpoint or rule is saved and again at send."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UnsafeTarget("The URL must start with http:// or https:// and name a host.")
-    try:
-        port = parts.port
-    except ValueError as exc:
-        raise UnsafeTarget(f"The URL's port is not valid: {exc}.") from exc
-    vetted_addresses(parts.hostname, port or (443 if parts.scheme == "https" else 80))
-
-
-def vetted_addresses(host: str, port: int) -> list[tuple[Any, ...]]:
-    """The addresses `host` resolves to, all of them public (or WEBHOOK_ALLOW_PRIVATE), else UnsafeTarget.
-
-    Sending connects to these very addresses, so a name that resolves elsewhere between the check and the
-    connection (DNS rebinding) cannot reach inside the network."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError, ValueError) as exc:
-        raise UnsafeTarget(f"The host {host} could not be resolved ({exc}).") from exc
-    addresses = [info[4] for info in infos]
-    if not settings.WEBHOOK_ALLOW_PRIVATE:
-        for address in addresses:
-            ip = ipaddress.ip_address(str(address[0]).split("%")[0])
-            if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
-                ip = ip.ipv4_mapped
-            if not ip.is_global or ip.is_multicast:
-                raise UnsafeTarget(
-                    f"{host} resolves to {ip}, a loopback, private, link-local or reserved address: the console "
-                    "does not call into its own network (WEBHOOK_ALLOW_PRIVATE=1 allows it)."
-                )
-    return addresses
-
-
-def _connect_vetted(address: tuple[str, int], timeout: float | None = None, *args: Any) -> socket.socket:
-    """`socket.create_connection` for http.client, to the vetted addresses of the host only."""
-    host, port = address
-    error: OSError | None = None
-    for sockaddr in vetted_addresses(host, port):
-        try:
-            return socket.create_connection((sockaddr[0], port), timeout)
-        except OSError as exc:
-            error = exc
-    raise error or OSError(f"no address for {host}")
-
-
-def post(url: str, body: bytes, headers: dict[str, str]) -> int:
-    """POST `body` to `url` through the SSRF guard, without proxies or redirects; the response's status."""
-    check_target(url)
-    parts = urlsplit(url)
-    https = parts.scheme == "https"
-    port = parts.port or (443 if https else 80)
-    timeout = settings.WEBHOOK_TIMEOUT_SECONDS
-    connection_class = http.client.HTTPSConnection if https else http.client.HTTPConnection
-    connection = connection_class(parts.hostname or "", port, timeout=timeout)
-    connection._create_connection = _connect_vetted  # type: ignore[attr-defined]
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    try:
-        connection.request("POST", path, body=body, headers={"User-Agent": USER_AGENT, **headers})
-        response = connection.getresponse()
-        response.read(RESPONSE_KEPT)
-        return response.status
-    finally:
-        connection.close()
 
 
 def _describe(exc: BaseException) -> str:
@@ -239,10 +164,16 @@ def send_now(delivery: Delivery, *, now: datetime | None = None) -> Delivery:
 
 @transaction.atomic
 def retry_now(deliveries: Iterable[Delivery], *, actor: Actor, now: datetime | None = None) -> int:
-    """Make failed or pending deliveries due now (the admin's "retry now"): one more attempt each, further
-    retries only for those with attempts left; how many."""
+    """Make failed or waiting deliveries due now (the admin's "retry now"): one more attempt each, further
+    retries only for those with attempts left; how many. One a worker may be sending right now is left alone."""
     now = now or timezone.now()
-    ids = [d.pk for d in deliveries if d.status in (DeliveryStatus.PENDING, DeliveryStatus.FAILED)]
+    in_flight = now - timedelta(seconds=settings.WEBHOOK_TIMEOUT_SECONDS) - LEASE_MARGIN  # a worker may be sending
+    ids = [
+        d.pk
+        for d in deliveries
+        if d.status == DeliveryStatus.FAILED
+        or (d.status == DeliveryStatus.PENDING and (d.last_attempt_at is None or d.last_attempt_at < in_flight))
+    ]
     count = Delivery.objects.filter(pk__in=ids).update(status=DeliveryStatus.PENDING, next_attempt_at=now)
     if count:
         details = {"deliveries": [str(pk) for pk in ids]}

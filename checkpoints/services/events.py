@@ -36,7 +36,7 @@ from ..models import (
     WebhookEndpoint,
 )
 from . import notifications
-from .deliveries import queue
+from .deliveries import iso_time, queue
 
 WANTED_CACHE_SECONDS = 10
 ALWAYS_OFFERED = {EventType.PHASE_WAITING}
@@ -140,7 +140,7 @@ def checkpoint_data(checkpoint: Checkpoint) -> dict[str, Any]:
         "kind": checkpoint.kind,
         "status": checkpoint.status,
         "step": checkpoint.step,
-        "created_at": checkpoint.created_at.isoformat(),
+        "created_at": iso_time(checkpoint.created_at),
         "url": console_url("checkpoint_detail", checkpoint.pk),
     }
 

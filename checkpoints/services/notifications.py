@@ -36,7 +36,8 @@ from ..models import (
 )
 from .audit import Actor, CheckpointError, InvalidInput, record_audit
 from .channels import addresses, refusal
-from .deliveries import UnsafeTarget, check_target, send_now
+from .deliveries import send_now
+from .safe_http import UnsafeTarget, check_target
 
 ALERT_EVENTS = frozenset({EventType.ALERT_OPENED, EventType.ALERT_ESCALATED, EventType.ALERT_RESOLVED})
 # What a rule may send; checkpoint.created is for event webhooks (a message per checkpoint floods a channel).

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from ..models import EventType, Project, WebhookEndpoint
 from .audit import Actor, InvalidInput, record_audit
-from .deliveries import check_target
 from .events import forget_wanted
+from .safe_http import check_target
 
 SUBSCRIBABLE = list(EventType.values)  # "ping" included: a receiver may answer the console's test sends
 

@@ -10,7 +10,8 @@ from django.utils import timezone
 from checkpoints import tasks
 from checkpoints.models import Delivery, DeliveryStatus, Event, EventType
 from checkpoints.services import Actor, deliveries, events
-from checkpoints.services.deliveries import UnsafeTarget, body_of, check_target, signature_header
+from checkpoints.services.deliveries import body_of, signature_header
+from checkpoints.services.safe_http import UnsafeTarget, check_target
 from checkpoints.services.webhooks import create_webhook, delete_webhook
 from tests.checkpoints.webhook_kit import verify
 
@@ -208,3 +209,10 @@ def test_old_deliveries_and_events_are_deleted_after_the_keep_days(
     with time_machine.travel(timezone.now() + timedelta(days=settings.DELIVERY_KEEP_DAYS + 1), tick=False):
         assert deliveries.delete_old() == {"deliveries": 1, "events": 1}
     assert not Event.objects.exists()
+
+
+def test_sends_and_the_sweep_run_on_their_own_deliveries_queue():
+    from config.celery import app
+
+    for task in ("checkpoints.tasks.send_delivery", "checkpoints.tasks.send_due_deliveries"):
+        assert app.amqp.router.route({}, task)["queue"].name == "deliveries"
