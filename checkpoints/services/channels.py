@@ -94,7 +94,9 @@ def send_slack(delivery: Delivery) -> Outcome:
         return Outcome(ok=False, error=str(exc).removeprefix("url: "))
     except (OSError, http.client.HTTPException) as exc:
         return Outcome(ok=False, error=f"{type(exc).__name__}: {exc}"[:ERROR_MAX])
-    return Outcome(ok=200 <= code < 300, response_code=code, error="" if code < 300 else f"HTTP {code}")
+    if 200 <= code < 300:
+        return Outcome(ok=True, response_code=code)
+    return Outcome(ok=False, response_code=code, error=f"The receiver answered HTTP {code}.")
 
 
 def send_email(delivery: Delivery) -> Outcome:
