@@ -35,6 +35,14 @@ from .services import Actor, acknowledge_alert, cleanup, pin_checkpoint, request
 from .services.deliveries import retry_now
 from .services.logins import reset_login_attempts
 from .services.memberships import revoke_membership, save_membership
+from .services.notifications import (
+    RULE_EVENTS,
+    RULE_FIELDS,
+    create_rule,
+    delete_rule,
+    target_error,
+    update_rule,
+)
 from .services.webhooks import delete_webhook
 from .store import jsoncodec
 from .store.tallies import SESSION_FIELDS
@@ -593,6 +601,61 @@ class RetentionPolicyAdmin(admin.ModelAdmin):
             "by_kind": sorted(plan.by_kind.items()),
         }
         return TemplateResponse(request, "admin/checkpoints/retention_confirm.html", context)
+
+
+class NotificationRuleForm(forms.ModelForm):
+    events = forms.MultipleChoiceField(
+        choices=[(event.value, event.value) for event in RULE_EVENTS], widget=forms.CheckboxSelectMultiple
+    )
+    alert_kinds = forms.MultipleChoiceField(
+        required=False,
+        choices=models.AlertKind.choices,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="For alert events: only these kinds. None ticked: every kind.",
+    )
+
+    class Meta:
+        model = models.NotificationRule
+        fields = ["project", *RULE_FIELDS]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        error = target_error(data.get("channel"), data.get("target"))
+        if error:
+            self.add_error("target", error)
+        return data
+
+
+@admin.register(models.NotificationRule)
+class NotificationRuleAdmin(admin.ModelAdmin):
+    """Rules are written by the notification services (audited); a signed webhook's secret is shown once."""
+
+    form = NotificationRuleForm
+    list_display = ["name", "project", "channel", "target", "quiet_minutes", "enabled", "created_at"]
+    list_filter = ["channel", "enabled", "project"]
+    search_fields = ["name", "target"]
+    raw_id_fields = ["project"]
+    list_select_related = ["project"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return ["project"] if obj is not None else []
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        fields = {name: form.cleaned_data[name] for name in RULE_FIELDS}
+        if change:
+            rule, secret = update_rule(models.NotificationRule.objects.get(pk=obj.pk), actor=_actor(request), **fields)
+        else:
+            rule, secret = create_rule(form.cleaned_data["project"], actor=_actor(request), **fields)
+        obj.pk, obj.secret, obj.created_at = rule.pk, rule.secret, rule.created_at
+        if secret:
+            self.message_user(request, f"Signing secret of {rule.name} (shown once): {secret}", messages.WARNING)
+
+    def delete_model(self, request: HttpRequest, obj: models.NotificationRule) -> None:
+        delete_rule(obj, actor=_actor(request))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[models.NotificationRule]) -> None:
+        for rule in queryset.select_related("project"):
+            delete_rule(rule, actor=_actor(request))
 
 
 @admin.register(models.ApiToken)

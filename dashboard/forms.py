@@ -11,7 +11,8 @@ from django import forms
 from django.template.defaultfilters import filesizeformat
 from django.utils.dateparse import parse_datetime
 
-from checkpoints.models import AlertKind, AlertSeverity, AlertState, Project
+from checkpoints.models import AlertKind, AlertSeverity, AlertState, Channel, Project
+from checkpoints.services.notifications import RULE_EVENTS, target_error
 from checkpoints.sources.archives import ARCHIVE_SUFFIXES, archive_suffix
 
 REASON_MAX = 500
@@ -221,4 +222,53 @@ class FeedbackForm(forms.Form):
         data = self.cleaned_data
         if data.get("action") == "retry_with_changes" and not data.get("requested_changes"):
             self.add_error("requested_changes", "List at least one change, one per line.")
+        return data
+
+
+QUIET_MAX = 7 * 24 * 60
+
+
+class RuleForm(forms.Form):
+    """A notification rule; the target is checked as the service checks it (a URL a private address only when
+    WEBHOOK_ALLOW_PRIVATE is set, an address list, an Apprise URL Apprise understands)."""
+
+    name = forms.CharField(max_length=200, strip=True)
+    events = forms.MultipleChoiceField(
+        choices=[(event.value, event.value) for event in RULE_EVENTS], widget=forms.CheckboxSelectMultiple
+    )
+    alert_kinds = forms.MultipleChoiceField(
+        required=False,
+        choices=AlertKind.choices,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="For alert events: only these kinds. None ticked: every kind.",
+    )
+    min_severity = forms.ChoiceField(
+        choices=AlertSeverity.choices,
+        initial=AlertSeverity.WARNING,
+        label="Minimum severity",
+        help_text="For alert events: alerts below it are not sent.",
+    )
+    channel = forms.ChoiceField(choices=Channel.choices)
+    target = forms.CharField(
+        max_length=2000,
+        strip=True,
+        help_text="Signed webhook and Slack: the https:// URL. Email: addresses separated by commas. "
+        "Apprise: its URL for the service (msteams://…, discord://…, ntfys://…, mailto://…).",
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
+    quiet_minutes = forms.IntegerField(
+        min_value=0,
+        max_value=QUIET_MAX,
+        initial=30,
+        label="Quiet period (minutes)",
+        help_text="After a notification, the same condition (the same alert, phase or job) is not sent again "
+        "for this long; those deliveries are logged as suppressed. 0: send every time.",
+    )
+    enabled = forms.BooleanField(required=False, initial=True)
+
+    def clean(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        error = target_error(data.get("channel"), data.get("target"))
+        if error:
+            self.add_error("target", error)
         return data

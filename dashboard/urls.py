@@ -10,6 +10,7 @@ from .views import (
     compare,
     imports,
     jobs,
+    notifications,
     overview,
     phases,
     retention,
@@ -63,4 +64,10 @@ urlpatterns = [
     path("imports/<id:pk>/", imports.import_job, name="import_job"),
     path("jobs/", jobs.job_list, name="jobs"),
     path("jobs/<id:pk>/run/", jobs.job_run, name="job_run"),
+    path("notifications/", notifications.notification_projects, name="notification_projects"),
+    path("notifications/<slug:slug>/", notifications.notifications, name="notifications"),
+    path("notifications/<slug:slug>/rules/new/", notifications.rule_create, name="notification_rule_create"),
+    path("notifications/<slug:slug>/rules/<id:pk>/", notifications.rule_edit, name="notification_rule_edit"),
+    path("notifications/<slug:slug>/rules/<id:pk>/delete/", notifications.rule_delete, name="notification_rule_delete"),
+    path("notifications/<slug:slug>/rules/<id:pk>/test/", notifications.rule_test, name="notification_rule_test"),
 ]

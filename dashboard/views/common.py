@@ -18,8 +18,9 @@ from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 from django_htmx.middleware import HtmxDetails
 
 from checkpoints.jobs.retention import plan_retention
-from checkpoints.models import AgentSession, Checkpoint, DriftAlert, ImportJob, Phase
+from checkpoints.models import AgentSession, Checkpoint, DriftAlert, ImportJob, Phase, Project
 from checkpoints.roles import APPROVE as APPROVE  # the views' permissions, re-exported
+from checkpoints.roles import NOTIFY as NOTIFY
 from checkpoints.roles import OPERATE as OPERATE
 from checkpoints.roles import TRIAGE as TRIAGE
 from checkpoints.roles import VIEW_SESSIONS as VIEW
@@ -65,7 +66,10 @@ def console(
 def _get_for_user(request: HtmxHttpRequest, queryset: Any, **lookup: Any) -> Any:
     """404 for anything outside the user's projects; 403 when their role in its project does not allow the
     view's permission (an operator elsewhere who only views this project)."""
-    found = get_object_or_404(queryset.visible_to(request.user), **lookup)
+    return _permitted(request, get_object_or_404(queryset.visible_to(request.user), **lookup))
+
+
+def _permitted(request: HtmxHttpRequest, found: Any) -> Any:
     permission = getattr(request, "console_permission", VIEW)
     if not request.user.has_perm(permission, found):
         raise PermissionDenied(f"Your role in this project does not allow this ({permission.split('.')[1]}).")
@@ -94,6 +98,11 @@ def get_phase_for_user(request: HtmxHttpRequest, session_pk: int, number: int) -
 
 def get_import_job_for_user(request: HtmxHttpRequest, pk: int) -> ImportJob:
     return _get_for_user(request, ImportJob.objects.select_related("project", "created_by"), pk=pk)
+
+
+def get_project_for_user(request: HtmxHttpRequest, slug: str) -> Project:
+    """404 for a project the user does not see; 403 when their role there lacks the view's permission."""
+    return _permitted(request, get_object_or_404(Project.objects.allowing(request.user), slug=slug))
 
 
 def parse_int(value: str | None, *, below: int = 2**31) -> int | None:

@@ -19,6 +19,7 @@ from checkpoints.models import (
     DriftAlert,
     Event,
     JobRun,
+    NotificationRule,
     RetentionPolicy,
     SessionStatus,
 )
@@ -307,6 +308,37 @@ def test_langgraph_rows_are_listed_and_shown_read_only(admin_client, project):
     row = LangGraphCheckpoint.objects.get()
     detail = admin_client.get(reverse("admin:checkpoints_langgraphcheckpoint_change", args=[row.pk]))
     assert detail.status_code == 200 and b'name="_save"' not in detail.content
+
+
+def test_notification_rules_added_changed_and_deleted_in_the_admin_are_audited(admin_client, project, settings):
+    settings.WEBHOOK_ALLOW_PRIVATE = False
+    add = reverse("admin:checkpoints_notificationrule_add")
+    form = {
+        "project": project.pk,
+        "name": "pager",
+        "events": ["alert.opened"],
+        "min_severity": "critical",
+        "channel": "webhook",
+        "target": "http://10.0.0.1/hook",
+        "quiet_minutes": 30,
+        "enabled": "on",
+    }
+    refused = admin_client.post(add, form)
+    assert refused.status_code == 200 and "private" in refused.content.decode()
+    assert not NotificationRule.objects.exists()
+    settings.WEBHOOK_ALLOW_PRIVATE = True
+    response = admin_client.post(add, form, follow=True)
+    rule = NotificationRule.objects.get()
+    assert rule.secret.startswith("whsec_")
+    assert any(rule.secret in message for message in _messages(response))
+    change = reverse("admin:checkpoints_notificationrule_change", args=[rule.pk])
+    admin_client.post(change, {**form, "channel": "email", "target": "ops@example.com"})
+    rule.refresh_from_db()
+    assert (rule.channel, rule.target) == ("email", "ops@example.com")
+    admin_client.post(reverse("admin:checkpoints_notificationrule_delete", args=[rule.pk]), {"post": "yes"})
+    assert not NotificationRule.objects.exists()
+    actions = list(AuditEvent.objects.filter(action__endswith="_rule").values_list("action", flat=True))
+    assert sorted(actions) == ["create_rule", "delete_rule", "update_rule"]
 
 
 def test_retry_now_gives_a_failed_delivery_another_attempt_and_is_audited(

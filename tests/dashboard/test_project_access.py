@@ -7,12 +7,16 @@ not know makes the walk fail: a view added later has to say here what it address
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.test import Client
 from django.urls import URLPattern, reverse
 from django_celery_beat.models import PeriodicTask
 
 from checkpoints.models import AgentSession, AuditEvent, Checkpoint, DriftAlert, PhaseFeedback
+from checkpoints.services import Actor
+from checkpoints.services.notifications import create_rule
 from checkpoints.tasks import apply_retention
 from dashboard.urls import urlpatterns
 from tests.dashboard.conftest import World
@@ -52,11 +56,17 @@ ADDRESSED = {
     "alert_acknowledge": "alert",
     "alert_resolve": "alert",
     "import_job": "job",
+    "notifications": "project",
+    "notification_rule_create": "project",
+    "notification_rule_edit": "rule",
+    "notification_rule_delete": "rule",
+    "notification_rule_test": "rule",
 }
 SYSTEM_WIDE = {"job_run"}  # addresses a schedule, which belongs to no project: staff only
 # plans every project, and each user sees only their projects' share (tests/dashboard/test_retention_page.py)
 EVERY_PROJECT = {"retention_dry_run"}
 LISTS = {"overview", "session_list", "compare", "alert_list", "audit_log", "retention", "import_upload", "jobs"}
+PROJECT_LISTS = {"notification_projects"}  # lists projects themselves, by slug
 # what a POST carries, so a view that validates its form before looking the object up still gets that far
 POSTED = {
     "checkpoint_pin": {"pinned": "1"},
@@ -68,10 +78,19 @@ POSTED = {
 QUERY = {"session_export": "?format=ares", "checkpoint_subtree": "?path=[]"}
 
 
-def _args(name: str, world: World) -> list[int]:
+def _args(name: str, world: World) -> list[Any]:
     target = ADDRESSED[name]
     if target == "phase":
         return [world.phase.session_id, world.phase.number]
+    project = world.session.project
+    if target == "project":
+        return [project.slug]
+    if target == "rule":
+        fields = {"events": ["alert.opened"], "alert_kinds": [], "min_severity": "warning", "quiet_minutes": 30}
+        rule, _ = create_rule(
+            project, actor=Actor.system("walk"), name=MARK, channel="email", target="a@example.com", **fields
+        )
+        return [project.slug, rule.pk]
     return [getattr(world, target).pk]
 
 
@@ -89,9 +108,9 @@ def _fingerprint() -> tuple:
 
 def test_the_walk_knows_every_console_url():
     names = {p.name for p in _patterns()}
-    unknown = names - set(ADDRESSED) - SYSTEM_WIDE - EVERY_PROJECT - LISTS
+    unknown = names - set(ADDRESSED) - SYSTEM_WIDE - EVERY_PROJECT - LISTS - PROJECT_LISTS
     assert not unknown, f"say in this file what these console URLs address: {sorted(unknown)}"
-    assert not (set(ADDRESSED) | SYSTEM_WIDE | EVERY_PROJECT | LISTS) - names, (
+    assert not (set(ADDRESSED) | SYSTEM_WIDE | EVERY_PROJECT | LISTS | PROJECT_LISTS) - names, (
         "this file names URLs that no longer exist"
     )
 
@@ -116,7 +135,7 @@ def test_another_projects_object_answers_404_to_every_method(name, worlds, membe
 def test_ids_beyond_64_bits_answer_404(name, worlds, admin_client):
     client = admin_client  # a superuser may do anything anywhere: nothing but the id can make it a 404
     huge = 99_999_999_999_999_999_999
-    args = [huge, huge] if ADDRESSED[name] == "phase" else [huge]
+    args = [huge, huge] if ADDRESSED[name] in ("phase", "rule") else [huge]
     url = reverse(f"dashboard:{name}", args=args)
     statuses = [client.get(url).status_code, client.post(url, POSTED.get(name, {})).status_code]
     if ADDRESSED[name] == "phase":
@@ -153,6 +172,13 @@ def test_lists_counts_and_filters_show_nothing_of_another_project(name, htmx, wo
     assert MARK not in html and "globex" not in html
     if name not in ("compare", "jobs"):
         assert "ours" in html  # the page did list project A's things
+
+
+def test_the_notification_projects_list_shows_only_the_members_projects(worlds, member, other_project, grant):
+    grant(member, other_project, "viewer")  # sees B, manages notifications in A only
+    client = Client()
+    client.force_login(member)
+    assert client.get(reverse("dashboard:notification_projects"))["Location"] == "/notifications/acme/"
 
 
 def test_compare_with_another_projects_checkpoint_is_404(worlds, alice):
@@ -194,6 +220,11 @@ OPERATIONS = [
     ("post", "alert_resolve", "alert"),
     ("get", "import_job", "job"),
     ("post", "phase_feedback", "phase"),
+    ("get", "notifications", "project"),
+    ("post", "notification_rule_create", "project"),
+    ("get", "notification_rule_edit", "rule"),
+    ("post", "notification_rule_delete", "rule"),
+    ("post", "notification_rule_test", "rule"),
 ]
 
 

@@ -78,6 +78,19 @@ def job(world: World) -> list[Any]:
     return [world.job.pk]
 
 
+def rule(world: World) -> list[Any]:
+    """A notification rule of the world's project (email: nothing leaves the test)."""
+    from checkpoints.services import Actor
+    from checkpoints.services.notifications import create_rule
+
+    made, _ = create_rule(world.session.project, actor=Actor.system("walk"), **RULE_FORM, alert_kinds=[])
+    return [world.session.project.slug, made.pk]
+
+
+RULE_FORM = {"name": "walk", "events": ["alert.opened"], "min_severity": "warning", "channel": "email",
+             "target": "ops@example.com", "quiet_minutes": 30, "enabled": True}  # fmt: skip
+
+
 def gc_task(world: World) -> list[Any]:
     return [PeriodicTask.objects.get(task="checkpoints.tasks.collect_garbage").pk]
 
@@ -113,6 +126,14 @@ MATRIX: dict[str, Row] = {
     "import_job":          Row({"GET": (OPERATORS, 200)}, at=job),
     "jobs":                Row({"GET": (MEMBERS, 200)}),
     "job_run":             Row({"POST": (EVERY_PROJECT, 302)}, at=gc_task, data=lambda: {"confirm": "yes"}),
+    "notification_projects": Row({"GET": (OPERATORS, 302)}),
+    "notifications":       Row({"GET": (OPERATORS, 200)}, at=lambda w: [w.session.project.slug]),
+    "notification_rule_create": Row({"GET": (OPERATORS, 200), "POST": (OPERATORS, 302)},
+                               at=lambda w: [w.session.project.slug], data=lambda: dict(RULE_FORM)),
+    "notification_rule_edit": Row({"GET": (OPERATORS, 200), "POST": (OPERATORS, 302)}, at=rule,
+                               data=lambda: dict(RULE_FORM)),
+    "notification_rule_delete": Row({"GET": (OPERATORS, 200), "POST": (OPERATORS, 302)}, at=rule),
+    "notification_rule_test": Row({"POST": (OPERATORS, 302)}, at=rule),
 }
 # fmt: on
 
