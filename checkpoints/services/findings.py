@@ -14,7 +14,7 @@ from django.conf import settings
 from .. import store
 from ..models import CheckpointKind, CheckpointStatus
 from ..store import jsoncodec
-from ..store.previews import call_name, calls_of
+from ..store.previews import Said, call_name, calls_of, talk_of
 
 # Checkpoints that copy a state rather than record a step of the agent: they neither stall nor progress.
 COPIES = {CheckpointKind.ROUTINE, CheckpointKind.PRE_OPERATION, CheckpointKind.RESTORE, CheckpointKind.FORK}
@@ -176,6 +176,13 @@ class Recent:
         if "calls" not in self._read:
             self._read["calls"] = calls_of(self.state(self.head)) if self.head else []
         return self._read["calls"]
+
+    def head_talk(self, last: int) -> list[Said]:
+        """The head state's `last` messages as the loop rules read them (`previews.talk_of`), read once."""
+        key = f"talk:{last}"
+        if key not in self._read:
+            self._read[key] = talk_of(self.state(self.head), last) if self.head else []
+        return self._read[key]
 
     def state(self, row: SeenCheckpoint) -> Any:
         """States are read only when a detector needs one (content-addressed: reading is safe at any time)."""

@@ -25,7 +25,7 @@ from typing import Any
 from ..humanize import short_value
 from ..models import AlertKind, AlertSeverity
 from ..store import jsoncodec
-from ..store.previews import call_name, failed_call, talk_of
+from ..store.previews import call_name, failed_call
 from .findings import BAD, COPIES, Detector, Finding, Limits, Recent, SeenCheckpoint, action_of, good_ancestor
 
 SHOWN = 160  # characters of a repeated call or text an alert shows
@@ -154,7 +154,7 @@ def detect_repeated_error(recent: Recent, now: datetime, limits: Limits) -> list
 def detect_monologue(recent: Recent, now: datetime, limits: Limits) -> list[Finding]:
     """The agent's messages since its last input (from its user or a tool), when the newest are the same text."""
     said: list[str] = []
-    for message in reversed(talk_of(recent.state(recent.head)) if recent.head else []):
+    for message in reversed(recent.head_talk(limits.window)):
         if message.role in INPUT_ROLES or (message.role == "assistant" and message.calls):
             break
         if message.role == "assistant" and message.text.strip():
@@ -176,9 +176,15 @@ def detect_ping_pong(recent: Recent, now: datetime, limits: Limits) -> list[Find
     calls = recent.head_calls()
     if len(calls) < limits.ping_pong or action_of(calls[-1]) == action_of(calls[-2]):
         return []
-    keys = [(action_of(call), _observation(call)) for call in calls]
+    keys: dict[int, tuple[Any, bytes]] = {}  # from the end: a long log is read only as far as the pattern goes
+
+    def key(back: int) -> tuple[Any, bytes]:
+        if back not in keys:
+            keys[back] = (action_of(calls[-back]), _observation(calls[-back]))
+        return keys[back]
+
     count = 2
-    while count < len(keys) and keys[-count - 1] == keys[-count + 1]:
+    while count < len(calls) and key(count + 1) == key(count - 1):
         count += 1
     if count < limits.ping_pong:
         return []
@@ -283,7 +289,7 @@ def detect_content_loop(recent: Recent, now: datetime, limits: Limits) -> list[F
     messages of the last window; the newest run that loops."""
     streams: list[tuple[str, str]] = []  # (text of one stream, its first message)
     current: list[str] = []
-    for message in talk_of(recent.state(recent.head))[-limits.window :] if recent.head else []:
+    for message in recent.head_talk(limits.window):
         if message.role == "assistant" and message.text.strip():
             current.append(message.text)
         if (message.role in INPUT_ROLES or message.calls) and current:

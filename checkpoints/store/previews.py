@@ -107,10 +107,10 @@ class Said:
     calls: bool
 
 
-def talk_of(state: Any) -> list[Said]:
-    """The state's messages in order, each reduced to what the loop detectors compare (no ids)."""
+def talk_of(state: Any, last: int) -> list[Said]:
+    """The state's `last` messages in order, each reduced to what the loop detectors compare (no ids)."""
     said = []
-    for message in _messages(state):
+    for message in _messages(state)[-last:]:
         listed = message.get("tool_calls")
         said.append(Said(role_of(message), _content(message.get("content")), isinstance(listed, list) and bool(listed)))
     return said
