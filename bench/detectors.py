@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -37,28 +35,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from run import say, setup_django
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "var" / "bench-detectors.json"
 BATCH = 10  # checkpoints per ingest, with a detection run after each
 CLOCK_KINDS = {"cycle_count", "long_running", "missed_routine"}  # about a running agent's clock
 NOT_JUDGED = CLOCK_KINDS | {"source_missing"}  # source_missing is about watched folders, not sessions
 CONTEXT_ERROR = "Error code: 400 - This model's maximum context length is 128000 tokens (context_length_exceeded)"
-
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def setup_django(url: str) -> None:
-    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
-    os.environ["DATABASE_URL"] = url
-    os.environ["DEBUG"] = "0"
-    sys.path.insert(0, str(ROOT))
-    import django
-    from django.core.management import call_command
-
-    django.setup()
-    call_command("migrate", verbosity=0, interactive=False)
 
 
 @dataclass
@@ -231,6 +215,22 @@ def drifting_cases(project: Any, found: Collected) -> None:
         run.call("get_order", {"order_id": "A-10482"}, "1 items, $129.00, status refund_pending", freeze=True)
     finish(run, "support-refund-loop", {AlertKind.REPETITION, AlertKind.REPEATED_ACTION, AlertKind.TOOL_CALL_LOOP})
 
+    run = PersonaRun(project, "support-refund-loop-openai", SUPPORT, 32, openai=True).healthy(60)
+    for _ in range(6):
+        run.call("get_order", {"order_id": "A-10482"}, "1 items, $129.00, status refund_pending", freeze=True)
+    finish(
+        run, "support-refund-loop-openai", {AlertKind.REPETITION, AlertKind.REPEATED_ACTION, AlertKind.TOOL_CALL_LOOP}
+    )
+
+    # Waiting for CI is work, but to the published rules five identical polls with the same answer are a loop:
+    # labelled healthy, so what they say here counts against them.
+    run = PersonaRun(project, "coding-ci-wait", CODING, 33).healthy(60)
+    for _ in range(5):
+        run.call("bash", {"cmd": "gh run view 4711 --json status"}, '{"status": "in_progress"}', freeze=True)
+    run.detect()  # the drift job happens to run while the agent waits
+    run.call("bash", {"cmd": "gh run view 4711 --json status"}, '{"status": "completed"}')
+    finish(run, "coding-ci-wait", set())
+
     run = PersonaRun(project, "support-polling", SUPPORT, 22).healthy(60)
     for status in ("queued", "queued", "picked", "picked", "packed", "packed"):
         run.call("get_order", {"order_id": "A-10999"}, f"1 items, $40.00, status {status}", freeze=True)
@@ -381,7 +381,7 @@ def main() -> None:
         print(f"  missed on {outcome.name}: {sorted(outcome.positive - outcome.fired)}")
     p50 = statistics.median(timings) * 1000
     print(f"\ndetection run per session (every detector, {len(timings)} runs): p50 {p50:.1f} ms")
-    print(f"published loop rules over a ≥ 500-step head, state read: mean {statistics.mean(loop_ms.values()):.2f} ms")
+    print(f"published loop rules over a {args.steps}-step head, state read: {statistics.mean(loop_ms.values()):.2f} ms")
 
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(
