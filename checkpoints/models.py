@@ -648,6 +648,15 @@ class AlertKind(models.TextChoices):
     HALTED = "halted"
     STATE_GROWTH = "state_growth"
     SOURCE_MISSING = "source_missing"
+    # OpenHands' stuck detector
+    REPEATED_ACTION = "repeated_action"
+    REPEATED_ERROR = "repeated_error"
+    MONOLOGUE = "monologue"
+    PING_PONG = "ping_pong"
+    CONTEXT_OVERFLOW = "context_overflow"
+    # Gemini CLI's loop detection
+    TOOL_CALL_LOOP = "tool_call_loop"
+    CONTENT_LOOP = "content_loop"
 
 
 class AlertSeverity(models.TextChoices):

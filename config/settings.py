@@ -256,6 +256,15 @@ DRIFT_STALLED_SAME_HASH = env_int("DRIFT_STALLED_SAME_HASH", 3)  # consecutive s
 DRIFT_STATE_MAX_BYTES = env_int("DRIFT_STATE_MAX_BYTES", 8 * 1024 * 1024)  # context bloat
 DRIFT_ROUTINE_GRACE_MINUTES = env_int("DRIFT_ROUTINE_GRACE_MINUTES", 5)
 DRIFT_IDLE_HOURS = env_int("DRIFT_IDLE_HOURS", 24)  # an active session silent longer is idle, not running
+# OpenHands' stuck detector and Gemini CLI's loop detection, with their defaults (README "Drift detectors")
+DRIFT_REPEATED_ACTION_LIMIT = env_int("DRIFT_REPEATED_ACTION_LIMIT", 4)  # same call, same result, in a row
+DRIFT_REPEATED_ERROR_LIMIT = env_int("DRIFT_REPEATED_ERROR_LIMIT", 3)  # same call ending in an error, in a row
+DRIFT_MONOLOGUE_LIMIT = env_int("DRIFT_MONOLOGUE_LIMIT", 3)  # same agent message with no input in between
+DRIFT_PING_PONG_LIMIT = env_int("DRIFT_PING_PONG_LIMIT", 6)  # calls alternating between two (call, result) pairs
+DRIFT_CONTEXT_ERROR_LIMIT = env_int("DRIFT_CONTEXT_ERROR_LIMIT", 3)  # context-window errors with no success between
+DRIFT_TOOL_CALL_LOOP_LIMIT = env_int("DRIFT_TOOL_CALL_LOOP_LIMIT", 5)  # identical calls (name + arguments) in a row
+DRIFT_CONTENT_CHUNK = env_int("DRIFT_CONTENT_CHUNK", 50)  # characters of assistant text compared at a time
+DRIFT_CONTENT_LOOP_LIMIT = env_int("DRIFT_CONTENT_LOOP_LIMIT", 10)  # repeats of one chunk that make a loop
 ROUTINE_INTERVAL_MINUTES = env_int("ROUTINE_INTERVAL_MINUTES", 30)
 IMPORT_UPLOAD_MAX_BYTES = env_int("IMPORT_UPLOAD_MAX_BYTES", 512 * 1024 * 1024)
 # Uploaded archives (checkpoints/sources/archives.py), checked from their index before anything is unpacked.

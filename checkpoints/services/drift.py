@@ -1,5 +1,6 @@
 """Drift detection (DESIGN section 7): small pure detectors over a session's recent checkpoints, and the alerts.
 
+The published loop rules (OpenHands, Gemini CLI) are in `loops`, the rows and limits they share in `findings`.
 Each detector takes a `Recent` (the newest checkpoints as light rows, states loaded only on demand), the clock
 and the `Limits`, and returns findings. `sync_alerts` turns findings into alerts: one unresolved alert per
 (session, kind), updated while the condition holds and resolved when it clears; opening, escalating and resolving
@@ -11,18 +12,15 @@ past a session whose data breaks a detector and name it in the run's errors.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, OuterRef, Subquery
 from django.utils import timezone
 
-from .. import store
 from ..humanize import plain_duration
 from ..models import (
     SEVERITY_RANKS,
@@ -32,202 +30,41 @@ from ..models import (
     AlertState,
     AuditEvent,
     Checkpoint,
-    CheckpointKind,
     CheckpointStatus,
     DriftAlert,
     EventType,
     SessionStatus,
 )
-from ..store import jsoncodec
-from ..store.previews import call_name, calls_of, failed_call
+from ..store.previews import failed_call
 from . import events
 from .audit import Actor, audit_event
 from .batches import Failures, each_batch
+from .findings import (
+    COPIES,
+    RESETS,
+    ROW_FIELDS,
+    Detector,
+    Finding,
+    Limits,
+    Recent,
+    SeenCheckpoint,
+    action_of,
+    good_ancestor,
+    healthy_before,
+    index_of_step,
+    progress_of,
+)
+from .loops import LOOP_DETECTORS
 
 logger = logging.getLogger(__name__)
 
-# Checkpoints that copy a state rather than record a step of the agent: they neither stall nor progress.
-COPIES = {CheckpointKind.ROUTINE, CheckpointKind.PRE_OPERATION, CheckpointKind.RESTORE, CheckpointKind.FORK}
-# A fresh start: the cycle and running-time counters begin again after one of these.
-RESETS = [CheckpointKind.RECOVERY, CheckpointKind.RESTORE, CheckpointKind.FORK]
-BAD = {CheckpointStatus.FAILED, CheckpointStatus.HALTED}
 DETECTOR_ACTOR = "system:drift"
 DETECT_BATCH = 100  # sessions per savepoint in detect_all
-
-
-@dataclass(frozen=True)
-class SeenCheckpoint:
-    """One checkpoint as the detectors see it (no state, no metadata)."""
-
-    pk: int
-    seq: int
-    kind: str
-    status: str
-    status_reason: str
-    name: str
-    step: int | None
-    created_at: datetime
-    state_hash: bytes
-    raw_bytes: int
-    root: bytes
-    parent_id: int | None = None
-
-
-ROW_FIELDS = [
-    "pk", "seq", "kind", "status", "status_reason", "name", "step", "created_at", "state_hash", "raw_bytes", "root",
-    "parent_id",
-]  # fmt: skip
 STATUS_KINDS: list[str] = [AlertKind.FAILED, AlertKind.HALTED]  # alerts about the head's own status
 RUNNING_KINDS: list[str] = [
     AlertKind.LONG_RUNNING,
     AlertKind.MISSED_ROUTINE,
 ]  # rules about an agent expected to be running
-ANCESTORS_FETCHED = 20  # rows read one by one above the window when looking for a failure's last good
-
-
-@dataclass(frozen=True)
-class Finding:
-    kind: str
-    severity: str
-    message: str
-    evidence: dict[str, Any]
-    checkpoint: SeenCheckpoint | None  # the checkpoint that showed the drift
-    last_good: SeenCheckpoint | None  # the newest checkpoint before the drift began
-
-
-@dataclass(frozen=True)
-class Limits:
-    window: int = 50
-    cycle_limit: int = 300
-    long_running: timedelta = timedelta(hours=2)
-    error_window: int = 20
-    error_min_samples: int = 10
-    error_percent: int = 40
-    repetition_limit: int = 3
-    stalled_window: int = 12
-    stalled_same_hash: int = 3
-    state_max_bytes: int = 8 * 1024 * 1024
-    routine_interval: timedelta = timedelta(minutes=30)
-    routine_grace: timedelta = timedelta(minutes=5)
-    idle_after: timedelta = timedelta(hours=24)
-
-    @classmethod
-    def from_settings(cls) -> Limits:
-        return cls(
-            window=settings.DRIFT_WINDOW,
-            cycle_limit=settings.DRIFT_CYCLE_LIMIT,
-            long_running=timedelta(minutes=settings.DRIFT_LONG_RUNNING_MINUTES),
-            error_window=settings.DRIFT_ERROR_WINDOW,
-            error_min_samples=settings.DRIFT_ERROR_MIN_SAMPLES,
-            error_percent=settings.DRIFT_ERROR_PERCENT,
-            repetition_limit=settings.DRIFT_REPETITION_LIMIT,
-            stalled_window=settings.DRIFT_STALLED_WINDOW,
-            stalled_same_hash=settings.DRIFT_STALLED_SAME_HASH,
-            state_max_bytes=settings.DRIFT_STATE_MAX_BYTES,
-            routine_interval=timedelta(minutes=settings.ROUTINE_INTERVAL_MINUTES),
-            routine_grace=timedelta(minutes=settings.DRIFT_ROUTINE_GRACE_MINUTES),
-            idle_after=timedelta(hours=settings.DRIFT_IDLE_HOURS),
-        )
-
-
-@dataclass
-class Recent:
-    """What the detectors know of one session: its newest checkpoints (oldest first) and a few facts."""
-
-    rows: list[SeenCheckpoint]
-    active: bool = True  # the session's status is active
-    started_at: datetime | None = None
-    heartbeat_at: datetime | None = None
-    last_reset: SeenCheckpoint | None = None  # newest recovery/restore/fork checkpoint, possibly older than `rows`
-    head_pk: int | None = None  # the session's head; the newest row when unknown
-    load: Callable[[SeenCheckpoint], Any] = lambda row: store.load_shared(row.root)
-    fetch: Callable[[int], SeenCheckpoint | None] = lambda pk: None  # a checkpoint older than the window, by id
-    _states: dict[int, Any] = field(default_factory=dict)
-
-    @property
-    def head(self) -> SeenCheckpoint | None:
-        """The checkpoint the agent resumes from: the newest one, unless an importer pointed elsewhere."""
-        if self.head_pk is not None:
-            for row in reversed(self.rows):
-                if row.pk == self.head_pk:
-                    return row
-        return self.rows[-1] if self.rows else None
-
-    def running(self, now: datetime, limits: Limits) -> bool:
-        """Whether the agent is expected to be running: active and heard from within `limits.idle_after`.
-
-        Most sessions a console keeps are finished or left idle without a final status; the rules about a
-        running agent (long running, missed routine) would fire on every one of them, drowning the rest."""
-        heartbeat = self.heartbeat_at
-        return self.active and heartbeat is not None and now - heartbeat <= limits.idle_after
-
-    def ancestors(self, row: SeenCheckpoint) -> Iterator[SeenCheckpoint]:
-        """`row`'s parent, its parent, …: its branch back in time, from the window and then a few more."""
-        by_pk = {candidate.pk: candidate for candidate in self.rows}
-        fetched = 0
-        parent = row.parent_id
-        while parent is not None:
-            found = by_pk.get(parent)
-            if found is None:
-                if fetched == ANCESTORS_FETCHED:
-                    return
-                fetched += 1
-                found = self.fetch(parent)
-                if found is None:
-                    return
-            yield found
-            parent = found.parent_id
-
-    def state(self, row: SeenCheckpoint) -> Any:
-        """States are read only when a detector needs one (content-addressed: reading is safe at any time)."""
-        if row.seq not in self._states:
-            self._states[row.seq] = self.load(row)
-        return self._states[row.seq]
-
-
-Detector = Callable[[Recent, datetime, Limits], list[Finding]]
-
-
-# ---- reading states ------------------------------------------------------------------------------
-
-
-def progress_of(state: Any) -> tuple[Any, float] | None:
-    """(task identity, progress percentage) of the common state shapes, or None."""
-    if not isinstance(state, dict):
-        return None
-    for key, metric in (("task", "progress"), ("current_task", "progress_percentage")):
-        task = state.get(key)
-        if isinstance(task, dict) and isinstance(task.get(metric), int | float):
-            return task.get("id"), float(task[metric])
-    if isinstance(state.get("progress"), int | float):
-        return None, float(state["progress"])
-    return None
-
-
-def _action(call: dict[str, Any]) -> tuple[str, bytes]:
-    return call_name(call), jsoncodec.canonical(call.get("arguments"))  # arguments may hold integers beyond 64 bits
-
-
-def _good_ancestor(recent: Recent, row: SeenCheckpoint) -> SeenCheckpoint | None:
-    """The newest healthy checkpoint on `row`'s own branch before it: what restoring undoes least."""
-    return next((ancestor for ancestor in recent.ancestors(row) if ancestor.status not in BAD), None)
-
-
-def _before(rows: list[SeenCheckpoint], index: int) -> SeenCheckpoint | None:
-    """The newest healthy checkpoint before rows[index]."""
-    for row in reversed(rows[:index]):
-        if row.status not in BAD:
-            return row
-    return None
-
-
-def _index_of_step(rows: list[SeenCheckpoint], step: Any) -> int:
-    """Index of the first row at or after `step` (the newest row when steps are unknown)."""
-    if isinstance(step, int):
-        for index, row in enumerate(rows):
-            if row.step is not None and row.step >= step:
-                return index
-    return len(rows) - 1
 
 
 # ---- detectors -----------------------------------------------------------------------------------
@@ -253,7 +90,7 @@ def _status_finding(recent: Recent, status: str, kind: str) -> list[Finding]:
             f"Checkpoint #{head.seq} arrived {status}{reason}",
             {"seq": head.seq, "status": status, "reason": head.status_reason},
             head,
-            _good_ancestor(recent, head),
+            good_ancestor(recent, head),
         )
     ]
 
@@ -282,7 +119,7 @@ def detect_error_rate(recent: Recent, now: datetime, limits: Limits) -> list[Fin
     threshold = limits.error_percent / 100
     rows = [row for row in recent.rows if row.kind not in COPIES][-limits.error_window :]
     failed_rows = [index for index, row in enumerate(rows) if row.status == CheckpointStatus.FAILED]
-    calls = calls_of(recent.state(head))[-limits.error_window :]
+    calls = recent.head_calls()[-limits.error_window :]
     failed_calls = [call for call in calls if failed_call(call)]
     evidence = {
         "window": limits.error_window,
@@ -293,34 +130,38 @@ def detect_error_rate(recent: Recent, now: datetime, limits: Limits) -> list[Fin
         "limit_percent": limits.error_percent,
     }
     if len(calls) >= limits.error_min_samples and len(failed_calls) / len(calls) > threshold:
-        index = _index_of_step(recent.rows, failed_calls[0].get("step"))
+        index = index_of_step(recent.rows, failed_calls[0].get("step"))
         message = f"{len(failed_calls)} of the last {len(calls)} tool calls failed."
     elif len(rows) >= limits.error_min_samples and len(failed_rows) / len(rows) > threshold:
         index = recent.rows.index(rows[failed_rows[0]])
         message = f"{len(failed_rows)} of the last {len(rows)} checkpoints failed."
     else:
         return []
-    return [Finding(AlertKind.ERROR_RATE, AlertSeverity.WARNING, message, evidence, head, _before(recent.rows, index))]
+    return [
+        Finding(
+            AlertKind.ERROR_RATE, AlertSeverity.WARNING, message, evidence, head, healthy_before(recent.rows, index)
+        )
+    ]
 
 
 def detect_repetition(recent: Recent, now: datetime, limits: Limits) -> list[Finding]:
     head = recent.head
     if head is None:
         return []
-    calls = calls_of(recent.state(head))
+    calls = recent.head_calls()
     if len(calls) <= limits.repetition_limit:
         return []
-    action = _action(calls[-1])
+    action = action_of(calls[-1])
     run = 0
     for call in reversed(calls):
-        if _action(call) != action:
+        if action_of(call) != action:
             break
         run += 1
     if run <= limits.repetition_limit:
         return []
     first_step = calls[-run].get("step")
-    index = _index_of_step(recent.rows, first_step)
-    last_good = _before(recent.rows, index)
+    index = index_of_step(recent.rows, first_step)
+    last_good = healthy_before(recent.rows, index)
     if last_good is not None:  # the repeats moved the task forward: that is work, not a loop
         before, after = progress_of(recent.state(last_good)), progress_of(recent.state(head))
         if before and after and before[0] == after[0] and after[1] > before[1]:
@@ -357,7 +198,7 @@ def detect_stalled(recent: Recent, now: datetime, limits: Limits) -> list[Findin
                 f"The state has not changed across the last {same} checkpoints.",
                 {"metric": "state_hash", "count": same, "seqs": [row.seq for _, row in steps[-same:]]},
                 head,
-                _before(recent.rows, first_index),
+                healthy_before(recent.rows, first_index),
             )
         ]
     if len(steps) < limits.stalled_window:
@@ -380,7 +221,7 @@ def detect_stalled(recent: Recent, now: datetime, limits: Limits) -> list[Findin
                 "seqs": [first.seq, head.seq],
             },
             head,
-            _before(recent.rows, first_index),
+            healthy_before(recent.rows, first_index),
         )
     ]
 
@@ -461,6 +302,7 @@ CHEAP: dict[str, Detector] = {
     AlertKind.ERROR_RATE: detect_error_rate,
     AlertKind.REPETITION: detect_repetition,
     AlertKind.STALLED: detect_stalled,
+    **LOOP_DETECTORS,
 }
 TIMED: dict[str, Detector] = {
     AlertKind.CYCLE_COUNT: detect_cycle_count,
@@ -470,7 +312,8 @@ TIMED: dict[str, Detector] = {
 DETECTORS: dict[str, Detector] = {**CHEAP, **TIMED}
 # Right after an ingest: the detectors that read no state (a cold state read costs milliseconds).
 ON_INGEST: dict[str, Detector] = {
-    kind: CHEAP[kind] for kind in (AlertKind.FAILED, AlertKind.HALTED, AlertKind.STATE_GROWTH)
+    kind: CHEAP[kind]
+    for kind in (AlertKind.FAILED, AlertKind.HALTED, AlertKind.STATE_GROWTH, AlertKind.CONTEXT_OVERFLOW)
 }
 
 

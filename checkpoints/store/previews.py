@@ -17,7 +17,7 @@ from django.db.models import QuerySet
 from .. import store
 from ..humanize import short_value
 from ..models import Checkpoint, CheckpointKind
-from . import tallies
+from . import jsoncodec, tallies
 
 PREVIEW_MAX = 200  # characters kept: a row shows one line of it
 MESSAGE_KEYS = ("messages", "conversation_history", "history", "transcript")  # OpenAI / Ares / LangGraph, Kaizen
@@ -56,12 +56,13 @@ def is_langchain_message(value: Any) -> bool:
 
 
 def calls_of(state: Any) -> list[dict[str, Any]]:
-    """The tool calls a state records: its own log (`tool_calls`), else those its LangChain messages carry, each
-    as a log entry (`name`, `arguments`, `id`; `success` False and the `error` when the ToolMessage answering it
-    has status "error"). The other formats' messages are not read: their agents keep a log when they keep one."""
+    """The tool calls a state records: its own log (`tool_calls`), else those its messages carry (LangChain's
+    `tool_calls` with `args`, OpenAI's with `function: {name, arguments}` as a JSON string), each as a log entry
+    (`name`, `arguments`, `id`, and the `result` of the message answering it: `success` False and the
+    `error` when that message has status "error")."""
     if isinstance(state, dict) and isinstance(state.get("tool_calls"), list):
         return tool_calls_of(state)
-    messages = [message for message in _messages(state) if is_langchain_message(message)]
+    messages = _messages(state)
     replies = {
         str(message["tool_call_id"]): message
         for message in messages
@@ -69,20 +70,57 @@ def calls_of(state: Any) -> list[dict[str, Any]]:
     }
     calls = []
     for message in messages:
-        listed = message.get("tool_calls")
+        listed = message.get("tool_calls") if role_of(message) == "assistant" else None
         for call in listed if isinstance(listed, list) else []:
             if not isinstance(call, dict):
                 continue
-            entry = {"id": call.get("id"), "name": call_name(call), "arguments": call.get("args")}
+            entry = {"id": call.get("id"), "name": call_name(call), "arguments": _call_arguments(call)}
             reply = replies.get(str(call.get("id")))
             if reply is not None and reply.get("status") == "error":
                 entry.update(success=False, error=reply.get("content"))
+            elif reply is not None:
+                entry["result"] = reply.get("content")
             calls.append(entry)
     return calls
 
 
+def _call_arguments(call: dict[str, Any]) -> Any:
+    """A message's call arguments: LangChain's `args`, OpenAI's JSON text under `function` read as JSON."""
+    if "args" in call:
+        return call["args"]
+    function = call.get("function")
+    arguments = function.get("arguments") if isinstance(function, dict) else call.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            return jsoncodec.loads(arguments)
+        except ValueError:
+            return arguments
+    return arguments
+
+
+@dataclass(frozen=True)
+class Said:
+    """One message as the loop detectors read it: who wrote it, its text, and whether it calls a tool."""
+
+    role: str
+    text: str
+    calls: bool
+
+
+def talk_of(state: Any, last: int) -> list[Said]:
+    """The state's `last` messages in order, each reduced to what the loop detectors compare (no ids)."""
+    said = []
+    for message in _messages(state)[-last:]:
+        listed = message.get("tool_calls")
+        said.append(Said(role_of(message), _content(message.get("content")), isinstance(listed, list) and bool(listed)))
+    return said
+
+
 def call_name(call: dict[str, Any]) -> str:
     """The tool a call used, under whichever key its format names it; empty when it names none."""
+    function = call.get("function")
+    if isinstance(function, dict) and function.get("name"):  # OpenAI nests the call under "function"
+        return str(function["name"])
     return str(call.get("tool_name") or call.get("name") or call.get("tool") or "")
 
 
@@ -164,10 +202,14 @@ def _failed_tool_message(message: dict[str, Any]) -> bool:
 
 
 def _text(value: Any, limit: int = PREVIEW_MAX) -> str:
-    if isinstance(value, list):  # content parts: [{"type": "text", "text": …}, …]
+    return short_value(" ".join(_content(value).split()), limit)
+
+
+def _content(value: Any) -> str:
+    """A message's content as text: content parts (`[{"type": "text", "text": …}, …]`) joined."""
+    if isinstance(value, list):
         value = " ".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in value)
-    text = value if isinstance(value, str) else "" if value is None else str(value)
-    return short_value(" ".join(text.split()), limit)
+    return value if isinstance(value, str) else "" if value is None else str(value)
 
 
 def fill_previews(checkpoints: QuerySet[Checkpoint] | None = None, *, batch_size: int = 500) -> int:

@@ -3,18 +3,39 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from checkpoints.humanize import plain_duration, short_value
 
 CELL_WIDTH = 60  # characters of one value
 LIST_HEAD = 6  # a longer list shows this many items and its length
+TRIGGERED = "checkpoints"  # the evidence key listing the checkpoints that showed the drift: [{"id", "seq"}, …]
+
+
+@dataclass(frozen=True)
+class Triggered:
+    pk: int
+    seq: int
+
+
+def evidence_checkpoints(evidence: Any) -> list[Triggered]:
+    """The checkpoints an alert's evidence names as the ones that showed the drift, oldest first."""
+    listed = evidence.get(TRIGGERED) if isinstance(evidence, dict) else None
+    items = listed if isinstance(listed, list) else []
+    return [
+        Triggered(item["id"], item["seq"])
+        for item in items
+        if isinstance(item, dict) and isinstance(item.get("id"), int) and isinstance(item.get("seq"), int)
+    ]
 
 
 def evidence_summary(evidence: Any, *, limit: int = 4) -> str:
-    """`key: value` pairs of an alert's evidence, short enough for a table cell."""
+    """`key: value` pairs of an alert's evidence, short enough for a table cell (the checkpoints it names are
+    links of their own: `evidence_checkpoints`)."""
     if not isinstance(evidence, dict):
         return _short(evidence)
+    evidence = {key: value for key, value in evidence.items() if key != TRIGGERED}
     # sorted: PostgreSQL's jsonb does not keep the order keys were written in
     parts = [f"{key.replace('_', ' ')}: {_value(key, value)}" for key, value in sorted(evidence.items())[:limit]]
     if len(evidence) > limit:

@@ -18,7 +18,7 @@ from checkpoints.services import Actor, acknowledge_alert, resolve_alert
 from checkpoints.store.history import Discards, discards_for
 
 from ..forms import UNRESOLVED, AlertFilterForm, ResolveForm
-from ..presenters.evidence import evidence_summary
+from ..presenters.evidence import Triggered, evidence_checkpoints, evidence_summary
 from .common import TRIAGE, VIEW, HtmxHttpRequest, console, get_alert_for_user, notify, render_page, safe_next
 
 PAGE_SIZE = 50
@@ -82,12 +82,13 @@ def alert_list(request: HtmxHttpRequest) -> HttpResponse:
 
 @dataclass(frozen=True)
 class AlertRow:
-    """What a row shows beyond the alert's fields: its evidence in words, and what restoring its last good
-    checkpoint discards (for the alerts that still offer it)."""
+    """What a row shows beyond the alert's fields: its evidence in words, what restoring its last good
+    checkpoint discards (for the alerts that still offer it), and the checkpoints that showed the drift."""
 
     alert: DriftAlert
     evidence: str
     discards: Discards | None
+    triggered: list[Triggered]
 
 
 def _rows(alerts: list[DriftAlert]) -> list[AlertRow]:
@@ -95,7 +96,12 @@ def _rows(alerts: list[DriftAlert]) -> list[AlertRow]:
     offers = [alert.last_good for alert in alerts if alert.last_good and alert.state != AlertState.RESOLVED]
     found = discards_for(offers)
     return [
-        AlertRow(alert, evidence_summary(alert.evidence), found.get(alert.last_good_id) if alert.last_good_id else None)
+        AlertRow(
+            alert,
+            evidence_summary(alert.evidence),
+            found.get(alert.last_good_id) if alert.last_good_id else None,
+            evidence_checkpoints(alert.evidence),
+        )
         for alert in alerts
     ]
 

@@ -8,6 +8,7 @@ import pytest
 from playwright.sync_api import expect
 
 from checkpoints.models import AgentSession, AlertState, Checkpoint, CheckpointKind, DriftAlert
+from checkpoints.services import drift
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -172,3 +173,18 @@ def test_operator_acknowledges_an_alert(looks, page, live_server, sign_in, alice
     expect(page.locator(f"#alert-{alert.pk}")).to_contain_text("No action needed")
     alert.refresh_from_db()
     assert alert.state == AlertState.RESOLVED
+
+
+def test_a_loop_alert_links_the_checkpoints_that_showed_it(page, live_server, sign_in, alice, demo, widths):
+    refund_bot = AgentSession.objects.get(external_id="refund-bot-0412")
+    drift.detect_session(refund_bot)
+    alert = DriftAlert.objects.get(session=refund_bot, kind="repeated_action")
+    sign_in(alice)
+    page.goto(f"{live_server.url}/alerts/?kind=repeated_action")
+    row = page.locator(f"#alert-{alert.pk}")
+    expect(row).to_contain_text("The same tool call got the same result 4 times in a row")
+    expect(row).to_contain_text("discards")
+    widths("alerts-loop-evidence")
+    first = alert.evidence["checkpoints"][0]
+    row.get_by_role("link", name=f"checkpoint #{first['seq']} of alert {alert.pk}").click()
+    expect(page).to_have_url(re.compile(f"/checkpoints/{first['id']}/$"))

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from checkpoints.models import AgentSession, AlertKind, AlertState, AuditEvent, DriftAlert, JobRun
-from checkpoints.services import Actor, CheckpointInput, drift, ingest_checkpoints, restore_checkpoint
+from checkpoints.services import Actor, CheckpointInput, drift, ingest_checkpoints, loops, restore_checkpoint
 from tests.lg_states import langgraph_session, put
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -42,6 +42,8 @@ class Agent:
         status: str = "completed",
         reason: str = "",
         repeat_state: bool = False,
+        result: str | None = None,
+        error: str | None = None,
         **extra: Any,
     ) -> Agent:
         s = self.state
@@ -49,7 +51,8 @@ class Agent:
             step = s["step"] + 1
             tool = tool or TOOLS[(step * 3) % len(TOOLS)]
             arguments = arguments if arguments is not None else {"query": f"question {step}"}
-            record = {"step": step, "tool_name": tool, "arguments": arguments, "result": "ok" if ok else None}
+            outcome = result if result is not None else "ok" if ok else None
+            record = {"step": step, "tool_name": tool, "arguments": arguments, "result": outcome, "error": error}
             self.state = {
                 **s,
                 **extra,
@@ -60,6 +63,11 @@ class Agent:
                 "metrics": {"tool_errors": s["metrics"]["tool_errors"] + (not ok)},
             }
         return self.checkpoint("step", name=tool or "step", status=status, status_reason=reason)
+
+    def say(self, text: str, role: str = "assistant") -> Agent:
+        """A message with no tool call: the agent talking (or, with role "user", someone answering it)."""
+        self.state = {**self.state, "messages": [*self.state["messages"], {"role": role, "content": text}]}
+        return self.checkpoint("step", name="message")
 
     def steps(self, count: int, **fields: Any) -> Agent:
         for _ in range(count):
@@ -216,6 +224,118 @@ def missed_routine_quiet(a: Agent) -> datetime:
     return a.at + timedelta(minutes=30)
 
 
+# ---- OpenHands' stuck detector and Gemini CLI's loop detection -------------------------------------
+
+CONTEXT_ERROR = "Error code: 400 - This model's maximum context length is 128000 tokens (context_length_exceeded)"
+
+
+def repeated_action_fires(a: Agent) -> datetime:
+    a.steps(10)
+    for _ in range(4):
+        a.step("get_order", {"order_id": "A-10482"}, result="status refund_pending", progress=2)
+    a.flush()
+    return a.now
+
+
+def repeated_action_quiet(a: Agent) -> datetime:  # the same poll, but its answer moves: it is waiting, not stuck
+    a.steps(10)
+    for status in ("queued", "picked", "packed", "shipped"):
+        a.step("get_order", {"order_id": "A-10482"}, result=f"status {status}")
+    a.flush()
+    return a.now
+
+
+def repeated_error_fires(a: Agent) -> datetime:
+    a.steps(10)
+    for _ in range(3):
+        a.step("run_tests", {"path": "tests/"}, ok=False, error="1 failed: test_ingest")
+    a.flush()
+    return a.now
+
+
+def repeated_error_quiet(a: Agent) -> datetime:  # three failures, each of another call: it is trying things
+    a.steps(10)
+    for path in ("tests/a.py", "tests/b.py", "tests/c.py"):
+        a.step("run_tests", {"path": path}, ok=False, error="1 failed")
+    a.flush()
+    return a.now
+
+
+def monologue_fires(a: Agent) -> datetime:
+    a.steps(10).say("I should check the order again.").say("I should check the order again.")
+    a.say("I should  check the order again.").flush()  # spacing aside, the same words
+    return a.now
+
+
+def monologue_quiet(a: Agent) -> datetime:  # the user answered in between
+    a.steps(10).say("Which order do you mean?").say("Which order do you mean?")
+    a.say("A-10482", role="user").say("Which order do you mean?").flush()
+    return a.now
+
+
+def ping_pong_fires(a: Agent) -> datetime:
+    a.steps(10)
+    for _ in range(3):
+        a.step("read_file", {"path": "app.py"}, result="80 lines").step("run_tests", {"path": "tests/"}, result="red")
+    a.flush()
+    return a.now
+
+
+def ping_pong_quiet(a: Agent) -> datetime:  # five alternations: one short of six
+    a.steps(10)
+    for _ in range(2):
+        a.step("read_file", {"path": "app.py"}, result="80 lines").step("run_tests", {"path": "tests/"}, result="red")
+    a.step("read_file", {"path": "app.py"}, result="80 lines").flush()
+    return a.now
+
+
+def context_overflow_fires(a: Agent) -> datetime:
+    a.steps(10)
+    a.step("summarize", {"scope": "all"}, status="failed", reason=CONTEXT_ERROR)
+    a.step("summarize", {"scope": "last 50"}, ok=False, error=CONTEXT_ERROR)  # a failed call says it
+    a.step("summarize", {"scope": "last 10"}, status="failed", reason=CONTEXT_ERROR).flush()
+    return a.now
+
+
+def context_overflow_quiet(a: Agent) -> datetime:  # trimming worked each time: a call succeeded in between
+    a.steps(10)
+    for _ in range(3):
+        a.step("summarize", {"scope": "all"}, status="failed", reason=CONTEXT_ERROR).step()
+    a.flush()
+    return a.now
+
+
+def tool_call_loop_fires(a: Agent) -> datetime:
+    a.steps(10)
+    for i in range(5):
+        a.step("read_file", {"path": "src/app.py", "lines": "1-80"}, result=f"read at {i}")
+    a.flush()
+    return a.now
+
+
+def tool_call_loop_quiet(a: Agent) -> datetime:  # a batch over different files is work, not a loop
+    a.steps(10)
+    for i in range(12):
+        a.step("add_license_header", {"path": f"src/module_{i}.py"}, result="done")
+    a.flush()
+    return a.now
+
+
+CHANT = "I will look up the order status again to be sure. "
+
+
+def content_loop_fires(a: Agent) -> datetime:
+    a.steps(10).say("Let me think about this. " + CHANT * 12).flush()
+    return a.now
+
+
+def content_loop_quiet(a: Agent) -> datetime:  # repeated lines in a code block and a list are no loop
+    code = "```python\n" + "print(lookup('A-10482'))\n" * 20 + "```"
+    items = "\n".join(f"- {CHANT}order {i}" for i in range(15))
+    a.steps(10).say(f"Here is the retry script:\n{code}\nand what it checks:\n{items}").flush()
+    return a.now
+
+
 CASES: list[tuple[str, Callable[[Agent], datetime], Callable[[Agent], datetime]]] = [
     (AlertKind.FAILED, failed_fires, failed_quiet),
     (AlertKind.HALTED, halted_fires, halted_quiet),
@@ -227,6 +347,13 @@ CASES: list[tuple[str, Callable[[Agent], datetime], Callable[[Agent], datetime]]
     (AlertKind.CYCLE_COUNT, cycle_count_fires, cycle_count_quiet),
     (AlertKind.LONG_RUNNING, long_running_fires, long_running_quiet),
     (AlertKind.MISSED_ROUTINE, missed_routine_fires, missed_routine_quiet),
+    (AlertKind.REPEATED_ACTION, repeated_action_fires, repeated_action_quiet),
+    (AlertKind.REPEATED_ERROR, repeated_error_fires, repeated_error_quiet),
+    (AlertKind.MONOLOGUE, monologue_fires, monologue_quiet),
+    (AlertKind.PING_PONG, ping_pong_fires, ping_pong_quiet),
+    (AlertKind.CONTEXT_OVERFLOW, context_overflow_fires, context_overflow_quiet),
+    (AlertKind.TOOL_CALL_LOOP, tool_call_loop_fires, tool_call_loop_quiet),
+    (AlertKind.CONTENT_LOOP, content_loop_fires, content_loop_quiet),
 ]
 IDS = [fires.__name__.removesuffix("_fires") for _, fires, _ in CASES]
 
@@ -660,7 +787,7 @@ def test_a_rerun_does_not_rewrite_an_unchanged_alert(make_session, django_assert
     # which sessions; the batch's savepoint, alerts, sessions, checkpoints, what it read, release: no alert written
     with django_assert_num_queries(7):
         drift.detect_all(now=agent.now)
-    assert alert_kinds(agent.session) == {AlertKind.REPETITION}
+    assert alert_kinds(agent.session) == {AlertKind.REPETITION, AlertKind.REPEATED_ACTION}
 
 
 def test_the_job_clears_a_storm_of_alerts_in_a_few_statements_each_audited(make_session, django_assert_max_num_queries):
@@ -700,3 +827,87 @@ def test_a_langgraph_agent_repeating_one_call_and_failing_it_raises_repetition_a
     assert {AlertKind.REPETITION, AlertKind.ERROR_RATE} <= alert_kinds(session)
     alert = DriftAlert.objects.get(session=session, kind=AlertKind.REPETITION)
     assert alert.evidence["tool"] == "book" and alert.evidence["count"] == 12
+
+
+# ---- the published loop rules explain themselves -----------------------------------------------------
+
+
+def test_a_loop_alert_names_the_rule_the_repeated_call_and_the_checkpoints_that_made_it(make_session):
+    agent = Agent(make_session())
+    tool_call_loop_fires(agent)
+    detect(agent)
+    alert = DriftAlert.objects.get(kind=AlertKind.TOOL_CALL_LOOP)
+    assert alert.message.startswith("The same tool call came 5 times in a row (5 or more is a loop): ")
+    assert alert.evidence["action"] == "read_file(lines=1-80, path=src/app.py)"  # stored states sort their keys
+    repeats = agent.checkpoints[-5:]
+    assert alert.evidence["checkpoints"] == [{"id": c.pk, "seq": c.seq} for c in repeats]
+    assert alert.last_good_id == agent.checkpoints[-6].pk
+
+
+def test_a_monologue_names_the_checkpoints_where_the_agent_said_it(make_session):
+    agent = Agent(make_session())
+    monologue_fires(agent)
+    detect(agent)
+    alert = DriftAlert.objects.get(kind=AlertKind.MONOLOGUE)
+    assert alert.evidence["text"] == "I should check the order again." and alert.evidence["count"] == 3
+    assert [row["seq"] for row in alert.evidence["checkpoints"]] == [c.seq for c in agent.checkpoints[-3:]]
+
+
+def test_a_context_overflow_alert_resolves_once_a_call_succeeds(make_session):
+    agent = Agent(make_session())
+    context_overflow_fires(agent)
+    assert AlertKind.CONTEXT_OVERFLOW in detect(agent)
+    alert = DriftAlert.objects.get(kind=AlertKind.CONTEXT_OVERFLOW)
+    assert "maximum context length" in alert.evidence["text"]
+    agent.step("summarize", {"scope": "last 5"}).flush()
+    assert AlertKind.CONTEXT_OVERFLOW not in detect(agent)
+
+
+def test_openai_style_calls_compare_without_their_ids_or_key_order(make_session):
+    session = make_session()
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Find the invoice"}]
+    inputs = []
+    for i in range(5):
+        arguments = '{"query": "invoice 42", "limit": 5}' if i % 2 else '{"limit": 5, "query": "invoice 42"}'
+        call = {"id": f"call_{i}", "type": "function", "function": {"name": "search", "arguments": arguments}}
+        messages = [
+            *messages,
+            {"role": "assistant", "content": None, "tool_calls": [call], "id": f"msg_{i}"},
+            {"role": "tool", "tool_call_id": f"call_{i}", "content": "0 results"},
+        ]
+        inputs.append(CheckpointInput(state={"messages": messages}, step=i + 1))
+    checkpoints = ingest_now(session, *inputs)
+    drift.detect_session(session, now=datetime.now(UTC))
+    assert {AlertKind.TOOL_CALL_LOOP, AlertKind.REPEATED_ACTION} <= alert_kinds(session)
+    alert = DriftAlert.objects.get(session=session, kind=AlertKind.TOOL_CALL_LOOP)
+    assert alert.evidence["action"] == "search(limit=5, query=invoice 42)"
+    assert [row["id"] for row in alert.evidence["checkpoints"]] == [c.pk for c in checkpoints]
+
+
+def test_a_langgraph_agent_talking_to_itself_raises_a_monologue(make_session):
+    session = langgraph_session(make_session)
+    messages: list[Any] = [HumanMessage("Summarise the ticket")]
+    parent = None
+    for turn in range(3):
+        messages.append(AIMessage("I need the ticket id to continue.", id=f"run-{turn}"))
+        parent = put(session, {"messages": messages}, {"step": turn}, checkpoint_id=f"cp-{turn}", parent=parent)
+    session.refresh_from_db()
+    drift.detect_session(session, now=datetime.now(UTC))
+    assert AlertKind.MONOLOGUE in alert_kinds(session)
+
+
+def test_the_loop_rules_are_pure_over_rows_and_the_heads_state():
+    state = {"tool_calls": [{"name": "grep", "arguments": {"pattern": "TODO"}, "result": "3 matches"}] * 5}
+    row = drift.SeenCheckpoint(7, 7, "step", "completed", "", "grep", None, T0, b"h", 10, b"r", calls_made=5)
+    recent = drift.Recent(rows=[row], load=lambda r: state)
+    [finding] = loops.detect_tool_call_loop(recent, T0, drift.Limits())
+    assert (finding.kind, finding.checkpoint, finding.evidence["count"]) == (AlertKind.TOOL_CALL_LOOP, row, 5)
+    assert loops.detect_tool_call_loop(recent, T0, drift.Limits(tool_call_loop=6)) == []
+
+
+def test_gemini_content_rule_needs_close_repeats_of_few_periods():
+    chant = "Checking the build log one more time before I go on. "
+    assert loops.repeated_chunk(chant * 12, 50, 10) is not None
+    assert loops.repeated_chunk(chant * 8, 50, 10) is None
+    spread = "".join(chant + f"then step {i} went on with unrelated prose about item {i} " * 6 for i in range(12))
+    assert loops.repeated_chunk(spread, 50, 10) is None  # far apart: a recurring phrase, not a loop

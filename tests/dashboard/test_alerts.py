@@ -8,7 +8,8 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from checkpoints.models import AlertState, AuditEvent, DriftAlert
+from checkpoints.models import AlertKind, AlertState, AuditEvent, DriftAlert
+from checkpoints.services import drift
 from dashboard.presenters.evidence import evidence_summary
 from tests.helpers import select, text
 
@@ -79,6 +80,31 @@ def test_alert_list_shows_each_alert_with_its_evidence_and_last_good(client, ali
     assert reverse("dashboard:checkpoint_detail", args=[alert.last_good_id]) in links
     assert reverse("dashboard:checkpoint_restore", args=[alert.last_good_id]) in links
     assert {"Acknowledge", "Resolve…"} <= {control.text for control in row.cssselect("button, summary")}
+
+
+def test_a_loop_alert_links_the_checkpoints_that_showed_it_and_says_what_restoring_discards(
+    client, alice, make_session, make_checkpoint
+):
+    session = make_session("looping")
+    calls: list[dict] = []
+    made = []
+    for step in range(1, 9):
+        path = "src/app.py" if step > 3 else f"src/module_{step}.py"  # three files, then the same one
+        calls = [*calls, {"step": step, "name": "read_file", "arguments": {"path": path}, "result": "80 lines"}]
+        made.append(make_checkpoint(session, {"step": step, "tool_calls": calls}, step=step, name="read_file"))
+    drift.detect_session(session, kinds=[AlertKind.TOOL_CALL_LOOP])
+    alert = DriftAlert.objects.get(kind=AlertKind.TOOL_CALL_LOOP)
+    client.force_login(alice)
+    [row] = select(client.get(LIST), f"tr#alert-{alert.pk}")
+    assert "The same tool call came 5 times in a row (5 or more is a loop): read_file(path=src/app.py)" in text(row)
+    assert "action: read_file(path=src/app.py) · count: 5" in text(row)
+    seen = row.cssselect(".alert-triggered a")
+    assert [text(link) for link in seen] == [f"#{c.seq}" for c in made[3:]]
+    assert [link.get("href") for link in seen] == [
+        reverse("dashboard:checkpoint_detail", args=[c.pk]) for c in made[3:]
+    ]
+    assert alert.last_good_id == made[2].pk
+    assert "discards 5 checkpoints, 5 tool calls" in text(row)
 
 
 def test_restore_last_good_says_what_it_discards(client, alice, alert, make_checkpoint):
