@@ -20,6 +20,7 @@ from django.urls import reverse
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from checkpoints.models import NotificationRule
 from tests.dashboard.conftest import World
 
 EXAMPLES = 300  # requests over all views; with the path test below, some seconds
@@ -43,6 +44,11 @@ GET_VIEWS = {
     "import_upload": (None, []),
     "import_job": ("job", []),
     "jobs": (None, []),
+    "notification_projects": (None, []),
+    "notifications": ("project", ["status"]),
+    "notification_rule_create": ("project", []),
+    "notification_rule_edit": ("rule", []),
+    "notification_rule_delete": ("rule", []),
 }
 
 WEIGHTED = [name for name, (_, params) in sorted(GET_VIEWS.items()) for _ in range(1 + len(params))]  # more to read
@@ -133,6 +139,14 @@ def _path(name: str, world: World) -> str:
         return reverse(f"dashboard:{name}")
     if target == "phase":
         return reverse(f"dashboard:{name}", args=[world.phase.session_id, world.phase.number])
+    if target in ("project", "rule"):
+        project = world.session.project
+        if target == "project":
+            return reverse(f"dashboard:{name}", args=[project.slug])
+        rule, _ = NotificationRule.objects.get_or_create(
+            project=project, name="pager", defaults={"channel": "email", "target": "ops@example.com"}
+        )
+        return reverse(f"dashboard:{name}", args=[project.slug, rule.pk])
     return reverse(f"dashboard:{name}", args=[getattr(world, target).pk])
 
 
@@ -160,7 +174,7 @@ def test_the_hostile_input_covers_every_console_get_view():
 
     posts_only = {
         "session_undo", "phase_feedback", "checkpoint_pin", "alert_acknowledge", "alert_resolve", "job_run",
-        "retention_dry_run",
+        "retention_dry_run", "notification_rule_test",
     }  # fmt: skip
     assert {p.name for p in urlpatterns} - posts_only == set(GET_VIEWS)
 
@@ -175,5 +189,6 @@ def test_the_hostile_input_covers_every_console_get_view():
 @example(name="phase_detail", ids=[2**63, 1])  # a session id beyond 64 bits: SQLite raised OverflowError
 @example(name="phase_detail", ids=[1, 2**63])  # a phase number beyond 64 bits: the same
 def test_no_id_in_a_path_makes_a_console_page_fail(client_of_alice, world, name, ids):
-    args = ids if GET_VIEWS[name][0] == "phase" else ids[:1]
+    target = GET_VIEWS[name][0]
+    args = {"phase": ids, "rule": [world.session.project.slug, ids[0]]}.get(target, ids[:1])
     assert client_of_alice.get(reverse(f"dashboard:{name}", args=args)).status_code in (200, 404)
