@@ -11,14 +11,16 @@ range: none counts a session's checkpoints.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from celery import current_app
-from django.db.models import BigIntegerField, Count, Sum
+from django.db.models import BigIntegerField, Count, Min, QuerySet, Sum
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast
 from prometheus_client import Counter, Histogram
@@ -41,6 +43,7 @@ INGEST_SECONDS = Histogram(
 )
 
 _FINISHED = [status for status in JobRunStatus.values if status != JobRunStatus.RUNNING]
+RETENTION_JOB = "retention"  # the name checkpoints.tasks runs retention under
 
 
 def record_ingest(created: Iterable[tuple[str, str, str]], seconds: float) -> None:
@@ -58,7 +61,6 @@ class DatabaseCollector:
         yield from self._sessions()
         yield self._open_alerts()
         yield from self._job_runs()
-        yield self._retention_deletions()
         yield from self._queue_lengths()
         took = GaugeMetricFamily(
             f"{PREFIX}_metrics_collect_seconds", "Time this scrape spent reading the database and broker."
@@ -113,51 +115,31 @@ class DatabaseCollector:
         return family
 
     def _job_runs(self) -> Iterator[Metric]:
-        runs = CounterMetricFamily(
+        runs, deleted = HISTORY.read()
+        family = CounterMetricFamily(
             f"{PREFIX}_job_runs", "Finished runs of the background jobs, by job and result.", labels=["job", "result"]
         )
-        jobs = set()
-        for job, status, count in (
-            JobRun.objects.filter(status__in=_FINISHED).order_by().values_list("job", "status").annotate(Count("pk"))
-        ):
-            runs.add_metric([job, status], count)
-            jobs.add(job)
-        yield runs
+        for (job, status), count in sorted(runs.items()):
+            family.add_metric([job, status], count)
+        yield family
+        retention = CounterMetricFamily(
+            f"{PREFIX}_retention_deleted_checkpoints", "Checkpoints retention deleted, by kind.", labels=["kind"]
+        )
+        for kind in CheckpointKind.values:
+            retention.add_metric([kind], deleted[kind])
+        yield retention
         last = GaugeMetricFamily(
             f"{PREFIX}_job_last_success_timestamp_seconds",
             "When each job's newest run that did its work finished (Unix time).",
             labels=["job"],
         )
-        for job in sorted(jobs):
+        for job in sorted({job for job, _ in runs}):
             # the (job, -started_at) index, read newest first until a completed run
             newest = JobRun.objects.for_job(job).completed().order_by("-started_at").values_list("finished_at")
             finished = newest.first()
             if finished and finished[0]:
                 last.add_metric([job], finished[0].timestamp())
         yield last
-
-    def _retention_deletions(self) -> Metric:
-        """Summed from the retention runs' results (`by_kind`); dry runs delete nothing and are left out."""
-        by_kind = KeyTransform("by_kind", "result")
-        sums = (
-            JobRun.objects.for_job("retention")
-            .completed()
-            .filter(dry_run=False)
-            .aggregate(
-                **{
-                    kind: Sum(Cast(KeyTextTransform(kind, by_kind), BigIntegerField()))
-                    for kind in CheckpointKind.values
-                }
-            )
-        )
-        family = CounterMetricFamily(
-            f"{PREFIX}_retention_deleted_checkpoints",
-            "Checkpoints retention deleted, by kind.",
-            labels=["kind"],
-        )
-        for kind, total in sums.items():
-            family.add_metric([kind], total or 0)
-        return family
 
     def _queue_lengths(self) -> Iterator[Metric]:
         family = GaugeMetricFamily(
@@ -175,6 +157,62 @@ class DatabaseCollector:
                 family.add_metric([queue], length)
             yield family
         yield up
+
+
+class JobHistory:
+    """Job runs counted by job and result, and what retention deleted by kind, however long the history.
+
+    A finished run never changes again, so each process sums the finished runs once, up to a watermark: the
+    newest run with no run still running before it. A scrape then reads only the runs after the watermark (the
+    last few). The watermark row is looked up at each scrape: when it is gone or another (a rolled-back test,
+    a restored database), the sums start over.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        self.upto: tuple[int, datetime] | None = None
+        self.runs: Tally[tuple[str, str]] = Tally()
+        self.deleted: Tally[str] = Tally()
+
+    def read(self) -> tuple[Tally[tuple[str, str]], Tally[str]]:
+        with self.lock:
+            if self.upto and not JobRun.objects.filter(pk=self.upto[0], started_at=self.upto[1]).exists():
+                self.reset()
+            done = self.upto[0] if self.upto else 0
+            # the running runs are few: the partial index jobrun_running_heartbeat holds them
+            running = JobRun.objects.filter(status=JobRunStatus.RUNNING).aggregate(first=Min("pk"))["first"]
+            before = JobRun.objects.filter(pk__lt=running) if running else JobRun.objects.all()
+            upto = before.filter(pk__gt=done).order_by("-pk").values_list("pk", "started_at").first()
+            if upto:
+                runs, deleted = _history(JobRun.objects.filter(pk__gt=done, pk__lte=upto[0]))
+                self.runs, self.deleted, self.upto = self.runs + runs, self.deleted + deleted, upto
+            runs, deleted = _history(JobRun.objects.filter(pk__gt=self.upto[0]) if self.upto else JobRun.objects.all())
+            return self.runs + runs, self.deleted + deleted
+
+
+def _history(runs: QuerySet[JobRun]) -> tuple[Tally[tuple[str, str]], Tally[str]]:
+    """Finished runs by (job, result), and the checkpoints retention deleted by kind (from the results of its
+    completed runs; dry runs delete nothing)."""
+    counts: Tally[tuple[str, str]] = Tally()
+    for job, status, count in (
+        runs.filter(status__in=_FINISHED).order_by().values_list("job", "status").annotate(Count("pk"))
+    ):
+        counts[job, status] = count
+    by_kind = KeyTransform("by_kind", "result")
+    sums = (
+        runs.filter(job=RETENTION_JOB, dry_run=False)
+        .filter(status__in=[JobRunStatus.SUCCEEDED, JobRunStatus.SUCCEEDED_WITH_ERRORS])
+        .aggregate(
+            **{kind: Sum(Cast(KeyTextTransform(kind, by_kind), BigIntegerField())) for kind in CheckpointKind.values}
+        )
+    )
+    return counts, Tally({kind: total for kind, total in sums.items() if total})
+
+
+HISTORY = JobHistory()
 
 
 def celery_queues() -> list[str]:

@@ -103,3 +103,14 @@ def test_with_every_part_up_readiness_is_green(client, redis_broker):
     assert body["status"] == "ok"
     assert all(check["ok"] for check in body["checks"].values())
     assert body["checks"]["worker"]["detail"].endswith("answered")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_container_probe_exits_0_only_for_a_2xx_answer(live_server, settings, capsys):
+    from config import probe
+
+    settings.HEALTH_WORKER_TIMEOUT_SECONDS = 0.1
+    assert probe.main(["probe", f"{live_server.url}/health/live"]) == 0
+    assert probe.main(["probe", f"{live_server.url}/health/"]) == 1  # no worker answers here: 503
+    assert "503" in capsys.readouterr().err
+    assert probe.main(["probe", "http://127.0.0.1:1/health/live"]) == 1  # nothing listens

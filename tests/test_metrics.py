@@ -102,6 +102,26 @@ def test_job_runs_retention_deletions_and_last_success_are_read_from_the_databas
     assert value(samples, "checkpoint_console_checkpoints", project="acme") == 2
 
 
+def test_a_run_that_finishes_after_later_runs_is_still_counted(client):
+    """Scrapes sum the finished history once and then read only newer runs: one still running stays unsummed."""
+    during = {}
+
+    def long_gc():
+        run_job("drift_detection", dict)  # a later run finishes while this one runs
+        during.update(scrape(client))
+        return {}
+
+    run_job("gc", dict)
+    run_job("gc", long_gc)
+    runs = "checkpoint_console_job_runs_total"
+    assert value(during, runs, job="gc", result="succeeded") == 1
+    assert value(during, runs, job="drift_detection", result="succeeded") == 1
+    for _ in range(2):  # the second scrape reads the summed history
+        after = scrape(client)
+        assert value(after, runs, job="gc", result="succeeded") == 2
+        assert value(after, runs, job="drift_detection", result="succeeded") == 1
+
+
 def test_a_scrape_reads_the_database_in_a_bounded_number_of_queries(
     client, make_session, make_checkpoint, django_assert_max_num_queries
 ):
@@ -109,7 +129,7 @@ def test_a_scrape_reads_the_database_in_a_bounded_number_of_queries(
         make_checkpoint(make_session(f"run-{n}"), {"n": n})
     for job in ("gc", "retention", "drift_detection"):
         run_job(job, dict)
-    with django_assert_max_num_queries(8):  # sessions, alerts, runs, each job's last success, retention
+    with django_assert_max_num_queries(12):  # sessions, alerts, the job history (see JobHistory), each last success
         scrape(client)
 
 
