@@ -302,6 +302,8 @@ CELERY_RESULT_EXPIRES = None  # no result backend: nothing to expire, so beat ad
 
 # /metrics (Prometheus): a scrape must send "Authorization: Bearer <METRICS_TOKEN>" when it is set.
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+# A Celery worker serves its own counts (its ingests: imports, routine checkpoints) on this port; 0: it does not.
+WORKER_METRICS_PORT = env_int("WORKER_METRICS_PORT", 0)
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # prometheus-client writes each process's counts there
     Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 # /health/ (readiness): how long a worker may take to answer a ping, how old beat's newest run of a periodic

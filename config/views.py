@@ -1,21 +1,13 @@
 from __future__ import annotations
 
-import hmac
-import os
-from collections.abc import Iterator
-
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.templatetags.static import static
 from django.views.decorators.http import require_GET
 from django.views.defaults import page_not_found
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
-from prometheus_client.core import Metric
-from prometheus_client.multiprocess import MultiProcessCollector
-
-from checkpoints.metrics import DatabaseCollector
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from . import health
+from .metrics import CHALLENGE, REFUSED, Scrape, authorized
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
@@ -33,28 +25,12 @@ def favicon(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus' scrape: the process's own metrics (all gunicorn workers' with PROMETHEUS_MULTIPROC_DIR) and
-    the database's, read now. With METRICS_TOKEN set, only for "Authorization: Bearer <METRICS_TOKEN>"."""
-    token = settings.METRICS_TOKEN
-    sent = request.headers.get("Authorization", "")
-    if token and not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
-        response = HttpResponse("a bearer token is needed\n", status=401, content_type="text/plain")
-        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    """Prometheus' scrape: the web processes' own metrics and the database's, read now (config.metrics)."""
+    if not authorized(request.headers.get("Authorization", "")):
+        response = HttpResponse(REFUSED, status=401, content_type="text/plain")
+        response["WWW-Authenticate"] = CHALLENGE
         return response
-    return HttpResponse(generate_latest(_Scrape()), content_type=CONTENT_TYPE_LATEST)
-
-
-class _Scrape:
-    """What one scrape collects: the in-process registry (or every process's files) and the database."""
-
-    def collect(self) -> Iterator[Metric]:
-        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-            processes = CollectorRegistry()
-            MultiProcessCollector(processes)
-            yield from processes.collect()
-        else:
-            yield from REGISTRY.collect()
-        yield from DatabaseCollector().collect()
+    return HttpResponse(generate_latest(Scrape(database=True)), content_type=CONTENT_TYPE_LATEST)
 
 
 @require_GET

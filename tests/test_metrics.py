@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -14,6 +19,7 @@ from checkpoints.jobs.retention import apply_retention
 from checkpoints.models import RetentionPolicy
 
 pytestmark = pytest.mark.django_db
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def scrape(client, **headers) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -170,7 +176,7 @@ def test_a_broker_that_is_down_does_not_hide_the_other_metrics(client, app_broke
 
 
 def test_the_sample_grafana_dashboard_queries_metrics_that_exist(client, api, session):
-    dashboard = json.loads((Path(__file__).resolve().parents[1] / "deploy/grafana/checkpoint-console.json").read_text())
+    dashboard = json.loads((ROOT / "deploy/grafana/checkpoint-console.json").read_text())
     queried = {
         re.sub(r"_(bucket|total|count|sum)$", "", name)
         for panel in dashboard["panels"]
@@ -180,3 +186,48 @@ def test_the_sample_grafana_dashboard_queries_metrics_that_exist(client, api, se
     api.get("/sessions/run-1")
     exported = {family.name for family in text_string_to_metric_families(client.get("/metrics").content.decode())}
     assert queried and queried <= exported, queried - exported
+
+
+def test_with_a_multiprocess_folder_a_scrape_adds_up_every_process(client, tmp_path, monkeypatch):
+    """gunicorn's workers each count their own ingests in PROMETHEUS_MULTIPROC_DIR; any of them answers the sum."""
+    folder = tmp_path / "prometheus"
+    ingest = (
+        "import django; django.setup(); from checkpoints.metrics import record_ingest; "
+        "record_ingest([('acme', 'step', 'completed')] * 3, 0.01)"
+    )
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(folder), "DJANGO_SETTINGS_MODULE": "config.settings"}
+    env["VAR_DIR"] = str(tmp_path / "var")
+    for _ in range(2):  # two worker processes
+        subprocess.run([sys.executable, "-c", ingest], cwd=ROOT, env=env, check=True, capture_output=True, timeout=120)
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(folder))
+    samples = scrape(client)
+    ingested = "checkpoint_console_checkpoints_ingested_total"
+    assert value(samples, ingested, project="acme", kind="step", status="completed") == 6
+    assert value(samples, "checkpoint_console_ingest_duration_seconds_count") == 2
+    assert ("checkpoint_console_metrics_collect_seconds", ()) in samples  # and the database's figures, once
+
+
+def test_a_celery_worker_serves_its_own_counts_behind_the_same_token(settings):
+    """What a worker ingests (imports, routine checkpoints) is scraped from the worker, without the database's
+    figures, which the web's /metrics already has."""
+    from checkpoints.metrics import record_ingest
+    from config.metrics import serve_worker_metrics
+
+    settings.METRICS_TOKEN = "s3cret-token"
+    server = serve_worker_metrics(0, host="127.0.0.1")
+    url = f"http://127.0.0.1:{server.server_port}/metrics"
+    try:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url, timeout=5)
+        record_ingest([("acme", "imported", "completed")] * 2, 0.5)
+        request = urllib.request.Request(url, headers={"Authorization": "Bearer s3cret-token"})
+        with urllib.request.urlopen(request, timeout=5) as response:
+            text = response.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert refused.value.code == 401
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    ingested = families["checkpoint_console_checkpoints_ingested"].samples
+    assert any(s.labels == {"project": "acme", "kind": "imported", "status": "completed"} for s in ingested)
+    assert "checkpoint_console_open_alerts" not in families
