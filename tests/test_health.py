@@ -114,3 +114,14 @@ def test_the_container_probe_exits_0_only_for_a_2xx_answer(live_server, settings
     assert probe.main(["probe", f"{live_server.url}/health/"]) == 1  # no worker answers here: 503
     assert "503" in capsys.readouterr().err
     assert probe.main(["probe", "http://127.0.0.1:1/health/live"]) == 1  # nothing listens
+
+
+def test_probes_and_scrapers_may_speak_plain_http_behind_the_https_redirect(settings, db):
+    """compose.yaml's probes and Prometheus ask web:8000 over HTTP inside the network; pages still redirect."""
+    from django.test import Client
+
+    settings.SECURE_SSL_REDIRECT = True
+    client = Client()
+    assert client.get("/health/live").status_code == 200
+    assert client.get("/metrics").status_code == 200
+    assert client.get("/accounts/login/").status_code == 301
