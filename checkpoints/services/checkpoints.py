@@ -165,7 +165,7 @@ def ingest_checkpoints(
     seconds = time.perf_counter() - started
     slugs = _project_slugs(session for session, _ in groups)
     ingested = [(slugs[c.session.project_id], c.kind, c.status) for c, created in results.values() if created]
-    transaction.on_commit(lambda: record_ingest(ingested, seconds))  # counted once it is stored for good
+    transaction.on_commit(partial(record_ingest, ingested, seconds))  # counted once it is stored for good
     # Drift detectors that need no state, once committed, only where something alarming arrived (a failed
     # or halted checkpoint, an oversized state) or a failed or halted session goes on healthily (its alert
     # clears): the normal path pays nothing. The rest run in the drift job every few minutes (DESIGN section 7).
