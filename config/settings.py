@@ -65,6 +65,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",  # first and last: times the whole request
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -79,6 +80,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "axes.middleware.AxesMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -122,6 +124,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 else:
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     DATABASES["default"]["TEST"] = {"NAME": os.environ.get("TEST_DATABASE_NAME") or None}
+# django-prometheus' wrappers of the same backends count queries, their time and errors for /metrics.
+DATABASES["default"]["ENGINE"] = DATABASES["default"]["ENGINE"].replace(
+    "django.db.backends.", "django_prometheus.db.backends.", 1
+)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -182,6 +188,8 @@ SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 12 * 60 * 60)
 SESSION_EXPIRE_AT_BROWSER_CLOSE = env_bool("SESSION_EXPIRE_AT_BROWSER_CLOSE", False)
 X_FRAME_OPTIONS = "DENY"
+# Probes and scrapers inside the deployment's network speak plain HTTP to web:8000 (compose.yaml's healthchecks).
+SECURE_REDIRECT_EXEMPT = [r"^health/", r"^metrics$"]
 
 # Content-Security-Policy: scripts and styles only from our own static files, no inline code of either kind.
 CONTENT_SECURITY_POLICY = {
@@ -319,3 +327,15 @@ EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "checkpoint-console@localhost")
+
+# /metrics (Prometheus): a scrape must send "Authorization: Bearer <METRICS_TOKEN>" when it is set.
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+# A Celery worker serves its own counts (its ingests: imports, routine checkpoints) on this port; 0: it does not.
+WORKER_METRICS_PORT = env_int("WORKER_METRICS_PORT", 0)
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # prometheus-client writes each process's counts there
+    Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+# /health/ (readiness): how long a worker may take to answer a ping, how old beat's newest run of a periodic
+# task may be (the shortest schedule is 5 minutes, and beat saves its runs every 3), the free space under VAR_DIR.
+HEALTH_WORKER_TIMEOUT_SECONDS = float(os.environ.get("HEALTH_WORKER_TIMEOUT_SECONDS", "1.0"))
+HEALTH_BEAT_MAX_AGE_MINUTES = env_int("HEALTH_BEAT_MAX_AGE_MINUTES", 15)
+HEALTH_DISK_MIN_FREE_MB = env_int("HEALTH_DISK_MIN_FREE_MB", 500)

@@ -6,10 +6,13 @@ from django.urls import include, path
 
 from checkpoints.api import api
 
-from .views import favicon
+from .views import favicon, live, metrics, ready
 
 urlpatterns = [
     path("favicon.ico", favicon),
+    path("metrics", metrics, name="metrics"),
+    path("health/live", live, name="health_live"),
+    path("health/", ready, name="health"),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),

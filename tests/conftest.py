@@ -317,3 +317,34 @@ def migrated_back(transactional_db) -> Iterator[Any]:
 
     yield back
     forward()
+
+
+@pytest.fixture
+def app_broker():
+    """`app_broker(url)`: the Celery app talks to another broker for this test (it read the settings at start)."""
+    from config.celery import app
+
+    saved = app.conf.broker_url, app.conf.broker_transport_options
+
+    def point(url: str, options: dict[str, Any] | None = None) -> None:
+        app.conf.broker_url, app.conf.broker_transport_options = url, options or {}
+        app._after_fork()  # drops the connection pools opened on the old broker (replies go through them)
+
+    yield point
+    point(*saved)
+
+
+@pytest.fixture
+def redis_broker(app_broker):
+    """The Celery app on REDIS_URL's database, emptied before and after; tasks are sent, not run inline."""
+    import redis
+
+    from config.celery import app
+
+    url = os.environ["REDIS_URL"]
+    server = redis.Redis.from_url(url)
+    server.flushdb()
+    app_broker(url)
+    app.conf.task_always_eager = False
+    yield url
+    server.flushdb()

@@ -6,7 +6,8 @@ used key is refused.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -18,6 +19,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from .. import limits, store
+from ..metrics import record_ingest
 from ..models import AgentSession, Checkpoint, CheckpointKind, CheckpointStatus, Project, SessionStatus
 from ..store import jsoncodec, tallies
 from ..store.jsoncodec import InvalidJSON
@@ -115,6 +117,7 @@ def ingest_checkpoints(
        lock: content-addressed chunks can be written by anyone at any time).
     2. Under a row lock on each session: next seqs, parents, head, in a few bulk statements.
     """
+    started = time.perf_counter()
     now = now or timezone.now()
     results: dict[int, tuple[Checkpoint, bool]] = {}  # position in the input → (checkpoint, created)
     repeats: list[tuple[int, int]] = []
@@ -163,6 +166,10 @@ def ingest_checkpoints(
             results.update({at: (checkpoint, created) for at, checkpoint, created in inserted})
             stored += [(session, checkpoint) for _, checkpoint, created in inserted if created]
         events.publish_checkpoints_created(stored)
+    seconds = time.perf_counter() - started
+    slugs = _project_slugs(session for session, _ in groups)
+    ingested = [(slugs[c.session.project_id], c.kind, c.status) for c, created in results.values() if created]
+    transaction.on_commit(partial(record_ingest, ingested, seconds))  # counted once it is stored for good
     # Drift detectors that need no state, once committed, only where something alarming arrived (a failed
     # or halted checkpoint, an oversized state) or a failed or halted session goes on healthily (its alert
     # clears): the normal path pays nothing. The rest run in the drift job every few minutes (DESIGN section 7).
@@ -173,6 +180,18 @@ def ingest_checkpoints(
     for repeat, first in repeats:
         results[repeat] = (results[first][0], False)
     return [results[index] for index in range(position + 1)]
+
+
+def _project_slugs(sessions: Iterable[AgentSession]) -> dict[int, str]:
+    """Project id → slug, for the metrics' labels: from the sessions' projects when loaded, else one query."""
+    slugs, missing = {}, set()
+    for session in sessions:
+        if AgentSession.project.is_cached(session):
+            slugs[session.project_id] = session.project.slug
+        else:
+            missing.add(session.project_id)
+    slugs.update(Project.objects.filter(pk__in=missing - slugs.keys()).values_list("pk", "slug"))
+    return slugs
 
 
 @transaction.atomic

@@ -1,0 +1,82 @@
+"""Readiness checks behind /health/: each answers (ok, what it found) quickly, and names no secret."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from celery import current_app
+from django.conf import settings
+from django.db import connection
+from django.db.models import Max
+from django.utils import timezone
+from django_celery_beat.models import PeriodicTask
+
+Check = Callable[[], tuple[bool, str]]
+_CREDENTIALS = re.compile(r"//[^/@\s]*@")  # user:password@ in a URL an error message quotes
+
+
+def database() -> tuple[bool, str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    return True, connection.vendor
+
+
+def broker() -> tuple[bool, str]:
+    with current_app.connection_for_write(connect_timeout=2) as conn:
+        conn.ensure_connection(max_retries=0, timeout=2)  # one attempt: a probe must answer quickly
+        return True, conn.transport_cls
+
+
+def worker() -> tuple[bool, str]:
+    """A Celery worker answers a ping (the first answer ends the wait)."""
+    timeout = settings.HEALTH_WORKER_TIMEOUT_SECONDS
+    with current_app.connection_for_write(connect_timeout=2) as conn:
+        replies = current_app.control.ping(timeout=timeout, limit=1, connection=conn)
+    if not replies:
+        return False, f"no worker answered a ping within {timeout:g} s"
+    return True, f"{next(iter(replies[0]))} answered"
+
+
+def beat() -> tuple[bool, str]:
+    """Beat's last tick, as the newest run of a periodic task it recorded (it saves them every 3 minutes)."""
+    last = PeriodicTask.objects.filter(enabled=True).aggregate(last=Max("last_run_at"))["last"]
+    if last is None:
+        return False, "beat has not run a periodic task yet"
+    age = timezone.now() - last
+    limit = timedelta(minutes=settings.HEALTH_BEAT_MAX_AGE_MINUTES)
+    seconds = max(0, round(age.total_seconds()))
+    if age > limit:
+        return False, f"beat's newest run of a task was {seconds} s ago (more than {limit.total_seconds():g} s)"
+    return True, f"newest run of a task {seconds} s ago"
+
+
+def disk() -> tuple[bool, str]:
+    usage = shutil.disk_usage(settings.VAR_DIR)
+    free_mb = usage.free // 2**20
+    text = f"{free_mb:,} MB free of {usage.total // 2**20:,} MB under var/"
+    return free_mb >= settings.HEALTH_DISK_MIN_FREE_MB, text + f" (at least {settings.HEALTH_DISK_MIN_FREE_MB:,} MB)"
+
+
+CHECKS: dict[str, Check] = {"database": database, "broker": broker, "worker": worker, "beat": beat, "disk": disk}
+NEEDS = {"worker": "broker", "beat": "database"}  # not asked when what they rely on failed
+
+
+def run_checks() -> dict[str, dict[str, Any]]:
+    results: dict[str, dict[str, Any]] = {}
+    for name, check in CHECKS.items():
+        started = time.perf_counter()
+        needed = NEEDS.get(name)
+        if needed and not results[needed]["ok"]:
+            ok, detail = False, f"not checked: the {needed} check failed"
+        else:
+            try:
+                ok, detail = check()
+            except Exception as exc:  # any failure of a dependency is an answer, not an error page
+                ok, detail = False, _CREDENTIALS.sub("//***@", f"{type(exc).__name__}: {exc}")
+        results[name] = {"ok": ok, "detail": detail, "ms": round((time.perf_counter() - started) * 1000, 1)}
+    return results
