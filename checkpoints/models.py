@@ -380,7 +380,9 @@ class Checkpoint(models.Model):
     created_at = models.DateTimeField(default=timezone.now, help_text="The agent's clock.")
     received_at = models.DateTimeField(default=timezone.now)
     root = models.BinaryField(max_length=32, help_text="Store address of the state.")
-    state_hash = models.BinaryField(max_length=32, help_text="Digest of the canonical JSON of the state.")
+    state_hash = models.BinaryField(
+        max_length=32, help_text="Digest of the state (store.digests: by top-level value, lists by item)."
+    )
     raw_bytes = models.BigIntegerField(default=0, help_text="Size of the state as canonical JSON.")
     stored_bytes = models.BigIntegerField(default=0, help_text="New compressed bytes this checkpoint added.")
     calls_made = models.IntegerField(  # no CHECK: adding the column does not scan the table

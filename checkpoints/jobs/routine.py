@@ -19,7 +19,6 @@ from ..models import AgentSession, AlertKind, CheckpointKind, DriftAlert, Sessio
 from ..services import drift
 from ..services.batches import Failures, each_batch
 from ..services.checkpoints import take_routine_checkpoint
-from ..store import jsoncodec
 
 ROUTINE_BATCH = 20  # sessions per savepoint: few, since each holds its session's row lock until the batch ends
 
@@ -76,7 +75,7 @@ def _take_routine_checkpoint(session: AgentSession, *, now: datetime) -> bool:
         return False
     state = store.load_shared(live_root)
     # Roots of one state differ by the base it was patched against: compare the states' digests.
-    if head is not None and store.digest(jsoncodec.encode(state)[0]) == bytes(head.state_hash):
+    if head is not None and store.state_digest(state) == bytes(head.state_hash):
         return False
     step = state.get("step") if isinstance(state, dict) else None
     item = services.CheckpointInput(

@@ -109,9 +109,14 @@ def create_checkpoint(session: AgentSession, item: CheckpointInput) -> tuple[Che
 
 
 def ingest_checkpoints(
-    groups: Sequence[tuple[AgentSession, Sequence[CheckpointInput]]], *, now: datetime | None = None
+    groups: Sequence[tuple[AgentSession, Sequence[CheckpointInput]]],
+    *,
+    now: datetime | None = None,
+    savepoint: bool = True,
 ) -> list[tuple[Checkpoint, bool]]:
-    """Store checkpoints for one or more sessions in one transaction: all of them, or none.
+    """Store checkpoints for one or more sessions in one transaction: all of them, or none. Called inside a
+    transaction, a failure undoes only this call (a savepoint) unless `savepoint` is False: then it undoes the
+    caller's whole transaction, as a caller that never goes on after a failure wants (two statements fewer).
 
     1. States are stored first, each as a patch against the one before it (outside the session
        lock: content-addressed chunks can be written by anyone at any time).
@@ -123,7 +128,7 @@ def ingest_checkpoints(
     repeats: list[tuple[int, int]] = []
     position = -1
     inputs: dict[int, CheckpointInput] = {}  # the first item of each idempotency key, by position
-    with transaction.atomic():
+    with transaction.atomic(savepoint=savepoint):
         batch = store.ChunkBatch()
         planned: list[tuple[AgentSession, list[_New], _Parents]] = []
         for session, items in groups:
@@ -284,7 +289,7 @@ _COMPARED = ("name", "kind", "status", "status_reason", "step", "phase", "operat
 
 def _state_digest(state: Any) -> bytes:
     try:
-        return store.digest(jsoncodec.encode(state)[0])
+        return store.state_digest(state)
     except InvalidJSON as exc:
         raise InvalidState(str(exc)) from exc
 
@@ -367,8 +372,8 @@ def _insert_checkpoints(
     its new head is healthy (the run went on: the session is active again)."""
     if not new:
         return []
-    locked = (
-        AgentSession.objects.select_for_update(of=("self",))
+    locked = (  # NO KEY UPDATE: a LangGraph put_writes holding KEY SHARE on the session goes on meanwhile
+        AgentSession.objects.select_for_update(of=("self",), no_key=True)
         .annotate(head_seq=F("head__seq"), head_calls=F("head__calls_made"))
         .get(pk=session.pk)
     )
@@ -434,7 +439,7 @@ def _insert_checkpoints(
 def _bulk_insert(rows: list[Checkpoint], parent_rows: dict[int, int]) -> None:
     """Insert `rows`; `parent_rows` (index in rows → index of its parent in rows) links the rows whose parent is
     inserted with them."""
-    ids = _reserve_checkpoint_ids(len(rows))
+    ids = _reserve_checkpoint_ids(len(rows)) if parent_rows else []  # else the insert's own ids will do
     if ids:
         for row, pk in zip(rows, ids, strict=True):
             row.pk = pk

@@ -177,6 +177,8 @@ def delete_langgraph_thread(
     """Delete a LangGraph thread whole (its session, every checkpoint and pending write) and leave a tombstone, so
     a late put naming a checkpoint of it is refused rather than bringing it back. Returns the LangGraph
     checkpoints and pending writes deleted."""
+    # First, so that writes in flight (under KEY SHARE, see services.langgraph) are counted and deleted too
+    list(AgentSession.objects.select_for_update().filter(pk=session.pk).values_list("pk"))
     checkpoints = LangGraphCheckpoint.objects.filter(session=session, current=True).count()
     writes = _write_count(LangGraphWrites.objects.filter(session=session))
     record_audit(

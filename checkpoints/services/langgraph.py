@@ -168,9 +168,9 @@ def _step(metadata: dict[str, Any]) -> int | None:
 
 
 def _thread_session(project: Project, thread_id: str) -> AgentSession:
-    """The thread's session, created on first use, locked for the rest of the transaction."""
+    """The thread's session, created on first use, locked (NO KEY UPDATE) for the rest of the transaction."""
     external_id = thread_external_id(thread_id)
-    locked = AgentSession.objects.select_for_update(of=("self",))
+    locked = AgentSession.objects.select_for_update(of=("self",), no_key=True)
     session = locked.filter(project=project, external_id=external_id).first()
     if session is None:
         created, _ = AgentSession.objects.get_or_create(
@@ -179,8 +179,22 @@ def _thread_session(project: Project, thread_id: str) -> AgentSession:
             defaults={"agent": AGENT, "source_format": SourceFormat.LANGGRAPH, "metadata": {"thread_id": thread_id}},
         )
         session = locked.get(pk=created.pk)
+    return _langgraph(session)
+
+
+def _thread_for_writes(project: Project, thread_id: str) -> AgentSession:
+    """The thread's session under a KEY SHARE lock: nobody deletes it meanwhile, while the thread's next put
+    (NO KEY UPDATE) goes on instead of waiting for these writes. Created (and locked) on first use."""
+    table = connection.ops.quote_name(AgentSession._meta.db_table)
+    lock = " FOR KEY SHARE" if connection.vendor == "postgresql" else ""  # SQLite has one writer at a time anyway
+    sql = f"SELECT * FROM {table} WHERE project_id = %s AND external_id = %s{lock}"
+    session = next(iter(AgentSession.objects.raw(sql, [project.pk, thread_external_id(thread_id)])), None)
+    return _thread_session(project, thread_id) if session is None else _langgraph(session)
+
+
+def _langgraph(session: AgentSession) -> AgentSession:
     if session.source_format != SourceFormat.LANGGRAPH:
-        raise InvalidInput("thread_id", f"session {external_id!r} exists and is not a LangGraph thread")
+        raise InvalidInput("thread_id", f"session {session.external_id!r} exists and is not a LangGraph thread")
     return session
 
 
@@ -277,7 +291,7 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
     if existing is not None:
         LangGraphCheckpoint.objects.filter(pk=existing.pk).update(current=False)
     previous = session.head_id
-    [(checkpoint, _)] = ingest_checkpoints([(session, [console_input])], now=now)
+    [(checkpoint, _)] = ingest_checkpoints([(session, [console_input])], now=now, savepoint=False)
     run_id = metadata.get("run_id")
     LangGraphCheckpoint.objects.create(
         console=checkpoint,
@@ -290,8 +304,7 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
         run_id=run_id[:ID_MAX] if isinstance(run_id, str) else "",
     )
     if item.parent_checkpoint_id is not None:
-        parent_root = bytes(parent_row.console.root) if parent_row is not None else None
-        _share_written_values(session, item, item.parent_checkpoint_id, parent_root, bytes(checkpoint.root), state)
+        _share_written_values(session, item, parent_row, bytes(checkpoint.root), state)
     _keep_head(session, item, previous, head)
     return checkpoint, True
 
@@ -324,7 +337,7 @@ _NAMED_FIELDS = (
 
 def _same_put(existing: LangGraphCheckpoint, item: PutInput, state: dict[str, Any], header: dict[str, Any]) -> bool:
     try:
-        state_hash = store.digest(jsoncodec.encode(state)[0])
+        state_hash = store.state_digest(state)
     except InvalidJSON:
         return False
     return (
@@ -370,8 +383,8 @@ def put_writes(
         if not isinstance(write, list | tuple) or len(write) != 2 or not isinstance(write[0], str):
             raise InvalidInput(f"writes.{position}", "must be a [channel, value] pair")
         _check_typed(f"writes.{position}", write[1])
-    session = _thread_session(project, thread_id)
-    held = _current(session, checkpoint_ns).filter(checkpoint_id=checkpoint_id).values_list("console__root").first()
+    session = _thread_for_writes(project, thread_id)
+    held = _locked_root(session, checkpoint_ns, checkpoint_id)
     _refuse_deleted_history(session, [checkpoint_id], {checkpoint_id} if held else set())
     key = {"session": session, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id, "task_id": task_id}
     row = LangGraphWrites.objects.select_for_update().filter(**key).first()
@@ -389,8 +402,8 @@ def put_writes(
         return 0
     entries = [[idx, *slots[idx]] for idx in sorted(slots)]
     fields: dict[str, Any] = {}
-    if row is None and held is not None:  # a task's first writes: changes of the checkpoint's values, when small
-        entries, fields["values_root"] = _as_changes(entries, bytes(held[0]))
+    if row is None and held is not None:
+        entries, fields["values_root"] = _stored_once(session, checkpoint_ns, checkpoint_id, entries, held)
     fields |= {
         "task_path": task_path,
         "writes": jsoncodec.pack(entries),
@@ -402,6 +415,45 @@ def put_writes(
     else:
         LangGraphWrites.objects.filter(pk=row.pk).update(**fields)
     return stored
+
+
+def _locked_root(session: AgentSession, checkpoint_ns: str, checkpoint_id: str) -> bytes | None:
+    """The state root of the current checkpoint that writes go against (None: not stored), its row locked (NO KEY
+    UPDATE) to the end of the transaction: a deletion waits, and so does its child's put before it looks for these
+    writes to store their values once (`_share_written_values`), so one of the two always sees the other."""
+    rows = _current(session, checkpoint_ns).filter(checkpoint_id=checkpoint_id)
+    root = rows.select_for_update(of=("self",), no_key=True).values_list("console__root", flat=True).first()
+    return bytes(root) if root is not None else None
+
+
+def _stored_once(
+    session: AgentSession, checkpoint_ns: str, checkpoint_id: str, entries: list[list[Any]], root: bytes
+) -> tuple[list[list[Any]], bytes | None]:
+    """A task's first writes, and the root they refer to: named by their places in the state of the checkpoint's
+    child when its put came first (as that put names the writes it finds); else small changes of a big value of
+    the checkpoint's own state kept as changes (`_as_changes`)."""
+    child = (
+        _current(session, checkpoint_ns)
+        .filter(parent_checkpoint_id=checkpoint_id, checkpoint_id__gt=checkpoint_id)  # LangGraph's ids grow
+        .order_by("checkpoint_id")
+        .values_list("console__root", flat=True)
+        .first()
+    )
+    if child is not None:
+        try:
+            before, after = store.load_shared(root), store.load_shared(bytes(child))
+        except store.StateNotFound:
+            return _as_changes(entries, root)
+        if isinstance(before, dict) and isinstance(after, dict):
+            appended: dict[tuple[str, bytes], int] = {}  # as _share_written_values builds it from the put
+            for channel in {entry[1] for entry in entries}:
+                old, new = before.get(channel), after.get(channel)
+                if isinstance(new, list):
+                    for at in range(len(old) if isinstance(old, list) else 0, len(new)):
+                        appended.setdefault((channel, jsoncodec.canonical(new[at])), at)
+            if (shared := _shared(entries, appended, after)) is not None:
+                return shared, bytes(child)
+    return _as_changes(entries, root)
 
 
 # ---- reading ---------------------------------------------------------------------------------------------
@@ -434,27 +486,38 @@ def _as_changes(entries: list[list[Any]], root: bytes) -> tuple[list[list[Any]],
 
 
 def _share_written_values(
-    session: AgentSession, item: PutInput, parent: str, parent_root: bytes | None, root: bytes, state: dict[str, Any]
+    session: AgentSession, item: PutInput, parent: LangGraphCheckpoint | None, root: bytes, state: dict[str, Any]
 ) -> None:
     """Once a checkpoint holds what its parent's tasks wrote (a chat step's new messages appended, a replaced
     channel's new value), the parent's writes name those values' places in its state (stored once) instead of
-    holding them a second time (or as changes of the parent's values)."""
+    holding them a second time (or as changes of the parent's values). Writes still in flight are waited for
+    (the parent's row lock, see `_locked_root`); those that come later name the values themselves."""
     appended: dict[tuple[str, bytes], int] = {}  # (channel, canonical JSON of an item) → its index in the state
     for channel, append in item.appends.items():
         for offset, value in enumerate(append["items"]):
             appended.setdefault((channel, jsoncodec.canonical(value)), append["base_len"] + offset)
+    if parent is not None:
+        list(LangGraphCheckpoint.objects.select_for_update(no_key=True).filter(pk=parent.pk).values_list("pk"))
     rows = LangGraphWrites.objects.filter(
-        Q(values_root__isnull=True) | Q(values_root=parent_root or b""),
+        Q(values_root__isnull=True) | Q(values_root=bytes(parent.console.root) if parent is not None else b""),
         session=session,
         checkpoint_ns=item.checkpoint_ns,
-        checkpoint_id=parent,
+        checkpoint_id=item.parent_checkpoint_id,
     )
     for row in rows:
         entries = [[idx, channel, value] for idx, channel, value in lgtuples.written_values(row)]
-        named = [_named(entry, appended, state) for entry in entries]
-        if any(entry is not None for entry in named):
-            shared = [new or old for new, old in zip(named, entries, strict=True)]
+        if (shared := _shared(entries, appended, state)) is not None:
             LangGraphWrites.objects.filter(pk=row.pk).update(writes=jsoncodec.pack(shared), values_root=root)
+
+
+def _shared(
+    entries: list[list[Any]], appended: dict[tuple[str, bytes], int], state: dict[str, Any]
+) -> list[list[Any]] | None:
+    """`entries` with the values `state` holds named by their places (None: it holds none of them)."""
+    named = [_named(entry, appended, state) for entry in entries]
+    if all(entry is None for entry in named):
+        return None
+    return [new or old for new, old in zip(named, entries, strict=True)]
 
 
 def _named(entry: list[Any], appended: dict[tuple[str, bytes], int], state: dict[str, Any]) -> list[Any] | None:

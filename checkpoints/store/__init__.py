@@ -27,7 +27,6 @@ o = orjson, s = standard-library JSON for integers beyond 64 bits) · ref count 
 
 from __future__ import annotations
 
-import hashlib
 import operator
 import threading
 import time
@@ -45,9 +44,9 @@ from django.utils import timezone
 
 from ..models import Checkpoint, Chunk
 from . import diff, jsoncodec
+from .digests import DIGEST_SIZE, Part, digest, rebased, state_digest, summarise
 from .jsoncodec import InvalidJSON
 
-DIGEST_SIZE = 16
 INLINE_LIMIT = 4096
 LEAF_TARGET = 16384
 LEAF_MAX = 4 * LEAF_TARGET
@@ -65,11 +64,6 @@ _compressor = threading.local()
 
 class StateNotFound(LookupError):
     """A root (or a node below it) is missing from the store."""
-
-
-def digest(data: bytes) -> bytes:
-    # SHA-256 is hardware-accelerated here and twice as fast as BLAKE2b on large states.
-    return hashlib.sha256(data).digest()[:DIGEST_SIZE]
 
 
 def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
@@ -98,6 +92,7 @@ class _Entry:
     state_hash: bytes | None  # None when read back: hashing 2 MB is not worth it on the read path
     depth: int
     context: tuple[bytes, ...] = ()  # raw bytes of the newest patches on this chain, newest first
+    parts: dict[str, Part] | None = None  # what the next state's digest can reuse (see digests.summarise)
 
 
 def _dictionary(context: tuple[bytes, ...]) -> zstandard.ZstdCompressionDict:
@@ -281,17 +276,18 @@ def save_state(
 
 
 def _save(state: Any, base: bytes | None, batch: ChunkBatch, max_depth: int) -> Saved:
-    encoded, big = jsoncodec.encode(state)
-    state_hash = digest(encoded)
     parent = None
     if base is not None:
         try:
             parent = _entry(base)
         except StateNotFound:  # an unreadable parent must not block new checkpoints: store whole
             base = None
+    summary = summarise(state, parent.parts if parent is not None else None)
+    state_hash = summary.digest
+    raw_bytes = len(jsoncodec.encode(state)[0]) if summary.big else summary.size
     if parent is not None and base is not None:
         if parent.state_hash == state_hash:
-            return Saved(base, state_hash, len(encoded), 0)
+            return Saved(base, state_hash, raw_bytes, 0)
         ops = diff.to_ops(diff.walk(parent.state, state))
         for op in ops:
             if op[0] != "d":
@@ -300,28 +296,39 @@ def _save(state: Any, base: bytes | None, batch: ChunkBatch, max_depth: int) -> 
         own_copy = diff.apply_ops(parent.state, jsoncodec.loads(payload, exact=patch_big)[1])
         # The walk compares with `==`, blind to 1 vs true vs 1.0; the canonical bytes are not.
         if _same_json(own_copy, state):
+            parts = rebased(summary.parts, own_copy)
             if not ops:
-                cache.put(base, _Entry(parent.state, state_hash, parent.depth, parent.context))
-                return Saved(base, state_hash, len(encoded), 0)
-            if parent.depth + 1 < settings.CHECKPOINT_KEYFRAME_INTERVAL and len(payload) * 2 < len(encoded):
+                cache.put(base, _Entry(parent.state, state_hash, parent.depth, parent.context, parts))
+                return Saved(base, state_hash, raw_bytes, 0)
+            if parent.depth + 1 < settings.CHECKPOINT_KEYFRAME_INTERVAL and len(payload) * 2 < raw_bytes:
                 raw = _node(b"P", [base], payload, patch_big)
                 root = digest(raw)
                 # A patch's digest covers its base and its change: no need to ask whether it exists.
                 stored = batch.add_patch(root, raw, base=base, context=parent.context)
                 context = (raw, *parent.context[: PATCH_CONTEXT - 1])
-                cache.put(root, _Entry(own_copy, state_hash, parent.depth + 1, context))
-                return Saved(root, state_hash, len(encoded), stored)
+                cache.put(root, _Entry(own_copy, state_hash, parent.depth + 1, context, parts))
+                return Saved(root, state_hash, raw_bytes, stored)
+            return _keyframe(own_copy, batch, Saved(b"", state_hash, raw_bytes, 0), parts)
         else:  # store the state whole, exactly as given
             jsoncodec.check_value(state, max_depth=max_depth)
+            encoded, big = jsoncodec.encode(state)
             own_copy = jsoncodec.loads(encoded, exact=big)
     else:
         jsoncodec.check_value(state, max_depth=max_depth)
+        encoded, big = jsoncodec.encode(state)
         own_copy = jsoncodec.loads(encoded, exact=big)
+    return _keyframe(own_copy, batch, Saved(b"", state_hash, raw_bytes, 0), rebased(summary.parts, own_copy))
+
+
+def _keyframe(state: Any, batch: ChunkBatch, saved: Saved, parts: dict[str, Part] | None) -> Saved:
+    """Store `state` (the store's own copy) as a tree; `saved` brings its digest and size."""
+    container = type(state) in (dict, list) and bool(state)  # encoded item by item: no need to encode it whole
+    encoded, big = (b"", False) if container else jsoncodec.encode(state)
     builder = _TreeBuilder()
-    root = builder.value(own_copy, encoded, big)
+    root = builder.value(state, encoded, big)
     stored = batch.add(builder.nodes)
-    cache.put(root, _Entry(own_copy, state_hash, 0))
-    return Saved(root, state_hash, len(encoded), stored)
+    cache.put(root, _Entry(state, saved.state_hash, 0, parts=parts))
+    return Saved(root, saved.state_hash, saved.raw_bytes, stored)
 
 
 def _same_json(a: Any, b: Any, depth: int = 2) -> bool:
@@ -515,6 +522,7 @@ def load_state_json(root: bytes) -> bytes:
 
 
 __all__ = [
+    "DIGEST_SIZE",
     "InvalidJSON",
     "Saved",
     "StateNotFound",
@@ -523,6 +531,7 @@ __all__ = [
     "load_state",
     "load_state_json",
     "save_state",
+    "state_digest",
 ]
 
 

@@ -325,3 +325,79 @@ def test_a_write_named_in_a_later_state_outlives_that_checkpoint(project):
     assert row.values_root is not None and bytes(row.values_root) in live_roots()
     assert lg.delete_for_runs(project, actor=ACTOR, run_ids=["r1"]) == (1, 0)
     assert latest(project, "thread-1")["pending_writes"] == [["task", "messages", [new]]]
+
+
+def grown(n, new, *, base_len):
+    """Checkpoint n as the saver puts it after n - 1: `new` appended to the messages."""
+    body = put_body("thread-1", n, parent=n - 1, values={}, metadata={"source": "loop", "step": n})
+    appends = {"messages": {"base_len": base_len, "items": new}}
+    item = lg.PutInput(**body, channels=["messages"], appends=appends, base_checkpoint_id=lg_id(n - 1))
+    return lg.put_checkpoint(project_of("thread-1"), item, actor=ACTOR)[0]
+
+
+def project_of(thread_id):
+    return AgentSession.objects.get(external_id=thread_id).project
+
+
+def test_writes_arriving_after_the_next_put_are_stored_once_in_its_state(project):
+    from checkpoints.models import LangGraphWrites
+
+    put(project, "thread-1", 0, values={"messages": messages(1)})
+    new = messages(2)[1]
+    child = grown(1, [new], base_len=1)
+    write(project, "thread-1", lg_id(0), [["messages", [new]]])  # LangGraph sent it in the background: late
+    row = LangGraphWrites.objects.get()
+    assert bytes(row.values_root) == bytes(child.root) and len(row.writes) < 60
+    assert latest(project, "thread-1", checkpoint_id=lg_id(0))["pending_writes"] == [["task", "messages", [new]]]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_put_goes_on_while_writes_to_its_thread_are_in_flight_and_then_shares_them(project):
+    """LangGraph sends a step's writes in the background while it puts the next checkpoint: the put does its
+    work meanwhile (no session lock between them) and names the written message once the writes are committed."""
+    import threading
+
+    from django.db import connection, transaction
+
+    from checkpoints.models import LangGraphWrites
+
+    put(project, "thread-1", 0, values={"messages": messages(1)})
+    new = messages(2)[1]
+    written, release, errors = threading.Event(), threading.Event(), []
+
+    def writes_in_flight() -> None:
+        try:
+            with transaction.atomic():
+                write(project, "thread-1", lg_id(0), [["messages", [new]]])
+                written.set()
+                release.wait(10)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    def other_put() -> None:
+        try:
+            put(project, "thread-1", 5, ns="child:1", values={"messages": messages(1)})
+        finally:
+            connection.close()
+
+    writer = threading.Thread(target=writes_in_flight)
+    writer.start()
+    assert written.wait(10)
+    unrelated = threading.Thread(target=other_put)
+    unrelated.start()
+    unrelated.join(10)
+    finished_meanwhile = not unrelated.is_alive()  # a put not building on that checkpoint does not wait at all
+    putter = threading.Thread(target=lambda: (grown(1, [new], base_len=1), connection.close()))
+    putter.start()
+    putter.join(0.5)
+    waiting = putter.is_alive()  # the child's put waits for the writes only to share them
+    release.set()
+    writer.join(10)
+    putter.join(10)
+    assert not errors and finished_meanwhile and waiting
+    row = LangGraphWrites.objects.get()
+    assert row.values_root is not None and len(row.writes) < 60
+    assert latest(project, "thread-1", checkpoint_id=lg_id(0))["pending_writes"] == [["task", "messages", [new]]]

@@ -1,0 +1,49 @@
+"""State digests by part (checkpoints.store.digests): a checkpoint's digest no longer needs the whole state
+encoded and hashed, so a LangGraph put hashes only the channels and messages it adds.
+
+Every stored checkpoint's state_hash is computed again under the new definition, so equal states keep equal
+digests across the upgrade (drift's stalled detector, idempotent retries, the routine job's "nothing changed").
+Session by session, one transaction each (hence a non-atomic migration), each root read and hashed once. A
+state the store cannot read keeps its old digest.
+"""
+
+from django.db import migrations, models, transaction
+
+
+def rehash(apps, schema_editor):
+    from checkpoints import store
+
+    Checkpoint = apps.get_model("checkpoints", "Checkpoint")
+    sessions = list(Checkpoint.objects.order_by("session_id").values_list("session_id", flat=True).distinct())
+    for session_id in sessions:
+        by_root = {}
+        for pk, root in Checkpoint.objects.filter(session_id=session_id).order_by("seq").values_list("pk", "root"):
+            by_root.setdefault(bytes(root), []).append(pk)
+        changed = []
+        for root, pks in by_root.items():
+            try:
+                digest = store.state_digest(store.load_shared(root))
+            except store.StateNotFound:
+                continue
+            changed += [Checkpoint(pk=pk, state_hash=digest) for pk in pks]
+        with transaction.atomic():
+            Checkpoint.objects.bulk_update(changed, ["state_hash"], batch_size=500)
+
+
+class Migration(migrations.Migration):
+    atomic = False
+
+    dependencies = [
+        ("checkpoints", "0024_writes_help_and_direct_trigram_inserts"),
+    ]
+
+    operations = [
+        migrations.AlterField(
+            model_name="checkpoint",
+            name="state_hash",
+            field=models.BinaryField(
+                help_text="Digest of the state (store.digests: by top-level value, lists by item).", max_length=32
+            ),
+        ),
+        migrations.RunPython(rehash, migrations.RunPython.noop),
+    ]

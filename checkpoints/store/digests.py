@@ -1,0 +1,107 @@
+"""A state's digest (`Checkpoint.state_hash`) and size (`raw_bytes`), told from what changed.
+
+Encoding and hashing a whole 2.6 MB state on every checkpoint costs milliseconds; a LangGraph put changes a
+few channels and appends to one list. So the digest is defined by parts: of a non-empty object, the digest of
+its sorted keys, each followed by its value's digest; a list value's digest is that of its items' digests in
+order; any other value's (and any other state's) that of its canonical JSON. Equal states have equal digests
+whatever path built them, as drift detection and idempotent retries need.
+
+A summary keeps each top-level value's part beside the cached state, so the next state built on it (its
+unchanged values the same objects, its grown list the same items plus new ones) hashes and measures only the
+new values and items.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+from dataclasses import dataclass, replace
+from itertools import islice
+from typing import Any
+
+from . import jsoncodec
+
+DIGEST_SIZE = 16
+
+
+def digest(data: bytes) -> bytes:
+    # SHA-256 is hardware-accelerated here and twice as fast as BLAKE2b on large states.
+    return hashlib.sha256(data).digest()[:DIGEST_SIZE]
+
+
+@dataclass(frozen=True)
+class Part:
+    """One top-level value of an object state: its digest and canonical size, and for a list the running hash
+    of its items' digests (to extend when items are appended) and their sizes summed."""
+
+    value: Any  # the object these figures are of: reused only for that very object (or a list it prefixes)
+    size: int
+    digest: bytes
+    big: bool  # encoded with the standard library (integers beyond 64 bits): sizes may differ from the whole's
+    items: Any = None  # hashlib object fed with every item's digest; never updated in place
+    items_size: int = 0
+
+
+@dataclass(frozen=True)
+class Summary:
+    digest: bytes
+    size: int  # of the canonical JSON, exact unless `big`
+    big: bool
+    parts: dict[str, Part] | None  # None: not an object state (or an empty one)
+
+
+def state_digest(state: Any) -> bytes:
+    """The digest of a state (see the module docstring), computed from scratch."""
+    return summarise(state).digest
+
+
+def summarise(state: Any, previous: dict[str, Part] | None = None) -> Summary:
+    """Digest and size of `state`, reusing the `previous` parts (of the state it was built on) for the values
+    that are the same objects."""
+    if type(state) is not dict or not state:
+        encoded, big = jsoncodec.encode(state)
+        return Summary(digest(encoded), len(encoded), big, None)
+    if any(type(key) is not str for key in state):
+        raise jsoncodec.InvalidJSON("an object key is not a string")
+    outer = hashlib.sha256(b"O")
+    parts: dict[str, Part] = {}
+    size = 1 + 2 * len(state)  # braces, colons and commas: 2 + n + (n - 1)
+    for key in sorted(state):
+        value = state[key]
+        old = previous.get(key) if previous is not None else None
+        part = old if old is not None and old.value is value else _part(value, old)
+        encoded_key = jsoncodec.canonical(key)
+        outer.update(encoded_key)
+        outer.update(part.digest)
+        size += len(encoded_key) + part.size
+        parts[key] = part
+    big = any(part.big for part in parts.values())
+    return Summary(outer.digest()[:DIGEST_SIZE], size, big, parts)
+
+
+def _part(value: Any, old: Part | None) -> Part:
+    if type(value) is not list:
+        encoded, big = jsoncodec.encode(value)
+        return Part(value, len(encoded), digest(encoded), big)
+    start, items, items_size, big = 0, hashlib.sha256(b"A"), 0, False
+    # the old list's items begin this one (the very objects): only the new ones are hashed
+    if old is not None and old.items is not None and _begins(old.value, value):
+        start, items, items_size, big = len(old.value), old.items.copy(), old.items_size, old.big
+    for item in islice(value, start, None):
+        encoded, item_big = jsoncodec.encode(item)
+        items.update(digest(encoded))
+        items_size += len(encoded)
+        big |= item_big
+    size = 2 + items_size + max(len(value) - 1, 0)
+    return Part(value, size, items.digest()[:DIGEST_SIZE], big, items, items_size)
+
+
+def _begins(prefix: Any, value: list[Any]) -> bool:
+    return type(prefix) is list and len(prefix) <= len(value) and all(map(operator.is_, prefix, value))
+
+
+def rebased(parts: dict[str, Part] | None, state: Any) -> dict[str, Part] | None:
+    """`parts` (of an equal state) pointing at `state`'s own values: the objects the next state will share."""
+    if parts is None or type(state) is not dict:
+        return None
+    return {key: part if part.value is state[key] else replace(part, value=state[key]) for key, part in parts.items()}

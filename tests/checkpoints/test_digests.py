@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+
+from checkpoints import store
+from checkpoints.store import digests, jsoncodec
+from checkpoints.store.jsoncodec import canonical
+from tests.checkpoints.test_store import HYPOTHESIS, json_values
+
+pytestmark = pytest.mark.django_db
+
+
+def chat(n: int) -> dict[str, Any]:
+    return {
+        "messages": [{"type": "ai", "content": f"message {i} " * 40, "id": f"m{i}"} for i in range(n)],
+        "memory": {f"key-{k}": f"value {k}" for k in range(50)},
+        "progress": {"step": n},
+    }
+
+
+@HYPOTHESIS
+@given(value=json_values)
+def test_a_states_size_is_its_canonical_json_and_its_digest_is_the_same_saved_or_not(db, value):
+    saved = store.save_state(value)
+    assert saved.raw_bytes == len(canonical(value))
+    assert saved.state_hash == store.state_digest(value) == store.state_digest(jsoncodec.loads(canonical(value)))
+
+
+def test_a_state_built_on_the_one_before_has_the_digest_of_the_same_state_built_anew():
+    first = store.save_state(chat(300))
+    base = store.load_shared(first.root)
+    built = {**base, "messages": [*base["messages"], *chat(302)["messages"][300:]], "progress": {"step": 302}}
+    saved = store.save_state(built, base=first.root)
+    assert saved.state_hash == store.state_digest(chat(302)) and saved.raw_bytes == len(canonical(chat(302)))
+    assert saved.state_hash != first.state_hash
+
+
+def test_a_state_built_on_the_one_before_encodes_only_what_it_adds(monkeypatch):
+    first = store.save_state(chat(300))
+    base = store.load_shared(first.root)
+    encoded: list[int] = []
+    encode = jsoncodec.encode
+
+    def counting(value: Any) -> tuple[bytes, bool]:
+        result = encode(value)
+        encoded.append(len(result[0]))
+        return result
+
+    monkeypatch.setattr(jsoncodec, "encode", counting)
+    built = {**base, "messages": [*base["messages"], *chat(301)["messages"][300:]], "progress": {"step": 301}}
+    saved = store.save_state(built, base=first.root)
+    assert sum(encoded) < 5_000 < saved.raw_bytes // 20  # the new message and the patch, not the 300 before
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"messages": [["a", "b"]], "n": 1},  # a list's items are not its value's pieces
+        {"messages": ["a", "b"], "n": 1.0},
+        {"messages": ["a"], "n": 1, "": None},
+    ],
+)
+def test_different_states_have_different_digests(other):
+    assert digests.state_digest({"messages": ["a", "b"], "n": 1}) != digests.state_digest(other)
+
+
+def test_the_upgrade_gives_stored_checkpoints_the_digests_new_ones_get(make_session):
+    """Equal states must keep equal digests across the upgrade: drift's stalled detector and idempotent retries
+    compare a new checkpoint's digest with stored ones."""
+    from importlib import import_module
+
+    from django.apps import apps
+
+    from checkpoints.models import Checkpoint
+    from checkpoints.services import CheckpointInput, create_checkpoint
+
+    session = make_session()
+    create_checkpoint(session, CheckpointInput(state=chat(3)))
+    Checkpoint.objects.update(state_hash=digests.digest(canonical(chat(3))))  # as the previous release hashed
+    import_module("checkpoints.migrations.0030_lg_put_state_hash").rehash(apps, None)
+    assert bytes(Checkpoint.objects.get().state_hash) == store.state_digest(chat(3))
