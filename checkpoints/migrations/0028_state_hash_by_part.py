@@ -34,7 +34,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("checkpoints", "0024_writes_help_and_direct_trigram_inserts"),
+        ("checkpoints", "0027_detector_kinds"),
     ]
 
     operations = [
