@@ -368,6 +368,35 @@ def test_an_import_holds_what_sqlite_saver_returns_one_session_per_thread(sqlite
     assert AuditEvent.objects.filter(action="import", project=project).count() == 1
 
 
+def test_a_thread_goes_in_a_chunk_per_transaction_and_one_that_breaks_off_keeps_what_went_in(
+    sqlite_file, project, monkeypatch
+):
+    from checkpoints.services import langgraph as lg_service
+    from checkpoints.services import langgraph_import
+
+    monkeypatch.setattr(langgraph_import, "CHUNK", 4)
+    expected = sqlite_saved(sqlite_file)
+    put = lg_service.put_checkpoint
+    calls = []
+
+    def breaks_at_the_sixth(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 6:
+            raise RuntimeError("the database went away")
+        return put(*args, **kwargs)
+
+    monkeypatch.setattr(lg_service, "put_checkpoint", breaks_at_the_sixth)
+    broken = import_folder(sqlite_file, project)
+    assert broken.failed_sessions == ["t-1"] and "the database went away" in broken.errors[0]["error"]
+    assert broken.imported == 4 + len([key for key in expected if key[0] == "t-2"])
+    assert Checkpoint.objects.filter(session__external_id="t-1").count() == 4  # the first chunk stayed
+
+    monkeypatch.setattr(lg_service, "put_checkpoint", put)
+    again = import_folder(sqlite_file, project)
+    assert (again.errors, again.imported) == ([], len([key for key in expected if key[0] == "t-1"]) - 4)
+    assert console(project) == expected
+
+
 def test_importing_again_stores_nothing_and_reports_every_checkpoint_skipped(sqlite_file, project):
     first = import_folder(sqlite_file, project)
     before = (Checkpoint.objects.count(), console(project))
