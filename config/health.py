@@ -43,7 +43,7 @@ def worker() -> tuple[bool, str]:
 
 
 def beat() -> tuple[bool, str]:
-    """Beat's last tick, as the newest run of a periodic task it recorded (it saves them every 3 minutes)."""
+    """Beat's last tick, as the newest run of a periodic task it recorded (it records each as it sends it)."""
     last = PeriodicTask.objects.filter(enabled=True).aggregate(last=Max("last_run_at"))["last"]
     if last is None:
         return False, "beat has not run a periodic task yet"

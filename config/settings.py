@@ -307,6 +307,7 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_BEAT_SYNC_EVERY = 1  # record each run as it is sent (beat's last tick, which /health/ reads, stays current)
 CELERY_RESULT_EXPIRES = None  # no result backend: nothing to expire, so beat adds no "celery.backend_cleanup" job
 # Webhook and notification sends wait on receivers: their own queue, so a slow receiver never holds up the jobs.
 CELERY_TASK_ROUTES = {
@@ -335,7 +336,8 @@ WORKER_METRICS_PORT = env_int("WORKER_METRICS_PORT", 0)
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # prometheus-client writes each process's counts there
     Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 # /health/ (readiness): how long a worker may take to answer a ping, how old beat's newest run of a periodic
-# task may be (the shortest schedule is 5 minutes, and beat saves its runs every 3), the free space under VAR_DIR.
+# task may be (the shortest schedule is 1 minute, and beat records each run as it sends it), the free space under
+# VAR_DIR.
 HEALTH_WORKER_TIMEOUT_SECONDS = float(os.environ.get("HEALTH_WORKER_TIMEOUT_SECONDS", "1.0"))
 HEALTH_BEAT_MAX_AGE_MINUTES = env_int("HEALTH_BEAT_MAX_AGE_MINUTES", 15)
 HEALTH_DISK_MIN_FREE_MB = env_int("HEALTH_DISK_MIN_FREE_MB", 500)
