@@ -439,6 +439,7 @@ def timeline_page(
     forks = _child_forks(session, user)
     summaries = _summaries(session, folds + list(opened.values()), forks)
     anchor = [("before", high + 1)] if high < session.last_seq else []  # toggles keep the page's top in place
+    layout.focus(min(low, floor, below.seq if below is not None else low) - 1, high + 1)
     rows = _build_rows(checkpoints, below, session, layout, forks, collapse=True, expand=expand)
     gaps = _gaps([c.seq for c in checkpoints], hidden, floor, high) if checkpoints else []
     return Page(
