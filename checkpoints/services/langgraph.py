@@ -179,6 +179,7 @@ def _thread_session(project: Project, thread_id: str) -> AgentSession:
             defaults={"agent": AGENT, "source_format": SourceFormat.LANGGRAPH, "metadata": {"thread_id": thread_id}},
         )
         session = locked.get(pk=created.pk)
+    session.project = project  # known: ingest's metrics label it without reading the project again
     return _langgraph(session)
 
 
