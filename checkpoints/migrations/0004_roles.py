@@ -2,20 +2,11 @@ from __future__ import annotations
 
 from django.db import migrations
 
-from checkpoints.roles import ROLES, ensure_roles
+from checkpoints.roles import ROLES, repair_roles_in_migration
 
 
 def create_roles(apps, schema_editor):
-    from django.contrib.auth.management import create_permissions
-    from django.contrib.contenttypes.management import create_contenttypes
-
-    # Permissions are normally created after all migrations; the groups need them now.
-    app_config = apps.get_app_config("checkpoints")
-    app_config.models_module = True
-    create_contenttypes(app_config, verbosity=0, apps=apps)
-    create_permissions(app_config, verbosity=0, apps=apps)
-    app_config.models_module = None
-    ensure_roles(apps.get_model("auth", "Group"), apps.get_model("auth", "Permission"))
+    repair_roles_in_migration(apps)
 
 
 def remove_roles(apps, schema_editor):

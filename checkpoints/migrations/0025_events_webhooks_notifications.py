@@ -7,20 +7,12 @@ import uuid
 from django.conf import settings
 from django.db import migrations, models
 
-from checkpoints.roles import ensure_roles
+from checkpoints.roles import repair_roles_in_migration
 
 
 def grant_manage_notifications(apps, schema_editor):
-    from django.contrib.auth.management import create_permissions
-    from django.contrib.contenttypes.management import create_contenttypes
-
     # Operators manage their projects' notification rules and webhooks: the new permission joins their group.
-    app_config = apps.get_app_config("checkpoints")
-    app_config.models_module = True
-    create_contenttypes(app_config, verbosity=0, apps=apps)
-    create_permissions(app_config, verbosity=0, apps=apps)
-    app_config.models_module = None
-    ensure_roles(apps.get_model("auth", "Group"), apps.get_model("auth", "Permission"))
+    repair_roles_in_migration(apps)
 
 
 class Migration(migrations.Migration):
