@@ -59,19 +59,13 @@ _TOUCH_AFTER = timedelta(
     minutes=5
 )  # reused chunks older than this get their created_at renewed  # how many earlier patches serve as a patch's compression dictionary
 
-_compressor = threading.local()
-
 
 class StateNotFound(LookupError):
     """A root (or a node below it) is missing from the store."""
 
 
 def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
-    pair = getattr(_compressor, "pair", None)
-    if pair is None:
-        pair = (zstandard.ZstdCompressor(level=_LEVEL), zstandard.ZstdDecompressor())
-        _compressor.pair = pair
-    return pair
+    return jsoncodec.zstd_pair(_LEVEL)
 
 
 def _node(kind: bytes, refs: list[bytes], payload: bytes, big: bool) -> bytes:

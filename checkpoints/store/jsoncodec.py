@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 from typing import Any
 
 import orjson
@@ -169,14 +170,25 @@ _SCALARS = frozenset({str, int, float, bool})
 _PLAIN = frozenset({str, int, bool, type(None)})  # always valid: no need to visit
 
 
-_zstd_compressor = zstandard.ZstdCompressor(level=3)
-_zstd_decompressor = zstandard.ZstdDecompressor()
+PACK_LEVEL = 3
+_zstd_pairs = threading.local()
+
+
+def zstd_pair(level: int) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+    """A compressor and decompressor of this thread's own: zstandard's are not thread-safe (two threads of one
+    server compressing with a shared one crashed the process)."""
+    pairs = getattr(_zstd_pairs, "by_level", None)
+    if pairs is None:
+        pairs = _zstd_pairs.by_level = {}
+    if level not in pairs:
+        pairs[level] = (zstandard.ZstdCompressor(level=level), zstandard.ZstdDecompressor())
+    return pairs[level]
 
 
 def pack(value: Any) -> bytes:
     """Canonical JSON, zstd'd: small records kept beside the store (LangGraph's headers and pending writes)."""
-    return _zstd_compressor.compress(canonical(value))
+    return zstd_pair(PACK_LEVEL)[0].compress(canonical(value))
 
 
 def unpack(data: bytes | memoryview) -> Any:
-    return loads(_zstd_decompressor.decompress(bytes(data)), exact=True)
+    return loads(zstd_pair(PACK_LEVEL)[1].decompress(bytes(data)), exact=True)

@@ -341,3 +341,18 @@ def test_reusing_an_old_chunk_renews_it_so_garbage_collection_spares_it(db):
     store.cache.clear()
     store.save_state(state)  # the same content again: nothing new, but the old nodes are in use again
     assert Chunk.objects.get(hash=saved.root).created_at > timezone.now() - timedelta(minutes=1)
+
+
+def test_each_thread_compresses_with_its_own_zstd_objects_which_are_not_thread_safe():
+    import threading
+
+    from checkpoints.store import jsoncodec
+
+    mine = jsoncodec.zstd_pair(jsoncodec.PACK_LEVEL)
+    theirs = []
+    worker = threading.Thread(target=lambda: theirs.append(jsoncodec.zstd_pair(jsoncodec.PACK_LEVEL)))
+    worker.start()
+    worker.join()
+    assert jsoncodec.zstd_pair(jsoncodec.PACK_LEVEL) is mine
+    assert theirs[0][0] is not mine[0] and theirs[0][1] is not mine[1]
+    assert jsoncodec.unpack(jsoncodec.pack({"a": [1, "é"]})) == {"a": [1, "é"]}
