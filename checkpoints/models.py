@@ -9,7 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.fields.tuple_lookups import Tuple, TupleLessThan
 from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
@@ -111,6 +111,12 @@ class SessionStatus(models.TextChoices):
 class AgentSessionQuerySet(ProjectScopedQuerySet):
     def active(self) -> AgentSessionQuerySet:
         return self.filter(status=SessionStatus.ACTIVE)
+
+    def locked_for_ingest(self) -> AgentSessionQuerySet:
+        """Sessions under the row lock ingest inserts under (NO KEY UPDATE: a LangGraph put_writes holding KEY
+        SHARE goes on meanwhile), with what it reads of the head (`head_seq`, `head_calls`)."""
+        locked = self.select_for_update(of=("self",), no_key=True)
+        return locked.annotate(head_seq=F("head__seq"), head_calls=F("head__calls_made"))
 
     def matching(self, text: str) -> AgentSessionQuerySet:
         """Search by the agent's own session id or the title."""

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, Subquery
 from django.utils import timezone
 
 from checkpoint_console import typedjson
@@ -41,7 +41,7 @@ from ..store import diff, jsoncodec, lgtuples, tallies
 from ..store.jsoncodec import InvalidJSON
 from . import cleanup
 from .audit import Actor, CheckpointError, InvalidInput, max_length, record_audit
-from .checkpoints import CheckpointInput, check_json_field, ingest_checkpoints
+from .checkpoints import CheckpointInput, ParentRow, check_json_field, ingest_checkpoints
 
 AGENT = "langgraph"
 ID_MAX = max_length(LangGraphCheckpoint, "checkpoint_id")
@@ -168,9 +168,9 @@ def _step(metadata: dict[str, Any]) -> int | None:
 
 
 def _thread_session(project: Project, thread_id: str) -> AgentSession:
-    """The thread's session, created on first use, locked (NO KEY UPDATE) for the rest of the transaction."""
+    """The thread's session, created on first use, locked for the rest of the transaction as ingest locks it."""
     external_id = thread_external_id(thread_id)
-    locked = AgentSession.objects.select_for_update(of=("self",), no_key=True)
+    locked = AgentSession.objects.locked_for_ingest()
     session = locked.filter(project=project, external_id=external_id).first()
     if session is None:
         created, _ = AgentSession.objects.get_or_create(
@@ -212,8 +212,9 @@ def _current(session: AgentSession, checkpoint_ns: str) -> Any:
 def _refuse_deleted_history(session: AgentSession, named: list[str | None], held: set[str]) -> None:
     """After the thread's deletion, a checkpoint id the thread does not hold now (`held`: those of `named` it
     holds) is from the deleted history."""
-    tombstone = LangGraphTombstone.objects.filter(project_id=session.project_id, external_id=session.external_id)
-    if (missing := sorted({name for name in named if name} - held)) and tombstone.exists():
+    missing = sorted({name for name in named if name} - held)
+    tombstones = LangGraphTombstone.objects.filter
+    if missing and tombstones(project_id=session.project_id, external_id=session.external_id).exists():
         raise HistoryDeleted(
             f"checkpoint {missing[0]!r} belongs to a deleted history of thread {session.metadata.get('thread_id')!r}; "
             "put without a parent to start the thread afresh"
@@ -292,7 +293,10 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
     if existing is not None:
         LangGraphCheckpoint.objects.filter(pk=existing.pk).update(current=False)
     previous = session.head_id
-    [(checkpoint, _)] = ingest_checkpoints([(session, [console_input])], now=now, savepoint=False)
+    known = {} if parent_row is None else {parent_row.console_id: _parent_row(parent_row.console)}
+    [(checkpoint, _)] = ingest_checkpoints(
+        [(session, [console_input])], now=now, savepoint=False, locked=True, parents=known
+    )
     run_id = metadata.get("run_id")
     LangGraphCheckpoint.objects.create(
         console=checkpoint,
@@ -308,6 +312,10 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
         _share_written_values(session, item, parent_row, bytes(checkpoint.root), state)
     _keep_head(session, item, previous, head)
     return checkpoint, True
+
+
+def _parent_row(console: Checkpoint) -> ParentRow:
+    return ParentRow(console.seq, bytes(console.root), console.calls_made)
 
 
 def _subgraph_input(item: PutInput, parent: LangGraphCheckpoint | None) -> Any:
@@ -332,7 +340,7 @@ def _keep_head(session: AgentSession, item: PutInput, previous: int | None, head
 
 _NAMED_FIELDS = (
     "console_id", "checkpoint_id", "parent_checkpoint_id", "header", "metadata", "console__root",
-    "console__state_hash", "console__seq", "console__session_id",
+    "console__state_hash", "console__seq", "console__session_id", "console__calls_made",
 )  # fmt: skip
 
 
@@ -385,7 +393,7 @@ def put_writes(
             raise InvalidInput(f"writes.{position}", "must be a [channel, value] pair")
         _check_typed(f"writes.{position}", write[1])
     session = _thread_for_writes(project, thread_id)
-    held = _locked_root(session, checkpoint_ns, checkpoint_id)
+    held, child = _locked_root(session, checkpoint_ns, checkpoint_id)
     _refuse_deleted_history(session, [checkpoint_id], {checkpoint_id} if held else set())
     key = {"session": session, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id, "task_id": task_id}
     row = LangGraphWrites.objects.select_for_update().filter(**key).first()
@@ -404,7 +412,7 @@ def put_writes(
     entries = [[idx, *slots[idx]] for idx in sorted(slots)]
     fields: dict[str, Any] = {}
     if row is None and held is not None:
-        entries, fields["values_root"] = _stored_once(session, checkpoint_ns, checkpoint_id, entries, held)
+        entries, fields["values_root"] = _stored_once(entries, held, child)
     fields |= {
         "task_path": task_path,
         "writes": jsoncodec.pack(entries),
@@ -418,43 +426,45 @@ def put_writes(
     return stored
 
 
-def _locked_root(session: AgentSession, checkpoint_ns: str, checkpoint_id: str) -> bytes | None:
+def _locked_root(session: AgentSession, checkpoint_ns: str, checkpoint_id: str) -> tuple[bytes | None, bytes | None]:
     """The state root of the current checkpoint that writes go against (None: not stored), its row locked (NO KEY
-    UPDATE) to the end of the transaction: a deletion waits, and so does its child's put before it looks for these
-    writes to store their values once (`_share_written_values`), so one of the two always sees the other."""
-    rows = _current(session, checkpoint_ns).filter(checkpoint_id=checkpoint_id)
-    root = rows.select_for_update(of=("self",), no_key=True).values_list("console__root", flat=True).first()
-    return bytes(root) if root is not None else None
+    UPDATE) to the end of the transaction so that a deletion waits; and the root of its child when stored."""
+    children = _current(session, checkpoint_ns).filter(
+        parent_checkpoint_id=checkpoint_id,
+        checkpoint_id__gt=checkpoint_id,  # LangGraph's ids grow
+    )
+    child = children.order_by("checkpoint_id").values("console__root")[:1]
+    rows = _current(session, checkpoint_ns).filter(checkpoint_id=checkpoint_id).annotate(child_root=Subquery(child))
+    found = rows.select_for_update(of=("self",), no_key=True).values_list("console__root", "child_root").first()
+    root, child_root = found or (None, None)
+    return (bytes(root) if root is not None else None), (bytes(child_root) if child_root is not None else None)
 
 
-def _stored_once(
-    session: AgentSession, checkpoint_ns: str, checkpoint_id: str, entries: list[list[Any]], root: bytes
-) -> tuple[list[list[Any]], bytes | None]:
+def _stored_once(entries: list[list[Any]], root: bytes, child: bytes | None) -> tuple[list[list[Any]], bytes | None]:
     """A task's first writes, and the root they refer to: named by their places in the state of the checkpoint's
     child when its put came first (as that put names the writes it finds); else small changes of a big value of
     the checkpoint's own state kept as changes (`_as_changes`)."""
-    child = (
-        _current(session, checkpoint_ns)
-        .filter(parent_checkpoint_id=checkpoint_id, checkpoint_id__gt=checkpoint_id)  # LangGraph's ids grow
-        .order_by("checkpoint_id")
-        .values_list("console__root", flat=True)
-        .first()
-    )
-    if child is not None:
-        try:
-            before, after = store.load_shared(root), store.load_shared(bytes(child))
-        except store.StateNotFound:
-            return _as_changes(entries, root)
-        if isinstance(before, dict) and isinstance(after, dict):
-            appended: dict[tuple[str, bytes], int] = {}  # as _share_written_values builds it from the put
-            for channel in {entry[1] for entry in entries}:
-                old, new = before.get(channel), after.get(channel)
-                if isinstance(new, list):
-                    for at in range(len(old) if isinstance(old, list) else 0, len(new)):
-                        appended.setdefault((channel, jsoncodec.canonical(new[at])), at)
-            if (shared := _shared(entries, appended, after)) is not None:
-                return shared, bytes(child)
+    if child is not None and (shared := _named_in_child(entries, root, child)) is not None:
+        return shared, child
     return _as_changes(entries, root)
+
+
+def _named_in_child(entries: list[list[Any]], root: bytes, child: bytes) -> list[list[Any]] | None:
+    """Writes against the checkpoint of `root` with the values its child's state (`child`) holds named by their
+    places there (None: it holds none of them)."""
+    try:
+        before, after = store.load_shared(root), store.load_shared(child)
+    except store.StateNotFound:
+        return None
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return None
+    appended: dict[tuple[str, bytes], int] = {}  # as _share_written_values builds it from the put
+    for channel in {entry[1] for entry in entries}:
+        old, new = before.get(channel), after.get(channel)
+        if isinstance(new, list):
+            for at in range(len(old) if isinstance(old, list) else 0, len(new)):
+                appended.setdefault((channel, jsoncodec.canonical(new[at])), at)
+    return _shared(entries, appended, after)
 
 
 # ---- reading ---------------------------------------------------------------------------------------------
@@ -491,24 +501,39 @@ def _share_written_values(
 ) -> None:
     """Once a checkpoint holds what its parent's tasks wrote (a chat step's new messages appended, a replaced
     channel's new value), the parent's writes name those values' places in its state (stored once) instead of
-    holding them a second time (or as changes of the parent's values). Writes still in flight are waited for
-    (the parent's row lock, see `_locked_root`); those that come later name the values themselves."""
+    holding them a second time (or as changes of the parent's values). Writes being stored meanwhile are not
+    waited for: they find this checkpoint themselves (`_stored_once`) unless the two cross, and then the next
+    put catches them up: the grandparent's writes not yet named in the parent's state are named there."""
     appended: dict[tuple[str, bytes], int] = {}  # (channel, canonical JSON of an item) → its index in the state
     for channel, append in item.appends.items():
         for offset, value in enumerate(append["items"]):
             appended.setdefault((channel, jsoncodec.canonical(value)), append["base_len"] + offset)
-    if parent is not None:
-        list(LangGraphCheckpoint.objects.select_for_update(no_key=True).filter(pk=parent.pk).values_list("pk"))
-    rows = LangGraphWrites.objects.filter(
-        Q(values_root__isnull=True) | Q(values_root=bytes(parent.console.root) if parent is not None else b""),
-        session=session,
-        checkpoint_ns=item.checkpoint_ns,
-        checkpoint_id=item.parent_checkpoint_id,
-    )
-    for row in rows:
+    parent_id = item.parent_checkpoint_id or ""
+    own_root = bytes(parent.console.root) if parent is not None else b""
+    wanted = Q(checkpoint_id=parent_id) & (Q(values_root__isnull=True) | Q(values_root=own_root))
+    if parent is not None and parent.parent_checkpoint_id:
+        wanted |= Q(checkpoint_id=parent.parent_checkpoint_id) & ~Q(values_root=own_root)
+    rows = LangGraphWrites.objects.filter(wanted, session=session, checkpoint_ns=item.checkpoint_ns)
+    for row in rows.select_for_update(skip_locked=True):  # a row being written is left to its writer
         entries = [[idx, channel, value] for idx, channel, value in lgtuples.written_values(row)]
-        if (shared := _shared(entries, appended, state)) is not None:
-            LangGraphWrites.objects.filter(pk=row.pk).update(writes=jsoncodec.pack(shared), values_root=root)
+        if row.checkpoint_id == parent_id:
+            named, values_root = _shared(entries, appended, state), root
+        else:
+            named, values_root = _caught_up(session, item.checkpoint_ns, row, entries, own_root), own_root
+        if named is not None:
+            LangGraphWrites.objects.filter(pk=row.pk).update(writes=jsoncodec.pack(named), values_root=values_root)
+
+
+def _caught_up(
+    session: AgentSession, checkpoint_ns: str, row: LangGraphWrites, entries: list[list[Any]], child: bytes
+) -> list[list[Any]] | None:
+    """Writes that crossed their checkpoint's child's put (held whole, or as changes of their checkpoint's state),
+    named in that child's state (`child`); None for writes named in another child's (a branch) already."""
+    roots = _current(session, checkpoint_ns).filter(checkpoint_id=row.checkpoint_id)
+    root = roots.values_list("console__root", flat=True).first()
+    if root is None or row.values_root not in (None, bytes(root)):
+        return None
+    return _named_in_child(entries, bytes(root), child)
 
 
 def _shared(

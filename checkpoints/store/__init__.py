@@ -492,7 +492,12 @@ def _materialise(root: bytes) -> _Entry:
         raw = _decompress(data, context)
         state = diff.apply_ops(state, _parse_raw(raw).payload[1])
         context = (raw, *context[: PATCH_CONTEXT - 1])
-    return _Entry(state, None if pending else start.state_hash, start.depth + len(pending), context)
+    if not pending or start.parts is None:
+        return _Entry(state, None if pending else start.state_hash, start.depth + len(pending), context)
+    # Replayed from a cached state with its parts (another process stored the states since): the patches share
+    # its unchanged values and list items, so the parts the next state's digest reuses cost only what changed.
+    summary = summarise(state, start.parts)
+    return _Entry(state, summary.digest, start.depth + len(pending), context, summary.parts)
 
 
 def load_shared(root: bytes | memoryview) -> Any:

@@ -9,6 +9,7 @@ records no more calls in its state as it goes on, but each checkpoint still adds
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,8 +134,8 @@ def failed_call(call: dict[str, Any]) -> bool:
 def preview_of(state: Any, previous: Any = None) -> Preview:
     """The newest tool call `state` added since `previous` (its parent's state) with its result, or else the
     newest message it added; nothing when it added neither (a routine checkpoint, a restore)."""
-    calls = _added(tool_calls_of(state), tool_calls_of(previous))
-    messages = _added(_messages(state), _messages(previous))
+    calls = _dicts(_added(_listed(state, ("tool_calls",)), _listed(previous, ("tool_calls",))))
+    messages = _dicts(_added(_listed(state, MESSAGE_KEYS), _listed(previous, MESSAGE_KEYS)))
     failed = any(failed_call(call) for call in calls)
     if calls:
         text = _call_line(calls[-1])
@@ -160,13 +161,21 @@ def _added(now: list[Any], before: list[Any]) -> list[Any]:
     return now[-1:]
 
 
-def _messages(state: Any) -> list[dict[str, Any]]:
-    if not isinstance(state, dict):
-        return []
-    for key in MESSAGE_KEYS:
-        if isinstance(state.get(key), list):
-            return [message for message in state[key] if isinstance(message, dict)]
+def _listed(state: Any, keys: Sequence[str]) -> list[Any]:
+    """The state's list under the first of `keys` it has, as stored (a put compares only the new end of it)."""
+    if isinstance(state, dict):
+        for key in keys:
+            if isinstance(state.get(key), list):
+                return state[key]  # type: ignore[no-any-return]
     return []
+
+
+def _dicts(items: list[Any]) -> list[dict[str, Any]]:
+    return [item for item in items if isinstance(item, dict)]
+
+
+def _messages(state: Any) -> list[dict[str, Any]]:
+    return _dicts(_listed(state, MESSAGE_KEYS))
 
 
 def _call_line(call: dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 from django.apps import apps as global_apps
 from django.db import connection, transaction
-from django.db.models import Count, F, Max, Min, Q, QuerySet, Sum
+from django.db.models import Count, F, Max, Min, Model, Q, QuerySet, Sum
 from django.db.models.functions import TruncHour
 
 from ..models import (
@@ -60,7 +60,6 @@ def count_in(checkpoints: Sequence[Checkpoint], **session_fields: Any) -> None:
     if not checkpoints:
         return
     session_id = checkpoints[0].session_id
-    _add_to_session(session_id, checkpoints, **session_fields)
     rollups: dict[tuple[int, datetime], tuple[int, ...]] = {}
     for c in checkpoints:
         key = (_block(c.seq), _hour(c.created_at))
@@ -76,7 +75,7 @@ def count_in(checkpoints: Sequence[Checkpoint], **session_fields: Any) -> None:
         )
     greatest, least = ("GREATEST", "LEAST") if connection.vendor == "postgresql" else ("MAX", "MIN")
     hour = SessionRollup._meta.get_field("hour")
-    _upsert(
+    rollup_upserts = _upserts(
         SessionRollup,
         ["block", "hour", "count", "steps", "trouble", "raw_max", "stored_bytes", "first_seq", "last_seq"],
         [(session_id, block, hour.get_db_prep_value(at, connection), *row) for (block, at), row in rollups.items()],
@@ -91,7 +90,8 @@ def count_in(checkpoints: Sequence[Checkpoint], **session_fields: Any) -> None:
             "last_seq": greatest + "({old}, {new})",
         },
     )
-    _add_counts({session_id: checkpoints}, sign=1)
+    session_update = _session_update(session_id, checkpoints, **session_fields)
+    _execute([session_update, *rollup_upserts, *_count_upserts({session_id: checkpoints}, sign=1)])
 
 
 def forget(ids: Collection[int]) -> None:
@@ -117,7 +117,8 @@ def forget(ids: Collection[int]) -> None:
     if not by_session:
         return
     _take_from_sessions(by_session)
-    _add_counts(by_session, sign=-1)
+    _execute(_count_upserts(by_session, sign=-1))
+    SessionCount.objects.filter(session_id__in=list(by_session), count__lte=0).delete()
     leaving = Counter((session_id, _block(c.seq)) for session_id, rows in by_session.items() for c in rows)
     _recount_blocks(_drop_rollups(leaving), without=[c.pk for rows in by_session.values() for c in rows])
 
@@ -177,9 +178,39 @@ def _shares(checkpoints: Sequence[Any]) -> tuple[int, ...]:
     )
 
 
-def _add_to_session(session_id: int, checkpoints: Sequence[Checkpoint], **session_fields: Any) -> None:
-    added = {name: F(name) + share for name, share in zip(SESSION_FIELDS, _shares(checkpoints), strict=True)}
-    AgentSession.objects.filter(pk=session_id).update(**session_fields, **added)
+Statement = tuple[str, list[Any]]
+_JOINED_PARAMS = 20_000  # statements joined into one stay well within PostgreSQL's 65,535 parameters
+
+
+def _session_update(session_id: int, checkpoints: Sequence[Checkpoint], **session_fields: Any) -> Statement:
+    """The session's UPDATE: `session_fields` set, the checkpoints' shares added (for `_execute` to join)."""
+    quote, fields = connection.ops.quote_name, AgentSession._meta
+    sets, params = [], []
+    for name, value in session_fields.items():
+        field = fields.get_field(name)
+        sets.append(f"{quote(field.column)} = %s")
+        params.append(field.get_db_prep_save(value.pk if isinstance(value, Model) else value, connection))
+    for name, share in zip(SESSION_FIELDS, _shares(checkpoints), strict=True):
+        column = quote(fields.get_field(name).column)
+        sets.append(f"{column} = {column} + %s")
+        params.append(share)
+    return f"UPDATE {quote(fields.db_table)} SET {', '.join(sets)} WHERE id = %s", [*params, session_id]
+
+
+def _execute(statements: Sequence[Statement]) -> None:
+    """Run the statements; on PostgreSQL as one (each but the last a data-modifying WITH query): a round trip
+    for the tallies of a put, not three. They touch distinct rows (one statement sees none of the others'
+    changes), so the order they run in does not matter."""
+    if not statements:
+        return
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql" and sum(len(params) for _, params in statements) <= _JOINED_PARAMS:
+            *first, (last, _) = statements
+            queries = ", ".join(f"t{i} AS ({sql})" for i, (sql, _) in enumerate(first))
+            cursor.execute(f"WITH {queries} {last}" if first else last, [p for _, params in statements for p in params])
+            return
+        for sql, params in statements:
+            cursor.execute(sql, params)
 
 
 def _take_from_sessions(by_session: dict[int, list[Any]]) -> None:
@@ -197,8 +228,9 @@ def _take_from_sessions(by_session: dict[int, list[Any]]) -> None:
         )
 
 
-def _add_counts(by_session: Mapping[int, Sequence[Checkpoint]], *, sign: int) -> None:
-    """Move each name's, kind's and status's count by `sign` per checkpoint; a count that reaches 0 goes."""
+def _count_upserts(by_session: Mapping[int, Sequence[Checkpoint]], *, sign: int) -> list[Statement]:
+    """Move each name's, kind's and status's count by `sign` per checkpoint (one that reaches 0 is for the caller
+    to delete)."""
     column = SessionCount._meta.get_field("value")  # escapes what the database cannot hold (NUL), as names are
     rows = []
     for session_id, checkpoints in by_session.items():
@@ -207,21 +239,19 @@ def _add_counts(by_session: Mapping[int, Sequence[Checkpoint]], *, sign: int) ->
             (session_id, field, column.get_db_prep_value(value, connection), sign * n)
             for (field, value), n in counts.items()
         ]
-    _upsert(SessionCount, ["field", "value", "count"], rows, conflict=["session_id", "field", "value"])
-    if sign < 0:
-        SessionCount.objects.filter(session_id__in=list(by_session), count__lte=0).delete()
+    return _upserts(SessionCount, ["field", "value", "count"], rows, conflict=["session_id", "field", "value"])
 
 
-def _upsert(
+def _upserts(
     model: Any,
     columns: list[str],
     rows: list[tuple[Any, ...]],
     *,
     conflict: list[str],
     merge: dict[str, str] | None = None,
-) -> None:
-    """INSERT `rows` (session_id first), adding each one's numbers to the row it meets (ON CONFLICT … DO UPDATE,
-    PostgreSQL and SQLite alike): concurrent writers never lose each other's increments."""
+) -> list[Statement]:
+    """INSERTs of `rows` (session_id first), adding each one's numbers to the row it meets (ON CONFLICT … DO
+    UPDATE, PostgreSQL and SQLite alike): concurrent writers never lose each other's increments."""
     quote = connection.ops.quote_name
     table = quote(model._meta.db_table)
     merge = merge or {"count": "{old} + {new}"}
@@ -231,12 +261,13 @@ def _upsert(
     )
     names = ", ".join(map(quote, ["session_id", *columns]))
     on = ", ".join(map(quote, conflict))
-    with connection.cursor() as cursor:
-        for start in range(0, len(rows), _UPSERT_ROWS):
-            chunk = rows[start : start + _UPSERT_ROWS]
-            values = ", ".join(["(" + ", ".join(["%s"] * (len(columns) + 1)) + ")"] * len(chunk))
-            sql = f"INSERT INTO {table} ({names}) VALUES {values} ON CONFLICT ({on}) DO UPDATE SET {sets}"
-            cursor.execute(sql, [value for row in chunk for value in row])
+    statements = []
+    for start in range(0, len(rows), _UPSERT_ROWS):
+        chunk = rows[start : start + _UPSERT_ROWS]
+        values = ", ".join(["(" + ", ".join(["%s"] * (len(columns) + 1)) + ")"] * len(chunk))
+        sql = f"INSERT INTO {table} ({names}) VALUES {values} ON CONFLICT ({on}) DO UPDATE SET {sets}"
+        statements.append((sql, [value for row in chunk for value in row]))
+    return statements
 
 
 def _drop_rollups(leaving: Counter[tuple[int, int]]) -> dict[int, list[int]]:

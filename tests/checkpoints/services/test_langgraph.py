@@ -353,17 +353,18 @@ def test_writes_arriving_after_the_next_put_are_stored_once_in_its_state(project
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_put_goes_on_while_writes_to_its_thread_are_in_flight_and_then_shares_them(project):
-    """LangGraph sends a step's writes in the background while it puts the next checkpoint: the put does its
-    work meanwhile (no session lock between them) and names the written message once the writes are committed."""
+def test_a_put_never_waits_for_writes_in_flight_and_the_next_put_stores_them_once(project):
+    """LangGraph sends a step's writes in the background while it puts the next checkpoint: the put does not wait
+    for them (nor does a put elsewhere in the thread). When the two cross, neither sees the other, and the put
+    after that names the written message in the state that holds it."""
     import threading
 
     from django.db import connection, transaction
 
-    from checkpoints.models import LangGraphWrites
+    from checkpoints.models import LangGraphCheckpoint, LangGraphWrites
 
     put(project, "thread-1", 0, values={"messages": messages(1)})
-    new = messages(2)[1]
+    new, newer = messages(3)[1:]
     written, release, errors = threading.Event(), threading.Event(), []
 
     def writes_in_flight() -> None:
@@ -377,27 +378,34 @@ def test_a_put_goes_on_while_writes_to_its_thread_are_in_flight_and_then_shares_
         finally:
             connection.close()
 
-    def other_put() -> None:
-        try:
-            put(project, "thread-1", 5, ns="child:1", values={"messages": messages(1)})
-        finally:
-            connection.close()
+    def in_thread(work) -> threading.Thread:
+        def run() -> None:
+            try:
+                work()
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
 
     writer = threading.Thread(target=writes_in_flight)
     writer.start()
     assert written.wait(10)
-    unrelated = threading.Thread(target=other_put)
-    unrelated.start()
+    unrelated = in_thread(lambda: put(project, "thread-1", 5, ns="child:1", values={"messages": messages(1)}))
+    child = in_thread(lambda: grown(1, [new], base_len=1))
     unrelated.join(10)
-    finished_meanwhile = not unrelated.is_alive()  # a put not building on that checkpoint does not wait at all
-    putter = threading.Thread(target=lambda: (grown(1, [new], base_len=1), connection.close()))
-    putter.start()
-    putter.join(0.5)
-    waiting = putter.is_alive()  # the child's put waits for the writes only to share them
+    child.join(10)
+    finished_meanwhile = not unrelated.is_alive() and not child.is_alive()
     release.set()
     writer.join(10)
-    putter.join(10)
-    assert not errors and finished_meanwhile and waiting
+    assert not errors and finished_meanwhile
+    assert LangGraphWrites.objects.get().values_root is None  # crossed: held whole for now
+
+    child_root = bytes(LangGraphCheckpoint.objects.get(checkpoint_id=lg_id(1)).console.root)
+    grown(2, [newer], base_len=2)
     row = LangGraphWrites.objects.get()
-    assert row.values_root is not None and len(row.writes) < 60
+    assert bytes(row.values_root) == child_root and len(row.writes) < 60
     assert latest(project, "thread-1", checkpoint_id=lg_id(0))["pending_writes"] == [["task", "messages", [new]]]
