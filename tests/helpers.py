@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import lxml.html
 from django.core.management import call_command
+from django.db import connection
 
 from checkpoints.services import Actor
 from checkpoints.services.file_import import import_path
@@ -47,3 +50,19 @@ def text(element: lxml.html.HtmlElement | str) -> str:
     if isinstance(element, str):
         element = lxml.html.fromstring(element)
     return " ".join(element.text_content().split())
+
+
+def in_thread(work: Callable[[], Any], errors: list[BaseException]) -> threading.Thread:
+    """Start `work` in a thread with its own database connection (closed after); what it raises goes to `errors`."""
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:  # the test asserts `errors` is empty
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
@@ -10,6 +11,7 @@ from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, Retenti
 from checkpoints.services import Actor, fork_session, restore_checkpoint, undo_restore
 from checkpoints.services import langgraph as lg
 from tests.checkpoints.langgraph_kit import lg_id, messages, put_body, typed
+from tests.helpers import in_thread
 
 pytestmark = pytest.mark.django_db
 ACTOR = Actor.system("test")
@@ -357,9 +359,7 @@ def test_a_put_never_waits_for_writes_in_flight_and_the_next_put_stores_them_onc
     """LangGraph sends a step's writes in the background while it puts the next checkpoint: the put does not wait
     for them (nor does a put elsewhere in the thread). When the two cross, neither sees the other, and the put
     after that names the written message in the state that holds it."""
-    import threading
-
-    from django.db import connection, transaction
+    from django.db import transaction
 
     from checkpoints.models import LangGraphCheckpoint, LangGraphWrites
 
@@ -368,34 +368,15 @@ def test_a_put_never_waits_for_writes_in_flight_and_the_next_put_stores_them_onc
     written, release, errors = threading.Event(), threading.Event(), []
 
     def writes_in_flight() -> None:
-        try:
-            with transaction.atomic():
-                write(project, "thread-1", lg_id(0), [["messages", [new]]])
-                written.set()
-                release.wait(10)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-        finally:
-            connection.close()
+        with transaction.atomic():
+            write(project, "thread-1", lg_id(0), [["messages", [new]]])
+            written.set()
+            release.wait(10)
 
-    def in_thread(work) -> threading.Thread:
-        def run() -> None:
-            try:
-                work()
-            except BaseException as exc:  # reported below
-                errors.append(exc)
-            finally:
-                connection.close()
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        return thread
-
-    writer = threading.Thread(target=writes_in_flight)
-    writer.start()
+    writer = in_thread(writes_in_flight, errors)
     assert written.wait(10)
-    unrelated = in_thread(lambda: put(project, "thread-1", 5, ns="child:1", values={"messages": messages(1)}))
-    child = in_thread(lambda: grown(1, [new], base_len=1))
+    unrelated = in_thread(lambda: put(project, "thread-1", 5, ns="child:1", values={"messages": messages(1)}), errors)
+    child = in_thread(lambda: grown(1, [new], base_len=1), errors)
     unrelated.join(10)
     child.join(10)
     finished_meanwhile = not unrelated.is_alive() and not child.is_alive()
