@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sqlite3
 import statistics
@@ -207,6 +208,7 @@ def console(url: str) -> Iterator[tuple[str, str]]:
     from django.core.management import call_command
 
     django.setup()
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # under the console's logging it logs every request
     call_command("migrate", verbosity=0, interactive=False)
     from checkpoints import services
 

@@ -31,6 +31,7 @@ import operator
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
 from itertools import compress
@@ -118,6 +119,10 @@ class _StateCache:
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+
+    def snapshot(self) -> dict[bytes, _Entry]:
+        with self._lock:
+            return dict(self._items)
 
 
 cache = _StateCache(size=settings.CHECKPOINT_CACHE_STATES)
@@ -372,16 +377,23 @@ def _flat(params: list[Any]) -> list[Any]:
     return [item for param in params for item in (param if isinstance(param, list) else [param])]
 
 
-def _fetch_chain(root: bytes) -> list[tuple[bytes, bytes]]:
-    """The root node and every patch base below it down to its keyframe, newest first, in one query."""
+def _fetch_chain(root: bytes, stop: Collection[bytes] = ()) -> list[tuple[bytes, bytes]]:
+    """The root node and every patch base below it down to its keyframe, or to a node in `stop` (the states this
+    process holds: a put's base stored by another process is a patch or two past one), newest first, in one
+    query."""
     table = _chunk_table()
+    if connection.vendor == "postgresql":
+        short, params = "chain.hash <> ALL(%s)", [root, list(stop)]
+    else:
+        short, params = f"chain.hash NOT IN ({', '.join(['%s'] * len(stop))})", [root, *stop]
     sql = (
         f"WITH RECURSIVE chain(hash, data, base, n) AS ("
         f" SELECT hash, data, base, 0 FROM {table} WHERE hash = %s"
         f" UNION ALL SELECT c.hash, c.data, c.base, chain.n + 1 FROM {table} c JOIN chain ON c.hash = chain.base"
+        f" WHERE {short}"
         f") SELECT hash, data FROM chain ORDER BY n"
     )
-    return _select(sql, [root])
+    return _select(sql, params)
 
 
 def _fetch(keys: set[bytes]) -> dict[bytes, bytes]:
@@ -470,13 +482,14 @@ def _entry(root: bytes, *, keep: bool = True) -> _Entry:
 
 def _materialise(root: bytes) -> _Entry:
     """Walk the chain down to a cached state or the keyframe, then replay the patches upwards."""
-    chain = _fetch_chain(root)
+    cached = cache.snapshot()
+    chain = _fetch_chain(root, stop=cached)
     if not chain:
         raise StateNotFound(f"no state stored under {root.hex()}")
     pending: list[bytes] = []
     start: _Entry | None = None
     for key, data in chain:
-        start = cache.get(key)
+        start = cached.get(key)
         if start is not None:
             break
         if data[0] == 0:

@@ -55,6 +55,31 @@ def test_a_state_built_on_the_one_before_encodes_only_what_it_adds(monkeypatch):
     assert sum(encoded) < 5_000 < saved.raw_bytes // 20  # the new message and the patch, not the 300 before
 
 
+def test_a_state_another_process_stored_is_replayed_from_the_one_held_and_the_next_encodes_only_its_news(
+    monkeypatch,
+):
+    """Gunicorn's workers each cache the states they stored: a put whose base another worker stored reads only
+    the patches above a state this one holds, and still hashes only what it adds."""
+    keyframe = store.save_state(chat(299))
+    first = store.save_state(chat(300), base=store.save_state(chat(299) | {"n": 1}, base=keyframe.root).root)
+    held = store.cache.snapshot()[first.root]
+    second = store.save_state(chat(301), base=first.root)
+    store.cache.clear()  # this worker holds the first state only: the other one stored the second
+    store.cache.put(first.root, held)
+    chains: list[int] = []
+    fetch_chain = store._fetch_chain
+    monkeypatch.setattr(store, "_fetch_chain", lambda *a, **k: chains.append(len(rows := fetch_chain(*a, **k))) or rows)
+    base = store.load_shared(second.root)
+    encoded: list[int] = []
+    encode = jsoncodec.encode
+    monkeypatch.setattr(jsoncodec, "encode", lambda value: encoded.append(len((result := encode(value))[0])) or result)
+    built = {**base, "messages": [*base["messages"], *chat(302)["messages"][301:]], "progress": {"step": 302}}
+    saved = store.save_state(built, base=second.root)
+    assert chains == [2]  # the second state's patch and the first state, not the patches below down to the keyframe
+    assert sum(encoded) < 5_000 < saved.raw_bytes // 20
+    assert saved.state_hash == store.state_digest(chat(302))
+
+
 @pytest.mark.parametrize(
     "other",
     [
