@@ -140,7 +140,7 @@ def ingest_checkpoints(
             for item in items:
                 _check_input(item)
             existing = _existing_by_key(session, [item.idempotency_key for item in items])
-            parents = _Parents(session, items, parents or {})
+            session_parents = _Parents(session, items, parents or {})
             base: bytes | None | Callable[[], bytes | None] = partial(_head_root, session)  # read if needed
             new: list[_New] = []
             first_with_key: dict[str, int] = {}
@@ -158,21 +158,21 @@ def ingest_checkpoints(
                 if item.idempotency_key:
                     first_with_key[item.idempotency_key] = position
                     inputs[position] = item
-                parent_root = parents.base_for(item, base)
+                parent_root = session_parents.base_for(item, base)
                 try:
                     saved = store.save_state(item.state, base=parent_root, batch=batch)
                 except InvalidJSON as exc:
                     raise InvalidState(str(exc)) from exc
                 base = saved.root
-                parents.saved(item, saved.root)
+                session_parents.saved(item, saved.root)
                 previous = item.previous if item.previous is not None else _state_or_none(parent_root)
                 new.append((position, item, saved, preview_of(item.state, previous)))
-            planned.append((session, new, parents))
+            planned.append((session, new, session_parents))
         batch.flush()
         recovered: set[int] = set()
         stored: list[tuple[AgentSession, Checkpoint]] = []
-        for session, new, parents in planned:
-            inserted = _insert_checkpoints(session, new, parents, now, recovered, read_locked=locked)
+        for session, new, found in planned:
+            inserted = _insert_checkpoints(session, new, found, now, recovered, read_locked=locked)
             results.update({at: (checkpoint, created) for at, checkpoint, created in inserted})
             stored += [(session, checkpoint) for _, checkpoint, created in inserted if created]
         events.publish_checkpoints_created(stored)
