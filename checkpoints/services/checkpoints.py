@@ -388,7 +388,7 @@ def _insert_checkpoints(
     `recovered` when it was failed or halted and its new head is healthy (the run went on: it is active again)."""
     if not new:
         return []
-    locked = session if read_locked else AgentSession.objects.locked_for_ingest().get(pk=session.pk)
+    locked: Any = session if read_locked else AgentSession.objects.locked_for_ingest().get(pk=session.pk)
     # A concurrent writer may have used the same idempotency key while we stored states.
     taken = _existing_by_key(locked, [item.idempotency_key for _, item, _, _ in new])
     rows: list[Checkpoint] = []

@@ -166,7 +166,7 @@ def _listed(state: Any, keys: Sequence[str]) -> list[Any]:
     if isinstance(state, dict):
         for key in keys:
             if isinstance(state.get(key), list):
-                return state[key]  # type: ignore[no-any-return]
+                return state[key]
     return []
 
 

@@ -20,11 +20,11 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import reduce
-from typing import Any
+from typing import Any, cast
 
 from django.apps import apps as global_apps
 from django.db import connection, transaction
-from django.db.models import Count, F, Max, Min, Model, Q, QuerySet, Sum
+from django.db.models import Count, F, Field, Max, Min, Model, Q, QuerySet, Sum
 from django.db.models.functions import TruncHour
 
 from ..models import (
@@ -184,17 +184,21 @@ _JOINED_PARAMS = 20_000  # statements joined into one stay well within PostgreSQ
 
 def _session_update(session_id: int, checkpoints: Sequence[Checkpoint], **session_fields: Any) -> Statement:
     """The session's UPDATE: `session_fields` set, the checkpoints' shares added (for `_execute` to join)."""
-    quote, fields = connection.ops.quote_name, AgentSession._meta
+    quote = connection.ops.quote_name
     sets, params = [], []
     for name, value in session_fields.items():
-        field = fields.get_field(name)
-        sets.append(f"{quote(field.column)} = %s")
+        field = _session_field(name)
+        sets.append(f"{quote(field.column or name)} = %s")
         params.append(field.get_db_prep_save(value.pk if isinstance(value, Model) else value, connection))
     for name, share in zip(SESSION_FIELDS, _shares(checkpoints), strict=True):
-        column = quote(fields.get_field(name).column)
+        column = quote(_session_field(name).column or name)
         sets.append(f"{column} = {column} + %s")
         params.append(share)
-    return f"UPDATE {quote(fields.db_table)} SET {', '.join(sets)} WHERE id = %s", [*params, session_id]
+    return f"UPDATE {quote(AgentSession._meta.db_table)} SET {', '.join(sets)} WHERE id = %s", [*params, session_id]
+
+
+def _session_field(name: str) -> Field[Any, Any]:
+    return cast("Field[Any, Any]", AgentSession._meta.get_field(name))
 
 
 def _execute(statements: Sequence[Statement]) -> None:
