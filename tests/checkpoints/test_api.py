@@ -42,6 +42,23 @@ def test_an_unknown_or_revoked_token_gets_401(session, api, api_as):
     assert api.get("/sessions/run-1").status_code == 401
 
 
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_an_api_call_after_the_database_dropped_its_connection_is_answered(session, api):
+    """The token's lookup doubles as the connection's health check: a connection PostgreSQL closed (a restart,
+    an idle timeout) is replaced and the call goes on, instead of a 500 to an agent in the middle of a run."""
+    from django.db import connection
+
+    assert api.get(f"/sessions/{session.external_id}").status_code == 200
+    dropped = connection.connection.info.backend_pid
+    other = connection.copy()
+    with other.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [dropped])
+    other.close()
+    assert api.get(f"/sessions/{session.external_id}").status_code == 200
+    assert connection.connection.info.backend_pid != dropped
+
+
 def test_tokens_are_stored_only_as_hashes(token_secret):
     token = ApiToken.objects.get()
     assert token_secret not in (token.token_hash, token.prefix)
