@@ -110,9 +110,10 @@ def _checked_lookup(secret: str) -> ApiToken | None:
     """The token's lookup, the request's first query, doubles as the connection's health check (CONN_HEALTH_CHECKS):
     one round trip instead of two on every API call (a LangGraph put makes two calls a step). A connection the
     database dropped fails it; it is then replaced and the lookup run again, as the health check would have."""
-    if not connection.health_check_enabled or connection.connection is None or connection.in_atomic_block:
+    checked = settings.DATABASES["default"].get("CONN_HEALTH_CHECKS", False)
+    if not checked or connection.connection is None or connection.in_atomic_block:
         return services.authenticate_token(secret)
-    connection.health_check_done = True
+    connection.health_check_done = True  # type: ignore[attr-defined]  # Django's own flag; the stubs lack it
     try:
         return services.authenticate_token(secret)
     except (OperationalError, InterfaceError):
