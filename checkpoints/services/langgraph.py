@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Q, Subquery
+from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
 from checkpoint_console import typedjson
@@ -308,8 +308,6 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
         metadata=metadata,
         run_id=run_id[:ID_MAX] if isinstance(run_id, str) else "",
     )
-    if item.parent_checkpoint_id is not None:
-        _share_written_values(session, item, parent_row, bytes(checkpoint.root), state)
     _keep_head(session, item, previous, head)
     return checkpoint, True
 
@@ -393,7 +391,7 @@ def put_writes(
             raise InvalidInput(f"writes.{position}", "must be a [channel, value] pair")
         _check_typed(f"writes.{position}", write[1])
     session = _thread_for_writes(project, thread_id)
-    held, child = _locked_root(session, checkpoint_ns, checkpoint_id)
+    held, child, parent_id, parent_root = _locked_root(session, checkpoint_ns, checkpoint_id)
     _refuse_deleted_history(session, [checkpoint_id], {checkpoint_id} if held else set())
     key = {"session": session, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id, "task_id": task_id}
     row = LangGraphWrites.objects.select_for_update().filter(**key).first()
@@ -423,21 +421,50 @@ def put_writes(
         LangGraphWrites.objects.create(**key, **fields)
     else:
         LangGraphWrites.objects.filter(pk=row.pk).update(**fields)
+    if held is not None and parent_root is not None:
+        _name_parent_writes(session, checkpoint_ns, parent_id, parent_root, held)
     return stored
 
 
-def _locked_root(session: AgentSession, checkpoint_ns: str, checkpoint_id: str) -> tuple[bytes | None, bytes | None]:
+def _locked_root(
+    session: AgentSession, checkpoint_ns: str, checkpoint_id: str
+) -> tuple[bytes | None, bytes | None, str, bytes | None]:
     """The state root of the current checkpoint that writes go against (None: not stored), its row locked (NO KEY
-    UPDATE) to the end of the transaction so that a deletion waits; and the root of its child when stored."""
-    children = _current(session, checkpoint_ns).filter(
-        parent_checkpoint_id=checkpoint_id,
-        checkpoint_id__gt=checkpoint_id,  # LangGraph's ids grow
+    UPDATE) to the end of the transaction so that a deletion waits; the root of its child when stored; its parent's
+    id and root."""
+    current = _current(session, checkpoint_ns)
+    child = current.filter(parent_checkpoint_id=checkpoint_id, checkpoint_id__gt=checkpoint_id)  # LangGraph's ids grow
+    parent = current.filter(checkpoint_id=OuterRef("parent_checkpoint_id"))
+    rows = current.filter(checkpoint_id=checkpoint_id).annotate(
+        child_root=Subquery(child.order_by("checkpoint_id").values("console__root")[:1]),
+        parent_root=Subquery(parent.values("console__root")[:1]),
     )
-    child = children.order_by("checkpoint_id").values("console__root")[:1]
-    rows = _current(session, checkpoint_ns).filter(checkpoint_id=checkpoint_id).annotate(child_root=Subquery(child))
-    found = rows.select_for_update(of=("self",), no_key=True).values_list("console__root", "child_root").first()
-    root, child_root = found or (None, None)
-    return (bytes(root) if root is not None else None), (bytes(child_root) if child_root is not None else None)
+    found = rows.select_for_update(of=("self",), no_key=True).values_list(
+        "console__root", "child_root", "parent_checkpoint_id", "parent_root"
+    )
+    root, child_root, parent_id, parent_root = found.first() or (None, None, "", None)
+    return _bytes(root), _bytes(child_root), parent_id, _bytes(parent_root)
+
+
+def _bytes(value: Any) -> bytes | None:
+    return bytes(value) if value is not None else None
+
+
+def _name_parent_writes(
+    session: AgentSession, checkpoint_ns: str, parent_id: str, parent_root: bytes, root: bytes
+) -> None:
+    """Once a checkpoint holds what its parent's tasks wrote (a chat step's new messages appended, a replaced
+    channel's new value), the parent's writes name those values' places in its state (stored once) instead of
+    holding them a second time (or as changes of the parent's values). Done by the next writes against that
+    checkpoint, not by its put, which then waits for nothing and costs two statements fewer; a row being written
+    is left to its writer, and writes named in another child's state (a branch) stay as they are."""
+    rows = LangGraphWrites.objects.filter(session=session, checkpoint_ns=checkpoint_ns, checkpoint_id=parent_id)
+    for row in rows.exclude(values_root=root).select_for_update(skip_locked=True):
+        if row.values_root is not None and bytes(row.values_root) != parent_root:
+            continue
+        entries = [[idx, channel, value] for idx, channel, value in lgtuples.written_values(row)]
+        if (named := _named_in_child(entries, parent_root, root)) is not None:
+            LangGraphWrites.objects.filter(pk=row.pk).update(writes=jsoncodec.pack(named), values_root=root)
 
 
 def _stored_once(entries: list[list[Any]], root: bytes, child: bytes | None) -> tuple[list[list[Any]], bytes | None]:
@@ -458,7 +485,7 @@ def _named_in_child(entries: list[list[Any]], root: bytes, child: bytes) -> list
         return None
     if not isinstance(before, dict) or not isinstance(after, dict):
         return None
-    appended: dict[tuple[str, bytes], int] = {}  # as _share_written_values builds it from the put
+    appended: dict[tuple[str, bytes], int] = {}  # (channel, canonical JSON of an item) → its index in `after`
     for channel in {entry[1] for entry in entries}:
         old, new = before.get(channel), after.get(channel)
         if isinstance(new, list):
@@ -494,46 +521,6 @@ def _as_changes(entries: list[list[Any]], root: bytes) -> tuple[list[list[Any]],
                 continue
         out.append(entry)
     return (out, root) if changed else (entries, None)
-
-
-def _share_written_values(
-    session: AgentSession, item: PutInput, parent: LangGraphCheckpoint | None, root: bytes, state: dict[str, Any]
-) -> None:
-    """Once a checkpoint holds what its parent's tasks wrote (a chat step's new messages appended, a replaced
-    channel's new value), the parent's writes name those values' places in its state (stored once) instead of
-    holding them a second time (or as changes of the parent's values). Writes being stored meanwhile are not
-    waited for: they find this checkpoint themselves (`_stored_once`) unless the two cross, and then the next
-    put catches them up: the grandparent's writes not yet named in the parent's state are named there."""
-    appended: dict[tuple[str, bytes], int] = {}  # (channel, canonical JSON of an item) → its index in the state
-    for channel, append in item.appends.items():
-        for offset, value in enumerate(append["items"]):
-            appended.setdefault((channel, jsoncodec.canonical(value)), append["base_len"] + offset)
-    parent_id = item.parent_checkpoint_id or ""
-    own_root = bytes(parent.console.root) if parent is not None else b""
-    wanted = Q(checkpoint_id=parent_id) & (Q(values_root__isnull=True) | Q(values_root=own_root))
-    if parent is not None and parent.parent_checkpoint_id:
-        wanted |= Q(checkpoint_id=parent.parent_checkpoint_id) & ~Q(values_root=own_root)
-    rows = LangGraphWrites.objects.filter(wanted, session=session, checkpoint_ns=item.checkpoint_ns)
-    for row in rows.select_for_update(skip_locked=True):  # a row being written is left to its writer
-        entries = [[idx, channel, value] for idx, channel, value in lgtuples.written_values(row)]
-        if row.checkpoint_id == parent_id:
-            named, values_root = _shared(entries, appended, state), root
-        else:
-            named, values_root = _caught_up(session, item.checkpoint_ns, row, entries, own_root), own_root
-        if named is not None:
-            LangGraphWrites.objects.filter(pk=row.pk).update(writes=jsoncodec.pack(named), values_root=values_root)
-
-
-def _caught_up(
-    session: AgentSession, checkpoint_ns: str, row: LangGraphWrites, entries: list[list[Any]], child: bytes
-) -> list[list[Any]] | None:
-    """Writes that crossed their checkpoint's child's put (held whole, or as changes of their checkpoint's state),
-    named in that child's state (`child`); None for writes named in another child's (a branch) already."""
-    roots = _current(session, checkpoint_ns).filter(checkpoint_id=row.checkpoint_id)
-    root = roots.values_list("console__root", flat=True).first()
-    if root is None or row.values_root not in (None, bytes(root)):
-        return None
-    return _named_in_child(entries, bytes(root), child)
 
 
 def _shared(

@@ -500,6 +500,7 @@ def test_a_message_written_and_then_appended_is_stored_once_and_still_comes_back
     before = latest(api, "thread-1", checkpoint_id=lg_id(0)).json()["pending_writes"]
     appended = {"messages": {"base_len": 1, "items": [new]}}
     put(api, "thread-1", 1, parent=0, values={}, channels=["messages"], appends=appended, base_checkpoint_id=lg_id(0))
+    write(api, lg_id(1), "next", [["branch:to:agent", None]])  # the next step's writes name the message
     assert latest(api, "thread-1", checkpoint_id=lg_id(0)).json()["pending_writes"] == before
     shared = LangGraphWrites.objects.get(task_id="task")
     assert shared.values_root is not None

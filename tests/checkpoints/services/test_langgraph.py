@@ -277,7 +277,8 @@ def test_a_replaced_channels_write_is_stored_once_as_the_next_states_value(proje
     write(project, "thread-1", lg_id(0), written)
     before = latest(project, "thread-1", checkpoint_id=lg_id(0))["pending_writes"]
     put(project, "thread-1", 1, parent=0, values={"memory": memory, "progress": {"step": 1}})
-    row = LangGraphWrites.objects.get()
+    write(project, "thread-1", lg_id(1), [["progress", {"step": 2}]], task_id="next")  # the next step's writes
+    row = LangGraphWrites.objects.get(checkpoint_id=lg_id(0))
     assert row.values_root is not None and len(row.writes) < 100  # the 50 keys are held by checkpoint 1 only
     assert latest(project, "thread-1", checkpoint_id=lg_id(0))["pending_writes"] == before
 
@@ -323,9 +324,10 @@ def test_a_write_named_in_a_later_state_outlives_that_checkpoint(project):
         base_checkpoint_id=lg_id(0),
     )
     lg.put_checkpoint(project, item, actor=ACTOR)
-    row = LangGraphWrites.objects.get()
+    write(project, "thread-1", lg_id(1), [["branch:to:agent", None]], task_id="next")
+    row = LangGraphWrites.objects.get(checkpoint_id=lg_id(0))
     assert row.values_root is not None and bytes(row.values_root) in live_roots()
-    assert lg.delete_for_runs(project, actor=ACTOR, run_ids=["r1"]) == (1, 0)
+    assert lg.delete_for_runs(project, actor=ACTOR, run_ids=["r1"]) == (1, 1)
     assert latest(project, "thread-1")["pending_writes"] == [["task", "messages", [new]]]
 
 
@@ -355,10 +357,10 @@ def test_writes_arriving_after_the_next_put_are_stored_once_in_its_state(project
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_put_never_waits_for_writes_in_flight_and_the_next_put_stores_them_once(project):
+def test_a_put_never_waits_for_writes_in_flight_and_the_next_writes_store_them_once(project):
     """LangGraph sends a step's writes in the background while it puts the next checkpoint: the put does not wait
-    for them (nor does a put elsewhere in the thread). When the two cross, neither sees the other, and the put
-    after that names the written message in the state that holds it."""
+    for them (nor does a put elsewhere in the thread). The next step's writes, against the new checkpoint, name
+    the written message in its state."""
     from django.db import transaction
 
     from checkpoints.models import LangGraphCheckpoint, LangGraphWrites
@@ -383,10 +385,10 @@ def test_a_put_never_waits_for_writes_in_flight_and_the_next_put_stores_them_onc
     release.set()
     writer.join(10)
     assert not errors and finished_meanwhile
-    assert LangGraphWrites.objects.get().values_root is None  # crossed: held whole for now
+    assert LangGraphWrites.objects.get().values_root is None  # held whole for now
 
     child_root = bytes(LangGraphCheckpoint.objects.get(checkpoint_id=lg_id(1)).console.root)
-    grown(2, [newer], base_len=2)
-    row = LangGraphWrites.objects.get()
+    write(project, "thread-1", lg_id(1), [["messages", [newer]]], task_id="next")
+    row = LangGraphWrites.objects.get(checkpoint_id=lg_id(0))
     assert bytes(row.values_root) == child_root and len(row.writes) < 60
     assert latest(project, "thread-1", checkpoint_id=lg_id(0))["pending_writes"] == [["task", "messages", [new]]]
