@@ -6,14 +6,14 @@ PORT ?= 8000
 PG_TEST_URL ?= postgres://postgres@127.0.0.1:5432/checkpoint_console
 REDIS_TEST_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: install run test bench lint clean
+.PHONY: install run test bench lint docs clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e "./clients/python[langgraph]" -e ".[test]"
+	$(PY) -m pip install --quiet -e "./clients/python[langgraph]" -e ".[test,docs]"
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
@@ -34,10 +34,16 @@ test: install
 bench: install
 	$(PY) bench/run.py $(BENCH_ARGS)
 
+# The docs site is built without --quiet: --quiet hides the warnings --strict counts, and a broken link would pass.
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
+# The documentation site (docs/, mkdocs.yml) at http://127.0.0.1:8001/, rebuilt as pages change.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve -a 127.0.0.1:8001
 
 clean:
-	rm -rf $(VENV) var staticfiles .pytest_cache .hypothesis
+	rm -rf $(VENV) var staticfiles site .pytest_cache .hypothesis

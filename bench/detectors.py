@@ -2,7 +2,7 @@
 
     python bench/detectors.py [--database-url URL] [--seeds N] [--steps N]
 
-The set (DESIGN section 7, issue #14):
+The set (the detectors of docs/drift.md, issue #14):
 
 * healthy runs of the demo personas (`checkpoints/demo`: research, coding, support, pipeline), `--steps`
   (default 520) steps each, `--seeds` runs per persona, as the demo writes them (a `tool_calls` log and

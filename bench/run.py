@@ -124,7 +124,7 @@ class Report:
 
 
 def kb(n: float) -> str:
-    """Decimal units, as TOOLCHAIN.md's figures."""
+    """Decimal units (1 kB = 1,000 B), as the figures in docs/benchmarks.md."""
     return f"{n / 1e3:,.2f} kB" if n < 1e6 else f"{n / 1e6:,.2f} MB"
 
 

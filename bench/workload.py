@@ -1,6 +1,6 @@
 """Deterministic workloads for the benchmarks.
 
-`AgentSessionWorkload` models one long agent session (TOOLCHAIN.md, "Measured peers"): each step
+`AgentSessionWorkload` models one long agent session (the workload the peer stores were measured on): each step
 appends an assistant message of 200–2,000 characters of word-based prose (sometimes a user or tool
 message too), appends one tool-call record, changes 1–3 of ~50 memory keys and updates small
 progress fields. That is ~2.6 KB of new JSON per step and ~2.25 MB of state at step 1,000.

@@ -1,5 +1,5 @@
 """Event webhooks of the token's project (`/api/v1/webhooks`): subscribe a URL, list, delete, rotate the secret,
-read the delivery log. The secret is shown once, when created or rotated (README "Event webhooks")."""
+read the delivery log. The secret is shown once, when created or rotated (docs/webhooks.md)."""
 
 from __future__ import annotations
 

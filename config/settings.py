@@ -1,4 +1,4 @@
-"""Checkpoint Console settings: one file, driven by environment variables (README lists them)."""
+"""Checkpoint Console settings: one file, driven by environment variables (docs/configuration.md lists them)."""
 
 from __future__ import annotations
 
@@ -251,7 +251,7 @@ CHECKPOINT_MAX_BODY_BYTES = env_int("CHECKPOINT_MAX_BODY_BYTES", 16 * 1024 * 102
 CHECKPOINT_KEYFRAME_INTERVAL = env_int("CHECKPOINT_KEYFRAME_INTERVAL", 48)
 CHECKPOINT_CACHE_STATES = env_int("CHECKPOINT_CACHE_STATES", 16)
 
-# Drift detection (DESIGN section 7) and routine checkpoints: thresholds of each detector.
+# Drift detection (docs/drift.md) and routine checkpoints: thresholds of each detector.
 DRIFT_WINDOW = env_int("DRIFT_WINDOW", 50)  # recent checkpoints each detection run reads per session
 DRIFT_CYCLE_LIMIT = env_int("DRIFT_CYCLE_LIMIT", 300)  # steps since the last recovery checkpoint
 DRIFT_LONG_RUNNING_MINUTES = env_int("DRIFT_LONG_RUNNING_MINUTES", 120)  # active without a recovery checkpoint
@@ -264,7 +264,7 @@ DRIFT_STALLED_SAME_HASH = env_int("DRIFT_STALLED_SAME_HASH", 3)  # consecutive s
 DRIFT_STATE_MAX_BYTES = env_int("DRIFT_STATE_MAX_BYTES", 8 * 1024 * 1024)  # context bloat
 DRIFT_ROUTINE_GRACE_MINUTES = env_int("DRIFT_ROUTINE_GRACE_MINUTES", 5)
 DRIFT_IDLE_HOURS = env_int("DRIFT_IDLE_HOURS", 24)  # an active session silent longer is idle, not running
-# OpenHands' stuck detector and Gemini CLI's loop detection, with their defaults (README "Drift detectors")
+# OpenHands' stuck detector and Gemini CLI's loop detection, with their defaults (docs/drift.md)
 DRIFT_REPEATED_ACTION_LIMIT = env_int("DRIFT_REPEATED_ACTION_LIMIT", 4)  # same call, same result, in a row
 DRIFT_REPEATED_ERROR_LIMIT = env_int("DRIFT_REPEATED_ERROR_LIMIT", 3)  # same call ending in an error, in a row
 DRIFT_MONOLOGUE_LIMIT = env_int("DRIFT_MONOLOGUE_LIMIT", 3)  # same agent message with no input in between

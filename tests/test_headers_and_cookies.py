@@ -49,7 +49,7 @@ def test_the_session_cookie_can_end_with_the_browser(client, bob, settings):
 
 
 def test_the_front_door_limits_come_from_the_environment(tmp_path):
-    """What README's configuration table promises: each variable reaches its setting."""
+    """What docs/configuration.md promises: each variable reaches its setting."""
     env = {
         "PATH": os.environ.get("PATH", ""),
         "VAR_DIR": str(tmp_path),

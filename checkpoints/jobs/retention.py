@@ -1,4 +1,4 @@
-"""Retention (DESIGN section 8): which checkpoints the policies let go, and deleting them in short batches (each
+"""Retention (docs/jobs.md, "Retention"): which checkpoints the policies let go, and deleting them in short batches (each
 through `services.cleanup.delete_expired`, the run audited by `record_retention_run`).
 
 A policy is a set of *keep* rules; a checkpoint of the policy's kind is deleted when none of its rules keeps it:

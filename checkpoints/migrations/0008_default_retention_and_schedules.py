@@ -4,7 +4,7 @@ from datetime import timedelta
 
 from django.db import migrations
 
-# DESIGN section 8: defaults that reproduce the source systems.
+# Default retention (docs/jobs.md, "Retention"): defaults that reproduce the source systems.
 POLICIES = [
     {"kind": "routine", "keep_last": 3, "keep_last_scope": "agent"},
     {"kind": "pre_operation", "until_operation_done": True},

@@ -182,7 +182,7 @@ def ingest_checkpoints(
     transaction.on_commit(partial(record_ingest, ingested, seconds))  # counted once it is stored for good
     # Drift detectors that need no state, once committed, only where something alarming arrived (a failed
     # or halted checkpoint, an oversized state) or a failed or halted session goes on healthily (its alert
-    # clears): the normal path pays nothing. The rest run in the drift job every few minutes (DESIGN section 7).
+    # clears): the normal path pays nothing. The rest run in the drift job every few minutes (docs/drift.md).
     touched = [session.pk for session, new, _ in planned if any(_alarming(item, saved) for _, item, saved, _ in new)]
     touched += sorted(recovered - set(touched))
     if touched:

@@ -1,4 +1,4 @@
-"""Drift detection (DESIGN section 7): small pure detectors over a session's recent checkpoints, and the alerts.
+"""Drift detection (docs/drift.md): small pure detectors over a session's recent checkpoints, and the alerts.
 
 The published loop rules (OpenHands, Gemini CLI) are in `loops`, the rows and limits they share in `findings`.
 Each detector takes a `Recent` (the newest checkpoints as light rows, states loaded only on demand), the clock

@@ -5,7 +5,7 @@ attempts are queued when it commits (`deliveries.queue`). An event nobody wants 
 `checkpoint.created`, published on every ingest, knowing that costs no query most of the time: the event types a
 project's endpoints and rules want are cached for `WANTED_CACHE_SECONDS` and forgotten when they change.
 
-The `*_data` helpers build the bodies README "Event webhooks" documents; links are absolute console URLs.
+The `*_data` helpers build the bodies docs/webhooks.md documents; links are absolute console URLs.
 """
 
 from __future__ import annotations

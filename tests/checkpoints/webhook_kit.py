@@ -34,7 +34,7 @@ class Receiver:
 
 
 def verify(secret: str, header: str, body: bytes) -> bool:
-    """What a receiver does with X-Checkpoint-Signature (README "Event webhooks")."""
+    """What a receiver does with X-Checkpoint-Signature (docs/webhooks.md, "Headers")."""
     parts = dict(item.split("=", 1) for item in header.split(","))
     expected = hmac.new(secret.encode(), f"{parts['t']}.".encode() + body, hashlib.sha256).hexdigest()
     return hmac.compare_digest(expected, parts["v1"])

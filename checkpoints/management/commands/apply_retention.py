@@ -14,7 +14,7 @@ JSON_KEYS = ("deleted", "kept", "by_kind", "sessions_done", "error_count", "erro
 
 class Command(BaseCommand):
     help = (
-        "Delete the checkpoints the retention policies let go (DESIGN section 8); the run is recorded. "
+        "Delete the checkpoints the retention policies let go (docs/jobs.md); the run is recorded. "
         "Exits with status 1 when some sessions could not be processed (the others were)."
     )
 

@@ -1,4 +1,4 @@
-"""The source formats (DESIGN section 9). Each module follows `formats.base.Format`; LangGraph's databases are
+"""The source formats (docs/formats.md). Each module follows `formats.base.Format`; LangGraph's databases are
 read into threads instead of records (`langgraph.threads`), which the LangGraph service stores."""
 
 from __future__ import annotations

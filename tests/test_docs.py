@@ -1,0 +1,121 @@
+"""The documentation stays whole: every link leads somewhere in the repository, nothing cites a document the
+repository does not have, and the reference pages name everything the code reads."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+
+# Documents that were never in the repository: a contributor cannot open them. Spelled in pieces so that this
+# file does not match itself.
+OUTSIDE = re.compile("DESIGN" + r"(\.md|\s+section)" + "|" + "TOOL" + "CHAIN" + "|" + r"\.\./" + "shared")
+
+CODE = re.compile(r"```.*?```|`[^`\n]*`", re.DOTALL)
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+# Where the code reads the environment: os.environ.get("X"), os.environ["X"] (not assigned), os.getenv("X"),
+# and settings.py's env_int / env_bool / env_list.
+ENV_READS = re.compile(
+    r"""os\.environ\.get\(\s*["'](\w+)|os\.environ\[\s*["'](\w+)["']\s*\](?!\s*=[^=])|os\.getenv\(\s*["'](\w+)"""
+    r"""|\benv_(?:int|bool|list)\(\s*["'](\w+)"""
+)
+CODE_DIRS = ["config", "checkpoints", "dashboard", "clients/python/checkpoint_console"]
+
+
+def tracked_files() -> list[Path]:
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    return [ROOT / name for name in listed.decode().split("\0") if name]
+
+
+def links(page: Path) -> list[str]:
+    """Relative link targets of a markdown page, without their anchors; links inside code are not links."""
+    text = CODE.sub("", page.read_text(encoding="utf-8"))
+    targets = [target.split("#", 1)[0] for target in LINK.findall(text)]
+    return [target for target in targets if target and not re.match(r"[a-z][a-z0-9+.-]*:", target)]
+
+
+def environment_reads() -> set[str]:
+    sources = [ROOT / "manage.py", *(path for folder in CODE_DIRS for path in (ROOT / folder).rglob("*.py"))]
+    names = set()
+    for path in sources:
+        for match in ENV_READS.finditer(path.read_text(encoding="utf-8")):
+            names.add(next(group for group in match.groups() if group))
+    return names
+
+
+def table_names(text: str) -> set[str]:
+    """The names in the first column of the page's tables (`| `NAME` | …`)."""
+    return set(re.findall(r"^\| `(\w+)`", text, re.MULTILINE))
+
+
+def test_no_tracked_file_cites_a_document_the_repository_does_not_have():
+    citing = []
+    for path in tracked_files():
+        if not path.is_file():
+            continue  # deleted in the work tree, not yet in the index
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue  # binary fixtures
+        citing += [f"{path.relative_to(ROOT)}: {match.group(0)}" for match in OUTSIDE.finditer(text)]
+    assert citing == []
+
+
+def test_every_relative_link_in_the_readme_and_the_docs_leads_to_a_file():
+    broken = [
+        f"{page.relative_to(ROOT)} → {target}"
+        for page in PAGES
+        for target in links(page)
+        if not (page.parent / target).resolve().exists()
+    ]
+    assert broken == []
+    assert "docs/getting-started.md" in links(ROOT / "README.md")  # the check reads the README's links at all
+
+
+def test_the_readme_still_states_the_test_command_ci_runs():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```sh\n(.*?)```", readme, re.DOTALL)
+    assert any(line.split("#")[0].strip() == "make test" for block in blocks for line in block.splitlines())
+    assert re.search(r"^test:", (ROOT / "Makefile").read_text(encoding="utf-8"), re.MULTILINE)
+
+
+def test_the_configuration_page_names_every_environment_variable_the_code_reads():
+    page = (DOCS / "configuration.md").read_text(encoding="utf-8")
+    read = environment_reads()
+    assert {"DATABASE_URL", "SECRET_KEY", "DRIFT_WINDOW", "PORT"} <= read  # the scan finds them at all
+    assert sorted(read - table_names(page)) == []
+
+
+def test_the_configuration_page_names_no_setting_the_code_does_not_read():
+    page = (DOCS / "configuration.md").read_text(encoding="utf-8")
+    settings_part = page.split("## Outside the settings")[0]  # the last table: what tools and compose read
+    assert sorted(table_names(settings_part) - environment_reads()) == []
+
+
+def test_the_formats_page_lists_every_format_the_importer_knows():
+    module = ast.parse((ROOT / "checkpoints/sources/formats/__init__.py").read_text(encoding="utf-8"))
+    names = next(
+        ast.literal_eval(node.value)
+        for node in module.body
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "NAMES" for t in node.targets)
+    )
+    rows = [line for line in (DOCS / "formats.md").read_text(encoding="utf-8").splitlines() if line.startswith("| ")]
+    assert [name for name in names if not any(f"(`{name}`)" in row for row in rows)] == []
+
+
+def test_commands_in_the_docs_run_with_the_projects_interpreter():
+    """The system Python has no Django: a command a reader copies names .venv/bin/python (or runs in compose)."""
+    bare = re.compile(r"(?<![\w/.])python (manage\.py|bench/)")
+    found = [
+        f"{page.relative_to(ROOT)}:{number}: {line.strip()}"
+        for page in PAGES
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        for match in bare.finditer(line)
+        if not line[: match.start()].rstrip().endswith(("exec web", "exec worker", "exec beat"))
+    ]
+    assert found == []
