@@ -39,6 +39,7 @@ lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	$(PY) manage.py makemigrations --check --dry-run --verbosity 0  # a model change without its migration
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 # The documentation site (docs/, mkdocs.yml) at http://127.0.0.1:8001/, rebuilt as pages change.
