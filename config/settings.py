@@ -72,6 +72,8 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # A token without the scope its API operation needs gets 403 before the body's size is even looked at.
+    "checkpoints.api.require_scope",
     # Before anything reads the body: the CSRF check reads (and spools) forms and uploads.
     "config.security.RequestBodyLimitMiddleware",
     "checkpoints.api.read_api_body",

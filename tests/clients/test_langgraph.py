@@ -281,7 +281,7 @@ def test_errors_carry_the_servers_detail_and_a_missing_checkpoint_is_none(live_s
 
     with ConsoleSaver(live_server.url, read_only) as viewer, pytest.raises(CheckpointAPIError) as refused:
         put(viewer, "t", {"n": 1})
-    assert (refused.value.status, refused.value.detail) == (403, "this token is read-only")
+    assert (refused.value.status, refused.value.detail) == (403, "this token lacks the 'write' scope")
     assert latest(saver, "no such thread") is None
     with ConsoleSaver("http://127.0.0.1:9", "cpk_x", timeout=2) as nowhere, pytest.raises(CheckpointAPIError) as down:
         latest(nowhere, "t")
