@@ -1,6 +1,8 @@
 """The LangGraph saver's API (`/api/v1/langgraph/`): what `checkpoint_console.langgraph.ConsoleSaver` calls.
 
-Thread ids travel in bodies and query parameters, never in paths: LangGraph accepts any string, "/" included.
+Thread ids travel in bodies, never in paths: LangGraph accepts any string, "/" included, and up to 1,000 characters
+of it percent-encode past the request line a server or proxy takes. The GET forms of get_tuple and list (query
+parameters) stay for short ids and older savers; their POST forms are what ConsoleSaver sends.
 Values are typed JSON (`checkpoint_console.typedjson`). 409 with `"resend": true` asks the saver to send every
 channel whole; 410 refuses a checkpoint of a deleted thread's history.
 """

@@ -189,6 +189,7 @@ def _open_sqlite(path: Path) -> sqlite3.Connection:
     """Read-only twice over: the file opened with mode=ro, and the connection refusing writes (query_only)."""
     conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     conn.execute("PRAGMA query_only = ON")
+    conn.execute("PRAGMA trusted_schema = OFF")  # the schema may call no function with side effects
     return conn
 
 
