@@ -31,7 +31,16 @@ from django.utils.html import format_html
 
 from . import models, store, tasks
 from .jobs.retention import describe, plan_retention
-from .services import Actor, acknowledge_alert, cleanup, pin_checkpoint, request_job_run, resolve_alert, revoke_token
+from .services import (
+    Actor,
+    acknowledge_alert,
+    cleanup,
+    pin_checkpoint,
+    request_job_run,
+    resolve_alert,
+    revoke_token,
+    set_token_scopes,
+)
 from .services.deliveries import retry_now
 from .services.logins import reset_login_attempts
 from .services.memberships import revoke_membership, save_membership
@@ -658,18 +667,40 @@ class NotificationRuleAdmin(admin.ModelAdmin):
             delete_rule(rule, actor=_actor(request))
 
 
+class ApiTokenForm(forms.ModelForm):
+    scopes = forms.MultipleChoiceField(
+        choices=[(scope.value, f"{scope.value}: {scope.label}") for scope in models.Scope],
+        widget=forms.CheckboxSelectMultiple,
+        required=False,
+        help_text="What the token may do; each API endpoint names the scope it needs (x-required-scope).",
+    )
+
+    class Meta:
+        model = models.ApiToken
+        fields = ["name", "scopes"]
+
+
 @admin.register(models.ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
+    form = ApiTokenForm
     list_display = ["name", "project", "prefix", "scopes", "created_at", "last_used_at", "revoked_at", "expires_at"]
     list_filter = ["project", ("revoked_at", admin.EmptyFieldListFilter), ("created_at", admin.DateFieldListFilter)]
     search_fields = ["name", "=prefix"]
     list_select_related = ["project"]
     fields = ["name", "project", "prefix", "scopes", "created_at", "last_used_at", "revoked_at", "expires_at"]
-    readonly_fields = ["project", "prefix", "scopes", "created_at", "last_used_at", "revoked_at", "expires_at"]
+    readonly_fields = ["project", "prefix", "created_at", "last_used_at", "revoked_at", "expires_at"]
     actions = ["revoke"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # tokens are created in the console, which shows the secret once
+
+    def save_model(self, request: HttpRequest, obj: models.ApiToken, form: forms.ModelForm, change: bool) -> None:
+        """The scopes through set_token_scopes, which audits the change; a new name as the admin saves one."""
+        if "scopes" in form.changed_data:
+            scopes, obj.scopes = obj.scopes, models.ApiToken.objects.get(pk=obj.pk).scopes
+            set_token_scopes(obj, scopes=scopes, actor=_actor(request))
+        if others := [name for name in form.changed_data if name != "scopes"]:
+            obj.save(update_fields=others)
 
     @admin.action(description="Revoke selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[models.ApiToken]) -> None:

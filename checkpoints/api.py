@@ -1,6 +1,7 @@
 """The agent API (`/api/v1/`): sessions, checkpoints, diff, restore, fork, resume, live state.
 
-Every endpoint needs a project-scoped bearer token; write endpoints need the `write` scope.
+Every endpoint needs a project-scoped bearer token holding the scope the endpoint names (`x-required-scope` in the
+OpenAPI schema; models.Scope): `read`, or `write` for what changes data.
 Bad input gets a 4xx with {"detail": …} and writes nothing.
 """
 
@@ -15,8 +16,10 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
+from django.urls import Resolver404, resolve
 from ninja import Field, NinjaAPI, Path, Query, Schema
 from ninja.errors import HttpError, ValidationError
+from ninja.operation import Operation, PathView
 from ninja.parser import Parser
 from ninja.renderers import BaseRenderer
 from ninja.security import HttpBearer
@@ -36,6 +39,7 @@ from .models import (
     DriftAlert,
     Phase,
     PhaseStatus,
+    Scope,
 )
 from .services import phases as phase_services
 from .store import jsoncodec, tallies
@@ -90,20 +94,106 @@ def _json_default(value: Any) -> Any:
 
 
 class TokenAuth(HttpBearer):
-    """A usable (not revoked, not expired) token of the project; `scope` is checked before the body is read."""
+    """A usable (not revoked, not expired) token of the project holding `scope`. `require_scope` has checked the
+    scope before the body was read, and its lookup is used again here."""
 
-    def __init__(self, scope: str = "read") -> None:
+    def __init__(self, scope: Scope = Scope.READ) -> None:
         super().__init__()
         self.scope = scope
 
     def authenticate(self, request: HttpRequest, token: str) -> ApiToken | None:
-        found = _checked_lookup(token)
+        found = _looked_up(request, token)
         if found is not None and not found.has_scope(self.scope):
-            raise HttpError(403, "this token is read-only")
+            raise HttpError(403, lacks_scope(self.scope))
         return found
 
 
-WRITE = TokenAuth("write")
+WRITE = TokenAuth(Scope.WRITE)
+SCOPE_EXTENSION = "x-required-scope"
+
+
+def lacks_scope(scope: Scope) -> str:
+    return f"this token lacks the {scope.value!r} scope"
+
+
+def require_scope(get_response: Callable[[HttpRequest], HttpResponse]) -> Callable[[HttpRequest], HttpResponse]:
+    """Middleware, before the body limit and the body's reading: a usable token without the scope its operation
+    needs gets 403 at once, whatever body it sent (a read token posting 16 MiB to a write endpoint is not read,
+    and is not told about the body). No token, an unknown one or an unknown route pass on: the API answers
+    them (401, 404, 405) as before."""
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        if request.path_info.startswith(API_PATH):
+            scope = required_scope(request)
+            secret = _bearer(request)
+            if scope is not None and secret:
+                found = _looked_up(request, secret)
+                if found is not None and not found.has_scope(scope):
+                    return _error(403, lacks_scope(scope))
+        return get_response(request)
+
+    return middleware
+
+
+def _bearer(request: HttpRequest) -> str | None:
+    header = request.headers.get("Authorization", "")
+    kind, _, secret = header.partition(" ")
+    return secret.strip() if kind.lower() == "bearer" and secret.strip() else None
+
+
+def _looked_up(request: HttpRequest, secret: str) -> ApiToken | None:
+    """The token of `secret`, looked up once a request: the middleware's lookup serves the operation's auth too."""
+    cached = getattr(request, "_api_token", None)
+    if cached is not None and cached[0] == secret:
+        return cached[1]
+    found = _checked_lookup(secret)
+    request._api_token = (secret, found)  # type: ignore[attr-defined]  # the request's own cache slot
+    return found
+
+
+def required_scope(request: HttpRequest) -> Scope | None:
+    """The scope the API operation this request reaches needs; None when it reaches none."""
+    try:
+        match = resolve(request.path_info)
+    except Resolver404:
+        return None
+    operations = _operations_of(match.func)
+    if operations is None or request.method is None:
+        return None
+    return next((operation_scope(op) for op in operations if request.method in op.methods), None)
+
+
+def _operations_of(view: Callable[..., Any]) -> list[Operation] | None:
+    """The operations behind a django-ninja view: its URL view is a closure over the PathView that holds them."""
+    for cell in getattr(view, "__closure__", None) or ():
+        contents = cell.cell_contents
+        if isinstance(contents, PathView):
+            return contents.operations
+    return None
+
+
+def operation_scope(operation: Operation) -> Scope:
+    """The scope an operation's TokenAuth needs (every API operation has one)."""
+    (auth,) = [callback for callback in operation.auth_callbacks if isinstance(callback, TokenAuth)]
+    return auth.scope
+
+
+class ScopedNinjaAPI(NinjaAPI):
+    """NinjaAPI whose OpenAPI schema names, on every operation, the scope its token needs: `x-required-scope`,
+    and the scope in the operation's bearer security requirement."""
+
+    def get_openapi_schema(self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None) -> Any:
+        for router in self._get_bound_routers():
+            for path_view in router.path_operations.values():
+                for operation in path_view.operations:
+                    extra = operation.openapi_extra or {}
+                    operation.openapi_extra = {**extra, SCOPE_EXTENSION: operation_scope(operation).value}
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        for methods in schema["paths"].values():
+            for details in methods.values():
+                scope = details[SCOPE_EXTENSION]
+                details["security"] = [{name: [scope]} for requirement in details["security"] for name in requirement]
+        return schema
 
 
 def _checked_lookup(secret: str) -> ApiToken | None:
@@ -144,7 +234,7 @@ class _TokenWindow(SimpleRateThrottle):
         return self.cache_format % {"scope": self.scope, "ident": ident}
 
 
-api = NinjaAPI(
+api = ScopedNinjaAPI(
     title="Checkpoint Console API",
     version="1",
     description="Store, browse, diff, restore and fork the checkpoints of long-running agents.",

@@ -1,6 +1,8 @@
 """The LangGraph saver's API (`/api/v1/langgraph/`): what `checkpoint_console.langgraph.ConsoleSaver` calls.
 
-Thread ids travel in bodies and query parameters, never in paths: LangGraph accepts any string, "/" included.
+Thread ids travel in bodies, never in paths: LangGraph accepts any string, "/" included, and up to 1,000 characters
+of it percent-encode past the request line a server or proxy takes. The GET forms of get_tuple and list (query
+parameters) stay for short ids and older savers; their POST forms are what ConsoleSaver sends.
 Values are typed JSON (`checkpoint_console.typedjson`). 409 with `"resend": true` asks the saver to send every
 channel whole; 410 refuses a checkpoint of a deleted thread's history.
 """
@@ -105,6 +107,22 @@ def put_writes(request: HttpRequest, payload: WritesIn) -> Any:
     return {"stored": stored}
 
 
+class GetIn(Strict):
+    thread_id: str = ThreadId
+    checkpoint_ns: str = Namespace
+    checkpoint_id: str | None = Field(default=None, max_length=lg.ID_MAX)
+
+
+class ListIn(Strict):
+    thread_id: str | None = Field(default=None, min_length=1, max_length=lg.THREAD_MAX)
+    checkpoint_ns: str | None = Field(default=None, max_length=lg.NS_MAX)
+    checkpoint_id: str | None = Field(default=None, max_length=lg.ID_MAX)
+    before: str | None = Field(default=None, max_length=lg.ID_MAX, description="A checkpoint id: only smaller ones.")
+    filter: dict[str, Any] | None = Field(default=None, description="Metadata key → typed JSON.")
+    limit: int | None = Field(default=None, ge=1, le=limits.INT32_MAX, description="At most this many in all pages.")
+    cursor: str | None = Field(default=None, max_length=1000, description="next_cursor of the previous page")
+
+
 @router.get("/checkpoint", response={200: dict[str, Any], **LG_ERRORS})
 def get_tuple(
     request: HttpRequest,
@@ -112,12 +130,22 @@ def get_tuple(
     checkpoint_ns: str = Query("", max_length=lg.NS_MAX),
     checkpoint_id: str | None = Query(None, max_length=lg.ID_MAX),
 ) -> Any:
-    """LangGraph's get_tuple: the checkpoint named, or the thread+namespace's latest; 404 when there is none."""
-    found = lg.get_tuple(
-        _token(request).project, thread_id=thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=checkpoint_id
-    )
+    """LangGraph's get_tuple: the checkpoint named, or the thread+namespace's latest; 404 when there is none.
+    POST /checkpoint/get takes the same in a body, for ids too long for a URL."""
+    return _get_tuple(request, GetIn(thread_id=thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=checkpoint_id))
+
+
+@router.post("/checkpoint/get", response={200: dict[str, Any], **LG_ERRORS})
+def get_tuple_by_body(request: HttpRequest, payload: GetIn) -> Any:
+    """LangGraph's get_tuple with its arguments in the body: a thread id of 1,000 four-byte characters is 12,000
+    bytes percent-encoded, past the request line a server or proxy takes (gunicorn: 4,094 bytes)."""
+    return _get_tuple(request, payload)
+
+
+def _get_tuple(request: HttpRequest, wanted: GetIn) -> Any:
+    found = lg.get_tuple(_token(request).project, **wanted.model_dump())
     if found is None:
-        raise HttpError(404, f"no checkpoint {checkpoint_id or '(latest)'} in thread {thread_id[:200]!r}")
+        raise HttpError(404, f"no checkpoint {wanted.checkpoint_id or '(latest)'} in thread {wanted.thread_id[:200]!r}")
     return _json(found)
 
 
@@ -132,18 +160,36 @@ def list_tuples(
     limit: int | None = Query(None, ge=1, le=limits.INT32_MAX, description="At most this many in all pages."),
     cursor: str | None = Query(None, max_length=1000, description="next_cursor of the previous page"),
 ) -> Any:
-    """LangGraph's list: newest id first, pages of up to 20."""
-    after, remaining = _read_cursor(cursor) if cursor else (None, limit)
-    wanted = _read_filter(filter)
+    """LangGraph's list: newest id first, pages of up to 20. POST /checkpoints/list takes the same in a body."""
+    wanted = ListIn(
+        thread_id=thread_id,
+        checkpoint_ns=checkpoint_ns,
+        checkpoint_id=checkpoint_id,
+        before=before,
+        filter=_read_filter(filter),
+        limit=limit,
+        cursor=cursor,
+    )
+    return _list_tuples(request, wanted)
+
+
+@router.post("/checkpoints/list", response={200: TuplePage, **LG_ERRORS})
+def list_tuples_by_body(request: HttpRequest, payload: ListIn) -> Any:
+    """LangGraph's list with its arguments in the body (`filter` a JSON object): what ConsoleSaver sends."""
+    return _list_tuples(request, payload)
+
+
+def _list_tuples(request: HttpRequest, wanted: ListIn) -> Any:
+    after, remaining = _read_cursor(wanted.cursor) if wanted.cursor else (None, wanted.limit)
     page = lg.PAGE if remaining is None else min(lg.PAGE, remaining)
     items = list(
         lg.iter_tuples(
             _token(request).project,
-            thread_id=thread_id,
-            checkpoint_ns=checkpoint_ns,
-            checkpoint_id=checkpoint_id,
-            before=before,
-            filter=wanted,
+            thread_id=wanted.thread_id,
+            checkpoint_ns=wanted.checkpoint_ns,
+            checkpoint_id=wanted.checkpoint_id,
+            before=wanted.before,
+            filter=wanted.filter,
             limit=page,
             after=after,
         )

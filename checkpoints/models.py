@@ -903,6 +903,18 @@ class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
         return self.filter(unexpired, revoked_at__isnull=True)
 
 
+class Scope(models.TextChoices):
+    """What an API token may do: the one registry of scopes. Each API operation names the scope it needs
+    (`x-required-scope` in the OpenAPI schema) and a token holds a list of them; a feature that needs a scope of its
+    own adds it here, with the sentence the admin and `create_api_token --scope` show."""
+
+    READ = "read", "read sessions, checkpoints, diffs, live state, LangGraph threads, webhooks and their deliveries"
+    WRITE = "write", "store and change: sessions, checkpoints, restores, forks, LangGraph puts and deletions, webhooks"
+
+
+DEFAULT_SCOPES = [Scope.READ.value, Scope.WRITE.value]  # a token created without naming its scopes
+
+
 class ApiToken(models.Model):
     """A bearer token scoped to one project. Only its SHA-256 is stored; the prefix identifies it."""
 

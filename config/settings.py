@@ -72,6 +72,8 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # A token without the scope its API operation needs gets 403 before the body's size is even looked at.
+    "checkpoints.api.require_scope",
     # Before anything reads the body: the CSRF check reads (and spools) forms and uploads.
     "config.security.RequestBodyLimitMiddleware",
     "checkpoints.api.read_api_body",
@@ -281,6 +283,10 @@ IMPORT_ARCHIVE_MAX_RATIO = env_int("IMPORT_ARCHIVE_MAX_RATIO", 100)  # unpacked 
 IMPORT_ARCHIVE_MAX_MEMBERS = env_int("IMPORT_ARCHIVE_MAX_MEMBERS", 100_000)  # files and folders
 IMPORT_ARCHIVE_MAX_DEPTH = env_int("IMPORT_ARCHIVE_MAX_DEPTH", 32)  # folders above one member
 IMPORT_ARCHIVE_MAX_NAME_LENGTH = env_int("IMPORT_ARCHIVE_MAX_NAME_LENGTH", 1024)  # characters in one member's path
+# LangGraph checkpointer imports (checkpoints/sources/formats/langgraph.py): a SqliteSaver file may keep SQLite busy
+# this long in all, a PostgresSaver database's statements this long each, before the import of it is stopped.
+IMPORT_SQLITE_SECONDS = env_int("IMPORT_SQLITE_SECONDS", 300)
+IMPORT_POSTGRES_STATEMENT_SECONDS = env_int("IMPORT_POSTGRES_STATEMENT_SECONDS", 300)
 # Storage GC never deletes chunks younger than this (ingest writes chunks before the checkpoint row).
 GC_GRACE_MINUTES = env_int("GC_GRACE_MINUTES", 60)
 # A running job refreshes its heartbeat (and its lock) this often; a run silent for longer than the

@@ -66,3 +66,25 @@ def in_thread(work: Callable[[], Any], errors: list[BaseException]) -> threading
     thread = threading.Thread(target=run)
     thread.start()
     return thread
+
+
+def within(seconds: float, work: Callable[[], Any]) -> Any:
+    """What `work` returns, run in a daemon thread; a failed test if it runs past `seconds`. A hang a regression
+    brings back then fails the test instead of stalling the run: a signal handler (signal.alarm) would wait for
+    the C code it interrupts (SQLite's, libpq's) to return, which is what hangs."""
+    result: list[Any] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(work())
+        except BaseException as exc:  # re-raised in the test's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s"
+    if errors:
+        raise errors[0]
+    return result[0]

@@ -29,7 +29,7 @@ from .checkpoints import (
     upsert_session,
 )
 from .recovery import RestorePreview, fork_session, pin_checkpoint, restore_checkpoint, restore_preview, undo_restore
-from .tokens import authenticate_token, create_api_token, hash_token, revoke_token
+from .tokens import authenticate_token, create_api_token, hash_token, revoke_token, set_token_scopes
 
 __all__ = [
     "Actor",
@@ -59,6 +59,7 @@ __all__ = [
     "restore_checkpoint",
     "restore_preview",
     "revoke_token",
+    "set_token_scopes",
     "undo_restore",
     "upsert_session",
 ]

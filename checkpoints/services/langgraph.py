@@ -47,7 +47,7 @@ AGENT = "langgraph"
 ID_MAX = max_length(LangGraphCheckpoint, "checkpoint_id")
 NAME_MAX = max_length(Checkpoint, "name")
 EXTERNAL_ID_MAX = max_length(AgentSession, "external_id")
-NS_MAX = 1000  # with the thread id (below) and a filter, a GET's query fits the 64 KB request line
+NS_MAX = 1000  # like thread ids, sent in request bodies: in a URL, 1,000 characters can pass a server's request line
 THREAD_MAX = 1000
 PAGE = lgtuples.PAGE  # the API pages as the reads do
 # LangGraph's WRITES_IDX_MAP: these channels have fixed slots and replace; the others keep their first write

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
 
-from ..models import ApiToken, Project
-from .audit import Actor, record_audit
+from ..models import DEFAULT_SCOPES, ApiToken, Project, Scope
+from .audit import Actor, InvalidInput, record_audit
 
 UNNAMED = Actor.system("create_api_token")  # who created a token when the caller names no one
 
@@ -21,13 +22,16 @@ def create_api_token(
     *,
     name: str,
     read_only: bool = False,
+    scopes: Iterable[str] | None = None,
     expires_in: timedelta | None = None,
     actor: Actor = UNNAMED,
     now: datetime | None = None,
 ) -> tuple[ApiToken, str]:
     """Return the token row and its secret; the secret is shown once and only its hash is kept. Always audited,
-    in the token's transaction (by the system when no one is named)."""
+    in the token's transaction (by the system when no one is named). `scopes` names them (Scope); without it a
+    token reads and writes, and `read_only` is `scopes=["read"]`."""
     now = now or timezone.now()
+    chosen = checked_scopes(scopes) if scopes is not None else [Scope.READ.value] if read_only else DEFAULT_SCOPES
     prefix = secrets.token_hex(4)
     secret = f"cpk_{prefix}_{secrets.token_urlsafe(32)}"
     token = ApiToken.objects.create(
@@ -35,7 +39,7 @@ def create_api_token(
         name=name,
         prefix=prefix,
         token_hash=hash_token(secret),
-        scopes=["read"] if read_only else ["read", "write"],
+        scopes=chosen,
         created_at=now,
         expires_at=now + expires_in if expires_in else None,
     )
@@ -48,6 +52,33 @@ def create_api_token(
         details={"scopes": token.scopes, "expires_at": expires},
     )
     return token, secret
+
+
+@transaction.atomic
+def set_token_scopes(token: ApiToken, *, scopes: Iterable[str], actor: Actor) -> bool:
+    """Give the token exactly these scopes; False when it had them already (nothing written)."""
+    chosen = checked_scopes(scopes)
+    if chosen == token.scopes:
+        return False
+    before, token.scopes = token.scopes, chosen
+    token.save(update_fields=["scopes"])
+    record_audit(
+        actor,
+        "token_scopes_changed",
+        project=token.project,
+        target=str(token),
+        details={"before": before, "after": chosen},
+    )
+    return True
+
+
+def checked_scopes(scopes: Iterable[str]) -> list[str]:
+    """The scopes in the registry's order, each once; an unknown one is InvalidInput naming the known ones."""
+    wanted = set(scopes)
+    if unknown := sorted(wanted - set(Scope.values)):
+        known = ", ".join(Scope.values)
+        raise InvalidInput("scopes", f"unknown scope{'s' * (len(unknown) > 1)} {', '.join(unknown)}; known: {known}")
+    return [scope for scope in Scope.values if scope in wanted]
 
 
 def hash_token(secret: str) -> str:

@@ -70,7 +70,7 @@ def test_a_read_only_token_reads_but_cannot_write(session, api, read_only_api):
     assert read_only_api.get("/sessions/run-1").status_code == 200
     response = create(read_only_api, {"n": 2})
     assert response.status_code == 403
-    assert response.json() == {"detail": "this token is read-only"}
+    assert response.json() == {"detail": "this token lacks the 'write' scope"}
     assert Checkpoint.objects.count() == 1
 
 

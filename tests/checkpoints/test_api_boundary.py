@@ -397,7 +397,7 @@ def test_field_errors_are_capped_with_a_count(session, api):
 def test_a_read_only_token_is_refused_before_its_body_is_read(session, read_only_api):
     response = read_only_api.post("/sessions/run-1/checkpoints", raw=b"{not json")
     assert response.status_code == 403
-    assert response.json() == {"detail": "this token is read-only"}
+    assert response.json() == {"detail": "this token lacks the 'write' scope"}
 
 
 def test_a_non_numeric_content_length_gets_400(session, api):

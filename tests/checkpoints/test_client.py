@@ -378,7 +378,7 @@ def test_read_only_token_can_read_but_not_create(cp, run, live_server, project):
         viewer.create(run, {"n": 2})
 
     assert caught.value.status == 403
-    assert caught.value.detail == "this token is read-only"
+    assert caught.value.detail == "this token lacks the 'write' scope"
     assert viewer.get_latest(run)["state"] == {"n": 1}
     assert Checkpoint.objects.count() == 1
 

@@ -251,6 +251,55 @@ def test_list_pages_hold_20_and_the_cursor_continues_within_the_limit(api):
     assert len(ids(capped)) == 20 and len(ids(rest)) == 5 and rest["next_cursor"] is None
 
 
+GET_BY_BODY = "/langgraph/checkpoint/get"
+LIST_BY_BODY = "/langgraph/checkpoints/list"
+
+
+def test_get_tuple_and_list_take_their_arguments_in_a_body_and_answer_as_the_url_forms_do(api, read_only_api):
+    for n in range(25):
+        put(api, "thread-1", n, metadata={"source": "loop" if n % 2 else "input", "step": n, "parents": {}})
+    put(api, "thread-2", 30)
+    for params in ({"thread_id": "thread-1"}, {"thread_id": "thread-1", "checkpoint_id": lg_id(3)}):
+        by_body = read_only_api.post(GET_BY_BODY, params)
+        assert by_body.status_code == 200 and by_body.json() == latest(api, **params).json()
+    assert read_only_api.post(GET_BY_BODY, {"thread_id": "none"}).status_code == 404
+    for params in ({}, {"thread_id": "thread-1", "before": lg_id(10)}, {"limit": 22}, {"checkpoint_ns": ""}):
+        by_body = read_only_api.post(LIST_BY_BODY, params).json()
+        assert by_body == listed(api, **params)
+        if by_body["next_cursor"]:
+            rest = read_only_api.post(LIST_BY_BODY, {**params, "cursor": by_body["next_cursor"]}).json()
+            assert rest == listed(api, **params, cursor=by_body["next_cursor"])
+    filtered = read_only_api.post(LIST_BY_BODY, {"filter": {"source": "input"}, "limit": 3}).json()
+    assert filtered == listed(api, filter=json.dumps({"source": "input"}), limit=3) and len(ids(filtered)) == 3
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        (GET_BY_BODY, {"thread_id": "é" * 1001}, "thread_id"),
+        (GET_BY_BODY, {"thread_id": ""}, "thread_id"),
+        (GET_BY_BODY, {}, "thread_id"),
+        (LIST_BY_BODY, {"thread_id": "😀" * 1001}, "thread_id"),
+        (LIST_BY_BODY, {"filter": [1]}, "filter"),
+        (LIST_BY_BODY, {"limit": 0}, "limit"),
+        (LIST_BY_BODY, {"thread": "t"}, "thread"),
+    ],
+)
+def test_the_body_forms_refuse_bad_arguments_with_422_naming_the_field(api, path, body, field):
+    response = api.post(path, body)
+    assert response.status_code == 422, response.content
+    assert field in json.dumps(response.json()["detail"])
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(thread_id=st.text(min_size=1, max_size=1000))
+def test_a_thread_id_of_up_to_1000_characters_of_any_script_is_put_got_and_listed(api, thread_id):
+    put(api, thread_id, 0)
+    got = api.post(GET_BY_BODY, {"thread_id": thread_id})
+    assert got.status_code == 200 and got.json()["thread_id"] == thread_id
+    assert ids(api.post(LIST_BY_BODY, {"thread_id": thread_id}).json()) == [lg_id(0)]
+
+
 # ---- boundaries ------------------------------------------------------------------------------------------
 
 
@@ -313,7 +362,7 @@ def listed_status(api, **params):
 
 def test_the_langgraph_endpoints_are_in_the_openapi_schema(client):
     paths = client.get("/api/v1/openapi.json").json()["paths"]
-    for path in ("checkpoints", "checkpoint", "writes"):
+    for path in ("checkpoints", "checkpoint", "writes", "checkpoint/get", "checkpoints/list"):
         assert f"/api/v1/langgraph/{path}" in paths
 
 

@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import Annotated, Any, TypedDict
 from uuid import UUID
 
 import httpx
 import pytest
+from django.db import connection
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.conformance import checkpointer_test, validate
@@ -248,13 +256,13 @@ def test_list_fetches_pages_lazily_and_stops_at_the_limit(saver):
     wire = Wire(saver)
 
     everything = [t.checkpoint["channel_values"]["step"] for t in saver.list({"configurable": {"thread_id": "paged"}})]
-    requests_for_all = wire.count("GET", "/checkpoints")
+    requests_for_all = wire.count("POST", "/checkpoints/list")
     first_two = list(saver.list({"configurable": {"thread_id": "paged"}}, limit=25))
 
     assert everything == list(reversed(range(45)))
     assert requests_for_all == 3
     assert [t.checkpoint["channel_values"]["step"] for t in first_two] == list(reversed(range(20, 45)))
-    assert wire.count("GET", "/checkpoints") == 3 + 2
+    assert wire.count("POST", "/checkpoints/list") == 3 + 2
 
 
 def test_list_filters_metadata_at_the_server(saver):
@@ -273,7 +281,7 @@ def test_errors_carry_the_servers_detail_and_a_missing_checkpoint_is_none(live_s
 
     with ConsoleSaver(live_server.url, read_only) as viewer, pytest.raises(CheckpointAPIError) as refused:
         put(viewer, "t", {"n": 1})
-    assert (refused.value.status, refused.value.detail) == (403, "this token is read-only")
+    assert (refused.value.status, refused.value.detail) == (403, "this token lacks the 'write' scope")
     assert latest(saver, "no such thread") is None
     with ConsoleSaver("http://127.0.0.1:9", "cpk_x", timeout=2) as nowhere, pytest.raises(CheckpointAPIError) as down:
         latest(nowhere, "t")
@@ -347,3 +355,95 @@ def test_an_async_graph_run_appends_its_messages_through_the_async_saver(live_se
     state = run_async(run())
 
     assert [m.id for m in state["messages"]] == ["h1", "ai-1", "ai-2", "ai-3"]
+
+
+# ---- thread ids as long as documented, through the shipped gunicorn ------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def shipped_gunicorn_command() -> list[str]:
+    """The Dockerfile's CMD; compose.yaml's web service runs the same one."""
+    (line,) = [line for line in (REPO / "Dockerfile").read_text().splitlines() if line.startswith("CMD ")]
+    command = json.loads(line.removeprefix("CMD "))
+    assert " ".join(command) in (REPO / "compose.yaml").read_text()
+    return command
+
+
+@pytest.fixture
+def gunicorn_url(transactional_db, tmp_path) -> Iterator[str]:
+    """The shipped gunicorn command, bound to a free loopback port, on the test database."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = shipped_gunicorn_command()
+    command[command.index("--bind") + 1] = f"127.0.0.1:{port}"
+    database = connection.settings_dict
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:{database['PORT'] or 5432}/{database['NAME']}",
+        "SECRET_KEY": "gunicorn-test-key-" + "x" * 40,
+        "DEBUG": "0",
+    }
+    log = tmp_path / "gunicorn.log"
+    with log.open("wb") as output:  # a file, not a pipe no one reads while the server runs
+        server = subprocess.Popen([sys.executable, "-m", *command], cwd=REPO, env=env, stdout=output, stderr=output)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, log.read_text()
+            try:
+                httpx.get(f"{url}/api/v1/openapi.json", timeout=2)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "gunicorn did not answer within 60 s"
+                time.sleep(0.2)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+LONG_IDS = {"é": "é" * 1000, "emoji": "😀" * 1000}
+
+
+def test_a_long_thread_id_in_a_url_is_refused_by_gunicorn_which_is_why_the_saver_never_sends_one(
+    gunicorn_url, token_secret
+):
+    answer = httpx.get(
+        f"{gunicorn_url}/api/v1/langgraph/checkpoint",
+        params={"thread_id": LONG_IDS["emoji"]},
+        headers={"Authorization": f"Bearer {token_secret}"},
+        timeout=30,
+    )
+    assert answer.status_code == 414  # gunicorn's request line: 4,094 bytes
+
+
+@pytest.mark.parametrize("name", LONG_IDS)
+def test_every_saver_call_takes_a_thread_id_of_a_thousand_characters_of_any_script_through_gunicorn(
+    gunicorn_url, token_secret, name
+):
+    thread_id, copy_id = LONG_IDS[name], LONG_IDS[name][:-1] + "!"
+    with ConsoleSaver(gunicorn_url, token_secret, timeout=30) as saver:
+        first = put(saver, thread_id, {"n": 1})
+        second = put(saver, thread_id, {"n": 2}, parent=first)
+        config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": second}}
+        saver.put_writes(config, [("n", 3)], task_id="task-1")
+
+        found = latest(saver, thread_id)
+        assert found is not None and found.config["configurable"]["thread_id"] == thread_id
+        assert found.checkpoint["channel_values"] == {"n": 2} and found.pending_writes == [("task-1", "n", 3)]
+        named = saver.get_tuple({"configurable": {**config["configurable"], "checkpoint_id": first}})
+        assert named is not None and named.checkpoint["channel_values"] == {"n": 1}
+        listed = list(saver.list({"configurable": {"thread_id": thread_id}}, filter={"source": "loop"}))
+        assert [t.config["configurable"]["checkpoint_id"] for t in listed] == [second, first]
+
+        saver.copy_thread(thread_id, copy_id)
+        copied = latest(saver, copy_id)
+        assert copied is not None and copied.checkpoint["channel_values"] == {"n": 2}
+
+        saver.delete_thread(thread_id)
+        assert latest(saver, thread_id) is None
+        assert list(saver.list({"configurable": {"thread_id": thread_id}})) == []
+    assert AgentSession.objects.filter(metadata__thread_id=copy_id).exists()

@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from checkpoints import services
+from checkpoints.models import Scope
 
 
 class Command(BaseCommand):
@@ -15,7 +16,17 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--project", required=True, help="project slug")
         parser.add_argument("--name", required=True, help="what the token is for, e.g. the agent's name")
-        parser.add_argument("--read-only", action="store_true", help="the token can read but not write")
+        scopes = parser.add_mutually_exclusive_group()
+        scopes.add_argument(
+            "--scope",
+            action="append",
+            type=_scope,
+            dest="scopes",
+            metavar="NAME",
+            help="a scope the token has; repeat for more (default: read and write). "
+            + "; ".join(f"{scope.value}: {scope.label}" for scope in Scope),
+        )
+        scopes.add_argument("--read-only", action="store_true", help="the token can read but not write: --scope read")
         parser.add_argument(
             "--expires-in", type=_duration, help="e.g. 90d, 12h or 30m; after that the token gets 401 (default: never)"
         )
@@ -26,6 +37,7 @@ class Command(BaseCommand):
             project,
             name=options["name"],
             read_only=options["read_only"],
+            scopes=options["scopes"],
             expires_in=options["expires_in"],
             actor=services.Actor.system("create_api_token"),
         )
@@ -35,6 +47,13 @@ class Command(BaseCommand):
             "It is shown once; only its hash is stored."
         )
         self.stdout.write(secret)
+
+
+def _scope(name: str) -> str:
+    if name not in Scope.values:
+        known = "; ".join(f"{scope.value} ({scope.label})" for scope in Scope)
+        raise CommandError(f"--scope {name!r} is no scope; the scopes are: {known}")
+    return name
 
 
 _UNITS = {"d": "days", "h": "hours", "m": "minutes"}

@@ -17,13 +17,15 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from psycopg.rows import dict_row
 
 from checkpoint_console import typedjson
@@ -37,8 +39,11 @@ NAME = "langgraph"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 URL_SCHEMES = ("postgres://", "postgresql://")
 READ_BATCH = 200  # checkpoints (or writes) read from a PostgresSaver database at a time
-CHECKPOINT_COLUMNS = {"thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "checkpoint", "metadata"}
-WRITE_COLUMNS = {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx", "channel", "value"}
+CHECKPOINT_COLUMNS = {
+    "thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "type", "checkpoint", "metadata"
+}  # fmt: skip
+WRITE_COLUMNS = {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx", "channel", "type", "value"}
+PROGRESS_EVERY = 10_000  # SQLite instructions between two looks at a file's time budget
 
 
 @dataclass
@@ -83,13 +88,14 @@ def is_url(source: str | Path) -> bool:
 
 
 def detect(path: Path) -> bool:
-    """A SQLite file with SqliteSaver's two tables."""
+    """A SQLite file naming SqliteSaver's two tables; whether they are plain tables with SqliteSaver's columns is
+    `threads`' to report, so that a file that only looks like one gets a report line saying why it is not read."""
     try:
         with path.open("rb") as file:
             if file.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
                 return False
         with closing(_open_sqlite(path)) as conn:
-            return _columns(conn, "checkpoints") >= CHECKPOINT_COLUMNS and _columns(conn, "writes") >= WRITE_COLUMNS
+            return {"checkpoints", "writes"} <= set(_schema(conn))
     except (OSError, sqlite3.Error):
         return False
 
@@ -97,47 +103,159 @@ def detect(path: Path) -> bool:
 def threads(source: str | Path) -> Iterator[Thread | Problem]:
     """Every thread of a SqliteSaver file or a PostgresSaver database URL, one at a time; a source that cannot
     be opened or read on is a Problem."""
+    name = database_name(str(source)) if is_url(source) else str(source)
     try:
         if is_url(source):
             yield from _postgres_threads(str(source))
         else:
             yield from _sqlite_threads(Path(source))
+    except psycopg.errors.QueryCanceled:
+        seconds = settings.IMPORT_POSTGRES_STATEMENT_SECONDS
+        yield Problem(name, f"a statement ran past IMPORT_POSTGRES_STATEMENT_SECONDS ({seconds} s); not read further")
     except (sqlite3.Error, psycopg.Error) as exc:
-        name = database_name(str(source)) if is_url(source) else str(source)
         yield Problem(name, f"not readable as LangGraph checkpoints: {exc}")
 
 
 # ---- SqliteSaver -------------------------------------------------------------------------------
 
 
+class TooSlow(sqlite3.OperationalError):
+    """A file kept SQLite busy past IMPORT_SQLITE_SECONDS."""
+
+
+class _Budget:
+    """The time SQLite spends on one file's statements, added up: a progress handler interrupts the statement
+    running when the sum passes the limit. Only time inside SQLite counts, not the import's own work between
+    reads, so a large file is not cut short by the speed of the database it goes into."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.spent = 0.0
+        self.since: float | None = None
+
+    def exceeded(self) -> int:
+        return int(self.since is not None and self.spent + time.monotonic() - self.since > self.seconds)
+
+    def check(self) -> None:
+        if self.spent > self.seconds:
+            raise self.too_slow()
+
+    def too_slow(self) -> TooSlow:
+        return TooSlow(f"reading took longer than IMPORT_SQLITE_SECONDS ({self.seconds:g} s); not read further")
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        self.check()
+        self.since = time.monotonic()
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            if self.exceeded():
+                raise self.too_slow() from exc
+            raise
+        finally:
+            self.spent += time.monotonic() - self.since
+            self.since = None
+
+
+class SqliteReader:
+    """A SqliteSaver file opened read-only, every statement within the file's time budget."""
+
+    def __init__(self, path: Path, seconds: float) -> None:
+        self.conn = _open_sqlite(path)
+        self.budget = _Budget(seconds)
+        self.conn.set_progress_handler(self.budget.exceeded, PROGRESS_EVERY)
+
+    def all(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        with self.budget.running():
+            return self.conn.execute(sql, params).fetchall()
+
+    def batches(self, sql: str, params: tuple[Any, ...] = ()) -> Iterator[Any]:
+        """The rows READ_BATCH at a time; between batches SQLite waits, and that time is not counted."""
+        with self.budget.running():
+            cursor = self.conn.execute(sql, params)
+        while True:
+            with self.budget.running():
+                rows = cursor.fetchmany(READ_BATCH)
+            if not rows:
+                return
+            yield from rows
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 def _open_sqlite(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    """Read-only twice over: the file opened with mode=ro, and the connection refusing writes (query_only)."""
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    conn.execute("PRAGMA query_only = ON")
+    conn.execute("PRAGMA trusted_schema = OFF")  # the schema may call no function with side effects
+    return conn
 
 
-def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
-    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+def _schema(conn: sqlite3.Connection) -> dict[str, tuple[str, str]]:
+    """Each schema object by its name as SQLite compares names (case-insensitively): its kind and its SQL."""
+    rows = conn.execute("SELECT type, name, coalesce(sql, '') FROM sqlite_master").fetchall()
+    return {name.lower(): (kind, sql) for kind, name, sql in rows}
 
 
-def _sqlite_threads(path: Path) -> Iterator[Thread]:
-    with closing(_open_sqlite(path)) as conn:
-        ids = [row[0] for row in conn.execute("SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id")]
+def _columns(conn: sqlite3.Connection, table: str) -> dict[str, int]:
+    """The table's columns and whether each is hidden or generated (table_xinfo's `hidden`: 0 for a plain one)."""
+    return {row[1]: row[6] for row in conn.execute(f"PRAGMA table_xinfo({table})")}
+
+
+def _structure_problem(conn: sqlite3.Connection) -> str | None:
+    """What keeps the file from being read as SqliteSaver's: only plain tables are read, because a view (an
+    endless recursive one, say), a virtual table (its module's code) or a trigger runs what the file's author
+    wrote, and a generated column computes on every read."""
+    schema = _schema(conn)
+    triggers = sorted(name for name, (kind, _) in schema.items() if kind == "trigger")
+    if triggers:
+        return f"the file has triggers ({', '.join(triggers)}), which a SqliteSaver file has not; not read"
+    for table, expected in (("checkpoints", CHECKPOINT_COLUMNS), ("writes", WRITE_COLUMNS)):
+        kind, sql = schema.get(table, ("", ""))
+        if kind != "table":
+            return f"{table} is {f'a {kind}' if kind else 'missing'}, not a plain table; not read"
+        if sql.lstrip().upper().startswith("CREATE VIRTUAL"):
+            return f"{table} is a virtual table, not a plain table; not read"
+        columns = _columns(conn, table)
+        if missing := sorted(expected - columns.keys()):
+            return f"{table} lacks the column{'s' * (len(missing) > 1)} {', '.join(missing)}; not read"
+        if generated := sorted(name for name, hidden in columns.items() if hidden):
+            return f"{table} has generated or hidden columns ({', '.join(generated)}); not read"
+    return None
+
+
+def _sqlite_threads(path: Path) -> Iterator[Thread | Problem]:
+    with closing(SqliteReader(path, settings.IMPORT_SQLITE_SECONDS)) as reader:
+        with reader.budget.running():
+            problem = _structure_problem(reader.conn)
+        if problem:
+            yield Problem(str(path), problem)
+            return
+        ids = [row[0] for row in reader.all("SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id")]
+        with reader.budget.running():
+            task_path = "task_path" if "task_path" in _columns(reader.conn, "writes") else "''"
         for thread_id in ids:
-            yield Thread(thread_id, _sqlite_checkpoints(conn, path, thread_id), _sqlite_writes(conn, thread_id))
+            reader.budget.check()  # a thread that ran out of time stops the file, not only itself
+            yield Thread(
+                thread_id, _sqlite_checkpoints(reader, path, thread_id), _sqlite_writes(reader, thread_id, task_path)
+            )
 
 
-def _sqlite_checkpoints(conn: sqlite3.Connection, path: Path, thread_id: str) -> Iterator[Saved | Problem]:
+def _sqlite_checkpoints(reader: SqliteReader, path: Path, thread_id: str) -> Iterator[Saved | Problem]:
     """The keys in id order first (small), then each row by its primary key: sorting the rows themselves would copy
     every blob of the thread into SQLite's sorter."""
-    keys = conn.execute(
+    keys = reader.all(
         "SELECT checkpoint_ns, checkpoint_id FROM checkpoints WHERE thread_id = ? ORDER BY checkpoint_id, checkpoint_ns",
         (thread_id,),
-    ).fetchall()
+    )
     for ns, checkpoint_id in keys:
-        parent, type_, blob, metadata = conn.execute(
+        ((parent, type_, blob, metadata),) = reader.all(
             "SELECT parent_checkpoint_id, type, checkpoint, metadata FROM checkpoints"
-            " WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+            " WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? LIMIT 1",
             (thread_id, ns, checkpoint_id),
-        ).fetchone()
+        )
         try:
             header = _decoded_checkpoint(type_, blob)
             values = header.pop("channel_values")
@@ -146,9 +264,8 @@ def _sqlite_checkpoints(conn: sqlite3.Connection, path: Path, thread_id: str) ->
             yield Problem(where(path, thread_id, ns, checkpoint_id), str(exc))
 
 
-def _sqlite_writes(conn: sqlite3.Connection, thread_id: str) -> Iterator[Write]:
-    task_path = "task_path" if "task_path" in _columns(conn, "writes") else "''"
-    rows = conn.execute(
+def _sqlite_writes(reader: SqliteReader, thread_id: str, task_path: str) -> Iterator[Write]:
+    rows = reader.batches(
         f"SELECT checkpoint_ns, checkpoint_id, task_id, {task_path}, idx, channel, type, value"
         " FROM writes WHERE thread_id = ? ORDER BY checkpoint_ns, checkpoint_id, task_id, idx",
         (thread_id,),
@@ -204,6 +321,9 @@ def _postgres_threads(url: str) -> Iterator[Thread]:
         conn.read_only = True
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         with conn.transaction():
+            # A view named checkpoints may run anything; no statement of the import runs longer than this
+            milliseconds = str(settings.IMPORT_POSTGRES_STATEMENT_SECONDS * 1000)
+            conn.execute("SELECT set_config('statement_timeout', %s, true)", (milliseconds,))
             has_path = conn.execute(
                 "SELECT 1 FROM information_schema.columns WHERE table_name = 'checkpoint_writes'"
                 " AND column_name = 'task_path' AND table_schema = ANY(current_schemas(false))"

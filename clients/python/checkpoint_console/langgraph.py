@@ -14,7 +14,6 @@ made by this saver's serde, so `get_tuple` gives back what `put` was given; a pu
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, cast
@@ -201,7 +200,7 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
             ],
         )
 
-    def _list_params(
+    def _list_body(
         self,
         config: RunnableConfig | None,
         filter: dict[str, Any] | None,
@@ -209,7 +208,7 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
         limit: int | None,
     ) -> dict[str, Any]:
         configurable = (config or {}).get("configurable", {})
-        params: dict[str, Any] = {
+        body: dict[str, Any] = {
             "thread_id": str(configurable["thread_id"]) if "thread_id" in configurable else None,
             "checkpoint_ns": configurable.get("checkpoint_ns"),
             "checkpoint_id": configurable.get("checkpoint_id"),
@@ -217,9 +216,8 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
             "limit": limit,
         }
         if filter:
-            encoded = {key: typedjson.from_typed(*_PLAIN.dumps_typed(value)) for key, value in filter.items()}
-            params["filter"] = json.dumps(encoded, ensure_ascii=False, separators=(",", ":"))
-        return {key: value for key, value in params.items() if value is not None}
+            body["filter"] = {key: typedjson.from_typed(*_PLAIN.dumps_typed(value)) for key, value in filter.items()}
+        return {key: value for key, value in body.items() if value is not None}
 
     # ---- sync API ----------------------------------------------------------------------
 
@@ -249,7 +247,7 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
         _answer(self._call("POST", "/writes", json=self._writes_body(config, writes, task_id, task_path)))
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        response = self._call("GET", "/checkpoint", params=_get_params(config))
+        response = self._call("POST", "/checkpoint/get", json=_get_body(config))
         if response.status_code == 404:
             return None
         return self._tuple(_answer(response))
@@ -263,12 +261,12 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Newest first, fetched a page at a time as the iteration goes."""
-        params = None if limit is not None and limit < 1 else self._list_params(config, filter, before, limit)
-        while params is not None:
-            page = _answer(self._call("GET", "/checkpoints", params=params))
+        body = None if limit is not None and limit < 1 else self._list_body(config, filter, before, limit)
+        while body is not None:
+            page = _answer(self._call("POST", "/checkpoints/list", json=body))
             for item in page["items"]:
                 yield self._tuple(item)
-            params = {**params, "cursor": page["next_cursor"]} if page.get("next_cursor") else None
+            body = {**body, "cursor": page["next_cursor"]} if page.get("next_cursor") else None
 
     def delete_thread(self, thread_id: str) -> None:
         self.memory.forget([str(thread_id)])
@@ -317,7 +315,7 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
         _answer(await self._acall("POST", "/writes", json=self._writes_body(config, writes, task_id, task_path)))
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        response = await self._acall("GET", "/checkpoint", params=_get_params(config))
+        response = await self._acall("POST", "/checkpoint/get", json=_get_body(config))
         if response.status_code == 404:
             return None
         return self._tuple(_answer(response))
@@ -330,12 +328,12 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        params = None if limit is not None and limit < 1 else self._list_params(config, filter, before, limit)
-        while params is not None:
-            page = _answer(await self._acall("GET", "/checkpoints", params=params))
+        body = None if limit is not None and limit < 1 else self._list_body(config, filter, before, limit)
+        while body is not None:
+            page = _answer(await self._acall("POST", "/checkpoints/list", json=body))
             for item in page["items"]:
                 yield self._tuple(item)
-            params = {**params, "cursor": page["next_cursor"]} if page.get("next_cursor") else None
+            body = {**body, "cursor": page["next_cursor"]} if page.get("next_cursor") else None
 
     async def adelete_thread(self, thread_id: str) -> None:
         self.memory.forget([str(thread_id)])
@@ -369,11 +367,13 @@ def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableC
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id}}
 
 
-def _get_params(config: RunnableConfig) -> dict[str, str]:
-    params = {"thread_id": _thread(config), "checkpoint_ns": _ns(config)}
+def _get_body(config: RunnableConfig) -> dict[str, str]:
+    """get_tuple's arguments, sent in a POST body like every other call's: a thread id may be 1,000 characters of
+    any script, too long for a URL once percent-encoded."""
+    body = {"thread_id": _thread(config), "checkpoint_ns": _ns(config)}
     if checkpoint_id := get_checkpoint_id(config):
-        params["checkpoint_id"] = checkpoint_id
-    return params
+        body["checkpoint_id"] = checkpoint_id
+    return body
 
 
 def _resend(response: httpx.Response, plan: PutPlan, config: RunnableConfig) -> bool:

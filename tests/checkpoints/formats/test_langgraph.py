@@ -14,6 +14,7 @@ import pickle
 import sqlite3
 import zipfile
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -39,7 +40,7 @@ from checkpoints.sources.formats import langgraph
 from checkpoints.sources.formats.base import Problem
 from checkpoints.store import load_state
 from checkpoints.tasks import import_archive
-from tests.helpers import command, import_folder
+from tests.helpers import command, import_folder, within
 
 # ---- the graph ---------------------------------------------------------------------------------
 
@@ -292,6 +293,113 @@ def test_a_file_that_is_no_sqlite_saver_file_is_one_problem(tmp_path):
     assert problem.path == str(path) and "not readable as LangGraph checkpoints" in problem.error
 
 
+# ---- files that are not what they look like: read-only, plain tables only, a time budget -------
+
+ENDLESS_VIEW = """CREATE VIEW checkpoints AS WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n)
+    SELECT 't' AS thread_id, '' AS checkpoint_ns, printf('%08d', i) AS checkpoint_id,
+    NULL AS parent_checkpoint_id, 'msgpack' AS type, x'80' AS checkpoint, '{}' AS metadata FROM n"""
+
+
+def reshaped(sqlite_file: Path, name: str, *statements: str) -> Path:
+    """A copy of the SqliteSaver file with its schema changed by `statements`."""
+    path = sqlite_file.with_name(name)
+    path.write_bytes(sqlite_file.read_bytes())
+    with closing(sqlite3.connect(path)) as conn, conn:
+        for statement in statements:
+            conn.execute(statement)
+    return path
+
+
+HOSTILE = {
+    "view": (
+        ["ALTER TABLE checkpoints RENAME TO kept", "CREATE VIEW checkpoints AS SELECT * FROM kept"],
+        "checkpoints is a view",
+    ),
+    "trigger": (
+        ["CREATE TRIGGER spy AFTER INSERT ON writes BEGIN SELECT 1; END"],
+        "the file has triggers (spy)",
+    ),
+    "virtual table": (
+        [
+            "DROP TABLE writes",
+            "CREATE VIRTUAL TABLE writes USING fts5(thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx,"
+            " channel, type, value)",
+        ],
+        "writes is a virtual table",
+    ),
+    "missing column": (["ALTER TABLE writes DROP COLUMN channel"], "writes lacks the column channel"),
+    "generated column": (
+        ["ALTER TABLE checkpoints ADD COLUMN heavy TEXT GENERATED ALWAYS AS (hex(checkpoint))"],
+        "checkpoints has generated or hidden columns (heavy)",
+    ),
+}
+
+
+def test_a_sqlite_saver_file_whose_checkpoints_is_an_endless_recursive_view_is_refused_at_once(sqlite_file):
+    path = reshaped(sqlite_file, "endless.sqlite", "DROP TABLE checkpoints", ENDLESS_VIEW)
+    assert langgraph.detect(path)
+    (problem,) = within(30, lambda: list(langgraph.threads(path)))
+    assert isinstance(problem, Problem) and problem.path == str(path)
+    assert problem.error == "checkpoints is a view, not a plain table; not read"
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_a_sqlite_saver_file_with_a_view_trigger_virtual_table_or_odd_columns_is_one_problem_naming_it(
+    sqlite_file, kind
+):
+    statements, named = HOSTILE[kind]
+    path = reshaped(sqlite_file, f"{kind.replace(' ', '-')}.sqlite", *statements)
+    (problem,) = within(30, lambda: list(langgraph.threads(path)))
+    assert isinstance(problem, Problem) and named in problem.error, problem
+
+
+def test_an_import_reports_each_refused_file_and_imports_the_good_one_next_to_them(sqlite_file, project):
+    for kind, (statements, _) in HOSTILE.items():
+        reshaped(sqlite_file, f"{kind.replace(' ', '-')}.sqlite", *statements)
+    expected = sqlite_saved(sqlite_file)
+    report = import_folder(sqlite_file.parent, project)
+    assert sorted(Path(error["path"]).name for error in report.errors) == sorted(
+        f"{kind.replace(' ', '-')}.sqlite" for kind in HOSTILE
+    )
+    assert all(error["error"].endswith("; not read") for error in report.errors), report.errors
+    assert console(project) == expected and report.imported == len(expected)
+
+
+def test_a_query_running_past_the_time_budget_is_interrupted(sqlite_file):
+    endless = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
+
+    def run_twice() -> list[str]:
+        refusals = []
+        with closing(langgraph.SqliteReader(sqlite_file, 0.2)) as reader:
+            for sql in (endless, "SELECT 1"):  # the budget is the file's: the next statement does not start
+                with pytest.raises(langgraph.TooSlow) as refused:
+                    reader.all(sql)
+                refusals.append(str(refused.value))
+        return refusals
+
+    assert within(30, run_twice) == ["reading took longer than IMPORT_SQLITE_SECONDS (0.2 s); not read further"] * 2
+
+
+def test_a_file_that_runs_past_import_sqlite_seconds_is_one_report_line_and_stores_nothing(
+    sqlite_file, project, settings
+):
+    settings.IMPORT_SQLITE_SECONDS = 0
+    report = import_folder(sqlite_file, project)
+    assert report.errors, "a budget of 0 s stops every file"
+    assert "reading took longer than IMPORT_SQLITE_SECONDS (0 s); not read further" in report.errors[0]["error"]
+    assert report.imported == 0 and not Checkpoint.objects.exists()
+
+
+def test_the_file_is_opened_read_only_and_refuses_writes(sqlite_file):
+    before = sqlite_file.read_bytes()
+    reader = langgraph.SqliteReader(sqlite_file, 10)
+    for statement in ("DELETE FROM writes", "CREATE TABLE spill (x)", "PRAGMA user_version = 7"):
+        with pytest.raises(sqlite3.OperationalError, match="readonly|read-only|query_only"):
+            reader.all(statement)
+    reader.close()
+    assert sqlite_file.read_bytes() == before
+
+
 # ---- PostgresSaver -----------------------------------------------------------------------------
 
 
@@ -478,6 +586,21 @@ def test_a_postgres_saver_database_imports_from_its_url(postgres_url, project):
     assert report["errors"] == [] and report["sessions"] == ["t-1", "t-2"]
     assert console(project) == postgres_saved(postgres_url)
     assert "lg_scratch_" in AuditEvent.objects.get(action="import").target
+
+
+@pytest.mark.postgres
+def test_a_postgres_saver_database_whose_statements_run_past_the_timeout_is_one_report_line(
+    postgres_url, project, settings
+):
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE checkpoints RENAME TO kept")
+        conn.execute("CREATE VIEW checkpoints AS SELECT kept.* FROM kept, pg_sleep(600)")
+    settings.IMPORT_POSTGRES_STATEMENT_SECONDS = 1
+    report = within(30, lambda: import_folder(postgres_url, project))
+    (error,) = report.errors
+    assert error["path"] == langgraph.database_name(postgres_url)
+    assert error["error"] == "a statement ran past IMPORT_POSTGRES_STATEMENT_SECONDS (1 s); not read further"
+    assert not Checkpoint.objects.exists()
 
 
 def test_a_database_that_cannot_be_reached_is_one_error_line_naming_it_without_its_password(db):
