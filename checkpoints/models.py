@@ -14,6 +14,8 @@ from django.db.models.fields.tuple_lookups import Tuple, TupleLessThan
 from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 
+from checkpoint_console import typedjson
+
 from . import limits
 from .fields import SafeCharField, SafeJSONField, SafeTextField
 from .roles import VIEW_SESSIONS, in_every_project, roles_granting
@@ -97,6 +99,12 @@ def default_type_allowlist() -> list[str]:
 def type_allowed(allowlist: Iterable[str], name: str) -> bool:
     """Whether a dotted callable name (see checkpoint_console.typedjson.type_names) is on the list."""
     return any(name == entry or (entry.endswith(".") and name.startswith(entry)) for entry in allowlist)
+
+
+def refused_types(allowlist: Iterable[str], value: Any, path: str = "") -> Iterable[tuple[str, str]]:
+    """(path, dotted name) of each callable a LangGraph reader would import for `value` that the list lacks."""
+    allowed = list(allowlist)
+    return ((where, name) for where, name in typedjson.type_names(value, path) if not type_allowed(allowed, name))
 
 
 class Project(models.Model):

@@ -7,12 +7,10 @@ is refused where it would be stored, and left out of what an export writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
-from checkpoint_console import typedjson
-
-from ..models import Project, type_allowed
+from ..models import Project, refused_types
 from .audit import InvalidInput
 
 WHERE_TO_ALLOW = "a project operator can add it under Project settings in the console (or in the admin)"
@@ -26,14 +24,6 @@ class TypeNotAllowed(InvalidInput):
             field, f"names the type {name[:300]}, which project {project.slug} does not allow: {WHERE_TO_ALLOW}"
         )
         self.type_name = name
-
-
-def refused_types(allowlist: Iterable[str], value: Any, path: str = "") -> Iterator[tuple[str, str]]:
-    """(path, dotted name) of each callable in `value` the allow-list does not hold."""
-    allowed = list(allowlist)
-    for where, name in typedjson.type_names(value, path):
-        if not type_allowed(allowed, name):
-            yield where, name
 
 
 def check_types(project: Project, fields: Iterable[tuple[str, Any]]) -> None:

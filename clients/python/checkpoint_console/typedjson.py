@@ -20,7 +20,7 @@ from typing import Any
 
 import ormsgpack
 
-__all__ = ["TAG", "from_msgpack", "from_typed", "readable", "to_msgpack", "to_typed", "type_names"]
+__all__ = ["TAG", "from_msgpack", "from_typed", "quote", "readable", "to_msgpack", "to_typed", "type_names"]
 
 TAG = "__lg__"
 _PYDANTIC_V1 = 4
@@ -93,6 +93,12 @@ def from_msgpack(data: bytes) -> Any:
         return _json(_unpack(data))
     except (ormsgpack.MsgpackDecodeError, TypeError) as exc:
         raise ValueError(f"not msgpack: {exc}") from None
+
+
+def quote(value: Any) -> Any:
+    """Plain JSON as typed JSON of the same data: a `__lg__` key in it stays a key (its object becomes a map),
+    never a tag that to_typed would turn into an extension record."""
+    return _json(value)
 
 
 def from_typed(type_: str, data: bytes) -> Any:
