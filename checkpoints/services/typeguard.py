@@ -7,11 +7,14 @@ is refused where it would be stored, and left out of what an export writes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
+from django.db import transaction
+
 from ..models import Project, refused_types
-from .audit import InvalidInput
+from .audit import Actor, InvalidInput, record_audit
 
 WHERE_TO_ALLOW = "a project operator can add it under Project settings in the console (or in the admin)"
 
@@ -31,3 +34,44 @@ def check_types(project: Project, fields: Iterable[tuple[str, Any]]) -> None:
     for field, value in fields:
         for where, name in refused_types(project.type_allowlist, value, field):
             raise TypeNotAllowed(where, name, project)
+
+
+# An entry: a dotted Python name (module.Name, a method as module.Name.method), a prefix ending in ".", or "pickle".
+ENTRY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\.?")
+ENTRY_MAX = 300
+ENTRIES_MAX = 1000
+
+
+def parse_allowlist(text: str) -> list[str]:
+    """One entry a line (blank lines and surrounding spaces ignored, repeats dropped); InvalidInput naming the
+    first bad line."""
+    entries: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        entry = line.strip()
+        if not entry or entry in entries:
+            continue
+        if len(entry) > ENTRY_MAX or not ENTRY.fullmatch(entry):
+            raise InvalidInput(
+                "type_allowlist",
+                f"line {number} ({entry[:60]!r}) is not a dotted name such as myapp.state.Plan or a prefix "
+                "ending in '.' such as myapp.state.",
+            )
+        entries.append(entry)
+    if len(entries) > ENTRIES_MAX:
+        raise InvalidInput("type_allowlist", f"at most {ENTRIES_MAX} entries")
+    return entries
+
+
+@transaction.atomic
+def set_type_allowlist(project: Project, *, actor: Actor, entries: list[str]) -> Project:
+    """Replace the project's allow-list (entries as parse_allowlist gives them), audited with what changed.
+    Values stored earlier are not looked at again: manage.py check_typed_values lists those it would refuse."""
+    entries = parse_allowlist("\n".join(entries))
+    before = list(project.type_allowlist)
+    if entries == before:
+        return project
+    project.type_allowlist = entries
+    project.save(update_fields=["type_allowlist"])
+    details = {"added": [e for e in entries if e not in before], "removed": [e for e in before if e not in entries]}
+    record_audit(actor, "set_type_allowlist", project=project, target=f"project {project.slug}", details=details)
+    return project
