@@ -8,12 +8,14 @@ is refused where it would be stored, and left out of what an export writes.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
 
-from ..models import Project, refused_types
+from ..models import AgentSession, Project, SourceFormat, refused_types
+from ..store import lgtuples
 from .audit import Actor, InvalidInput, record_audit
 
 WHERE_TO_ALLOW = "a project operator can add it under Project settings in the console (or in the admin)"
@@ -75,3 +77,23 @@ def set_type_allowlist(project: Project, *, actor: Actor, entries: list[str]) ->
     details = {"added": [e for e in entries if e not in before], "removed": [e for e in before if e not in entries]}
     record_audit(actor, "set_type_allowlist", project=project, target=f"project {project.slug}", details=details)
     return project
+
+
+@dataclass(frozen=True)
+class StoredRefusal:
+    session: AgentSession
+    checkpoint_ns: str
+    checkpoint_id: str
+    path: str
+    type_name: str
+
+
+def stored_refusals(project: Project) -> Iterator[StoredRefusal]:
+    """The values a LangGraph saver can read from the project's threads that its allow-list would refuse today
+    (stored before the list said so): each thread's current checkpoints, their metadata and pending writes."""
+    allowlist = list(project.type_allowlist)
+    sessions = AgentSession.objects.filter(project=project, source_format=SourceFormat.LANGGRAPH).order_by("pk")
+    for session in sessions.iterator(chunk_size=100):
+        for item in lgtuples.session_tuples(session):
+            for path, name in lgtuples.refused_in(item, allowlist):
+                yield StoredRefusal(session, item["checkpoint_ns"], item["checkpoint_id"], path, name)

@@ -6,9 +6,11 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from io import StringIO
 
 import ormsgpack
 import pytest
+from django.core.management import CommandError, call_command
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.documents import Document
@@ -33,6 +35,7 @@ from tests.checkpoints.langgraph_kit import (
     shell_command,
     typed,
 )
+from tests.helpers import command
 
 PUT = "/langgraph/checkpoints"
 WRITES = "/langgraph/writes"
@@ -188,3 +191,30 @@ def test_the_server_refuses_a_put_exactly_when_a_value_names_a_type_the_project_
         assert any(f"names the type {name}," in refusal(response) for name in refused)
     else:
         assert response.status_code == 201, (names, response.content)
+
+
+# ---- values stored before ----------------------------------------------------------------------------------
+
+
+def test_check_typed_values_lists_what_the_allow_list_would_refuse_today(api, project, other_project):
+    Project.objects.filter(pk=project.pk).update(type_allowlist=[*DEFAULT_TYPE_ALLOWLIST, "myapp."])
+    plan = hostile(ext_record(5, "myapp.state", "Plan", {"steps": []}))
+    assert api.post(PUT, put_body("old", 0, values={"messages": messages(1), "plan": plan})).status_code == 201
+    writes = {"thread_id": "old", "checkpoint_id": lg_id(0), "task_id": "t", "writes": [["plan", [plan]]]}
+    assert api.post(WRITES, writes).status_code == 200
+    assert api.post(PUT, put_body("clean", 0)).status_code == 201
+    assert command("check_typed_values")[0].endswith("No stored value names a type its project does not allow.\n")
+    Project.objects.filter(pk=project.pk).update(type_allowlist=list(DEFAULT_TYPE_ALLOWLIST))
+
+    out = StringIO()
+    with pytest.raises(CommandError, match="2 stored values name a type the project does not allow"):
+        call_command("check_typed_values", "--project", "acme", stdout=out)
+    printed, _ = command("check_typed_values", "--project", "globex")
+
+    assert out.getvalue().splitlines() == [
+        f"acme\told\t-\t{lg_id(0)}\tcheckpoint.channel_values.plan\tmyapp.state.Plan",
+        f"acme\told\t-\t{lg_id(0)}\tpending_writes.0.2.0\tmyapp.state.Plan",
+    ]
+    assert "No stored value" in printed
+    with pytest.raises(CommandError, match="no project 'nope'"):
+        command("check_typed_values", "--project", "nope")

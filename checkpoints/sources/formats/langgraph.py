@@ -29,7 +29,7 @@ from psycopg.rows import dict_row
 from checkpoint_console import typedjson
 
 from ... import store
-from ...models import Checkpoint, LangGraphWrites, refused_types
+from ...models import Checkpoint, LangGraphWrites
 from ...store import lgtuples
 from .base import Problem
 
@@ -398,8 +398,7 @@ def _write_rows(
 
 def _allowed(tuples: Iterable[dict[str, Any]], allowlist: list[str], thread_id: str) -> Iterator[dict[str, Any]]:
     for item in tuples:
-        parts = ("checkpoint", "metadata", "pending_writes")
-        for where, name in (found for part in parts for found in refused_types(allowlist, item[part], part)):
+        for where, name in lgtuples.refused_in(item, allowlist):
             raise ExportRefused(
                 f"checkpoint {item['checkpoint_id']} of thread {thread_id[:200]!r} holds a {name[:300]} at {where}, "
                 "a type its project does not allow: not exported (manage.py check_typed_values lists such values)"
