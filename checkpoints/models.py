@@ -103,8 +103,10 @@ def type_allowed(allowlist: Iterable[str], name: str) -> bool:
 
 def refused_types(allowlist: Iterable[str], value: Any, path: str = "") -> Iterable[tuple[str, str]]:
     """(path, dotted name) of each callable a LangGraph reader would import for `value` that the list lacks."""
-    allowed = list(allowlist)
-    return ((where, name) for where, name in typedjson.type_names(value, path) if not type_allowed(allowed, name))
+    entries = list(allowlist)
+    exact, prefixes = set(entries), tuple(entry for entry in entries if entry.endswith("."))
+    names = typedjson.type_names(value, path)
+    return ((where, name) for where, name in names if name not in exact and not name.startswith(prefixes))
 
 
 class Project(models.Model):
