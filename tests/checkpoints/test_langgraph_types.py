@@ -124,6 +124,7 @@ def test_an_operator_allowing_a_type_or_a_prefix_lets_it_in(api, project):
         ),
         (hostile(ext_record(0, "builtins", "setattr", [])), "builtins.setattr"),
         (hostile(ormsgpack.Ext(0, b"\xc1")), "<undecodable ext 0>"),
+        (hostile(ormsgpack.Ext(7, b"\xc1")), "<undecodable ext 7>"),
         (hostile(ormsgpack.Ext(1, ormsgpack.packb(["os"]))), "<malformed ext 1>"),
         (
             {"__lg__": ["json"], "v": {"lc": 2, "type": "constructor", "id": ["os", "system"], "kwargs": {}}},
@@ -132,7 +133,7 @@ def test_an_operator_allowing_a_type_or_a_prefix_lets_it_in(api, project):
         ({"__lg__": ["typed", "pickle"], "b64": "gAROLg=="}, "pickle"),
         ({"__lg__": ["map"], "items": [[1, hostile(ext_record(2, "os", "popen", {}))]]}, "os.popen"),
     ],
-    ids=["unlisted-method", "near-miss-name", "rawext", "malformed", "lc-json", "pickle", "map-value"],
+    ids=["unlisted-method", "near-miss-name", "rawext", "rawext-delta", "malformed", "lc-json", "pickle", "map-value"],
 )
 def test_records_that_name_callables_in_other_shapes_are_refused(api, value, named):
     said = refusal(api.post(PUT, put_body("shapes", 0, values={"v": value})))

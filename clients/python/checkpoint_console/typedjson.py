@@ -27,6 +27,7 @@ _PYDANTIC_V1 = 4
 _PYDANTIC_V2 = 5
 _METHOD = 3
 _NAMING = range(6)  # ext codes whose payload names a callable: constructors (0-2), a method (3), pydantic (4, 5)
+_OPAQUE = range(8)  # codes whose payload, when it does not read here, could hide such records (7 nests them)
 _UNPACK = ormsgpack.OPT_NON_STR_KEYS
 _PACK = ormsgpack.OPT_NON_STR_KEYS
 
@@ -223,7 +224,7 @@ def _short(value: Any) -> str:
 def type_names(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
     """(path, dotted name) of every callable a LangGraph reader would import to rebuild `value`, nested anywhere:
     ext records 0-5 (a method as `module.name.method`), LangChain `lc` constructors inside "json" values, and
-    "pickle" for a pickled value. A record that names nothing readable (rawext 0-5, a malformed payload) yields
+    "pickle" for a pickled value. A record that names nothing readable (rawext 0-7, a malformed payload) yields
     a name in angle brackets, which no allow-list entry matches."""
     if isinstance(value, list):
         for index, item in enumerate(value):
@@ -239,7 +240,7 @@ def type_names(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
     elif kind == "ext" and tag is not None and len(tag) == 2:
         yield from _ext_names(tag[1], value.get("v"), path)
         return
-    elif kind == "rawext" and tag is not None and len(tag) == 2 and tag[1] in _NAMING:
+    elif kind == "rawext" and tag is not None and len(tag) == 2 and tag[1] in _OPAQUE:
         yield path, f"<undecodable ext {tag[1]}>"
         return
     elif kind == "typed" and tag is not None and len(tag) == 2 and "pickle" in str(tag[1]):
