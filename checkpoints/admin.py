@@ -33,6 +33,7 @@ from . import models, store, tasks
 from .jobs.retention import describe, plan_retention
 from .services import (
     Actor,
+    InvalidInput,
     acknowledge_alert,
     cleanup,
     pin_checkpoint,
@@ -52,6 +53,7 @@ from .services.notifications import (
     target_error,
     update_rule,
 )
+from .services.typeguard import parse_allowlist, set_type_allowlist
 from .services.webhooks import delete_webhook
 from .store import jsoncodec
 from .store.tallies import SESSION_FIELDS
@@ -171,12 +173,36 @@ class UserMembershipInline(MembershipInline):
     verbose_name_plural = "project roles (the projects this person sees; staff see every project with their groups)"
 
 
+class ProjectForm(forms.ModelForm):
+    """The allow-list checked as the console's settings page checks it."""
+
+    def clean_type_allowlist(self) -> list[str]:
+        entries = self.cleaned_data["type_allowlist"]
+        if not isinstance(entries, list) or not all(isinstance(entry, str) for entry in entries):
+            raise forms.ValidationError("a JSON list of type names")
+        try:
+            return parse_allowlist("\n".join(entries))
+        except InvalidInput as exc:
+            raise forms.ValidationError(str(exc).removeprefix("type_allowlist: ")) from None
+
+
 @admin.register(models.Project)
 class ProjectAdmin(MembershipsAudited):
+    form = ProjectForm
     list_display = ["slug", "name", "created_at"]
     search_fields = ["slug", "name"]
     date_hierarchy = "created_at"
     inlines = [MembershipInline]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        """A changed allow-list goes through set_type_allowlist (audited); the other fields save as usual."""
+        entries = obj.type_allowlist
+        if change and "type_allowlist" in form.changed_data:
+            obj.type_allowlist = form.initial["type_allowlist"]
+            super().save_model(request, obj, form, change)
+            set_type_allowlist(obj, actor=_actor(request), entries=entries)
+        else:
+            super().save_model(request, obj, form, change)
 
 
 @admin.register(models.ProjectMembership)

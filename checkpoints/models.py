@@ -14,6 +14,8 @@ from django.db.models.fields.tuple_lookups import Tuple, TupleLessThan
 from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 
+from checkpoint_console import typedjson
+
 from . import limits
 from .fields import SafeCharField, SafeJSONField, SafeTextField
 from .roles import VIEW_SESSIONS, in_every_project, roles_granting
@@ -31,10 +33,92 @@ class ProjectQuerySet(models.QuerySet["Project"]):
         return self.filter(pk__in=memberships.values("project_id"))
 
 
+# What LangGraph's JsonPlusSerializer rebuilds without an allow-list (its SAFE_MSGPACK_TYPES, as dotted names;
+# a datetime travels as the method record datetime.datetime.fromisoformat) and LangChain's serialized messages
+# and documents. An entry ending in "." is a prefix; any other names one callable exactly.
+DEFAULT_TYPE_ALLOWLIST = (
+    "builtins.frozenset",
+    "builtins.set",
+    "collections.deque",
+    "datetime.date",
+    "datetime.datetime",
+    "datetime.datetime.fromisoformat",
+    "datetime.time",
+    "datetime.timedelta",
+    "datetime.timezone",
+    "decimal.Decimal",
+    "ipaddress.IPv4Address",
+    "ipaddress.IPv4Interface",
+    "ipaddress.IPv4Network",
+    "ipaddress.IPv6Address",
+    "ipaddress.IPv6Interface",
+    "ipaddress.IPv6Network",
+    "langchain.schema.document.",
+    "langchain.schema.messages.",
+    "langchain_core.documents.base.Document",
+    "langchain_core.messages.ai.AIMessage",
+    "langchain_core.messages.ai.AIMessageChunk",
+    "langchain_core.messages.base.BaseMessage",
+    "langchain_core.messages.base.BaseMessageChunk",
+    "langchain_core.messages.chat.ChatMessage",
+    "langchain_core.messages.chat.ChatMessageChunk",
+    "langchain_core.messages.function.FunctionMessage",
+    "langchain_core.messages.function.FunctionMessageChunk",
+    "langchain_core.messages.human.HumanMessage",
+    "langchain_core.messages.human.HumanMessageChunk",
+    "langchain_core.messages.modifier.RemoveMessage",
+    "langchain_core.messages.system.SystemMessage",
+    "langchain_core.messages.system.SystemMessageChunk",
+    "langchain_core.messages.tool.ToolMessage",
+    "langchain_core.messages.tool.ToolMessageChunk",
+    "langgraph.store.base.GetOp",
+    "langgraph.store.base.Item",
+    "langgraph.types.Command",
+    "langgraph.types.Interrupt",
+    "langgraph.types.Overwrite",
+    "langgraph.types.PregelTask",
+    "langgraph.types.Send",
+    "langgraph.types.StateSnapshot",
+    "langgraph.types.TimeoutPolicy",
+    "pathlib.Path",
+    "pathlib.PosixPath",
+    "pathlib.WindowsPath",
+    "pathlib._local.Path",
+    "pathlib._local.PosixPath",
+    "pathlib._local.WindowsPath",
+    "re.compile",
+    "uuid.UUID",
+    "zoneinfo.ZoneInfo",
+)
+
+
+def default_type_allowlist() -> list[str]:
+    return list(DEFAULT_TYPE_ALLOWLIST)
+
+
+def type_allowed(allowlist: Iterable[str], name: str) -> bool:
+    """Whether a dotted callable name (see checkpoint_console.typedjson.type_names) is on the list."""
+    return any(name == entry or (entry.endswith(".") and name.startswith(entry)) for entry in allowlist)
+
+
+def refused_types(allowlist: Iterable[str], value: Any, path: str = "") -> Iterable[tuple[str, str]]:
+    """(path, dotted name) of each callable a LangGraph reader would import for `value` that the list lacks."""
+    entries = list(allowlist)
+    exact, prefixes = set(entries), tuple(entry for entry in entries if entry.endswith("."))
+    names = typedjson.type_names(value, path)
+    return ((where, name) for where, name in names if name not in exact and not name.startswith(prefixes))
+
+
 class Project(models.Model):
     slug = models.SlugField(max_length=100, unique=True)
     name = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    type_allowlist = models.JSONField(
+        default=default_type_allowlist,
+        blank=True,
+        help_text="Types LangGraph values may name (module.Name, or a prefix ending in '.'); operators edit it "
+        "under Project settings.",
+    )
 
     objects = ProjectQuerySet.as_manager()
 

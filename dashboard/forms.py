@@ -12,7 +12,9 @@ from django.template.defaultfilters import filesizeformat
 from django.utils.dateparse import parse_datetime
 
 from checkpoints.models import AlertKind, AlertSeverity, AlertState, Channel, Project
+from checkpoints.services import InvalidInput
 from checkpoints.services.notifications import RULE_EVENTS, target_error
+from checkpoints.services.typeguard import parse_allowlist
 from checkpoints.sources.archives import ARCHIVE_SUFFIXES, archive_suffix
 
 REASON_MAX = 500
@@ -272,3 +274,23 @@ class RuleForm(forms.Form):
         if error:
             self.add_error("target", error)
         return data
+
+
+class ProjectSettingsForm(forms.Form):
+    """A project's settings an operator edits: the types its LangGraph values may name."""
+
+    type_allowlist = forms.CharField(
+        required=False,
+        strip=False,
+        label="Types LangGraph values may name",
+        help_text="One a line: module.Name (a datetime is datetime.datetime.fromisoformat), or a prefix ending in "
+        "'.' (myapp.state.). Puts, writes and imports naming anything else are refused; exports leave out no "
+        "type: a thread holding one is not exported. 'pickle' lets pickled values in.",
+        widget=forms.Textarea(attrs={"rows": 16, "spellcheck": "false", "autocomplete": "off"}),
+    )
+
+    def clean_type_allowlist(self) -> list[str]:
+        try:
+            return parse_allowlist(self.cleaned_data["type_allowlist"])
+        except InvalidInput as exc:
+            raise forms.ValidationError(str(exc).removeprefix("type_allowlist: ")) from None

@@ -42,6 +42,7 @@ from ..store.jsoncodec import InvalidJSON
 from . import cleanup
 from .audit import Actor, CheckpointError, InvalidInput, max_length, record_audit
 from .checkpoints import CheckpointInput, ParentRow, check_json_field, ingest_checkpoints
+from .typeguard import check_types
 
 AGENT = "langgraph"
 ID_MAX = max_length(LangGraphCheckpoint, "checkpoint_id")
@@ -256,6 +257,15 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
     replaced for LangGraph (the console keeps the old Checkpoint in its history), unless the put repeats it
     exactly (an importer run twice): then nothing is stored. Puts are the agent's own steps, not audited."""
     _check_put(item)
+    check_types(
+        project,
+        [
+            ("checkpoint", item.checkpoint),
+            ("metadata", item.metadata),
+            *((f"values.{channel}", value) for channel, value in item.values.items()),
+            *((f"appends.{channel}", append["items"]) for channel, append in item.appends.items()),
+        ],
+    )
     session = _thread_session(project, item.thread_id)
     checkpoint_id = item.checkpoint["id"]
     named = {checkpoint_id, item.parent_checkpoint_id, item.base_checkpoint_id} - {None}
@@ -390,6 +400,7 @@ def put_writes(
         if not isinstance(write, list | tuple) or len(write) != 2 or not isinstance(write[0], str):
             raise InvalidInput(f"writes.{position}", "must be a [channel, value] pair")
         _check_typed(f"writes.{position}", write[1])
+    check_types(project, ((f"writes.{position}", value) for position, (_, value) in enumerate(writes)))
     session = _thread_for_writes(project, thread_id)
     held, child, parent_id, parent_root = _locked_root(session, checkpoint_ns, checkpoint_id)
     _refuse_deleted_history(session, [checkpoint_id], {checkpoint_id} if held else set())

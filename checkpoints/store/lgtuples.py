@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db.models import Q
 
-from ..models import AgentSession, LangGraphCheckpoint, LangGraphWrites
+from ..models import AgentSession, LangGraphCheckpoint, LangGraphWrites, refused_types
 from . import diff, jsoncodec, load_shared
 
 PAGE = 20
@@ -102,3 +102,10 @@ def session_tuples(session: AgentSession) -> Iterator[dict[str, Any]]:
             yield from tuples(batch)
             batch = []
     yield from tuples(batch)
+
+
+def refused_in(item: dict[str, Any], allowlist: list[str]) -> Iterator[tuple[str, str]]:
+    """(path, dotted name) of each callable a tuple (header and values, metadata, pending writes) names that
+    `allowlist` lacks: what a LangGraph saver reading it would import and the project does not allow."""
+    for part in ("checkpoint", "metadata", "pending_writes"):
+        yield from refused_types(allowlist, item[part], part)

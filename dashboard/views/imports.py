@@ -28,6 +28,7 @@ from checkpoints.services.exports import record_export
 from checkpoints.services.uploads import queue_import
 from checkpoints.sources import formats
 from checkpoints.sources.archives import Limits, UnsafeArchive
+from checkpoints.sources.formats.langgraph import ExportRefused
 from checkpoints.tasks import import_archive
 
 from ..forms import UploadForm
@@ -94,7 +95,10 @@ def session_export(request: HtmxHttpRequest, pk: int) -> HttpResponseBase:
     if name not in formats.NAMES:
         message = f"Unknown format {name!r}: choose one of {', '.join(formats.NAMES)}."
         return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
-    archive = export_zip(session, name)
+    try:
+        archive = export_zip(session, name)
+    except ExportRefused as exc:
+        return HttpResponse(f"Not exported: {exc}.", status=409, content_type="text/plain; charset=utf-8")
     record_export(session, actor=Actor.for_user(request.user), format_name=name)
     filename = get_valid_filename(f"{session.external_id}-{name}.zip")
     return FileResponse(archive, as_attachment=True, filename=filename, content_type="application/zip")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import ormsgpack
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
@@ -65,3 +66,25 @@ def put_body(
     }
     body.update(extra)
     return body
+
+
+def ext_record(code: int, module: str, name: str, arg: Any, method: str | None = None) -> ormsgpack.Ext:
+    """A msgpack extension record naming `module.name` as LangGraph's serializer writes one (code 0-5), built
+    by hand as an attacker holding a write token would."""
+    payload = [module, name, arg] if method is None else [module, name, arg, method]
+    return ormsgpack.Ext(code, ormsgpack.packb(payload, option=ormsgpack.OPT_NON_STR_KEYS))
+
+
+def hostile(value: Any) -> Any:
+    """Any msgpack-level value (ext records inside) as the typed JSON the API takes."""
+    return typedjson.from_msgpack(ormsgpack.packb(value, option=ormsgpack.OPT_NON_STR_KEYS))
+
+
+def shell_command(marker: str) -> Any:
+    """A dataclass-shaped value whose class is subprocess.getoutput: reviving it runs `touch marker`."""
+    return hostile(ext_record(2, "subprocess", "getoutput", {"cmd": f"touch {marker}"}))
+
+
+def open_for_writing(marker: str) -> Any:
+    """builtins.open(file=marker, mode="w"): reviving it creates (or empties) the file."""
+    return hostile(ext_record(2, "builtins", "open", {"file": marker, "mode": "w"}))

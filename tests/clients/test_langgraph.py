@@ -32,7 +32,7 @@ from pydantic import BaseModel
 
 from checkpoint_console.client import CheckpointAPIError
 from checkpoint_console.langgraph import ConsoleSaver
-from checkpoints.models import AgentSession
+from checkpoints.models import AgentSession, Project, default_type_allowlist
 from checkpoints.services import create_api_token, get_or_create_project
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -52,9 +52,15 @@ class Order(BaseModel):
 
 
 @pytest.fixture
-def saver(live_server, token_secret):
-    with ConsoleSaver(live_server.url, token_secret, timeout=30) as saver:
+def saver(live_server, project, token_secret):
+    allow_order(project)
+    with ConsoleSaver(live_server.url, token_secret, timeout=30, allowed_modules=[Order]) as saver:
         yield saver
+
+
+def allow_order(project: Project) -> None:
+    """Order is this module's own type: the project stores it and the saver rebuilds it once both allow it."""
+    Project.objects.filter(pk=project.pk).update(type_allowlist=[*default_type_allowlist(), f"{__name__}.Order"])
 
 
 class Wire:
@@ -322,11 +328,12 @@ def test_get_tuple_returns_the_values_put_was_given(saver):
     ]
 
 
-def test_the_async_methods_round_trip_and_list_like_the_sync_ones(live_server, token_secret):
+def test_the_async_methods_round_trip_and_list_like_the_sync_ones(live_server, project, token_secret):
     config = {"configurable": {"thread_id": "async", "checkpoint_ns": "child:1"}}
+    allow_order(project)
 
     async def run() -> tuple[Any, list[Any]]:
-        async with ConsoleSaver(live_server.url, token_secret) as saver:
+        async with ConsoleSaver(live_server.url, token_secret, allowed_modules=[Order]) as saver:
             checkpoint = empty_checkpoint()
             order = Order(sku="B", quantity=1, placed_at=datetime(2026, 1, 1, tzinfo=UTC))
             checkpoint["channel_values"] = {"order": order}

@@ -134,6 +134,8 @@ MATRIX: dict[str, Row] = {
                                data=lambda: dict(RULE_FORM)),
     "notification_rule_delete": Row({"GET": (OPERATORS, 200), "POST": (OPERATORS, 302)}, at=rule),
     "notification_rule_test": Row({"POST": (OPERATORS, 302)}, at=rule),
+    "project_settings":    Row({"GET": (OPERATORS, 200), "POST": (OPERATORS, 302)},
+                               at=lambda w: [w.session.project.slug], data=lambda: {"type_allowlist": "uuid.UUID"}),
 }
 # fmt: on
 

@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from checkpoints.models import AgentSession
 from checkpoints.sources import formats
+from checkpoints.sources.formats.langgraph import ExportRefused
 
 
 class Command(BaseCommand):
@@ -36,4 +37,6 @@ class Command(BaseCommand):
             written = formats.get(options["format"]).export(found[0], options["out"])
         except FileExistsError as exc:
             raise CommandError(f"{exc}: export into an empty folder") from exc
+        except ExportRefused as exc:
+            raise CommandError(str(exc)) from exc
         self.stdout.write(f"wrote {len(written)} file(s) to {options['out']}")

@@ -461,10 +461,17 @@ CREATE TABLE writes (
 SPECIAL_WRITES = {"__error__": -1, "__scheduled__": -2, "__interrupt__": -3, "__resume__": -4}
 
 
+class ExportRefused(ValueError):
+    """The thread holds a value naming a type its project does not allow (stored before the allow-list said so)."""
+
+
 def export(session: Any, out: Path) -> list[Path]:
     """The thread as a SqliteSaver file (SqliteSaver's schema; every namespace, checkpoint and pending write, values
     back as serializer blobs with typedjson.to_typed) that LangGraph's SqliteSaver reads as the thread it was.
-    A session of another format becomes a thread of its own (`_as_thread`).
+    A session of another format becomes a thread of its own (`_as_thread`) whose states stay data.
+
+    A SqliteSaver opening the file rebuilds whatever its records name, so a thread naming a type outside its
+    project's allow-list is not exported (ExportRefused; no file is left behind).
 
     `out` is the file to write, or a folder (one without a suffix too) to write `<session>.sqlite` into; an
     existing file is not replaced.
@@ -476,6 +483,7 @@ def export(session: Any, out: Path) -> list[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     thread_id = str((session.metadata or {}).get("thread_id", session.external_id))
     tuples = lgtuples.session_tuples(session) if session.source_format == NAME else _as_thread(session)
+    tuples = _allowed(tuples, session.project.type_allowlist, thread_id)
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.unlink(missing_ok=True)
     try:
@@ -508,6 +516,16 @@ def _write_rows(
         )
 
 
+def _allowed(tuples: Iterable[dict[str, Any]], allowlist: list[str], thread_id: str) -> Iterator[dict[str, Any]]:
+    for item in tuples:
+        for where, name in lgtuples.refused_in(item, allowlist):
+            raise ExportRefused(
+                f"checkpoint {item['checkpoint_id']} of thread {thread_id[:200]!r} holds a {name[:300]} at {where}, "
+                "a type its project does not allow: not exported (manage.py check_typed_values lists such values)"
+            )
+        yield item
+
+
 def _task_paths(session: Any) -> dict[tuple[str, ...], str]:
     """(ns, checkpoint id, task id) → task_path: the tuples' pending writes are sorted by it but do not carry it."""
     rows = LangGraphWrites.objects.filter(session=session)
@@ -522,8 +540,8 @@ def _as_thread(session: Any) -> Iterator[dict[str, Any]]:
     newest id the head; metadata says `source` "update" and the step."""
     ids: dict[int, str] = {}
     for checkpoint in Checkpoint.objects.filter(session=session).order_by("seq").iterator(chunk_size=200):
-        state = store.load_state(bytes(checkpoint.root))
-        values = state if isinstance(state, dict) else {"state": state}
+        state = typedjson.quote(store.load_state(bytes(checkpoint.root)))  # the agent's data, even an "__lg__" key
+        values = state if isinstance(state, dict) and typedjson.TAG not in state else {"state": state}
         ids[checkpoint.pk] = checkpoint_id = f"{checkpoint.seq:08x}-0000-6000-8000-{checkpoint.pk:012x}"
         header = {
             "v": 4,

@@ -9,13 +9,20 @@ A thread is a console session and each checkpoint a console checkpoint, so the c
 alerts, restore and fork work on LangGraph threads. Values travel as typed JSON (`checkpoint_console.typedjson`)
 made by this saver's serde, so `get_tuple` gives back what `put` was given; a put sends only what changed
 (`checkpoint_console.lgwire`). Needs the distribution's `langgraph` extra: `pip install "./clients/python[langgraph]"`.
+
+Reading is strict: whoever holds a project's write token decides what the console hands back, and LangGraph's
+msgpack records name a callable to import and call. The default serde revives only LangGraph's safe types
+(its `SAFE_MSGPACK_TYPES`: datetimes, uuids, LangChain messages and documents, Send, Command, Interrupt…), the
+types passed as `allowed_modules`, and those LangGraph adds through `with_allowlist` when it compiles a graph
+under `LANGGRAPH_STRICT_MSGPACK`. Anything else comes back as its raw payload, with LangGraph's warning naming
+the type. A serde passed in decides for itself (a pickle-capable one is the caller's own risk).
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any, cast
 
 import httpx
@@ -36,7 +43,9 @@ from . import typedjson
 from .client import CheckpointAPIError
 from .lgwire import Memory, PutPlan, plan_put
 
-__all__ = ["CheckpointAPIError", "ConsoleSaver"]
+__all__ = ["AllowedType", "CheckpointAPIError", "ConsoleSaver"]
+
+AllowedType = tuple[str, ...] | type  # (module, name) or the class itself
 
 _API = "/api/v1/langgraph"
 # The checkpoint header and metadata are LangGraph's bookkeeping, which the server reads (tree parents,
@@ -49,7 +58,8 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
 
     `token` is a project's API token (write scope to run graphs). `client` is the httpx.Client in use: add
     event hooks, proxies or transport options to it as to any. Close with `close()`/`aclose()` or use the saver
-    as a (sync or async) context manager.
+    as a (sync or async) context manager. `allowed_modules` names the types of your own state (classes or
+    `(module, name)` pairs) that reads may rebuild besides LangGraph's safe ones.
     """
 
     def __init__(
@@ -58,10 +68,16 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
         token: str,
         *,
         serde: SerializerProtocol | None = None,
+        allowed_modules: Iterable[AllowedType] = (),
         timeout: float = 30.0,
         memory_size: int = 512,
     ) -> None:
-        super().__init__(serde=serde)
+        allowed = [_type_key(entry) for entry in allowed_modules]
+        given = serde is not None
+        # An explicit allowlist (None when empty) is strict whatever LANGGRAPH_STRICT_MSGPACK says.
+        super().__init__(serde=serde or JsonPlusSerializer(allowed_msgpack_modules=allowed or None))
+        if allowed and given:
+            self.serde = self.with_allowlist(allowed).serde
         self.base_url = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
         self._timeout = httpx.Timeout(timeout)
@@ -384,6 +400,14 @@ def _resend(response: httpx.Response, plan: PutPlan, config: RunnableConfig) -> 
     if response.status_code == 409:
         return True
     return response.status_code == 410 and not get_checkpoint_id(config)
+
+
+def _type_key(entry: AllowedType) -> tuple[str, ...]:
+    if isinstance(entry, type):
+        return (entry.__module__, entry.__name__)
+    if isinstance(entry, tuple) and len(entry) >= 2 and all(isinstance(part, str) for part in entry):
+        return entry
+    raise TypeError(f"allowed_modules takes classes or (module, name) tuples, not {entry!r}")
 
 
 def _answer(response: httpx.Response) -> Any:

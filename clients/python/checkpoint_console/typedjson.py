@@ -15,15 +15,19 @@ from __future__ import annotations
 import base64
 import json
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import ormsgpack
 
-__all__ = ["TAG", "from_msgpack", "from_typed", "readable", "to_msgpack", "to_typed"]
+__all__ = ["TAG", "from_msgpack", "from_typed", "quote", "readable", "to_msgpack", "to_typed", "type_names"]
 
 TAG = "__lg__"
 _PYDANTIC_V1 = 4
 _PYDANTIC_V2 = 5
+_METHOD = 3
+_NAMING = range(6)  # ext codes whose payload names a callable: constructors (0-2), a method (3), pydantic (4, 5)
+_OPAQUE = range(8)  # codes whose payload, when it does not read here, could hide such records (7 nests them)
 _UNPACK = ormsgpack.OPT_NON_STR_KEYS
 _PACK = ormsgpack.OPT_NON_STR_KEYS
 
@@ -90,6 +94,12 @@ def from_msgpack(data: bytes) -> Any:
         return _json(_unpack(data))
     except (ormsgpack.MsgpackDecodeError, TypeError) as exc:
         raise ValueError(f"not msgpack: {exc}") from None
+
+
+def quote(value: Any) -> Any:
+    """Plain JSON as typed JSON of the same data: a `__lg__` key in it stays a key (its object becomes a map),
+    never a tag that to_typed would turn into an extension record."""
+    return _json(value)
 
 
 def from_typed(type_: str, data: bytes) -> Any:
@@ -209,3 +219,76 @@ def readable(value: Any) -> Any:
 
 def _short(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def type_names(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    """(path, dotted name) of every callable a LangGraph reader would import to rebuild `value`, nested anywhere:
+    ext records 0-5 (a method as `module.name.method`), LangChain `lc` constructors inside "json" values, and
+    "pickle" for a pickled value. A record that names nothing readable (rawext 0-7, a malformed payload) yields
+    a name in angle brackets, which no allow-list entry matches."""
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from type_names(item, f"{path}.{index}" if path else str(index))
+        return
+    if not isinstance(value, dict):
+        return
+    tag = _tag(value)
+    kind = tag[0] if tag is not None else None
+    if kind in (_PYDANTIC_V1, _PYDANTIC_V2) and tag is not None:
+        yield path, _dotted(tag[1:3], kind)
+        fields = {key: item for key, item in value.items() if key != TAG}
+    elif kind == "ext" and tag is not None and len(tag) == 2:
+        yield from _ext_names(tag[1], value.get("v"), path)
+        return
+    elif kind == "rawext" and tag is not None and len(tag) == 2 and tag[1] in _OPAQUE:
+        yield path, f"<undecodable ext {tag[1]}>"
+        return
+    elif kind == "typed" and tag is not None and len(tag) == 2 and "pickle" in str(tag[1]):
+        yield path, "pickle"
+        return
+    elif kind == "json":
+        yield from _lc_names(value.get("v"), path)
+        return
+    elif kind == "map":
+        fields = {str(index): pair for index, pair in enumerate(value.get("items") or [])}
+    else:
+        fields = value if tag is None else {}
+    for key, item in fields.items():
+        yield from type_names(item, f"{path}.{key}" if path else key)
+
+
+def _dotted(parts: Any, code: Any) -> str:
+    if isinstance(parts, list) and len(parts) == 2 and all(isinstance(part, str) for part in parts):
+        return ".".join(parts)
+    return f"<malformed ext {code}>"
+
+
+def _ext_names(code: Any, inner: Any, path: str) -> Iterator[tuple[str, str]]:
+    if code not in _NAMING:
+        yield from type_names(inner, path)  # numpy arrays (6), delta snapshots (7): data, no callable named
+        return
+    if not isinstance(inner, list) or len(inner) < 3:
+        yield path, f"<malformed ext {code}>"
+        return
+    name = _dotted(inner[:2], code)
+    if code == _METHOD:
+        method = inner[3] if len(inner) > 3 else None
+        name = f"{name}.{method}" if isinstance(method, str) else f"<malformed ext {code}>"
+    yield path, name
+    yield from type_names(inner[2], path)
+
+
+def _lc_names(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """LangChain's serialized constructors (`{"lc": 1|2, "type": "constructor", "id": [...]}`) in a json value."""
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _lc_names(item, f"{path}.{index}")
+    elif isinstance(value, dict):
+        ids = value.get("id")
+        if value.get("type") == "constructor" and "lc" in value:
+            if isinstance(ids, list) and ids and all(isinstance(part, str) for part in ids):
+                yield path, ".".join(ids)
+            else:
+                yield path, "<malformed lc constructor>"
+        for key, item in value.items():
+            yield from _lc_names(item, f"{path}.{key}")

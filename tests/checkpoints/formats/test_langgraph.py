@@ -18,6 +18,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+import ormsgpack
 import psycopg
 import pytest
 from django.core.management import CommandError
@@ -32,7 +33,7 @@ from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
 
 from checkpoint_console import typedjson
-from checkpoints.models import AgentSession, AuditEvent, Checkpoint, ImportJob, Project
+from checkpoints.models import AgentSession, AuditEvent, Checkpoint, ImportJob, Project, default_type_allowlist
 from checkpoints.services import Actor, CheckpointInput, create_checkpoint, restore_checkpoint, upsert_session
 from checkpoints.services.langgraph import delete_thread, iter_tuples
 from checkpoints.sources import formats
@@ -40,6 +41,7 @@ from checkpoints.sources.formats import langgraph
 from checkpoints.sources.formats.base import Problem
 from checkpoints.store import load_state
 from checkpoints.tasks import import_archive
+from tests.checkpoints.langgraph_kit import ext_record
 from tests.helpers import command, import_folder, within
 
 # ---- the graph ---------------------------------------------------------------------------------
@@ -546,6 +548,7 @@ def test_an_import_stores_pickles_opaque_unpickles_nothing_and_reports_an_undeco
 ):
     marker = tmp_path / "unpickled"
     blob = add_pickles(sqlite_file, marker)
+    allow_only(project, "pickle")  # refused otherwise: a reader with a pickle-capable serde would unpickle it
     report = import_folder(sqlite_file, project)
     assert not marker.exists()
     assert report.sessions == ["t-1", "t-2"]
@@ -681,3 +684,103 @@ def test_a_console_restore_exports_as_the_newest_checkpoint_so_the_graph_resumes
     assert (latest.metadata["source"], latest.metadata["restored_from"]) == ("fork", earlier.metadata["checkpoint_id"])
     assert typed(saver, latest.checkpoint["channel_values"]) == load_state(earlier.root)
     assert [message.id for message in resumed["messages"]] == ["h-1", "ai-1", "tool-1", "ai-2"]
+
+
+# ---- types a LangGraph reader would rebuild --------------------------------------------------------------
+
+
+def shell_record(marker: Path) -> ormsgpack.Ext:
+    """subprocess.getoutput as a dataclass-shaped record: a LangGraph reader rebuilding it runs `touch marker`."""
+    return ext_record(2, "subprocess", "getoutput", {"cmd": f"touch {marker}"})
+
+
+def add_hostile_rows(path: Path, marker: Path) -> None:
+    """A thread whose checkpoint names subprocess.getoutput, and such a pending write in thread t-1."""
+    checkpoint = {
+        "v": 4,
+        "id": "1f000000-0000-6000-8000-000000000001",
+        "ts": "2026-11-27T10:00:00+00:00",
+        "channel_values": {"plan": shell_record(marker)},
+        "channel_versions": {"plan": 1},
+        "versions_seen": {},
+    }
+    blob = ormsgpack.packb(checkpoint)
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute(
+            "INSERT INTO checkpoints VALUES ('t-evil', '', ?, NULL, 'msgpack', ?, '{}')", (checkpoint["id"], blob)
+        )
+        thread, ns, checkpoint_id = conn.execute(
+            "SELECT thread_id, checkpoint_ns, checkpoint_id FROM checkpoints WHERE thread_id = 't-1' "
+            "AND checkpoint_ns = '' ORDER BY checkpoint_id DESC LIMIT 1"
+        ).fetchone()
+        conn.execute(
+            "INSERT INTO writes VALUES (?, ?, ?, 'task-evil', '', 0, 'plan', 'msgpack', ?)",
+            (thread, ns, checkpoint_id, ormsgpack.packb([shell_record(marker)])),
+        )
+
+
+def test_an_import_refuses_values_naming_types_the_project_does_not_allow_and_imports_the_rest(
+    sqlite_file, project, tmp_path
+):
+    marker = tmp_path / "pwned"
+    expected = sqlite_saved(sqlite_file)
+    add_hostile_rows(sqlite_file, marker)
+
+    report = import_folder(sqlite_file, project)
+
+    assert sorted((line["path"].split()[2], line["error"][:41]) for line in report.errors) == [
+        ("'t-1'", "pending writes of task task-evil not impo"),
+        ("'t-evil'", "not imported: values.plan: names the type"),
+    ], report.errors
+    assert all(
+        "subprocess.getoutput" in line["error"] and "Project settings" in line["error"] for line in report.errors
+    )
+    assert not AgentSession.objects.filter(external_id="t-evil").exists()
+    assert console(project) == expected
+    assert not marker.exists()
+
+
+def allow_only(project: Project, *extra: str) -> None:
+    project.type_allowlist = [*default_type_allowlist(), *extra]
+    project.save(update_fields=["type_allowlist"])
+
+
+def test_an_export_refuses_a_thread_naming_a_type_its_project_no_longer_allows(
+    sqlite_file, project, tmp_path, client, alice
+):
+    allow_only(project, "subprocess.getoutput")
+    add_hostile_rows(sqlite_file, tmp_path / "pwned")
+    assert import_folder(sqlite_file, project).errors == []
+    allow_only(project)
+    session = AgentSession.objects.get(project=project, external_id="t-evil")
+
+    with pytest.raises(langgraph.ExportRefused, match=r"holds a subprocess.getoutput at checkpoint.channel_values"):
+        langgraph.export(session, tmp_path / "out")
+    with pytest.raises(CommandError, match="subprocess.getoutput"):
+        command("export_checkpoints", "t-evil", "--format", "langgraph", "--out", str(tmp_path / "out"))
+    client.force_login(alice)
+    response = client.get(reverse("dashboard:session_export", args=[session.pk]), {"format": "langgraph"})
+
+    assert response.status_code == 409 and b"subprocess.getoutput" in response.content
+    assert not any((tmp_path / "out").glob("*"))
+    assert not AuditEvent.objects.filter(action="export").exists()
+
+
+def test_a_plain_state_holding_an_lg_key_exports_as_data_that_sqlite_saver_reads_back_unchanged(project, tmp_path):
+    marker = tmp_path / "pwned"
+    state = {
+        "plan": {"__lg__": [5, "subprocess", "getoutput", "model_validate_json"], "cmd": f"touch {marker}"},
+        "raw": {"__lg__": ["ext", 2], "v": ["subprocess", "getoutput", {"cmd": f"touch {marker}"}]},
+    }
+    session, _ = upsert_session(project, external_id="plain-api", agent="kaizen")
+    create_checkpoint(session, CheckpointInput(state=state, step=1))
+    create_checkpoint(session, CheckpointInput(state={"__lg__": ["bytes"], "b64": "AA=="}, step=2))
+
+    (path,) = langgraph.export(session, tmp_path)
+    with SqliteSaver.from_conn_string(str(path)) as saver:  # LangGraph's permissive default serde
+        history = [
+            item.checkpoint["channel_values"] for item in saver.list({"configurable": {"thread_id": "plain-api"}})
+        ]
+
+    assert history == [{"state": {"__lg__": ["bytes"], "b64": "AA=="}}, state]
+    assert not marker.exists()
