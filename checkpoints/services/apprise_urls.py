@@ -9,7 +9,6 @@ would read markup.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -24,11 +23,11 @@ from apprise.plugins.discord import NotifyDiscord
 from apprise.plugins.ntfy import NotifyNtfy, NtfyAuth, NtfyMode, NtfyPriority
 from apprise.plugins.telegram import NotifyTelegram
 
+from .escaping import discord_text, quiet_mentions
 from .safe_http import Outgoing, UnsafeTarget, check_target
 
 DISCORD_MAX = 2000  # characters of a Discord message's content
 TELEGRAM_MAX = 4096
-DISCORD_MARKUP = re.compile(r"([\\*_~`|>\[\]()#<@:-])")  # Markdown, spoilers, quotes, mentions, masked links
 
 
 class UnusableUrl(Exception):
@@ -113,11 +112,6 @@ def _ntfy(plugin: Any, title: str, body: str) -> list[Outgoing]:
     ]
 
 
-def discord_text(text: str) -> str:
-    """Discord Markdown shown as typed: every markup character escaped with a backslash."""
-    return DISCORD_MARKUP.sub(r"\\\1", text)
-
-
 def _discord(plugin: Any, title: str, body: str) -> list[Outgoing]:
     """The webhook's plain message: escaped Markdown, and no mention may ping (allowed_mentions)."""
     content = f"**{discord_text(title)}**\n{discord_text(body)}"
@@ -132,10 +126,10 @@ def _discord(plugin: Any, title: str, body: str) -> list[Outgoing]:
 
 
 def _telegram(plugin: Any, title: str, body: str) -> list[Outgoing]:
-    """sendMessage without parse_mode: Telegram shows the text as it is."""
+    """sendMessage without parse_mode: Telegram shows the text as it is (mentions quietened)."""
     if not plugin.targets:
         raise UnusableUrl("Name the Telegram chat to send to (tgram://bot_token/chat_id).")
-    text = "\n".join(part for part in (title, body) if part)[:TELEGRAM_MAX]
+    text = quiet_mentions("\n".join(part for part in (title, body) if part))[:TELEGRAM_MAX]
     url = f"{NotifyTelegram.notify_url}{plugin.bot_token}/sendMessage"
     outgoing = []
     for chat_id, topic in plugin.targets:

@@ -10,7 +10,6 @@ text (session titles, alert messages, reviewers' comments): each sender escapes 
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,26 +22,10 @@ from django.core.mail import send_mail
 from ..models import Channel, Delivery, Event, EventType
 from . import safe_http
 from .apprise_urls import UnusableUrl, requests_for
+from .escaping import one_line, slack_text
 from .outcome import Outcome
 
 ERROR_MAX = 1000
-SUBJECT_MAX = 200
-# Control and format characters (CR, LF, NUL, bidi overrides…) and line/paragraph separators: a title shows
-# on one line, and a mail header refuses line breaks.
-NOT_ON_A_LINE = frozenset({"Cc", "Cf", "Zl", "Zp"})
-
-
-def one_line(text: str, limit: int = SUBJECT_MAX) -> str:
-    """`text` on one line of at most `limit` characters: control characters become spaces, runs of spaces one."""
-    spaced = "".join(" " if unicodedata.category(char) in NOT_ON_A_LINE else char for char in text)
-    flat = " ".join(spaced.split())
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
-
-
-def slack_text(text: str) -> str:
-    """Slack's mrkdwn escaping: with `&`, `<` and `>` escaped, text cannot open a mention (`<!channel>`), a link
-    (`<http://…|label>`) or a user or channel reference."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import unicodedata
 from datetime import timedelta
 from xml.etree import ElementTree
@@ -269,7 +270,10 @@ def test_an_approver_is_emailed_a_link_that_opens_the_approval_form(project, car
 
 
 HOSTILE_TITLE = "<!channel> & <http://evil|x>\r\nBcc: victim@example.com"
-HOSTILE_MESSAGE = "<!here> see <http://evil|Open the console> <@U123> *now*"
+HOSTILE_MESSAGE = (
+    "<!here> see <http://evil|Open the console> <@U123> *now* @channel [Open](http://evil) ops@example.com"
+)
+ZWSP = "\u200b"
 
 
 def hostile_alert(project):
@@ -285,7 +289,9 @@ def test_slack_gets_agent_text_escaped_so_it_cannot_mention_or_link(project, rec
     assert attempt(delivery.pk).status == DeliveryStatus.SUCCEEDED
     text = receiver.received[-1].json["text"]
     assert "&lt;!channel&gt; &amp; &lt;http://evil|x&gt; Bcc: victim@example.com" in text
-    assert "&lt;!here&gt; see &lt;http://evil|Open the console&gt; &lt;@U123&gt;" in text
+    assert f"&lt;!here&gt; see &lt;http://evil|Open the console&gt; &lt;@{ZWSP}U123&gt;" in text
+    # The same body reaches Mattermost and Rocket.Chat, which read @mentions and Markdown links in plain text.
+    assert f"@{ZWSP}channel [Open]{ZWSP}(http://evil) ops@example.com" in text
     assert text.count("<") == 1 and text.endswith("<http://c/alerts/|Open in Checkpoint Console>")  # ours only
     assert "\r" not in text.splitlines()[0]
 
@@ -297,7 +303,8 @@ def test_no_agent_text_opens_slack_markup(title, message):
     lines = slack_lines(message_of(event))
     assert "<" not in "".join(lines[:-1]) and ">" not in "".join(lines[:-1])
     unescaped = lines[1].replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
-    assert unescaped == message
+    assert unescaped.replace(ZWSP, "") == message.replace(ZWSP, "")
+    assert not re.search(r"(?<!\w)@\w|\]\(", lines[1])
 
 
 def test_an_email_alert_is_sent_when_the_session_title_holds_a_line_break(project):
@@ -352,8 +359,8 @@ def test_discord_gets_escaped_markdown_and_no_mention_may_ping():
 
 def test_telegram_gets_plain_text_to_each_chat():
     bot = "123456789:ABCdefghijklmnopqrstuvwxyz0123456789"
-    requests = requests_for(f"tgram://{bot}/12345/@news", "Title <b>x</b>", "body *y*")
+    requests = requests_for(f"tgram://{bot}/12345/@news", "Title <b>x</b>", "body *y* @admin")
     assert [r.url for r in requests] == [f"https://api.telegram.org/bot{bot}/sendMessage"] * 2
     payloads = [orjson.loads(r.body) for r in requests]
     assert [p["chat_id"] for p in payloads] == [12345, "@news"]
-    assert all("parse_mode" not in p and p["text"] == "Title <b>x</b>\nbody *y*" for p in payloads)
+    assert all("parse_mode" not in p and p["text"] == f"Title <b>x</b>\nbody *y* @{ZWSP}admin" for p in payloads)
