@@ -153,15 +153,23 @@ ALLOWED_SCHEMES = ("json", "jsons", "xml", "xmls", "form", "forms", "ntfy", "ntf
 ALLOWED_TEXT = ", ".join(f"{scheme}://" for scheme in ALLOWED_SCHEMES)
 
 
+def scheme_refusal(url: str) -> str:
+    """Why the console never sends to `url`'s scheme, or "" when it may (the URL itself is not read)."""
+    scheme = urlsplit(url).scheme.lower()
+    if scheme in ALLOWED_SCHEMES:
+        return ""
+    named = f"{scheme}:// URLs are" if scheme else "This URL is"
+    return (
+        f"{named} not sent by this console: its Apprise rules take {ALLOWED_TEXT} (others connect where the "
+        "console's address guard cannot check). Use the Email channel for mail."
+    )
+
+
 def requests_for(url: str, title: str, body: str) -> list[Outgoing]:
     """The requests that send `title` and `body` to the Apprise URL `url`; UnusableUrl when it cannot be sent."""
-    scheme = urlsplit(url).scheme.lower()
-    if scheme not in ALLOWED_SCHEMES:
-        named = f"{scheme}:// URLs are" if scheme else "This URL is"
-        raise UnusableUrl(
-            f"{named} not sent by this console: its Apprise rules take {ALLOWED_TEXT} (others connect where "
-            "the console's address guard cannot check). Use the Email channel for mail."
-        )
+    refused = scheme_refusal(url)
+    if refused:
+        raise UnusableUrl(refused)
     plugin = apprise.Apprise.instantiate(url, suppress_exceptions=True)
     builder = BUILDERS.get(type(plugin)) if plugin else None
     if plugin is None or builder is None:

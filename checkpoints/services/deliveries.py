@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from ..models import Channel, Delivery, DeliveryStatus, Event
 from . import channels, safe_http
+from .apprise_urls import scheme_refusal
 from .audit import Actor, record_audit
 from .outcome import Outcome
 from .safe_http import Outgoing, describe
@@ -84,6 +85,8 @@ def _not_sendable(delivery: Delivery) -> str:
         return "Its webhook endpoint or rule was deleted; not sent."
     if delivery.channel not in SENDERS:
         return f"No sender for the {delivery.channel} channel."
+    if delivery.channel == Channel.APPRISE:  # a rule saved before its scheme was refused: no retry will help
+        return scheme_refusal(delivery.target)
     return ""
 
 

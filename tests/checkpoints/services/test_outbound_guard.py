@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from checkpoints.models import Channel, DeliveryStatus, EventType, NotificationRule
+from checkpoints.models import Channel, Delivery, DeliveryStatus, Event, EventType, NotificationRule
 from checkpoints.services import Actor
+from checkpoints.services.deliveries import attempt
 from checkpoints.services.notifications import InvalidTarget, create_rule, send_test
 from checkpoints.services.safe_http import UnsafeTarget, check_target
 from tests.checkpoints.webhook_kit import listen
@@ -167,3 +168,15 @@ def test_local_nat64_site_local_and_unspecified_ipv6_are_refused(settings, v6):
     settings.WEBHOOK_ALLOW_PRIVATE = False
     with pytest.raises(UnsafeTarget, match="WEBHOOK_ALLOW_PRIVATE"):
         check_target(f"http://[{v6}]/hook")
+
+
+def test_a_rule_saved_with_a_scheme_now_refused_fails_at_once_without_retries(project):
+    target = "mmost://chat.example.com/token"
+    rule = NotificationRule.objects.create(project=project, **rule_fields(Channel.APPRISE, target))
+    event = Event.objects.create(project=project, type=EventType.ALERT_OPENED, data={})
+    due = Delivery.objects.create(
+        event=event, rule=rule, channel=rule.channel, target=target, next_attempt_at=event.created_at
+    )
+    delivery = attempt(due.pk)
+    assert (delivery.status, delivery.attempts, delivery.next_attempt_at) == (DeliveryStatus.FAILED, 1, None)
+    assert "Apprise rules take json://" in delivery.last_error
