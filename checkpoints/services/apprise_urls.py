@@ -72,7 +72,8 @@ def _form(plugin: Any, title: str, body: str) -> list[Outgoing]:
     payload.update(plugin.payload_extras)
     url = _base(plugin) + plugin.fullpath
     if plugin.method == "GET":  # as NotifyForm: the payload goes in the query
-        return [Outgoing(_with_query(url, {**payload, **plugin.params}), b"", dict(plugin.headers), "GET")]
+        query = _with_query(url, {**payload, **plugin.params})
+        return [Outgoing(query, b"", dict(plugin.headers), "GET", _auth(plugin))]
     headers = {"Content-Type": "application/x-www-form-urlencoded", **plugin.headers}
     return [
         Outgoing(_with_query(url, plugin.params), urlencode(payload).encode(), headers, plugin.method, _auth(plugin))

@@ -71,7 +71,7 @@ def judged_address(ip: IPAddress) -> IPAddress:
         return ip.ipv4_mapped
     if ip.sixtofour is not None:
         return ip.sixtofour
-    if any(ip in network for network in EMBEDDING_LOW_32):  # :: and ::1 too: 0.0.0.0 and 0.0.0.1, refused
+    if int(ip) > 1 and any(ip in network for network in EMBEDDING_LOW_32):  # :: and ::1 are themselves
         return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
     return ip
 

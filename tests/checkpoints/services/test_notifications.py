@@ -364,3 +364,9 @@ def test_telegram_gets_plain_text_to_each_chat():
     payloads = [orjson.loads(r.body) for r in requests]
     assert [p["chat_id"] for p in payloads] == [12345, "@news"]
     assert all("parse_mode" not in p and p["text"] == f"Title <b>x</b>\nbody *y* @{ZWSP}admin" for p in payloads)
+
+
+def test_apprise_form_get_carries_the_message_in_the_query_and_the_urls_credentials():
+    [request] = requests_for("form://ops:s3cret@hooks.example.com/in?method=GET&-team=a", "T & x", "b")
+    assert (request.method, request.body, request.auth) == ("GET", b"", ("ops", "s3cret"))
+    assert request.url == "http://hooks.example.com/in?version=1.0&title=T+%26+x&message=b&type=info&team=a"
