@@ -9,6 +9,7 @@ would read markup.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -28,6 +29,8 @@ from .safe_http import Outgoing, UnsafeTarget, check_target
 
 DISCORD_MAX = 2000  # characters of a Discord message's content
 TELEGRAM_MAX = 4096
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110's token
+CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # a tab may fold inside a value; CR, LF, NUL may not
 
 
 class UnusableUrl(Exception):
@@ -175,7 +178,12 @@ def requests_for(url: str, title: str, body: str) -> list[Outgoing]:
     builder = BUILDERS.get(type(plugin)) if plugin else None
     if plugin is None or builder is None:
         raise UnusableUrl("Apprise does not understand this URL (see its list of services and their URLs).")
-    return builder(plugin, title, body)
+    outgoing = builder(plugin, title, body)
+    for request in outgoing:
+        for name, value in request.headers.items():
+            if not HEADER_NAME.fullmatch(name) or CONTROL.search(value):
+                raise UnusableUrl(f"The header {name!r} of this URL holds a line break or a character not allowed.")
+    return outgoing
 
 
 def refusal(url: str) -> str:

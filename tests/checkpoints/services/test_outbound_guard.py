@@ -76,6 +76,14 @@ def test_a_refused_scheme_says_which_ones_are_allowed(project, scheme):
         create_rule(project, actor=ACTOR, **rule_fields(Channel.APPRISE, f"{scheme}://example.com/a/b"))
 
 
+@pytest.mark.parametrize("query", ["+X-Team=a%0D%0ABcc:%20x", "+X%0D%0AInjected=1", "+X-Nul=a%00b"])
+def test_an_apprise_header_with_a_line_break_is_refused_when_the_rule_is_saved(project, settings, query):
+    settings.WEBHOOK_ALLOW_PRIVATE = True
+    with pytest.raises(InvalidTarget, match="line break"):
+        create_rule(project, actor=ACTOR, **rule_fields(Channel.APPRISE, f"json://127.0.0.1:9/hook?{query}"))
+    assert not NotificationRule.objects.exists()
+
+
 @pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
 @pytest.mark.parametrize(
     ("channel", "scheme"),
