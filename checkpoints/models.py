@@ -1243,7 +1243,7 @@ class Channel(models.TextChoices):
     WEBHOOK = "webhook", "signed webhook"
     SLACK = "slack", "Slack-compatible incoming webhook"
     EMAIL = "email", "email"
-    APPRISE = "apprise", "Apprise URL (Teams, Discord, ntfy, …)"
+    APPRISE = "apprise", "Apprise URL (Discord, Telegram, ntfy, JSON, XML, form)"
 
 
 class NotificationRule(models.Model):

@@ -232,7 +232,7 @@ QUIET_MAX = 7 * 24 * 60
 
 class RuleForm(forms.Form):
     """A notification rule; the target is checked as the service checks it (a URL a private address only when
-    WEBHOOK_ALLOW_PRIVATE is set, an address list, an Apprise URL Apprise understands)."""
+    WEBHOOK_ALLOW_PRIVATE is set, an address list, an Apprise URL of a scheme the console sends)."""
 
     name = forms.CharField(max_length=200, strip=True)
     events = forms.MultipleChoiceField(
@@ -255,7 +255,7 @@ class RuleForm(forms.Form):
         max_length=2000,
         strip=True,
         help_text="Signed webhook and Slack: the https:// URL. Email: addresses separated by commas. "
-        "Apprise: its URL for the service (msteams://…, discord://…, ntfys://…, mailto://…).",
+        "Apprise: json(s)://, xml(s)://, form(s)://, ntfy(s)://, discord:// or tgram:// URL.",
         widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
     )
     quiet_minutes = forms.IntegerField(

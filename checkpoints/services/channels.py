@@ -1,32 +1,31 @@
 """Senders of the notification channels besides the signed webhook: Slack-compatible incoming webhooks, email and
-any Apprise URL. Each takes a delivery and returns its Outcome; `deliveries.attempt` records it and retries.
+the Apprise URLs apprise_urls allows. Each takes a delivery and returns its Outcome; `deliveries.attempt` records
+it and retries. Slack and Apprise go out through safe_http.send, as signed webhooks do; email through Django's
+mail settings (the relay the operator configured, trusted).
 
 Every channel says the same thing (`message_of`): a one-line title, a few lines of detail, and a link back to
-the console (absolute, from CONSOLE_BASE_URL, as the event's data carries it).
+the console (absolute, from CONSOLE_BASE_URL, as the event's data carries it). Titles and details hold agent
+text (session titles, alert messages, reviewers' comments): each sender escapes them for where they go.
 """
 
 from __future__ import annotations
 
-import http.client
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote
 
-import apprise
 import orjson
 from django.conf import settings
 from django.core.mail import send_mail
 
 from ..models import Channel, Delivery, Event, EventType
+from . import safe_http
+from .apprise_urls import UnusableUrl, requests_for
+from .escaping import one_line, slack_text
 from .outcome import Outcome
-from .safe_http import UnsafeTarget, post, vetted_addresses
 
 ERROR_MAX = 1000
-# Apprise schemas that post to a host the URL names (plain HTTP notifications): that host passes the same
-# private-address guard as a webhook's. Service schemas (slack://, discord://, tgram://…) reach their service.
-APPRISE_HOSTED = frozenset({"json", "jsons", "xml", "xmls", "form", "forms"})
 
 
 @dataclass(frozen=True)
@@ -34,6 +33,11 @@ class Message:
     title: str
     text: str
     url: str
+
+    @property
+    def subject(self) -> str:
+        """The title on one line, capped: an email's Subject header, the bold line of a chat message."""
+        return one_line(self.title)
 
     @property
     def body(self) -> str:
@@ -82,28 +86,25 @@ def _home() -> str:
     return f"{settings.CONSOLE_BASE_URL}/"
 
 
+def slack_lines(message: Message) -> list[str]:
+    """The bold title, the detail and our link, in Slack's mrkdwn: agent text escaped, `<url|label>` ours alone."""
+    link = quote(message.url, safe=":/?#[]@!$&'()*+,;=%~")  # no `|`, `<`, `>` or space can end the link early
+    return [f"*{slack_text(message.subject)}*", slack_text(message.text), f"<{link}|Open in Checkpoint Console>"]
+
+
 def send_slack(delivery: Delivery) -> Outcome:
-    """POST {"text": …} as Slack's incoming webhooks (and Mattermost's, Rocket.Chat's) take it; `<url|label>` is
-    their link markup. Through the webhooks' SSRF guard, like a signed webhook."""
-    message = message_of(delivery.event)
-    lines = [f"*{message.title}*", message.text, f"<{message.url}|Open in Checkpoint Console>"]
-    body = orjson.dumps({"text": "\n".join(line for line in lines if line)})
-    try:
-        code = post(delivery.target, body, {"Content-Type": "application/json"})
-    except UnsafeTarget as exc:
-        return Outcome(ok=False, error=str(exc).removeprefix("url: "))
-    except (OSError, http.client.HTTPException) as exc:
-        return Outcome(ok=False, error=f"{type(exc).__name__}: {exc}"[:ERROR_MAX])
-    if 200 <= code < 300:
-        return Outcome(ok=True, response_code=code)
-    return Outcome(ok=False, response_code=code, error=f"The receiver answered HTTP {code}.")
+    """POST {"text": …} as Slack's incoming webhooks (and Mattermost's, Rocket.Chat's) take it."""
+    text = "\n".join(line for line in slack_lines(message_of(delivery.event)) if line)
+    # No previews: Slack would fetch the pages agent text links to.
+    body = orjson.dumps({"text": text, "unfurl_links": False, "unfurl_media": False})
+    return safe_http.send(safe_http.Outgoing(delivery.target, body, {"Content-Type": "application/json"}))
 
 
 def send_email(delivery: Delivery) -> Outcome:
     """One email to the addresses of the delivery's target (comma-separated), through Django's mail settings."""
     message = message_of(delivery.event)
     try:
-        send_mail(message.title, message.body, settings.DEFAULT_FROM_EMAIL, addresses(delivery.target))
+        send_mail(message.subject, message.body, settings.DEFAULT_FROM_EMAIL, addresses(delivery.target))
     except (OSError, ValueError) as exc:  # smtplib's errors are OSErrors
         return Outcome(ok=False, error=str(exc)[:ERROR_MAX])
     return Outcome(ok=True)
@@ -114,30 +115,18 @@ def addresses(target: str) -> list[str]:
 
 
 def send_apprise(delivery: Delivery) -> Outcome:
-    """Any service Apprise reaches by URL (Teams, Discord, ntfy, Telegram, mailto://…)."""
-    refused = refusal(delivery.target)
-    if refused:
-        return Outcome(ok=False, error=refused)
-    notifier = apprise.Apprise()
-    if not notifier.add(delivery.target):
-        return Outcome(ok=False, error="Apprise does not understand this URL.")
+    """The requests apprise_urls builds for the rule's URL, each through the guard; the first failure ends it."""
     message = message_of(delivery.event)
-    with apprise.LogCapture(level=logging.WARNING) as log:
-        sent = notifier.notify(title=message.title, body=message.body)
-        said = log.getvalue().strip()
-    return Outcome(ok=bool(sent), error="" if sent else (said or "Apprise could not send it.")[-ERROR_MAX:])
-
-
-def refusal(apprise_url: str) -> str:
-    """Why the SSRF guard refuses an Apprise URL's host, or "" (also for the schemas of a service's own host)."""
-    parts = urlsplit(apprise_url)
-    if parts.scheme.lower() not in APPRISE_HOSTED or not parts.hostname:
-        return ""
     try:
-        vetted_addresses(parts.hostname, parts.port or (443 if parts.scheme.endswith("s") else 80))
-    except (UnsafeTarget, ValueError) as exc:  # ValueError: a port out of range
-        return str(exc).removeprefix("url: ")
-    return ""
+        outgoing = requests_for(delivery.target, message.subject, message.body)
+    except UnusableUrl as exc:
+        return Outcome(ok=False, error=str(exc))
+    outcome = Outcome(ok=False, error="Nothing to send.")
+    for request in outgoing:
+        outcome = safe_http.send(request)
+        if not outcome.ok:
+            break
+    return outcome
 
 
 SENDERS: dict[str, Callable[[Delivery], Outcome]] = {

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import http.client
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -25,10 +24,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from ..models import Channel, Delivery, DeliveryStatus, Event
-from . import channels
+from . import channels, safe_http
+from .apprise_urls import scheme_refusal
 from .audit import Actor, record_audit
 from .outcome import Outcome
-from .safe_http import UnsafeTarget, post
+from .safe_http import Outgoing, describe
 
 logger = logging.getLogger(__name__)
 
@@ -60,12 +60,6 @@ def signature_header(secret: str, body: bytes, timestamp: int) -> str:
     return f"t={timestamp},v1={digest}"
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return f"No answer within {settings.WEBHOOK_TIMEOUT_SECONDS} s (timed out)."
-    return f"{type(exc).__name__}: {exc}"
-
-
 def send_signed(delivery: Delivery) -> Outcome:
     """POST the event's body to the delivery's URL, signed with its endpoint's (or rule's) secret."""
     body = body_of(delivery.event)
@@ -77,15 +71,7 @@ def send_signed(delivery: Delivery) -> Outcome:
     }
     if owner is not None and owner.secret:
         headers["X-Checkpoint-Signature"] = signature_header(owner.secret, body, int(time.time()))
-    try:
-        code = post(delivery.target, body, headers)
-    except UnsafeTarget as exc:
-        return Outcome(ok=False, error=str(exc).removeprefix("url: "))
-    except (OSError, http.client.HTTPException) as exc:
-        return Outcome(ok=False, error=_describe(exc))
-    if 200 <= code < 300:
-        return Outcome(ok=True, response_code=code)
-    return Outcome(ok=False, response_code=code, error=f"The receiver answered HTTP {code}.")
+    return safe_http.send(Outgoing(delivery.target, body, headers))
 
 
 SENDERS: dict[str, Callable[[Delivery], Outcome]] = {Channel.WEBHOOK: send_signed, **channels.SENDERS}
@@ -99,6 +85,8 @@ def _not_sendable(delivery: Delivery) -> str:
         return "Its webhook endpoint or rule was deleted; not sent."
     if delivery.channel not in SENDERS:
         return f"No sender for the {delivery.channel} channel."
+    if delivery.channel == Channel.APPRISE:  # a rule saved before its scheme was refused: no retry will help
+        return scheme_refusal(delivery.target)
     return ""
 
 
@@ -110,7 +98,7 @@ def _send(delivery: Delivery) -> Outcome:
         return SENDERS[delivery.channel](delivery)
     except Exception as exc:  # a sender's bug is this attempt's failure, recorded, not a lost delivery
         logger.exception("sending delivery %s failed", delivery.pk)
-        return Outcome(ok=False, error=_describe(exc))
+        return Outcome(ok=False, error=describe(exc))
 
 
 def next_attempt_after(attempts: int, now: datetime) -> datetime | None:

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-import apprise
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator, validate_email
@@ -34,8 +33,9 @@ from ..models import (
     Project,
     ProjectRole,
 )
-from .audit import Actor, CheckpointError, InvalidInput, record_audit
-from .channels import addresses, refusal
+from .apprise_urls import refusal
+from .audit import Actor, InvalidInput, record_audit
+from .channels import addresses
 from .deliveries import send_now
 from .safe_http import UnsafeTarget, check_target
 
@@ -56,8 +56,11 @@ MAX_ADDRESSES = 20
 RULE_FIELDS = ("name", "events", "alert_kinds", "min_severity", "channel", "target", "quiet_minutes", "enabled")
 
 
-class InvalidTarget(CheckpointError):
+class InvalidTarget(InvalidInput):
     """A rule's target cannot be sent to by its channel; the message says why, for the form."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("target", message)
 
 
 # ---- matching: the deliveries an event gets ------------------------------------------------------------
@@ -165,8 +168,6 @@ def check_rule_target(channel: str, target: str) -> None:
                 raise InvalidTarget(f"{address!r} is not an email address.") from exc
         return
     if channel == Channel.APPRISE:
-        if not apprise.Apprise().add(target):
-            raise InvalidTarget("Apprise does not understand this URL (see its list of services and their URLs).")
         refused = refusal(target)
         if refused:
             raise InvalidTarget(refused)
@@ -189,7 +190,7 @@ def target_error(channel: str | None, target: str | None) -> str:
     try:
         check_rule_target(channel, target)
     except InvalidTarget as exc:
-        return str(exc)
+        return str(exc).removeprefix("target: ")
     return ""
 
 

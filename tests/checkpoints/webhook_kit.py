@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ class Receiver:
     received: list[Received] = field(default_factory=list)
     status: int = 200  # what it answers
     delay: float = 0.0  # seconds it waits before answering
+    location: str = ""  # a Location header it answers with (a redirect, with a 3xx status)
 
 
 def verify(secret: str, header: str, body: bytes) -> bool:
@@ -54,6 +56,8 @@ def serve(settings: Any) -> Iterator[Receiver]:
             if state.delay:
                 time.sleep(state.delay)
             self.send_response(state.status)
+            if state.location:
+                self.send_header("Location", state.location)
             self.send_header("Content-Length", "2")
             self.end_headers()
             self.wfile.write(b"ok")
@@ -68,3 +72,37 @@ def serve(settings: Any) -> Iterator[Receiver]:
     yield state
     server.shutdown()
     server.server_close()
+
+
+@dataclass
+class Listener:
+    """A TCP port on 127.0.0.1 that records every connection made to it (and answers nothing)."""
+
+    port: int
+    connections: list[tuple[str, int]] = field(default_factory=list)
+
+
+def listen() -> Iterator[Listener]:
+    """A loopback port that must see no connection: whatever connects is recorded and hung up on."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.05)
+    state = Listener(port=server.getsockname()[1])
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                connection, peer = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            state.connections.append(peer)
+            connection.close()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield state
+    stop.set()
+    thread.join()
+    server.close()

@@ -1,11 +1,18 @@
 from __future__ import annotations
 
+import re
+import unicodedata
 from datetime import timedelta
+from xml.etree import ElementTree
 
+import orjson
 import pytest
 import time_machine
 from django.core import mail
 from django.utils import timezone
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from checkpoints.models import (
     AuditEvent,
@@ -18,6 +25,8 @@ from checkpoints.models import (
     PhaseStatus,
 )
 from checkpoints.services import Actor
+from checkpoints.services.apprise_urls import requests_for
+from checkpoints.services.channels import message_of, send_email, slack_lines
 from checkpoints.services.deliveries import attempt
 from checkpoints.services.events import publish
 from checkpoints.services.notifications import (
@@ -163,14 +172,21 @@ def test_slack_receiver_answering_500_is_retried_later(project, receiver):
     assert done.next_attempt_at > timezone.now()
 
 
-def test_apprise_json_url_reaches_the_receiver(project, receiver):
-    json_url = receiver.url.replace("http://", "json://").replace("/hook", "/apprise")
-    rule_in(project, channel=Channel.APPRISE, target=json_url)
-    [delivery] = published(alert_event(project))
+def apprise_received(project, receiver, event, *, scheme, path="/hook"):
+    """What `receiver` got for `event` from an Apprise rule of `scheme` pointed at it (at `path`)."""
+    rule_in(
+        project, channel=Channel.APPRISE, target=receiver.url.replace("http://", f"{scheme}://").replace("/hook", path)
+    )
+    [delivery] = published(event)
     done = attempt(delivery.pk)
     assert done.status == DeliveryStatus.SUCCEEDED, done.last_error
-    assert receiver.received[-1].path == "/apprise"
-    body = receiver.received[-1].json
+    return receiver.received[-1]
+
+
+def test_apprise_json_url_reaches_the_receiver(project, receiver):
+    got = apprise_received(project, receiver, alert_event(project), scheme="json", path="/apprise")
+    assert got.path == "/apprise"
+    body = got.json
     assert body["title"] == "repetition alert (warning) opened in Night run"
     assert "http://c/alerts/" in body["message"]
 
@@ -251,3 +267,106 @@ def test_an_approver_is_emailed_a_link_that_opens_the_approval_form(project, car
     client.force_login(carol)
     page = client.get(link.removeprefix(settings.CONSOLE_BASE_URL)).content.decode()
     assert 'id="phase-review"' in page and "Submit decision" in page
+
+
+HOSTILE_TITLE = "<!channel> & <http://evil|x>\r\nBcc: victim@example.com"
+HOSTILE_MESSAGE = (
+    "<!here> see <http://evil|Open the console> <@U123> *now* @channel [Open](http://evil) ops@example.com"
+)
+ZWSP = "\u200b"
+
+
+def hostile_alert(project):
+    event = alert_event(project)
+    event.data["session"] = {**SESSION, "title": HOSTILE_TITLE}
+    event.data["alert"]["message"] = HOSTILE_MESSAGE
+    return event
+
+
+def test_slack_gets_agent_text_escaped_so_it_cannot_mention_or_link(project, receiver):
+    rule_in(project, channel=Channel.SLACK, target=receiver.url)
+    [delivery] = published(hostile_alert(project))
+    assert attempt(delivery.pk).status == DeliveryStatus.SUCCEEDED
+    text = receiver.received[-1].json["text"]
+    assert "&lt;!channel&gt; &amp; &lt;http://evil|x&gt; Bcc: victim@example.com" in text
+    assert f"&lt;!here&gt; see &lt;http://evil|Open the console&gt; &lt;@{ZWSP}U123&gt;" in text
+    # The same body reaches Mattermost and Rocket.Chat, which read @mentions and Markdown links in plain text.
+    assert f"@{ZWSP}channel [Open]{ZWSP}(http://evil) ops@example.com" in text
+    assert text.count("<") == 1 and text.endswith("<http://c/alerts/|Open in Checkpoint Console>")  # ours only
+    assert "\r" not in text.splitlines()[0]
+
+
+@given(title=st.text(), message=st.text())
+@hypothesis_settings(max_examples=200, deadline=None)
+def test_no_agent_text_opens_slack_markup(title, message):
+    event = Event(type=EventType.ALERT_OPENED, data={"session": {"title": title}, "alert": {"message": message}})
+    lines = slack_lines(message_of(event))
+    assert "<" not in "".join(lines[:-1]) and ">" not in "".join(lines[:-1])
+    unescaped = lines[1].replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    assert unescaped.replace(ZWSP, "") == message.replace(ZWSP, "")
+    assert not re.search(r"(?<!\w)@\w|\]\(", lines[1])
+
+
+def test_an_email_alert_is_sent_when_the_session_title_holds_a_line_break(project):
+    rule_in(project, target="ops@example.com")
+    [delivery] = published(hostile_alert(project))
+    done = attempt(delivery.pk)
+    assert done.status == DeliveryStatus.SUCCEEDED, done.last_error
+    [message] = mail.outbox
+    assert message.subject == (
+        "repetition alert (warning) opened in <!channel> & <http://evil|x> Bcc: victim@example.com"
+    )
+    assert message.to == ["ops@example.com"] and message.bcc == []
+    assert message.message()["Bcc"] is None
+
+
+@given(title=st.text(min_size=1))
+@hypothesis_settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_session_title_makes_a_one_line_subject_of_at_most_200_characters(mailoutbox, title):
+    event = Event(type=EventType.ALERT_OPENED, data={"session": {"title": title}, "alert": {}})
+    outcome = send_email(Delivery(event=event, channel=Channel.EMAIL, target="ops@example.com"))
+    assert outcome.ok, outcome.error
+    subject = mailoutbox[-1].subject
+    assert len(subject) <= 200 and subject == subject.strip()
+    assert not any(unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp") for char in subject)
+
+
+def test_apprise_ntfy_publishes_plain_text_through_the_guarded_sender(project, receiver):
+    got = apprise_received(project, receiver, hostile_alert(project), scheme="ntfy", path="/alerts")
+    assert got.json["topic"] == "alerts" and got.json["message"].startswith(HOSTILE_MESSAGE)
+    assert got.json["title"].endswith("<!channel> & <http://evil|x> Bcc: victim@example.com")
+    assert "X-Markdown" not in got.headers
+
+
+def test_apprise_xml_escapes_agent_text_into_its_elements(project, receiver):
+    event = alert_event(project)
+    event.data["alert"]["message"] = "</Message><Injected>1</Injected><Message>"
+    document = ElementTree.fromstring(apprise_received(project, receiver, event, scheme="xml").body)
+    assert [element.text for element in document.iter("Message")] == [
+        "</Message><Injected>1</Injected><Message>\n\nhttp://c/alerts/"
+    ]
+    assert not list(document.iter("Injected"))
+
+
+def test_discord_gets_escaped_markdown_and_no_mention_may_ping():
+    [request] = requests_for("discord://1234/token-abc", HOSTILE_TITLE, "@everyone [Open](http://evil) **x**")
+    assert request.url == "https://discord.com/api/webhooks/1234/token-abc"
+    payload = orjson.loads(request.body)
+    assert payload["allowed_mentions"] == {"parse": []}
+    assert r"\@everyone \[Open\]\(http\://evil\) \*\*x\*\*" in payload["content"]
+    assert r"\<!channel\>" in payload["content"]
+
+
+def test_telegram_gets_plain_text_to_each_chat():
+    bot = "123456789:ABCdefghijklmnopqrstuvwxyz0123456789"
+    requests = requests_for(f"tgram://{bot}/12345/@news", "Title <b>x</b>", "body *y* @admin")
+    assert [r.url for r in requests] == [f"https://api.telegram.org/bot{bot}/sendMessage"] * 2
+    payloads = [orjson.loads(r.body) for r in requests]
+    assert [p["chat_id"] for p in payloads] == [12345, "@news"]
+    assert all("parse_mode" not in p and p["text"] == f"Title <b>x</b>\nbody *y* @{ZWSP}admin" for p in payloads)
+
+
+def test_apprise_form_get_carries_the_message_in_the_query_and_the_urls_credentials():
+    [request] = requests_for("form://ops:s3cret@hooks.example.com/in?method=GET&-team=a", "T & x", "b")
+    assert (request.method, request.body, request.auth) == ("GET", b"", ("ops", "s3cret"))
+    assert request.url == "http://hooks.example.com/in?version=1.0&title=T+%26+x&message=b&type=info&team=a"
