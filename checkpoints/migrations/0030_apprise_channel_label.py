@@ -13,7 +13,7 @@ CHANNELS = [
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("checkpoints", "0028_state_hash_by_part"),
+        ("checkpoints", "0029_project_type_allowlist"),
     ]
 
     operations = [
