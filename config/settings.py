@@ -329,7 +329,8 @@ EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "checkpoint-console@localhost")
 
-# /metrics (Prometheus): a scrape must send "Authorization: Bearer <METRICS_TOKEN>" when it is set.
+# /metrics (Prometheus): a scrape must send "Authorization: Bearer <METRICS_TOKEN>"; unset, /metrics is open only
+# with DEBUG on (401 otherwise). The same token shows /health/'s details.
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 # A Celery worker serves its own counts (its ingests: imports, routine checkpoints) on this port; 0: it does not.
 WORKER_METRICS_PORT = env_int("WORKER_METRICS_PORT", 0)
