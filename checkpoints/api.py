@@ -6,6 +6,7 @@ Bad input gets a 4xx with {"detail": …} and writes nothing.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -38,7 +39,10 @@ from .models import (
     PhaseStatus,
 )
 from .services import phases as phase_services
+from .services.events import CACHE_ERRORS
 from .store import jsoncodec, tallies
+
+logger = logging.getLogger(__name__)
 
 
 class StrictJSONParser(Parser):
@@ -129,7 +133,14 @@ class TokenRateThrottle(BaseThrottle):
         if not settings.API_RATE_LIMIT:
             return True
         self.window = _TokenWindow(settings.API_RATE_LIMIT)
-        return self.window.allow_request(request)
+        try:
+            return self.window.allow_request(request)
+        except CACHE_ERRORS as exc:
+            # The counter lives in the shared cache; an agent's writes must not fail with it (they need only
+            # the database), so while it is unreachable the limit is not applied.
+            logger.warning("shared cache unreachable, API rate limit not applied: %s", exc)
+            self.window = None
+            return True
 
     def wait(self) -> float | None:
         return self.window.wait() if self.window else None
