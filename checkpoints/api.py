@@ -15,7 +15,7 @@ import orjson
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 from django.db.models import Q
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import Field, NinjaAPI, Path, Query, Schema
 from ninja.errors import HttpError, ValidationError
 from ninja.parser import Parser
@@ -167,6 +167,24 @@ api = NinjaAPI(
 )
 
 MAX_ERRORS = 20
+RETRY_AFTER_SECONDS = 5  # how long a client waits before retrying a request the database could not serve
+
+
+def database_unavailable() -> HttpResponse:
+    """503 JSON with Retry-After: the database dropped the connection or refused a new one. A write may have
+    been committed before the fault (an after-commit step failed), so a retry must carry the same idempotency
+    key, which CheckpointClient does."""
+    detail = f"the database is unavailable; retry in {RETRY_AFTER_SECONDS} s with the same idempotency key"
+    response = JsonResponse({"detail": detail}, status=503)
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
+@api.exception_handler(OperationalError)
+@api.exception_handler(InterfaceError)
+def _database_error(request: HttpRequest, exc: Exception) -> HttpResponse:
+    logger.warning("database unavailable during %s %s: %s", request.method, request.path, exc)
+    return database_unavailable()
 
 
 @api.exception_handler(HttpError)

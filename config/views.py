@@ -1,12 +1,16 @@
 from __future__ import annotations
 
+import sys
+
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.templatetags.static import static
 from django.views.decorators.http import require_GET
-from django.views.defaults import page_not_found
+from django.views.defaults import page_not_found, server_error
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from checkpoints.api import database_unavailable
 
 from . import health
 from .metrics import CHALLENGE, REFUSED, Scrape, authorized
@@ -17,6 +21,17 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     if request.path.startswith("/api/"):
         return JsonResponse({"detail": f"no such endpoint: {request.method} {request.path}"}, status=404)
     return page_not_found(request, exception)
+
+
+def api_server_error(request: HttpRequest) -> HttpResponse:
+    """An error that escaped the API's own handlers (a middleware's, say) is still JSON under /api/: 503 with
+    Retry-After when the database failed, so the client retries; 500 otherwise. Django calls this inside the
+    `except` that caught the error, so sys.exc_info() names it."""
+    if not request.path.startswith("/api/"):
+        return server_error(request)
+    if isinstance(sys.exc_info()[1], OperationalError | InterfaceError):
+        return database_unavailable()
+    return JsonResponse({"detail": "internal server error (it was logged)"}, status=500)
 
 
 @require_GET

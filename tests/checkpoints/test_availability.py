@@ -151,3 +151,78 @@ def test_with_the_broker_down_batches_langgraph_puts_and_webhook_changes_answer_
     assert api.delete(f"/webhooks/{webhook['id']}").status_code == 204
     assert Checkpoint.objects.count() == 3
     assert Delivery.objects.filter(status=DeliveryStatus.PENDING, attempts=0).count() == 3
+
+
+# ---- the database ------------------------------------------------------------------------------------------
+
+DROP_ON_INSERT = """
+CREATE FUNCTION test_drop_connection() RETURNS trigger AS $$
+BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NEW; END $$ LANGUAGE plpgsql;
+CREATE TRIGGER test_drop_connection BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION test_drop_connection();
+"""
+
+
+@pytest.fixture
+def connection_dropped_on_insert(transactional_db):
+    """PostgreSQL kills the connection of whoever inserts a checkpoint (a trigger terminating its own backend)
+    until `heal()`; healed after the test in any case."""
+    from django.db import connection
+
+    table = Checkpoint._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(DROP_ON_INSERT.format(table=table))
+
+    def heal() -> None:
+        connection.close()  # it may be the killed one
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TRIGGER IF EXISTS test_drop_connection ON {table}")
+            cursor.execute("DROP FUNCTION IF EXISTS test_drop_connection()")
+
+    yield heal
+    heal()
+
+
+def assert_retry_later(response) -> None:
+    assert response.status_code == 503, response.content
+    assert response["Content-Type"].startswith("application/json")
+    assert int(response["Retry-After"]) > 0
+    assert "database is unavailable" in response.json()["detail"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_dropped_mid_write_answers_503_json_and_the_retry_stores_it_once(
+    api, connection_dropped_on_insert
+):
+    start_session(api)
+    body = {"state": {"n": 1}, "idempotency_key": "step-1"}
+    assert_retry_later(api.post("/sessions/run-1/checkpoints", body))
+    assert_retry_later(api.post("/langgraph/checkpoints", put_body("thread-1", 0)))
+    connection_dropped_on_insert()
+    assert Checkpoint.objects.count() == 0  # the dropped transaction stored nothing
+    assert api.post("/sessions/run-1/checkpoints", body).status_code == 201
+    assert api.post("/sessions/run-1/checkpoints", body).status_code == 200  # a second retry: the original
+    assert Checkpoint.objects.count() == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_an_unreachable_database_answers_api_reads_and_writes_503_json(api, database_unreachable):
+    start_session(api)
+    with database_unreachable():
+        write = api.post("/sessions/run-1/checkpoints", {"state": {"n": 1}})
+        read = api.get("/sessions/run-1")
+    assert_retry_later(write)
+    assert_retry_later(read)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.urls("tests.fault_urls")
+def test_a_database_error_escaping_the_api_handlers_is_still_503_json():
+    from django.db import connection
+    from django.test import Client
+
+    response = Client(raise_request_exception=False).get("/api/v1/test-only/dropped-connection")
+    connection.close()  # the test client leaves the killed connection open (a server closes it after the request)
+    assert_retry_later(response)
