@@ -338,13 +338,14 @@ def app_broker():
 def redis_broker(app_broker):
     """The Celery app on REDIS_URL's database, emptied before and after; tasks are sent, not run inline."""
     import redis
+    from django.conf import settings
 
     from config.celery import app
 
     url = os.environ["REDIS_URL"]
     server = redis.Redis.from_url(url)
     server.flushdb()
-    app_broker(url)
+    app_broker(url, settings.REDIS_BROKER_TRANSPORT_OPTIONS)  # the socket timeouts production uses
     app.conf.task_always_eager = False
     yield url
     server.flushdb()

@@ -3,6 +3,7 @@ webhook management still answer 2xx, no event is lost, and deliveries wait in th
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
@@ -13,6 +14,7 @@ from checkpoints import tasks
 from checkpoints.models import Checkpoint, Delivery, DeliveryStatus, Event, EventType, NotificationRule
 from checkpoints.services.events import wanted_types
 from tests.checkpoints.langgraph_kit import lg_id, put_body
+from tests.helpers import in_thread
 
 CREATED = EventType.CHECKPOINT_CREATED
 
@@ -138,6 +140,30 @@ def test_with_the_broker_down_a_checkpoint_is_answered_201_and_its_delivery_wait
     assert delivery.status == DeliveryStatus.SUCCEEDED
     [got] = receiver.received
     assert got.json["data"]["checkpoint"]["id"] == response.json()["id"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_broker_that_accepts_and_never_answers_holds_a_write_seconds_not_forever(api, receiver, app_broker, settings):
+    """A hung Redis (the kernel completes the connection, nothing ever answers) held the request without end."""
+    from config.celery import app
+
+    subscribe(api, receiver.url)
+    start_session(api)
+    answers: list = []
+    errors: list[BaseException] = []
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        app_broker(f"redis://127.0.0.1:{listener.getsockname()[1]}/0", settings.REDIS_BROKER_TRANSPORT_OPTIONS)
+        app.conf.task_always_eager = False
+        started = time.perf_counter()
+        thread = in_thread(lambda: answers.append(api.post("/sessions/run-1/checkpoints", {"state": {}})), errors)
+        thread.join(timeout=30)
+        seconds = time.perf_counter() - started
+    thread.join(timeout=10)  # the listener's close resets a connection still waiting
+    assert not errors and answers, f"no answer after {seconds:.0f} s"
+    assert answers[0].status_code == 201 and seconds < 10
+    assert Delivery.objects.get().status == DeliveryStatus.PENDING
 
 
 @pytest.mark.django_db(transaction=True)
