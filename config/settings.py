@@ -239,11 +239,12 @@ CACHE_URL = os.environ.get("CACHE_URL") or (
 )
 # Short socket timeouts: nothing that writes waits on the cache (events.wanted_types reads the database when it
 # fails), so a Redis that stops answering costs a request at most a second, not the kernel's TCP timeout.
+REDIS_CACHE_OPTIONS: dict[str, object] = {"socket_connect_timeout": 1, "socket_timeout": 1}
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": CACHE_URL,
-        "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+        "OPTIONS": REDIS_CACHE_OPTIONS,
     }
     if CACHE_URL
     else {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(VAR_DIR / "cache")}
