@@ -7,6 +7,7 @@ Bad input gets a 4xx with {"detail": …} and writes nothing.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -15,7 +16,7 @@ import orjson
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 from django.db.models import Q
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import Resolver404, resolve
 from ninja import Field, NinjaAPI, Path, Query, Schema
 from ninja.errors import HttpError, ValidationError
@@ -42,7 +43,10 @@ from .models import (
     Scope,
 )
 from .services import phases as phase_services
+from .services.events import CACHE_ERRORS
 from .store import jsoncodec, tallies
+
+logger = logging.getLogger(__name__)
 
 
 class StrictJSONParser(Parser):
@@ -219,7 +223,14 @@ class TokenRateThrottle(BaseThrottle):
         if not settings.API_RATE_LIMIT:
             return True
         self.window = _TokenWindow(settings.API_RATE_LIMIT)
-        return self.window.allow_request(request)
+        try:
+            return self.window.allow_request(request)
+        except CACHE_ERRORS as exc:
+            # The counter lives in the shared cache; an agent's writes must not fail with it (they need only
+            # the database), so while it is unreachable the limit is not applied.
+            logger.warning("shared cache unreachable, API rate limit not applied: %s", exc)
+            self.window = None
+            return True
 
     def wait(self) -> float | None:
         return self.window.wait() if self.window else None
@@ -246,6 +257,24 @@ api = ScopedNinjaAPI(
 )
 
 MAX_ERRORS = 20
+RETRY_AFTER_SECONDS = 5  # how long a client waits before retrying a request the database could not serve
+
+
+def database_unavailable() -> HttpResponse:
+    """503 JSON with Retry-After: the database dropped the connection or refused a new one. A write may have
+    been committed before the fault (an after-commit step failed), so a retry must carry the same idempotency
+    key, which CheckpointClient does."""
+    detail = f"the database is unavailable; retry in {RETRY_AFTER_SECONDS} s with the same idempotency key"
+    response = JsonResponse({"detail": detail}, status=503)
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
+@api.exception_handler(OperationalError)
+@api.exception_handler(InterfaceError)
+def _database_error(request: HttpRequest, exc: Exception) -> HttpResponse:
+    logger.warning("database unavailable during %s %s: %s", request.method, request.path, exc)
+    return database_unavailable()
 
 
 @api.exception_handler(HttpError)

@@ -11,7 +11,7 @@ from django.db import OperationalError
 from .jobs import gc, retention, routine, run_job, watching
 from .models import Delivery
 from .services import deliveries, drift
-from .services.uploads import run_import_job
+from .services.uploads import resend_unsent, run_import_job
 
 
 @shared_task(acks_late=True, time_limit=3600, soft_time_limit=3500)
@@ -70,7 +70,9 @@ def send_delivery(delivery_id: str) -> None:
 
 @shared_task(acks_late=True)
 def send_due_deliveries() -> int:
-    """Every minute: queue the deliveries whose next attempt is due."""
+    """Every minute: queue the deliveries whose next attempt is due, and the uploads' imports that a broker
+    outage left unsent; how many deliveries."""
+    resend_unsent(import_archive.delay)
     return deliveries.send_due()
 
 

@@ -1,4 +1,7 @@
-"""Readiness checks behind /health/: each answers (ok, what it found) quickly, and names no secret."""
+"""Readiness checks behind /health/: each answers (ok, what it found) quickly, and names no secret.
+
+Only the database and the disk are needed to store a checkpoint (writes never wait on the cache or the broker):
+their failure fails readiness; a broken cache, broker, worker or beat only degrades it."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from typing import Any
 
 from celery import current_app
 from django.conf import settings
+from django.core.cache import cache
 from django.db import connection
 from django.db.models import Max
 from django.utils import timezone
@@ -24,6 +28,16 @@ def database() -> tuple[bool, str]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     return True, connection.vendor
+
+
+def shared_cache() -> tuple[bool, str]:
+    """A value written to the shared cache reads back (rate limits and the events' wanted types use it)."""
+    key = "health:probe"
+    value = str(time.time_ns())
+    cache.set(key, value, 30)
+    if cache.get(key) != value:
+        return False, "a value written to the cache did not read back"
+    return True, type(cache).__name__
 
 
 def broker() -> tuple[bool, str]:
@@ -62,8 +76,22 @@ def disk() -> tuple[bool, str]:
     return free_mb >= settings.HEALTH_DISK_MIN_FREE_MB, text + f" (at least {settings.HEALTH_DISK_MIN_FREE_MB:,} MB)"
 
 
-CHECKS: dict[str, Check] = {"database": database, "broker": broker, "worker": worker, "beat": beat, "disk": disk}
+CHECKS: dict[str, Check] = {
+    "database": database,
+    "cache": shared_cache,
+    "broker": broker,
+    "worker": worker,
+    "beat": beat,
+    "disk": disk,
+}
 NEEDS = {"worker": "broker", "beat": "database"}  # not asked when what they rely on failed
+ESSENTIAL = {"database", "disk"}  # without either nothing can be stored: the others only degrade the service
+
+
+def status_of(checks: dict[str, dict[str, Any]]) -> str:
+    """ "ok"; "degraded" when only a check outside ESSENTIAL failed; "fail" when an essential one did."""
+    failed = {name for name, check in checks.items() if not check["ok"]}
+    return "fail" if failed & ESSENTIAL else "degraded" if failed else "ok"
 
 
 def run_checks() -> dict[str, dict[str, Any]]:

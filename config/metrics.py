@@ -21,9 +21,12 @@ CHALLENGE = 'Bearer realm="metrics"'
 
 
 def authorized(header: str) -> bool:
-    """No METRICS_TOKEN: anyone may scrape. Else only "Bearer <METRICS_TOKEN>", compared in constant time."""
+    """Only "Bearer <METRICS_TOKEN>", compared in constant time. No token set: open with DEBUG on (`make run`),
+    refused otherwise, so that a production deployment that forgot the token lists no project's slug."""
     token = settings.METRICS_TOKEN
-    return not token or hmac.compare_digest(header.encode(), f"Bearer {token}".encode())
+    if not token:
+        return bool(settings.DEBUG)
+    return hmac.compare_digest(header.encode(), f"Bearer {token}".encode())
 
 
 class Scrape:

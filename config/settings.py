@@ -239,8 +239,15 @@ LOGGING = {
 CACHE_URL = os.environ.get("CACHE_URL") or (
     os.environ.get("CELERY_BROKER_URL", "") if os.environ.get("CELERY_BROKER_URL", "").startswith("redis") else ""
 )
+# Short socket timeouts: nothing that writes waits on the cache (events.wanted_types reads the database when it
+# fails), so a Redis that stops answering costs a request at most a second, not the kernel's TCP timeout.
+REDIS_CACHE_OPTIONS: dict[str, object] = {"socket_connect_timeout": 1, "socket_timeout": 1}
 CACHES = {
-    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": CACHE_URL,
+        "OPTIONS": REDIS_CACHE_OPTIONS,
+    }
     if CACHE_URL
     else {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(VAR_DIR / "cache")}
 }
@@ -308,6 +315,13 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "store_processed": False,
         "polling_interval": 0.1,
     }
+# A Redis broker that accepts connections and never answers must not hold a write: a send after commit gives
+# up within about these seconds per try (the delivery stays pending for the sweep); a worker's blocking reads
+# (BRPOP, 1 s) are shorter.
+REDIS_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"socket_connect_timeout": 2, "socket_timeout": 3}
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    CELERY_BROKER_TRANSPORT_OPTIONS = REDIS_BROKER_TRANSPORT_OPTIONS
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -335,7 +349,8 @@ EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "checkpoint-console@localhost")
 
-# /metrics (Prometheus): a scrape must send "Authorization: Bearer <METRICS_TOKEN>" when it is set.
+# /metrics (Prometheus): a scrape must send "Authorization: Bearer <METRICS_TOKEN>"; unset, /metrics is open only
+# with DEBUG on (401 otherwise). The same token shows /health/'s details.
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 # A Celery worker serves its own counts (its ingests: imports, routine checkpoints) on this port; 0: it does not.
 WORKER_METRICS_PORT = env_int("WORKER_METRICS_PORT", 0)

@@ -21,3 +21,4 @@ urlpatterns = [
 ]
 
 handler404 = "config.views.not_found"
+handler500 = "config.views.api_server_error"

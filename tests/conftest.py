@@ -338,13 +338,58 @@ def app_broker():
 def redis_broker(app_broker):
     """The Celery app on REDIS_URL's database, emptied before and after; tasks are sent, not run inline."""
     import redis
+    from django.conf import settings
 
     from config.celery import app
 
     url = os.environ["REDIS_URL"]
     server = redis.Redis.from_url(url)
     server.flushdb()
-    app_broker(url)
+    app_broker(url, settings.REDIS_BROKER_TRANSPORT_OPTIONS)  # the socket timeouts production uses
     app.conf.task_always_eager = False
     yield url
     server.flushdb()
+
+
+CLOSED_PORT_REDIS = "redis://127.0.0.1:1/0"  # nothing listens on port 1: every connection is refused at once
+
+
+@pytest.fixture
+def cache_down(settings) -> str:
+    """The shared cache is a Redis on a closed port for this test (Django's Redis backend raises on each call)."""
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CLOSED_PORT_REDIS}
+    }
+    return CLOSED_PORT_REDIS
+
+
+@pytest.fixture
+def broker_down(app_broker) -> str:
+    """The Celery app's broker is a Redis on a closed port: every task send fails."""
+    from config.celery import app
+
+    app_broker(CLOSED_PORT_REDIS)
+    app.conf.task_always_eager = False
+    return CLOSED_PORT_REDIS
+
+
+@pytest.fixture
+def database_unreachable(transactional_db) -> Any:
+    """`with database_unreachable():` this test's database connection is closed and reopens on 127.0.0.1's closed
+    port 1; restored after. PostgreSQL only (mark the test `postgres`): SQLite's in-memory test database would not
+    survive the close."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def unreachable() -> Iterator[None]:
+        saved = dict(connection.settings_dict)
+        connection.close()
+        connection.settings_dict.update(HOST="127.0.0.1", PORT="1")
+        try:
+            yield
+        finally:
+            connection.close()
+            connection.settings_dict.clear()
+            connection.settings_dict.update(saved)
+
+    return unreachable

@@ -20,11 +20,20 @@ from checkpoints.models import RetentionPolicy
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[1]
+TOKEN = "s3cret-token"
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture(autouse=True)
+def metrics_token(settings) -> str:
+    """As in production: a scrape sends the token (without one, /metrics is open only with DEBUG on)."""
+    settings.METRICS_TOKEN = TOKEN
+    return TOKEN
 
 
 def scrape(client, **headers) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample of a scrape, by (name, sorted labels), as Prometheus' own parser reads the text."""
-    response = client.get("/metrics", headers=headers)
+    response = client.get("/metrics", headers=headers or BEARER)
     assert response.status_code == 200, response.content
     assert response["Content-Type"].startswith("text/plain; version=")
     text = response.content.decode()
@@ -139,8 +148,7 @@ def test_a_scrape_reads_the_database_in_a_bounded_number_of_queries(
         scrape(client)
 
 
-def test_with_a_token_set_a_scrape_needs_it(client, settings):
-    settings.METRICS_TOKEN = "s3cret-token"
+def test_with_a_token_set_a_scrape_needs_it(client):
     assert client.get("/metrics").status_code == 401
     assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert client.get("/metrics", headers={"Authorization": "s3cret-token"}).status_code == 401
@@ -150,8 +158,40 @@ def test_with_a_token_set_a_scrape_needs_it(client, settings):
 
 
 def test_metrics_need_no_sign_in_and_refuse_posts(client):
-    assert client.get("/metrics").status_code == 200
-    assert client.post("/metrics").status_code == 405
+    assert client.get("/metrics", headers=BEARER).status_code == 200
+    assert client.post("/metrics", headers=BEARER).status_code == 405
+
+
+def test_in_production_without_a_token_metrics_are_refused(client, settings, project):
+    """DEBUG off and METRICS_TOKEN forgotten: nobody reads the projects' slugs, whatever they send."""
+    settings.METRICS_TOKEN = ""
+    settings.DEBUG = False
+    for headers in ({}, {"Authorization": "Bearer "}, {"Authorization": "Bearer"}, BEARER):
+        refused = client.get("/metrics", headers=headers)
+        assert refused.status_code == 401
+        assert refused["WWW-Authenticate"].startswith("Bearer") and b"acme" not in refused.content
+
+
+def test_with_debug_on_and_no_token_metrics_are_open_for_make_run(client, settings, project):
+    settings.METRICS_TOKEN = ""
+    settings.DEBUG = True
+    response = client.get("/metrics")
+    assert response.status_code == 200 and b'project="acme"' in response.content
+
+
+def test_a_celery_worker_without_a_token_in_production_refuses_scrapes(settings):
+    from config.metrics import serve_worker_metrics
+
+    settings.METRICS_TOKEN = ""
+    settings.DEBUG = False
+    server = serve_worker_metrics(0, host="127.0.0.1")
+    try:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=5)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert refused.value.code == 401
 
 
 @pytest.mark.redis
@@ -184,7 +224,8 @@ def test_the_sample_grafana_dashboard_queries_metrics_that_exist(client, api, se
         for name in re.findall(r"\b(?:checkpoint_console|django)_\w+", target["expr"])
     }
     api.get("/sessions/run-1")
-    exported = {family.name for family in text_string_to_metric_families(client.get("/metrics").content.decode())}
+    text = client.get("/metrics", headers=BEARER).content.decode()
+    exported = {family.name for family in text_string_to_metric_families(text)}
     assert queried and queried <= exported, queried - exported
 
 
@@ -213,7 +254,6 @@ def test_a_celery_worker_serves_its_own_counts_behind_the_same_token(settings):
     from checkpoints.metrics import record_ingest
     from config.metrics import serve_worker_metrics
 
-    settings.METRICS_TOKEN = "s3cret-token"
     server = serve_worker_metrics(0, host="127.0.0.1")
     url = f"http://127.0.0.1:{server.server_port}/metrics"
     try:
@@ -231,3 +271,20 @@ def test_a_celery_worker_serves_its_own_counts_behind_the_same_token(settings):
     ingested = families["checkpoint_console_checkpoints_ingested"].samples
     assert any(s.labels == {"project": "acme", "kind": "imported", "status": "completed"} for s in ingested)
     assert "checkpoint_console_open_alerts" not in families
+
+
+def test_every_sample_scrape_job_and_every_compose_service_carries_the_token():
+    """DEBUG is off in compose.yaml, so a scrape without the token is refused: the sample config sends it."""
+    import yaml
+
+    scrapes = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())["scrape_configs"]
+    assert {target for job in scrapes for c in job["static_configs"] for target in c["targets"]} == {
+        "web:8000",
+        "worker:9100",
+    }
+    for job in scrapes:
+        assert job["authorization"]["type"] == "Bearer" and job["authorization"]["credentials_file"], job
+    services = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]
+    for name in ("web", "worker", "beat"):
+        environment = services[name]["environment"]
+        assert environment["DEBUG"] == "0" and "METRICS_TOKEN" in environment, name

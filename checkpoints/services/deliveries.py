@@ -172,7 +172,11 @@ def retry_now(deliveries: Iterable[Delivery], *, actor: Actor, now: datetime | N
 
 
 def queue(deliveries: Iterable[Delivery]) -> None:
-    """Once the caller's transaction commits, each pending delivery's attempt goes to the "deliveries" queue."""
+    """Once the caller's transaction commits, each pending delivery's attempt goes to the "deliveries" queue.
+
+    A broker that cannot be reached is logged, not raised (`robust`): the change the caller committed stands and
+    its answer is a success; the deliveries stay pending and due in the database, and the `send_due` sweep
+    queues them once the broker is back."""
     ids = [str(d.pk) for d in deliveries if d.status == DeliveryStatus.PENDING]
     if not ids:
         return
@@ -183,7 +187,7 @@ def queue(deliveries: Iterable[Delivery]) -> None:
         for delivery_id in ids:
             tasks.send_delivery.delay(delivery_id)
 
-    transaction.on_commit(send)
+    transaction.on_commit(send, robust=True)
 
 
 def send_due(*, now: datetime | None = None) -> int:

@@ -4,10 +4,15 @@ The check reads the archive's index only (`archives.check`: nothing is unpacked)
 back at once; the `import_archive` task then unpacks that same stored file exactly once, running the
 same check again first and counting the real bytes it writes. Unpacking while the operator waits
 would write every byte twice and keep a web process busy for what a worker is there for.
+
+The task is queued once the job's row commits. A broker that cannot be reached then leaves the job queued with
+`UNSENT` in its report (the upload still succeeds); the every-minute sweep calls `resend_unsent` to queue it
+once the broker is back.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 import shutil
 import tempfile
@@ -19,6 +24,7 @@ from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from ..models import ImportJob, ImportJobStatus
 from ..sources.archives import UnsafeArchive, archive_suffix, check, extract
@@ -26,6 +32,9 @@ from . import events
 from .audit import Actor, record_audit
 from .checkpoints import get_or_create_project
 from .file_import import ImportReport, import_path
+
+logger = logging.getLogger(__name__)
+UNSENT = "unsent"  # a queued job's report key: its task could not be sent (the broker was unreachable)
 
 
 def queue_import(upload: UploadedFile, *, project_slug: str, actor: Actor, start: Callable[[int], object]) -> ImportJob:
@@ -51,11 +60,35 @@ def queue_import(upload: UploadedFile, *, project_slug: str, actor: Actor, start
             )
             details = {"job": job.pk, "bytes": upload.size, "files": len(index.files), "unpacked": index.declared_bytes}
             record_audit(actor, "upload", project=project, target=name, details=details)
-            transaction.on_commit(lambda: start(job.pk))
+            transaction.on_commit(lambda: _send(job.pk, start), robust=True)
     except BaseException:
         archive.unlink(missing_ok=True)
         raise
     return job
+
+
+def _send(job_id: int, start: Callable[[int], object]) -> None:
+    """Queue the job's import; when the broker refuses, mark the job for `resend_unsent` instead of failing."""
+    try:
+        start(job_id)
+    except BrokerUnreachable as exc:
+        logger.warning("import job %s not queued, the broker is unreachable (the sweep resends it): %s", job_id, exc)
+        report = ImportJob.objects.values_list("report", flat=True).get(pk=job_id)
+        _update_job(job_id, report={**report, UNSENT: True})
+
+
+def resend_unsent(start: Callable[[int], object], *, limit: int = 100) -> int:
+    """Queue again the imports a broker outage left unsent; how many. Each is claimed by a conditional UPDATE
+    that removes its mark first, so two sweeps never queue one job twice (a second message for a running job
+    would import it again)."""
+    sent = 0
+    for job in ImportJob.objects.filter(status=ImportJobStatus.QUEUED, report__has_key=UNSENT)[:limit]:
+        report = {key: value for key, value in job.report.items() if key != UNSENT}
+        claimed = ImportJob.objects.filter(pk=job.pk, status=ImportJobStatus.QUEUED, report=job.report)
+        if claimed.update(report=report):
+            _send(job.pk, start)
+            sent += 1
+    return sent
 
 
 def _save_upload(upload: UploadedFile) -> Path:

@@ -412,7 +412,7 @@ def test_unreachable_server_raises_status_0():
         port = sock.getsockname()[1]  # closed again when the block ends: nothing listens there
 
     with pytest.raises(CheckpointAPIError) as caught:
-        CheckpointClient(f"http://127.0.0.1:{port}", "cpk_x", timeout=2).get_session("run-1")
+        CheckpointClient(f"http://127.0.0.1:{port}", "cpk_x", timeout=2, retries=0).get_session("run-1")
 
     assert caught.value.status == 0
     assert "cannot reach" in caught.value.detail

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage
 
@@ -559,3 +559,43 @@ def test_a_message_written_and_then_appended_is_stored_once_and_still_comes_back
     write(api, lg_id(0), "task", [["__error__", typed("boom")]])
     pending = latest(api, "thread-1", checkpoint_id=lg_id(0)).json()["pending_writes"]
     assert pending == [["other", "messages", "not appended"], ["task", "__error__", "boom"], *before[1:]]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    values=st.dictionaries(st.text(min_size=1, max_size=6), _TYPED, max_size=3),
+    metadata=st.dictionaries(st.text(max_size=6), _TYPED, max_size=3),
+)
+def test_any_stored_put_sent_again_unchanged_adds_no_console_checkpoint_and_changed_adds_one(api, values, metadata):
+    """A saver retrying a put whose answer it lost sends the same body again: the console keeps one checkpoint.
+    A put of the same id with other content replaces it for LangGraph and keeps the old one in the console."""
+    body = {**put_body("thread-r", 1), "values": values, "metadata": metadata}
+    first = api.post(PUT, raw=jsoncodec.dumps(body))
+    assume(first.status_code == 201)
+    stored = Checkpoint.objects.count()
+    again = api.post(PUT, raw=jsoncodec.dumps(body))
+    assert again.status_code == 201 and again.json() == first.json()
+    assert Checkpoint.objects.count() == stored
+    changed = {**body, "metadata": {**metadata, "source": "update", "retried": True}}
+    replaced = api.post(PUT, raw=jsoncodec.dumps(changed))
+    assert replaced.status_code == 201 and replaced.json()["id"] != first.json()["id"]
+    assert Checkpoint.objects.count() == stored + 1
+    assert LangGraphCheckpoint.objects.filter(checkpoint_id=lg_id(1), current=True).count() == 1
+
+
+def test_a_put_sent_again_as_a_change_against_its_parent_adds_no_console_checkpoint(api):
+    """The same checkpoint, first with every channel, then as an append to its parent (as ConsoleSaver sends it)."""
+    put(api, "thread-1", 0)
+    first = put(api, "thread-1", 1, parent=0)
+    again = put(
+        api,
+        "thread-1",
+        1,
+        parent=0,
+        values={},
+        channels=["messages"],
+        appends={"messages": {"base_len": 1, "items": messages(2)[1:]}},
+        base_checkpoint_id=lg_id(0),
+    )
+    assert again == first
+    assert Checkpoint.objects.count() == 2

@@ -9,10 +9,11 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import orjson
+
+from tests.helpers import QuietHandler, loopback_server
 
 
 @dataclass
@@ -49,7 +50,7 @@ def serve(settings: Any) -> Iterator[Receiver]:
     settings.WEBHOOK_TIMEOUT_SECONDS = 1
     state = Receiver(url="")
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             state.received.append(Received(self.path, dict(self.headers.items()), body))
@@ -62,16 +63,9 @@ def serve(settings: Any) -> Iterator[Receiver]:
             self.end_headers()
             self.wfile.write(b"ok")
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
-    yield state
-    server.shutdown()
-    server.server_close()
+    with loopback_server(Handler) as port:
+        state.url = f"http://127.0.0.1:{port}/hook"
+        yield state
 
 
 @dataclass

@@ -770,3 +770,29 @@ def upload_generated(client: Client, alice: Any, archive: Path, tmp_path: Path, 
             assert Checkpoint.objects.count() == before[Checkpoint]
     assert uploads(var_dir) == []
     assert sorted(path.name for path in var_dir.iterdir()) in ([], ["uploads"])  # no unpacked folder left
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_the_broker_down_an_upload_is_kept_and_the_sweep_queues_its_import_once_the_broker_is_back(
+    client, alice, tmp_path, broker_down
+):
+    from checkpoints import tasks
+    from checkpoints.services.uploads import UNSENT
+    from config.celery import app
+
+    client.force_login(alice)
+    response = upload(client, zip_folder(ARES, tmp_path / "runs.zip"))  # real commit: the send fails after it
+    assert response.status_code == 302
+    job = ImportJob.objects.get()
+    assert job.status == ImportJobStatus.QUEUED and job.report[UNSENT] is True
+    assert tasks.send_due_deliveries() == 0  # still down: the job stays marked for the next sweep
+    assert ImportJob.objects.get().report[UNSENT] is True
+
+    app.conf.task_always_eager = True  # the broker is back (tasks run inline)
+    tasks.send_due_deliveries()
+    job.refresh_from_db()
+    assert job.status == ImportJobStatus.DONE and UNSENT not in job.report
+    assert Checkpoint.objects.exists()
+    imported = Checkpoint.objects.count()
+    tasks.send_due_deliveries()  # nothing left to send: the import ran once
+    assert Checkpoint.objects.count() == imported

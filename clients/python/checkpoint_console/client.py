@@ -7,16 +7,26 @@ Method names follow the source systems (`create`, `get_latest`, `rollback_to`, `
     client.create_session("run-42", agent="planner")
     client.create("run-42", {"messages": []}, name="task_started")
     state = client.resume("run-42")["state"]
+
+Retries: reads and the writes that are safe to repeat are sent again after a 503 (also 429, 502, 504) or a
+lost connection, up to `retries` times, waiting the server's Retry-After or an exponential backoff with jitter.
+Every checkpoint write carries an idempotency key (one is made when none is given), the same on each retry,
+so a checkpoint whose answer was lost is stored once. `rollback_to`, `fork` and `add_phase_output` have no key
+on the server: they are sent again only when the connection was refused, i.e. the request never arrived.
 """
 
 from __future__ import annotations
 
 import builtins
+import email.utils
 import http.client
 import json
+import random
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +41,7 @@ When = datetime | str
 _BATCH_ITEMS = 500
 _BATCH_BYTES = 8 * 1024 * 1024
 _TIME_FIELDS = ("since", "until", "created_at")
+_RETRY_STATUSES = frozenset({429, 502, 503, 504})  # "not now": the request was not carried out, or may be repeated
 
 
 class CheckpointAPIError(Exception):
@@ -39,19 +50,34 @@ class CheckpointAPIError(Exception):
     `detail` is the server's own explanation: a string, or a list of field errors.
     """
 
-    def __init__(self, status: int, detail: Any) -> None:
+    def __init__(self, status: int, detail: Any, *, retry_after: float | None = None) -> None:
         super().__init__(f"{status}: {detail}" if status else str(detail))
         self.status = status
         self.detail = detail
+        self.retry_after = retry_after  # seconds, from the answer's Retry-After header
 
 
 class CheckpointClient:
     """One project's sessions and checkpoints, through its bearer token."""
 
-    def __init__(self, base_url: str, token: str, *, timeout: float = 30) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 30,
+        retries: int = 4,
+        backoff: float = 0.5,
+        max_wait: float = 30,
+    ) -> None:
+        """`retries`: how many times a request is sent again (0: never); `backoff`: the first wait in seconds,
+        doubled at each retry, with jitter; `max_wait`: the longest wait, Retry-After included."""
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.max_wait = max_wait
 
     def __repr__(self) -> str:
         return f"CheckpointClient({self.base_url!r})"  # never the token: reprs end up in logs
@@ -72,7 +98,7 @@ class CheckpointClient:
         )
         if metadata is not None:
             body["metadata"] = metadata
-        return self._request("POST", "/sessions", body)
+        return self._request("POST", "/sessions", body, retry=True)  # an upsert: the same twice is the same
 
     def get_session(self, session: str) -> JSONDict:
         """The session with its head checkpoint, status, restore generation and counts."""
@@ -111,7 +137,8 @@ class CheckpointClient:
         metadata: JSONDict | None = None,
         parent: int | None = None,
     ) -> JSONDict:
-        """Store one checkpoint (metadata back, no state). Repeating an `idempotency_key` returns the original.
+        """Store one checkpoint (metadata back, no state). Repeating an `idempotency_key` returns the original;
+        without one, a new key is made for this call and sent again with each retry.
 
         `parent` (a checkpoint id of the session) branches from an earlier checkpoint instead of the head.
         """
@@ -124,20 +151,23 @@ class CheckpointClient:
             step=step,
             phase=phase,
             created_at=created_at,
-            idempotency_key=idempotency_key,
+            idempotency_key=idempotency_key or _new_key(),
             operation_id=operation_id,
             metadata=metadata,
             parent=parent,
         )
-        return self._request("POST", _path("sessions", session, "checkpoints"), body)
+        return self._request("POST", _path("sessions", session, "checkpoints"), body, retry=True)
 
     def create_batch(self, items: Iterable[JSONDict]) -> JSONDict:
-        """Many checkpoints in one request, all stored or none: each item is `{session, state, …}`.
+        """Many checkpoints in one request, all stored or none: each item is `{session, state, …}`; an item
+        without an `idempotency_key` gets a new one, so a retried batch adds nothing twice.
 
         Returns `{created, existing, checkpoints: [{id, session, seq, created}]}`.
         """
-        checkpoints = [_encode_times(item) for item in items]
-        return self._request("POST", "/checkpoints/batch", {"checkpoints": checkpoints})
+        checkpoints = [
+            _encode_times({**item, "idempotency_key": item.get("idempotency_key") or _new_key()}) for item in items
+        ]
+        return self._request("POST", "/checkpoints/batch", {"checkpoints": checkpoints}, retry=True)
 
     def rollback_to(self, checkpoint_id: int, reason: str = "") -> JSONDict:
         """Restore: a new head sharing that checkpoint's state. Nothing is deleted, so it can be undone."""
@@ -318,7 +348,17 @@ class CheckpointClient:
         page = self._request("GET", _path("sessions", session, "checkpoints"), query=query)
         return self.get(page["items"][0]["id"]) if page["items"] else None
 
-    def _request(self, method: str, path: str, body: Any = None, *, query: JSONDict | None = None) -> Any:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        query: JSONDict | None = None,
+        retry: bool | None = None,
+    ) -> Any:
+        """`retry`: whether sending the request twice is harmless (default: GET and PUT, which are); one that is
+        not is sent again only when its connection was refused."""
         url = f"{self.base_url}/api/v1{path}"
         if query:
             url += "?" + urllib.parse.urlencode(query)
@@ -328,19 +368,70 @@ class CheckpointClient:
             # allow_nan=False: the server refuses NaN and Infinity, so fail here with a clear ValueError.
             data = json.dumps(body, ensure_ascii=False, allow_nan=False).encode()
             headers["Content-Type"] = "application/json"
-        request = urllib.request.Request(url, data=data, headers=headers, method=method)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                payload = response.read()
-        except urllib.error.HTTPError as exc:
-            raise CheckpointAPIError(exc.code, _error_detail(exc)) from exc
-        except (OSError, http.client.HTTPException) as exc:  # URLError, refused, reset, timeout
-            reason = getattr(exc, "reason", exc)
-            raise CheckpointAPIError(0, f"cannot reach {self.base_url}: {reason}") from exc
+        repeatable = method in ("GET", "PUT") if retry is None else retry
+        attempt = 0
+        while True:
+            try:
+                payload = self._send(urllib.request.Request(url, data=data, headers=headers, method=method))
+                break
+            except CheckpointAPIError as exc:
+                wait = self._wait_before_retry(exc, attempt, repeatable)
+                if wait is None:
+                    raise
+            time.sleep(wait)
+            attempt += 1
         try:
             return json.loads(payload) if payload else None
         except ValueError as exc:  # a proxy's HTML page with a 200
             raise CheckpointAPIError(0, f"{url} answered with something that is not JSON") from exc
+
+    def _send(self, request: urllib.request.Request) -> bytes:
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return bytes(response.read())
+        except urllib.error.HTTPError as exc:
+            retry_after = _retry_after(exc.headers.get("Retry-After"))
+            raise CheckpointAPIError(exc.code, _error_detail(exc), retry_after=retry_after) from exc
+        except (OSError, http.client.HTTPException) as exc:  # URLError, refused, reset, timeout
+            reason = getattr(exc, "reason", exc)
+            raise CheckpointAPIError(0, f"cannot reach {self.base_url}: {reason}") from exc
+
+    def _wait_before_retry(self, error: CheckpointAPIError, attempt: int, repeatable: bool) -> float | None:
+        """Seconds to wait before sending the request again, or None to give up with `error`."""
+        if attempt >= self.retries:
+            return None
+        never_arrived = error.status == 0 and isinstance(_reason(error), ConnectionRefusedError)
+        if not never_arrived and not (repeatable and (error.status == 0 or error.status in _RETRY_STATUSES)):
+            return None
+        if error.retry_after is not None:
+            return min(error.retry_after, self.max_wait)
+        return min(self.backoff * 2**attempt, self.max_wait) * random.uniform(0.5, 1.0)  # jitter: no herd
+
+
+def _new_key() -> str:
+    """An idempotency key for one logical write, reused by its retries."""
+    return f"cc-{uuid.uuid4().hex}"
+
+
+def _reason(error: CheckpointAPIError) -> BaseException | None:
+    cause = error.__cause__
+    return getattr(cause, "reason", cause)
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After as seconds from now: a number of seconds or an HTTP date (RFC 9110); None if absent or bad."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():  # str.isdigit alone takes "²", which float() refuses
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def _path(*segments: str | int) -> str:
