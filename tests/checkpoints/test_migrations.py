@@ -1,0 +1,110 @@
+"""Release 0.1's migrations, frozen: the code they froze gives the live code's answers, and none imports live code."""
+
+from __future__ import annotations
+
+import ast
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.apps import apps as global_apps
+from django.db import connection
+
+from checkpoints import store
+from checkpoints.migrations import _states_0028, _tallies_0021
+from checkpoints.models import AgentSession
+from checkpoints.services import ingest_checkpoints
+from checkpoints.store import tallies
+from checkpoints.store.jsoncodec import canonical
+from tests.checkpoints.test_tallies import item, stored
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# ---- the frozen code gives the live code's answers --------------------------------------------------------------
+
+
+def _words(rng: random.Random, size: int) -> str:
+    return " ".join(
+        f"{rng.choice(['plan', 'read', 'tool', 'result', 'retry'])}{rng.randrange(1000)}" for _ in range(size)
+    )
+
+
+def _states() -> Iterator[Any]:
+    """States the store keeps as keyframe trees several levels deep, patches with and without a dictionary,
+    integers beyond 64 bits, lists and scalars."""
+    rng = random.Random(5)
+    state: dict[str, Any] = {"messages": [], "memory": {f"k{i}": _words(rng, 8) for i in range(40)}, "big": 2**70}
+    for step in range(20):
+        state["messages"].append({"role": "assistant", "content": _words(rng, 150), "step": step})
+        state["memory"][f"k{rng.randrange(40)}"] = _words(rng, 8)
+        if step == 10:
+            state["log"] = [_words(rng, 120) for _ in range(1200)]  # ~1 MB: a tree of internal nodes
+        if step == 14:
+            del state["big"]
+        yield state
+    yield [1, "two", {"three": [3.5, None, True]}]
+    yield {}
+    yield "just text"
+    yield {"n": -(2**80), "nested": {"deep": [[[]], {}]}}
+
+
+def test_the_frozen_reader_and_digest_of_0028_give_the_live_stores_answers(db, settings):
+    """The reader must agree with the live store for good: the store reads every format it has written. The
+    digest agrees while 0028's definition is the live one; a new definition comes with a migration of its own."""
+    settings.CHECKPOINT_KEYFRAME_INTERVAL = 6  # keyframes between the patches
+    saved, base = [], None
+    for state in _states():
+        result = store.save_state(state, base=base)
+        saved.append(result)
+        base = result.root
+    store.cache.clear()
+    with connection.cursor() as cursor:
+        for result in saved:
+            frozen = _states_0028.load_state(cursor, result.root)
+            live = store.load_state(result.root)
+            assert canonical(frozen) == canonical(live)
+            assert _states_0028.state_digest(frozen) == store.state_digest(live) == result.state_hash
+        with pytest.raises(_states_0028.Unreadable):
+            _states_0028.load_state(cursor, b"\x07" * 16)
+
+
+def test_the_frozen_recount_of_0021_gives_the_live_tallies(make_session):
+    """While what is tallied stays what 0021 introduced; a change to it comes with a migration of its own."""
+    sessions = [make_session(f"run-{n}") for n in range(3)]
+    for n, session in enumerate(sessions):  # over several rollup blocks and hours, some failed, some not steps
+        kinds = ("step", "routine")
+        batch = [
+            item(i, minutes=i * 17, failed=i % 9 == n, tool_failed=i % 7 == 1, kind=kinds[i % 2])
+            for i in range(25 + 10 * n)
+        ]
+        ingest_checkpoints([(session, batch)])
+    kept = [stored(session) for session in sessions]
+    AgentSession.objects.update(**dict.fromkeys(tallies.SESSION_FIELDS, 0))
+    _tallies_0021.recount(global_apps, "default", [session.pk for session in sessions])
+    frozen = [stored(session) for session in sessions]
+    tallies.recount([session.pk for session in sessions])
+    assert frozen == [stored(session) for session in sessions] == kept
+    assert sum(totals["failed_count"] for totals, _, _ in frozen) > 0
+
+
+def _modules_imported(path: Path) -> Iterator[str]:
+    """The absolute modules a file imports (`from package import module` names both), by statement or importlib."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "import_module":
+            yield node.args[0].value
+
+
+def test_no_migration_imports_the_console_s_live_code():
+    """Only the field classes the models name (kept importable, docs/decisions/0004-safe-fields.md) and the
+    migrations' own frozen modules."""
+    for path in (ROOT / "checkpoints" / "migrations").glob("*.py"):
+        for module in _modules_imported(path):
+            if module.split(".")[0] in ("checkpoints", "dashboard", "config"):
+                assert module.startswith(("checkpoints.fields", "checkpoints.migrations.")), (path.name, module)
