@@ -1,26 +1,114 @@
-"""Release 0.1's migrations, frozen: the code they froze gives the live code's answers, and none imports live code."""
+"""Release 0.1's migrations, squashed and frozen: an install at 0028 upgrades through the squashed set, a new one gets
+the same database from it, and the code the old migrations froze gives the live code's answers."""
 
 from __future__ import annotations
 
 import ast
+import json
+import os
 import random
+import subprocess
+import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
 import pytest
 from django.apps import apps as global_apps
-from django.db import connection
+from django.db import connection, migrations
+from django.db.migrations.loader import MigrationLoader
 
-from checkpoints import store
+from checkpoints import roles, store
 from checkpoints.migrations import _states_0028, _tallies_0021
 from checkpoints.models import AgentSession
 from checkpoints.services import ingest_checkpoints
 from checkpoints.store import tallies
 from checkpoints.store.jsoncodec import canonical
+from tests.checkpoints.migration_kit import SQUASHED
 from tests.checkpoints.test_tallies import item, stored
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _migrated(mode: str, folder: Path) -> dict[str, Any]:
+    """Run the kit's `mode` on a database of its own, made for it and dropped after: a file beside the tests' on
+    SQLite, a database on the tests' PostgreSQL server."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith("postgres"):
+        return _run(mode, f"sqlite:///{folder / f'{mode}.sqlite3'}", folder)
+    parts = urlsplit(url)
+    name = f"{parts.path.lstrip('/')}_migrations_{mode}_{uuid.uuid4().hex[:8]}"
+    server = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            return _run(mode, urlunsplit(parts._replace(path=f"/{name}")), folder)
+        finally:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _run(mode: str, url: str, folder: Path) -> dict[str, Any]:
+    out = folder / f"{mode}.json"
+    subprocess.run(
+        [sys.executable, "-m", "tests.checkpoints.migration_kit", mode, str(out)],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "config.settings"},
+        check=True,
+        timeout=600,
+    )
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    folder = tmp_path_factory.mktemp("migrations")
+    return {mode: _migrated(mode, folder) for mode in ("upgrade", "fresh")}
+
+
+def test_a_database_at_0028_upgrades_through_the_squashed_set_keeping_its_rows_and_schema(runs):
+    upgrade = runs["upgrade"]
+    assert upgrade["squashed set applied"]
+    assert upgrade["left to run"] == []
+    assert upgrade["schema"] == upgrade["schema at 0028"]
+    assert upgrade["rows at 0028"]["checkpoints_checkpoint"]
+    # migrate's post_migrate adds the other apps' permissions; every other row is as 0.1 left it
+    assert {t: r for t, r in upgrade["rows"].items() if t != "auth_permission"} == {
+        t: r for t, r in upgrade["rows at 0028"].items() if t != "auth_permission"
+    }
+
+
+def test_a_fresh_migrate_gives_the_database_the_old_migrations_gave(runs):
+    fresh, upgrade = runs["fresh"], runs["upgrade"]
+    assert fresh["schema"] == upgrade["schema at 0028"]
+    assert fresh["starting rows"] == upgrade["starting rows"]
+    # what the live roles grant (a later change to them comes with a migration that grants it)
+    assert fresh["starting rows"]["groups"] == {
+        role: sorted(granted) for role, granted in roles.ROLE_PERMISSIONS.items()
+    }
+    assert len(fresh["starting rows"]["schedules"]) == 7
+    if connection.vendor == "postgresql":  # what the models cannot say: the chunks' storage, the trigram indexes
+        assert ["checkpoints_chunk", "data", "e"] in fresh["schema"]["native"]["storage"]
+        assert any("gin_trgm_ops" in index[2] for index in fresh["schema"]["native"]["indexes"])
+
+
+class _WithNextMigration(MigrationLoader):
+    """The migrations on disk and one more that depends on 0028, as a migration written after 0.1 does."""
+
+    def load_disk(self) -> None:
+        super().load_disk()
+        following = type("Migration", (migrations.Migration,), {})("0029_next", "checkpoints")
+        following.dependencies = [("checkpoints", "0028_state_hash_by_part")]
+        self.disk_migrations["checkpoints", "0029_next"] = following
+
+
+def test_a_migration_depending_on_0028_follows_the_squashed_set_on_a_fresh_database():
+    graph = _WithNextMigration(None).graph  # no connection: nothing applied, as on a fresh database
+    assert graph.leaf_nodes("checkpoints") == [("checkpoints", "0029_next")]
+    assert {parent.key for parent in graph.node_map["checkpoints", "0029_next"].parents} == {SQUASHED}
+    assert ("checkpoints", "0028_state_hash_by_part") not in graph.nodes
 
 
 # ---- the frozen code gives the live code's answers --------------------------------------------------------------
