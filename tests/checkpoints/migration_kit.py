@@ -5,8 +5,9 @@ what it finds to OUT as JSON, in a process of its own: the migrations' data step
 connection, so the database they migrate has to be the process's default one.
 
 * `fresh`: `migrate`, as a new install runs it (the squashed set).
-* `upgrade`: release 0.1's migration files up to 0028_state_hash_by_part, some rows, then `migrate` with the
-  squashed set present, as an install of 0.1 upgrades.
+* `upgrade`: release 0.1's migration files up to 0020, rows as 0.1 stored them then, its files on to its last
+  migration (0021's backfill and 0028's rehash run on those rows), then `migrate` with the squashed set present,
+  as an install of 0.1 upgrades.
 """
 
 from __future__ import annotations
@@ -149,25 +150,30 @@ def _text(value: Any) -> Any:
 # ---- the two runs ----------------------------------------------------------------------------------------------
 
 
+STATES = [{"messages": ["plan"], "n": 1}, {"messages": ["plan", "act"], "n": 2**70}]
+
+
 def _add_rows(apps: Any) -> None:
-    """A project with a member, a session with two checkpoints and their chunk, an alert, as 0.1 stored them."""
+    """As 0.1 stored them before its tallies (0021) and digests by part (0028): a project with a member, a session
+    with two checkpoints whose states are in the store under the digest of their whole JSON, an alert."""
+    from checkpoints import store
+    from checkpoints.store import digests, jsoncodec
+
     user = apps.get_model("auth", "User").objects.create(username="ada", password="!")
     user.groups.add(apps.get_model("auth", "Group").objects.get(name="operator"))
     project = apps.get_model("checkpoints", "Project").objects.create(slug="acme", name="Acme")
     apps.get_model("checkpoints", "ProjectMembership").objects.create(user=user, project=project, role="viewer")
     session = apps.get_model("checkpoints", "AgentSession").objects.create(
-        project=project, external_id="run-1", agent="coder", last_seq=2, checkpoint_count=2
+        project=project, external_id="run-1", agent="coder", last_seq=2
     )
-    apps.get_model("checkpoints", "Chunk").objects.create(hash=b"\x01" * 16, data=b"\x00zstd", raw_size=4)
-    checkpoint = apps.get_model("checkpoints", "Checkpoint")
-    first = checkpoint.objects.create(
-        session=session, seq=1, name="plan", root=b"\x01" * 16, state_hash=b"\x02" * 16, raw_bytes=4,
-        created_at=datetime(2026, 11, 1, tzinfo=UTC),
-    )  # fmt: skip
-    checkpoint.objects.create(
-        session=session, seq=2, parent=first, name="act\x00", status="failed", root=b"\x01" * 16,
-        state_hash=b"\x02" * 16, created_at=datetime(2026, 11, 1, 1, tzinfo=UTC), metadata={"n": 1e300},
-    )  # fmt: skip
+    checkpoint_model, parent = apps.get_model("checkpoints", "Checkpoint"), None
+    for seq, state in enumerate(STATES, 1):
+        saved = store.save_state(state, base=parent.root if parent else None)
+        parent = checkpoint_model.objects.create(
+            session=session, seq=seq, parent=parent, name=f"step\x00{seq}", status=("completed", "failed")[seq - 1],
+            root=saved.root, state_hash=digests.digest(jsoncodec.canonical(state)), raw_bytes=saved.raw_bytes,
+            stored_bytes=saved.stored_bytes, created_at=datetime(2026, 11, 1, seq, tzinfo=UTC), metadata={"n": 1e300},
+        )  # fmt: skip
     apps.get_model("checkpoints", "DriftAlert").objects.create(
         session=session, kind="stalled", severity="warning", message="no progress"
     )
@@ -178,12 +184,32 @@ def upgrade() -> dict[str, Any]:
     from django.db import connection
     from django.db.migrations.executor import MigrationExecutor
 
-    executor = old_executor(connection)
-    at_0028 = executor.loader.graph.leaf_nodes()
-    executor.migrate(at_0028)
-    found: dict[str, Any] = {"schema at 0028": schema(connection)}
-    _add_rows(executor.loader.project_state(at_0028).apps)
-    found["rows at 0028"] = rows(connection)
+    from checkpoints import store
+
+    old = old_executor(connection)
+    old.migrate([("checkpoints", "0020_drift_scale")])
+    _add_rows(old.loader.project_state([("checkpoints", "0020_drift_scale")]).apps)
+    store.cache.clear()  # 0028 reads the states back from the database
+    old = old_executor(connection)
+    at_0028 = old.loader.graph.leaf_nodes()
+    old.migrate(at_0028)  # 0021's backfill and 0028's rehash run on those rows
+    apps = old.loader.project_state(at_0028).apps
+    found: dict[str, Any] = {
+        "schema at 0028": schema(connection),
+        "rows at 0028": rows(connection),
+        "tallied at 0028": list(
+            apps.get_model("checkpoints", "AgentSession").objects.values_list(
+                "checkpoint_count", "failed_count", "raw_bytes"
+            )
+        ),
+        "digests at 0028": [
+            bytes(digest).hex()
+            for digest in apps.get_model("checkpoints", "Checkpoint")
+            .objects.order_by("seq")
+            .values_list("state_hash", flat=True)
+        ],
+        "live digests": [store.state_digest(state).hex() for state in STATES],
+    }
     call_command("migrate", verbosity=0)
     executor = MigrationExecutor(connection)
     found |= {

@@ -27,7 +27,7 @@ from checkpoints.models import AgentSession
 from checkpoints.services import ingest_checkpoints
 from checkpoints.store import tallies
 from checkpoints.store.jsoncodec import canonical
-from tests.checkpoints.migration_kit import SQUASHED
+from tests.checkpoints.migration_kit import SQUASHED, STATES
 from tests.checkpoints.test_tallies import item, stored
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +66,14 @@ def _run(mode: str, url: str, folder: Path) -> dict[str, Any]:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     folder = tmp_path_factory.mktemp("migrations")
     return {mode: _migrated(mode, folder) for mode in ("upgrade", "fresh")}
+
+
+def test_a_database_of_0_1_with_rows_gets_its_tallies_and_digests_from_the_frozen_migrations(runs):
+    upgrade = runs["upgrade"]
+    checkpoints = upgrade["rows at 0028"]["checkpoints_checkpoint"]
+    failed = sum("failed" in row for row in checkpoints)
+    assert upgrade["tallied at 0028"] == [[len(checkpoints), failed, sum(len(canonical(s)) for s in STATES)]]
+    assert upgrade["digests at 0028"] == upgrade["live digests"]
 
 
 def test_a_database_at_0028_upgrades_through_the_squashed_set_keeping_its_rows_and_schema(runs):
