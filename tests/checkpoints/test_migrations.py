@@ -96,7 +96,7 @@ def test_a_fresh_migrate_gives_the_database_the_old_migrations_gave(runs):
     assert fresh["starting rows"]["groups"] == {
         role: sorted(granted) for role, granted in roles.ROLE_PERMISSIONS.items()
     }
-    assert len(fresh["starting rows"]["schedules"]) == 7
+    assert fresh["starting rows"]["schedules"] and fresh["starting rows"]["retention"]
     if connection.vendor == "postgresql":  # what the models cannot say: the chunks' storage, the trigram indexes
         assert ["checkpoints_chunk", "data", "e"] in fresh["schema"]["native"]["storage"]
         assert any("gin_trgm_ops" in index[2] for index in fresh["schema"]["native"]["indexes"])
