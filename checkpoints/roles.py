@@ -55,17 +55,3 @@ def ensure_roles(group_model: Any, permission_model: Any) -> None:
         group.permissions.set(
             permission_model.objects.filter(content_type__app_label="checkpoints", codename__in=codenames)
         )
-
-
-def repair_roles_in_migration(apps: Any) -> None:
-    """`ensure_roles` inside a migration: permissions are normally created after all migrations, and the
-    groups need the ones the migrations so far have added."""
-    from django.contrib.auth.management import create_permissions
-    from django.contrib.contenttypes.management import create_contenttypes
-
-    app_config = apps.get_app_config("checkpoints")
-    app_config.models_module = True
-    create_contenttypes(app_config, verbosity=0, apps=apps)
-    create_permissions(app_config, verbosity=0, apps=apps)
-    app_config.models_module = None
-    ensure_roles(apps.get_model("auth", "Group"), apps.get_model("auth", "Permission"))

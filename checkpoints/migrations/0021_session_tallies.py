@@ -8,6 +8,8 @@ counting a session's rows on every request.
 * The backfill recounts the sessions from their rows, a hundred sessions per transaction (under their row locks),
   hence a non-atomic migration. Checkpoints written meanwhile by a process of the previous release are not
   tallied: `manage.py recount_tallies` after the rollout puts that right.
+* The recount is frozen in _tallies_0021.py: a later change to checkpoints.store.tallies never changes what this
+  migration writes (docs/decisions/0010-frozen-migrations.md).
 """
 
 import django.db.models.deletion
@@ -15,12 +17,13 @@ import django.db.models.deletion
 import checkpoints.fields
 from django.db import migrations, models
 
+from ._tallies_0021 import recount
+
 
 def backfill(apps, schema_editor):
-    from checkpoints.store import tallies
-
-    sessions = apps.get_model("checkpoints", "AgentSession").objects.order_by("pk").values_list("pk", flat=True)
-    tallies.recount(list(sessions), apps=apps)
+    using = schema_editor.connection.alias
+    sessions = apps.get_model("checkpoints", "AgentSession").objects.using(using).order_by("pk")
+    recount(apps, using, list(sessions.values_list("pk", flat=True)))
 
 
 def _tally(help_text="", big=False):

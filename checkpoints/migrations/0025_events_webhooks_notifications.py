@@ -7,12 +7,12 @@ import uuid
 from django.conf import settings
 from django.db import migrations, models
 
-from checkpoints.roles import repair_roles_in_migration
+from ._roles import repair_roles
 
 
 def grant_manage_notifications(apps, schema_editor):
     # Operators manage their projects' notification rules and webhooks: the new permission joins their group.
-    repair_roles_in_migration(apps)
+    repair_roles(apps, schema_editor)
 
 
 class Migration(migrations.Migration):
