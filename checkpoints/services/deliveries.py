@@ -23,10 +23,10 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from ..audit import Actor, record_audit
 from ..models import Channel, Delivery, DeliveryStatus, Event
 from . import channels, safe_http
 from .apprise_urls import scheme_refusal
-from .audit import Actor, record_audit
 from .outcome import Outcome
 from .safe_http import Outgoing, describe
 

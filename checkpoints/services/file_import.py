@@ -25,11 +25,11 @@ from django.db import transaction
 from django.db.models import Max
 
 from ..access import may_import_into
+from ..audit import Actor, CheckpointError, IdempotencyConflict, InvalidState, record_audit
 from ..models import AgentSession, AuditEvent, Checkpoint, CheckpointKind, Phase, PhaseFeedback, Project
 from ..sources import formats
 from ..sources.formats import langgraph
 from ..sources.formats.base import CheckpointRecord, PhaseRecord, Problem, SessionRecord
-from .audit import Actor, CheckpointError, IdempotencyConflict, InvalidState, record_audit
 from .batches import concerns_the_whole_run, describe_error
 from .checkpoints import (
     CheckpointInput,

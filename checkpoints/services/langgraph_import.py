@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
+from ..audit import Actor, CheckpointError
 from ..models import Project
 from ..sources.formats.base import Problem
 from ..sources.formats.langgraph import Saved, Thread, Write, where
 from . import langgraph
-from .audit import Actor, CheckpointError
 
 if TYPE_CHECKING:
     from .file_import import ImportReport  # file_import calls this module

@@ -21,6 +21,7 @@ from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
+from ..audit import Actor, InvalidInput, record_audit
 from ..models import (
     SEVERITY_RANKS,
     AlertKind,
@@ -34,7 +35,6 @@ from ..models import (
     ProjectRole,
 )
 from .apprise_urls import refusal
-from .audit import Actor, InvalidInput, record_audit
 from .channels import addresses
 from .deliveries import send_now
 from .safe_http import UnsafeTarget, check_target

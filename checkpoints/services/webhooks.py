@@ -9,8 +9,8 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from ..audit import Actor, InvalidInput, record_audit
 from ..models import EventType, Project, WebhookEndpoint
-from .audit import Actor, InvalidInput, record_audit
 from .events import forget_wanted
 from .safe_http import check_target
 
