@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, groupby, islice
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import transaction
 
@@ -23,9 +23,7 @@ from ..models import Project
 from ..sources.formats.base import Problem
 from ..sources.formats.langgraph import Saved, Thread, Write, where
 from . import langgraph
-
-if TYPE_CHECKING:
-    from .file_import import ImportReport  # file_import calls this module
+from .batches import ImportReport
 
 CHUNK = 500  # checkpoints (or tasks' writes) per transaction
 
