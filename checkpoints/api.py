@@ -42,8 +42,8 @@ from .models import (
     PhaseStatus,
     Scope,
 )
+from .outbox.wanted import CACHE_ERRORS
 from .services import phases as phase_services
-from .services.events import CACHE_ERRORS
 from .store import jsoncodec, tallies
 
 logger = logging.getLogger(__name__)

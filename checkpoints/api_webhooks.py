@@ -13,7 +13,7 @@ from ninja.errors import HttpError
 from . import limits
 from .api import ERRORS, WRITE, Strict, _actor, _json, _token, api
 from .models import Delivery, EventType, WebhookEndpoint
-from .services import webhooks
+from .outbox import webhooks
 
 router = Router(tags=["webhooks"])
 WebhookId = Annotated[int, Path(ge=1, le=limits.INT64_MAX)]

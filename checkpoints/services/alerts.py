@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from ..audit import Actor, record_audit
 from ..models import AlertState, DriftAlert, EventType
-from . import events
+from ..outbox import events
 
 
 @transaction.atomic

@@ -22,10 +22,10 @@ from .. import limits, store
 from ..audit import IdempotencyConflict, InvalidInput, InvalidState
 from ..metrics import record_ingest
 from ..models import AgentSession, Checkpoint, CheckpointKind, CheckpointStatus, Project, SessionStatus
+from ..outbox import events
 from ..store import jsoncodec, tallies
 from ..store.jsoncodec import InvalidJSON
 from ..store.previews import Preview, preview_of
-from . import events
 from .drift import detect_after_ingest
 
 

@@ -36,8 +36,8 @@ from ..models import (
     EventType,
     SessionStatus,
 )
+from ..outbox import events
 from ..store.previews import failed_call
-from . import events
 from .batches import Failures, each_batch
 from .findings import (
     COPIES,

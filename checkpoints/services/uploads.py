@@ -28,8 +28,8 @@ from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from ..audit import Actor, record_audit
 from ..models import ImportJob, ImportJobStatus
+from ..outbox import events
 from ..sources.archives import UnsafeArchive, archive_suffix, check, extract
-from . import events
 from .checkpoints import get_or_create_project
 from .file_import import ImportReport, import_path
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -11,14 +10,11 @@ from django.utils import timezone
 
 from ..audit import Actor, InvalidInput, record_audit
 from ..models import EventType, Project, WebhookEndpoint
-from .events import forget_wanted
+from .deliveries import new_secret
 from .safe_http import check_target
+from .wanted import forget_wanted
 
 SUBSCRIBABLE = list(EventType.values)  # "ping" included: a receiver may answer the console's test sends
-
-
-def new_secret() -> str:
-    return f"whsec_{secrets.token_urlsafe(32)}"
 
 
 def check_events(events: Sequence[str]) -> list[str]:
