@@ -9,7 +9,7 @@ from django.db import OperationalError
 
 from .jobs import gc, retention, routine, run_job, watching
 from .outbox import deliveries
-from .outbox.deliveries import send_delivery
+from .outbox.deliveries import send_delivery  # defined beside the queue() that sends it; a worker registers it here
 from .services import drift
 from .services.uploads import resend_unsent, run_import_job
 
