@@ -39,6 +39,7 @@ lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports  # the wings' import contracts in pyproject.toml: arrows down, no cycles between siblings
 	$(PY) manage.py makemigrations --check --dry-run --verbosity 0  # a model change without its migration
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 

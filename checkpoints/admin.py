@@ -31,6 +31,16 @@ from django.utils.html import format_html
 
 from . import models, store, tasks
 from .jobs.retention import describe, plan_retention
+from .outbox.deliveries import retry_now
+from .outbox.notifications import (
+    RULE_EVENTS,
+    RULE_FIELDS,
+    create_rule,
+    delete_rule,
+    target_error,
+    update_rule,
+)
+from .outbox.webhooks import delete_webhook
 from .services import (
     Actor,
     InvalidInput,
@@ -42,19 +52,9 @@ from .services import (
     revoke_token,
     set_token_scopes,
 )
-from .services.deliveries import retry_now
 from .services.logins import reset_login_attempts
 from .services.memberships import revoke_membership, save_membership
-from .services.notifications import (
-    RULE_EVENTS,
-    RULE_FIELDS,
-    create_rule,
-    delete_rule,
-    target_error,
-    update_rule,
-)
 from .services.typeguard import parse_allowlist, set_type_allowlist
-from .services.webhooks import delete_webhook
 from .store import jsoncodec
 from .store.tallies import SESSION_FIELDS
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from contextlib import suppress
 from typing import Any
 
 from celery import shared_task
 from django.db import OperationalError
 
 from .jobs import gc, retention, routine, run_job, watching
-from .models import Delivery
-from .services import deliveries, drift
+from .outbox import deliveries
+from .outbox.deliveries import send_delivery  # defined beside the queue() that sends it; a worker registers it here
+from .services import drift
 from .services.uploads import resend_unsent, run_import_job
 
 
@@ -59,13 +59,6 @@ def detect_drift(triggered_by: str = "beat") -> dict[str, Any]:
 @shared_task(**PERIODIC)
 def collect_garbage(triggered_by: str = "beat") -> dict[str, Any]:
     return run_job("gc", gc.collect_garbage, triggered_by=triggered_by).result
-
-
-@shared_task(acks_late=True)
-def send_delivery(delivery_id: str) -> None:
-    """One attempt of a delivery (queue "deliveries"); a retry is scheduled in the database, not here."""
-    with suppress(Delivery.DoesNotExist):  # deleted with its old event: nothing to send
-        deliveries.attempt(delivery_id)
 
 
 @shared_task(acks_late=True)

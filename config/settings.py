@@ -73,10 +73,10 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # A token without the scope its API operation needs gets 403 before the body's size is even looked at.
-    "checkpoints.api.require_scope",
+    "checkpoints.api.common.require_scope",
     # Before anything reads the body: the CSRF check reads (and spools) forms and uploads.
     "config.security.RequestBodyLimitMiddleware",
-    "checkpoints.api.read_api_body",
+    "checkpoints.api.common.read_api_body",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",

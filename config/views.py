@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET
 from django.views.defaults import page_not_found, server_error
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from checkpoints.api import database_unavailable
+from checkpoints.api.common import database_unavailable
 
 from . import health
 from .metrics import CHALLENGE, REFUSED, Scrape, authorized

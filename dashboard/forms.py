@@ -12,8 +12,8 @@ from django.template.defaultfilters import filesizeformat
 from django.utils.dateparse import parse_datetime
 
 from checkpoints.models import AlertKind, AlertSeverity, AlertState, Channel, Project
+from checkpoints.outbox.notifications import RULE_EVENTS, target_error
 from checkpoints.services import InvalidInput
-from checkpoints.services.notifications import RULE_EVENTS, target_error
 from checkpoints.services.typeguard import parse_allowlist
 from checkpoints.sources.archives import ARCHIVE_SUFFIXES, archive_suffix
 

@@ -29,7 +29,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ..models import JobLock, JobRun, JobRunStatus
-from ..services import events
+from ..outbox import events
 
 logger = logging.getLogger(__name__)
 

@@ -6,8 +6,7 @@ themselves. What a checkpoint, a session or an alert can do is the list below.
 
 from __future__ import annotations
 
-from .alerts import acknowledge_alert, resolve_alert
-from .audit import (
+from ..audit import (
     Actor,
     CheckpointError,
     IdempotencyConflict,
@@ -18,6 +17,7 @@ from .audit import (
     record_audit,
     request_job_run,
 )
+from .alerts import acknowledge_alert, resolve_alert
 from .checkpoints import (
     CheckpointInput,
     check_json_field,

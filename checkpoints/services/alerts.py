@@ -7,9 +7,9 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from ..audit import Actor, record_audit
 from ..models import AlertState, DriftAlert, EventType
-from . import events
-from .audit import Actor, record_audit
+from ..outbox import events
 
 
 @transaction.atomic

@@ -143,3 +143,33 @@ def _isolated(batch: list[T], work: Callable[[list[T]], R], failures: Failures, 
         return
     failures.succeeded(key(item) for item in batch)
     yield result
+
+
+@dataclass
+class ImportReport:
+    """What an import run (file_import, langgraph_import) reports: a failing session is one of its lines."""
+
+    imported: int = 0
+    skipped: int = 0  # already stored, identical
+    errors: list[dict[str, str]] = field(default_factory=list)
+    sessions: list[str] = field(default_factory=list)
+    failed_sessions: list[str] = field(default_factory=list)  # whose stored rows broke the import (also in errors)
+    notes: list[str] = field(default_factory=list)  # what the operator should know that is no error
+
+    def as_dict(self) -> dict[str, Any]:
+        found = {"imported": self.imported, "skipped": self.skipped, "errors": self.errors, "sessions": self.sessions}
+        return found | ({"notes": self.notes} if self.notes else {})
+
+    def problem(self, path: Any, error: str) -> None:
+        self.errors.append({"path": str(path), "error": error})
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def session_failed(self, external_id: str, exc: Exception, *, step: str) -> None:
+        if concerns_the_whole_run(exc):
+            raise exc
+        self.problem(f"session {external_id}", f"not {step}: {describe_error(exc)}")
+        if external_id not in self.failed_sessions:
+            self.failed_sessions.append(external_id)

@@ -19,13 +19,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .. import limits, store
+from ..audit import IdempotencyConflict, InvalidInput, InvalidState
 from ..metrics import record_ingest
 from ..models import AgentSession, Checkpoint, CheckpointKind, CheckpointStatus, Project, SessionStatus
+from ..outbox import events
 from ..store import jsoncodec, tallies
 from ..store.jsoncodec import InvalidJSON
 from ..store.previews import Preview, preview_of
-from . import events
-from .audit import IdempotencyConflict, InvalidInput, InvalidState
 from .drift import detect_after_ingest
 
 

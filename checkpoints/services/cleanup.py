@@ -17,6 +17,7 @@ from django.db import connection, transaction
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
+from ..audit import Actor, record_audit
 from ..models import (
     AgentSession,
     AuditEvent,
@@ -30,7 +31,6 @@ from ..models import (
 )
 from ..store import jsoncodec, tallies
 from ..store.lineage import mark_branch_starts, reattach_children
-from .audit import Actor, record_audit
 
 BATCH_SIZE = 500
 

@@ -21,6 +21,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, OuterRef, Subquery
 from django.utils import timezone
 
+from ..audit import Actor, audit_event
 from ..humanize import plain_duration
 from ..models import (
     SEVERITY_RANKS,
@@ -35,9 +36,8 @@ from ..models import (
     EventType,
     SessionStatus,
 )
+from ..outbox import events
 from ..store.previews import failed_call
-from . import events
-from .audit import Actor, audit_event
 from .batches import Failures, each_batch
 from .findings import (
     COPIES,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from ..audit import Actor, record_audit
 from ..models import AgentSession, AuditEvent
-from .audit import Actor, record_audit
 
 
 @transaction.atomic

@@ -17,7 +17,6 @@ import dataclasses
 import hashlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +24,12 @@ from django.db import transaction
 from django.db.models import Max
 
 from ..access import may_import_into
+from ..audit import Actor, CheckpointError, IdempotencyConflict, InvalidState, record_audit
 from ..models import AgentSession, AuditEvent, Checkpoint, CheckpointKind, Phase, PhaseFeedback, Project
 from ..sources import formats
 from ..sources.formats import langgraph
 from ..sources.formats.base import CheckpointRecord, PhaseRecord, Problem, SessionRecord
-from .audit import Actor, CheckpointError, IdempotencyConflict, InvalidState, record_audit
-from .batches import concerns_the_whole_run, describe_error
+from .batches import ImportReport
 from .checkpoints import (
     CheckpointInput,
     checkpoint_differences,
@@ -42,34 +41,6 @@ from .langgraph_import import import_threads
 from .phases import import_agent_output
 
 BATCH = 200
-
-
-@dataclass
-class ImportReport:
-    imported: int = 0
-    skipped: int = 0  # already stored, identical
-    errors: list[dict[str, str]] = field(default_factory=list)
-    sessions: list[str] = field(default_factory=list)
-    failed_sessions: list[str] = field(default_factory=list)  # whose stored rows broke the import (also in errors)
-    notes: list[str] = field(default_factory=list)  # what the operator should know that is no error
-
-    def as_dict(self) -> dict[str, Any]:
-        found = {"imported": self.imported, "skipped": self.skipped, "errors": self.errors, "sessions": self.sessions}
-        return found | ({"notes": self.notes} if self.notes else {})
-
-    def problem(self, path: Any, error: str) -> None:
-        self.errors.append({"path": str(path), "error": error})
-
-    def note(self, text: str) -> None:
-        if text not in self.notes:
-            self.notes.append(text)
-
-    def session_failed(self, external_id: str, exc: Exception, *, step: str) -> None:
-        if concerns_the_whole_run(exc):
-            raise exc
-        self.problem(f"session {external_id}", f"not {step}: {describe_error(exc)}")
-        if external_id not in self.failed_sessions:
-            self.failed_sessions.append(external_id)
 
 
 def idempotency_key(fmt: str, key: str) -> str:

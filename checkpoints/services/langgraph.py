@@ -27,6 +27,7 @@ from django.utils import timezone
 from checkpoint_console import typedjson
 
 from .. import limits, store
+from ..audit import Actor, CheckpointError, InvalidInput, max_length, record_audit
 from ..models import (
     AgentSession,
     Checkpoint,
@@ -40,7 +41,6 @@ from ..models import (
 from ..store import diff, jsoncodec, lgtuples, tallies
 from ..store.jsoncodec import InvalidJSON
 from . import cleanup
-from .audit import Actor, CheckpointError, InvalidInput, max_length, record_audit
 from .checkpoints import CheckpointInput, ParentRow, check_json_field, ingest_checkpoints
 from .typeguard import check_types
 

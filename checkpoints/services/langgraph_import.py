@@ -14,18 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, groupby, islice
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import transaction
 
+from ..audit import Actor, CheckpointError
 from ..models import Project
 from ..sources.formats.base import Problem
 from ..sources.formats.langgraph import Saved, Thread, Write, where
 from . import langgraph
-from .audit import Actor, CheckpointError
-
-if TYPE_CHECKING:
-    from .file_import import ImportReport  # file_import calls this module
+from .batches import ImportReport
 
 CHUNK = 500  # checkpoints (or tasks' writes) per transaction
 

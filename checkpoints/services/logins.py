@@ -8,8 +8,8 @@ from datetime import datetime
 from axes.models import AccessAttempt
 from django.db import transaction
 
+from ..audit import Actor, record_audit
 from ..models import AuditEvent
-from .audit import Actor, record_audit
 
 SHOWN = 50  # username/address pairs an unlock event lists; the count covers them all
 

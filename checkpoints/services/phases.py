@@ -18,11 +18,11 @@ from django.db.models import Max
 from django.utils import timezone
 
 from .. import limits
+from ..audit import Actor, CheckpointError, InvalidInput, InvalidState, record_audit
 from ..models import AgentOutput, AgentSession, FeedbackAction, Phase, PhaseFeedback, PhaseStatus, SourceFormat
+from ..outbox import events
 from ..phases import standing_approval, validate_phase
 from ..sources.formats import haytham
-from . import events
-from .audit import Actor, CheckpointError, InvalidInput, InvalidState, record_audit
 from .checkpoints import check_json_field
 
 log = logging.getLogger(__name__)

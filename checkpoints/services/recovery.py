@@ -14,14 +14,15 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from ..audit import Actor, CheckpointError, NothingToUndo, max_length, record_audit
 from ..humanize import short_value
 from ..models import AgentSession, Checkpoint, CheckpointKind, CheckpointStatus, SessionStatus, SourceFormat
+from ..outbox import events
 from ..sources import formats
 from ..store import diff_checkpoints, tallies
 from ..store.diff import Diff, diff_states
 from ..store.history import Discards, discards
-from . import events, langgraph
-from .audit import Actor, CheckpointError, NothingToUndo, max_length, record_audit
+from . import langgraph
 from .drift import detect_after_ingest
 
 log = logging.getLogger(__name__)

@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from ..audit import Actor, InvalidInput, record_audit
 from ..models import DEFAULT_SCOPES, ApiToken, Project, Scope
-from .audit import Actor, InvalidInput, record_audit
 
 UNNAMED = Actor.system("create_api_token")  # who created a token when the caller names no one
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from django.db import transaction
 
+from ..audit import Actor, InvalidInput, record_audit
 from ..models import AgentSession, Project, SourceFormat, refused_types
 from ..store import lgtuples
-from .audit import Actor, InvalidInput, record_audit
 
 WHERE_TO_ALLOW = "a project operator can add it under Project settings in the console (or in the admin)"
 

@@ -26,10 +26,10 @@ from django.db import transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
+from ..audit import Actor, record_audit
 from ..models import ImportJob, ImportJobStatus
+from ..outbox import events
 from ..sources.archives import UnsafeArchive, archive_suffix, check, extract
-from . import events
-from .audit import Actor, record_audit
 from .checkpoints import get_or_create_project
 from .file_import import ImportReport, import_path
 

@@ -18,8 +18,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import trigger_client_event
 
 from checkpoints.models import Delivery, DeliveryStatus, NotificationRule, Project, WebhookEndpoint
+from checkpoints.outbox.notifications import create_rule, delete_rule, send_test, update_rule
 from checkpoints.services import Actor
-from checkpoints.services.notifications import create_rule, delete_rule, send_test, update_rule
 
 from ..forms import RuleForm
 from .common import NOTIFY, HtmxHttpRequest, console, get_project_for_user, navigate, notify, render_page

@@ -23,8 +23,8 @@ from checkpoints.models import (
     RetentionPolicy,
     SessionStatus,
 )
+from checkpoints.outbox.webhooks import create_webhook
 from checkpoints.services import Actor, create_api_token, fork_session, pin_checkpoint
-from checkpoints.services.webhooks import create_webhook
 from tests.helpers import select
 
 pytestmark = pytest.mark.django_db

@@ -13,9 +13,9 @@ from django.urls import reverse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from checkpoints.audit import InvalidInput
 from checkpoints.models import ApiToken, AuditEvent, Scope
 from checkpoints.services import Actor, authenticate_token, create_api_token, set_token_scopes
-from checkpoints.services.audit import InvalidInput
 from tests.helpers import command, select
 
 API = "/api/v1"

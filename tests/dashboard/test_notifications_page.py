@@ -4,8 +4,8 @@ import pytest
 from django.urls import reverse
 
 from checkpoints.models import AuditEvent, Delivery, DeliveryStatus, Event, NotificationRule, WebhookEndpoint
+from checkpoints.outbox.notifications import create_rule
 from checkpoints.services import Actor
-from checkpoints.services.notifications import create_rule
 from tests.helpers import select, text
 
 pytestmark = pytest.mark.django_db

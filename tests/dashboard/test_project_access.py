@@ -15,8 +15,8 @@ from django.urls import URLPattern, reverse
 from django_celery_beat.models import PeriodicTask
 
 from checkpoints.models import AgentSession, AuditEvent, Checkpoint, DriftAlert, PhaseFeedback
+from checkpoints.outbox.notifications import create_rule
 from checkpoints.services import Actor
-from checkpoints.services.notifications import create_rule
 from checkpoints.tasks import apply_retention
 from dashboard.urls import urlpatterns
 from tests.dashboard.conftest import World

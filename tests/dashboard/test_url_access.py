@@ -80,8 +80,8 @@ def job(world: World) -> list[Any]:
 
 def rule(world: World) -> list[Any]:
     """A notification rule of the world's project (email: nothing leaves the test)."""
+    from checkpoints.outbox.notifications import create_rule
     from checkpoints.services import Actor
-    from checkpoints.services.notifications import create_rule
 
     made, _ = create_rule(world.session.project, actor=Actor.system("walk"), **RULE_FORM, alert_kinds=[])
     return [world.session.project.slug, made.pk]

@@ -8,11 +8,12 @@ import time_machine
 from django.utils import timezone
 
 from checkpoints import tasks
+from checkpoints.audit import Actor
 from checkpoints.models import Delivery, DeliveryStatus, Event, EventType
-from checkpoints.services import Actor, deliveries, events
-from checkpoints.services.deliveries import body_of, signature_header
-from checkpoints.services.safe_http import UnsafeTarget, check_target
-from checkpoints.services.webhooks import create_webhook, delete_webhook
+from checkpoints.outbox import deliveries, events
+from checkpoints.outbox.deliveries import body_of, signature_header
+from checkpoints.outbox.safe_http import UnsafeTarget, check_target
+from checkpoints.outbox.webhooks import create_webhook, delete_webhook
 from tests.checkpoints.webhook_kit import verify
 
 ALICE = Actor.system("alice")

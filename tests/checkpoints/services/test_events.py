@@ -15,11 +15,11 @@ from checkpoints.models import (
     NotificationRule,
     PhaseStatus,
 )
+from checkpoints.outbox.webhooks import create_webhook
 from checkpoints.services import Actor, fork_session, resolve_alert, restore_checkpoint, undo_restore
 from checkpoints.services.drift import Finding, sync_alerts
 from checkpoints.services.phases import record_feedback, report_phase
 from checkpoints.services.uploads import run_import_job
-from checkpoints.services.webhooks import create_webhook
 
 ALICE = Actor.system("alice")
 

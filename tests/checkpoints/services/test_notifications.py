@@ -24,12 +24,11 @@ from checkpoints.models import (
     NotificationRule,
     PhaseStatus,
 )
-from checkpoints.services import Actor
-from checkpoints.services.apprise_urls import requests_for
-from checkpoints.services.channels import message_of, send_email, slack_lines
-from checkpoints.services.deliveries import attempt
-from checkpoints.services.events import publish
-from checkpoints.services.notifications import (
+from checkpoints.outbox.apprise_urls import requests_for
+from checkpoints.outbox.channels import message_of, send_email, slack_lines
+from checkpoints.outbox.deliveries import attempt
+from checkpoints.outbox.events import publish
+from checkpoints.outbox.notifications import (
     InvalidTarget,
     create_rule,
     delete_rule,
@@ -37,6 +36,7 @@ from checkpoints.services.notifications import (
     send_test,
     update_rule,
 )
+from checkpoints.services import Actor
 from checkpoints.services.phases import report_phase
 
 pytestmark = pytest.mark.django_db

@@ -12,10 +12,10 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from checkpoints.models import Channel, Delivery, DeliveryStatus, Event, EventType, NotificationRule
+from checkpoints.outbox.deliveries import attempt
+from checkpoints.outbox.notifications import InvalidTarget, create_rule, send_test
+from checkpoints.outbox.safe_http import UnsafeTarget, check_target
 from checkpoints.services import Actor
-from checkpoints.services.deliveries import attempt
-from checkpoints.services.notifications import InvalidTarget, create_rule, send_test
-from checkpoints.services.safe_http import UnsafeTarget, check_target
 from tests.checkpoints.webhook_kit import listen
 
 pytestmark = pytest.mark.django_db

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from .audit import InvalidInput
+from ..audit import InvalidInput
 from .outcome import Outcome
 
 RESPONSE_KEPT = 1024  # bytes of a receiver's answer read (and dropped): enough to end the exchange cleanly

@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
 from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
 
+from ..audit import Actor, InvalidInput, record_audit
 from ..models import EventType, Project, WebhookEndpoint
-from .audit import Actor, InvalidInput, record_audit
-from .events import forget_wanted
+from .deliveries import new_secret
 from .safe_http import check_target
+from .wanted import forget_wanted
 
 SUBSCRIBABLE = list(EventType.values)  # "ping" included: a receiver may answer the console's test sends
-
-
-def new_secret() -> str:
-    return f"whsec_{secrets.token_urlsafe(32)}"
 
 
 def check_events(events: Sequence[str]) -> list[str]:

@@ -12,21 +12,24 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import secrets
 import time
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
+from celery import shared_task
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from ..audit import Actor, record_audit
 from ..models import Channel, Delivery, DeliveryStatus, Event
 from . import channels, safe_http
 from .apprise_urls import scheme_refusal
-from .audit import Actor, record_audit
 from .outcome import Outcome
 from .safe_http import Outgoing, describe
 
@@ -52,6 +55,11 @@ def body_of(event: Event) -> bytes:
     """The JSON every delivery of `event` sends, byte for byte the same on each attempt (the signature covers it)."""
     body = {"id": str(event.id), "type": event.type, "created_at": iso_time(event.created_at), "data": event.data}
     return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)  # PostgreSQL's jsonb keeps no key order
+
+
+def new_secret() -> str:
+    """A signing secret for a webhook endpoint or a webhook notification rule."""
+    return f"whsec_{secrets.token_urlsafe(32)}"
 
 
 def signature_header(secret: str, body: bytes, timestamp: int) -> str:
@@ -182,12 +190,19 @@ def queue(deliveries: Iterable[Delivery]) -> None:
         return
 
     def send() -> None:
-        from .. import tasks  # the tasks call these services: imported here to break that cycle
-
         for delivery_id in ids:
-            tasks.send_delivery.delay(delivery_id)
+            send_delivery.delay(delivery_id)
 
     transaction.on_commit(send, robust=True)
+
+
+# The task lives beside `queue`, which sends it, so queueing imports nothing above the outbox. Its name is the one
+# it had in checkpoints/tasks.py: CELERY_TASK_ROUTES and messages already queued use it.
+@shared_task(name="checkpoints.tasks.send_delivery", acks_late=True)
+def send_delivery(delivery_id: str) -> None:
+    """One attempt of a delivery (queue "deliveries"); a retry is scheduled in the database, not here."""
+    with suppress(Delivery.DoesNotExist):  # deleted with its old event: nothing to send
+        attempt(delivery_id)
 
 
 def send_due(*, now: datetime | None = None) -> int:

@@ -10,10 +10,10 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Field, Path, Router, Schema
 from ninja.errors import HttpError
 
-from . import limits
-from .api import ERRORS, WRITE, Strict, _actor, _json, _token, api
-from .models import Delivery, EventType, WebhookEndpoint
-from .services import webhooks
+from .. import limits
+from ..models import Delivery, EventType, WebhookEndpoint
+from ..outbox import webhooks
+from .common import ERRORS, WRITE, Strict, _actor, _json, _token
 
 router = Router(tags=["webhooks"])
 WebhookId = Annotated[int, Path(ge=1, le=limits.INT64_MAX)]
@@ -129,6 +129,3 @@ def list_deliveries(request: HttpRequest, webhook_id: WebhookId) -> Any:
         }
         for delivery in recent[:DELIVERIES_LISTED]
     ]
-
-
-api.add_router("/webhooks", router)

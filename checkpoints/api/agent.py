@@ -1,386 +1,51 @@
-"""The agent API (`/api/v1/`): sessions, checkpoints, diff, restore, fork, resume, live state.
-
-Every endpoint needs a project-scoped bearer token holding the scope the endpoint names (`x-required-scope` in the
-OpenAPI schema; models.Scope): `read`, or `write` for what changes data.
-Bad input gets a 4xx with {"detail": …} and writes nothing.
-"""
+"""The agent API's own routes (`/api/v1/`): sessions, checkpoints, diff, restore, fork, resume, live state,
+phases, alerts."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import orjson
-from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection
 from django.db.models import Q
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.urls import Resolver404, resolve
-from ninja import Field, NinjaAPI, Path, Query, Schema
-from ninja.errors import HttpError, ValidationError
-from ninja.operation import Operation, PathView
-from ninja.parser import Parser
-from ninja.renderers import BaseRenderer
-from ninja.security import HttpBearer
-from ninja.throttling import BaseThrottle, SimpleRateThrottle
-from pydantic import AfterValidator, ConfigDict, model_validator
+from django.http import HttpRequest, HttpResponse
+from ninja import Field, Path, Query, Router, Schema
+from ninja.errors import HttpError
 
-from . import limits, services, store
-from .humanize import short_value
-from .models import (
+from .. import limits, services, store
+from ..models import (
     AgentSession,
     AlertKind,
     AlertState,
-    ApiToken,
     Checkpoint,
     CheckpointKind,
     CheckpointStatus,
     DriftAlert,
     Phase,
     PhaseStatus,
-    Scope,
 )
-from .services import phases as phase_services
-from .services.events import CACHE_ERRORS
-from .store import jsoncodec, tallies
-
-logger = logging.getLogger(__name__)
-
-
-class StrictJSONParser(Parser):
-    """orjson, with NaN/Infinity refused, big integers kept exact; `read_api_body` has capped the size."""
-
-    def parse_body(self, request: HttpRequest) -> Any:
-        data = jsoncodec.loads(request.body)
-        if not isinstance(data, dict):
-            raise jsoncodec.InvalidJSON("the request body must be a JSON object")
-        return data
-
-
-def read_api_body(get_response: Callable[[HttpRequest], HttpResponse]) -> Callable[[HttpRequest], HttpResponse]:
-    """Middleware: API bodies are read here, within CHECKPOINT_MAX_BODY_BYTES (RequestBodyLimitMiddleware
-    refused larger ones), not through `request.body`, which holds them to the console forms' smaller
-    DATA_UPLOAD_MAX_MEMORY_SIZE: agents' states are larger than forms. What is read is kept where
-    `request.body` finds it.
-    """
-
-    def middleware(request: HttpRequest) -> HttpResponse:
-        if request.path_info.startswith(API_PATH) and request.method in ("POST", "PUT", "PATCH"):
-            length = request.META.get("CONTENT_LENGTH") or "0"
-            if not (length.isascii() and length.isdigit()):
-                return _error(400, "the Content-Length header is not a number")
-            request._body = request.read(settings.CHECKPOINT_MAX_BODY_BYTES)  # noqa: SLF001 - HttpRequest.body's own slot
-        return get_response(request)
-
-    return middleware
-
-
-API_PATH = "/api/"
-
-
-def _error(status: int, detail: str) -> HttpResponse:
-    return HttpResponse(orjson.dumps({"detail": detail}), status=status, content_type="application/json")
-
-
-class ORJSONRenderer(BaseRenderer):
-    media_type = "application/json"
-
-    def render(self, request: HttpRequest, data: Any, *, response_status: int) -> bytes:
-        return jsoncodec.dumps(data, default=_json_default)
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, bytes | memoryview):
-        return bytes(value).hex()
-    return str(value)
-
-
-class TokenAuth(HttpBearer):
-    """A usable (not revoked, not expired) token of the project holding `scope`. `require_scope` has checked the
-    scope before the body was read, and its lookup is used again here."""
-
-    def __init__(self, scope: Scope = Scope.READ) -> None:
-        super().__init__()
-        self.scope = scope
-
-    def authenticate(self, request: HttpRequest, token: str) -> ApiToken | None:
-        found = _looked_up(request, token)
-        if found is not None and not found.has_scope(self.scope):
-            raise HttpError(403, lacks_scope(self.scope))
-        return found
-
-
-WRITE = TokenAuth(Scope.WRITE)
-SCOPE_EXTENSION = "x-required-scope"
-
-
-def lacks_scope(scope: Scope) -> str:
-    return f"this token lacks the {scope.value!r} scope"
-
-
-def require_scope(get_response: Callable[[HttpRequest], HttpResponse]) -> Callable[[HttpRequest], HttpResponse]:
-    """Middleware, before the body limit and the body's reading: a usable token without the scope its operation
-    needs gets 403 at once, whatever body it sent (a read token posting 16 MiB to a write endpoint is not read,
-    and is not told about the body). No token, an unknown one or an unknown route pass on: the API answers
-    them (401, 404, 405) as before."""
-
-    def middleware(request: HttpRequest) -> HttpResponse:
-        if request.path_info.startswith(API_PATH):
-            scope = required_scope(request)
-            secret = _bearer(request)
-            if scope is not None and secret:
-                found = _looked_up(request, secret)
-                if found is not None and not found.has_scope(scope):
-                    return _error(403, lacks_scope(scope))
-        return get_response(request)
-
-    return middleware
-
-
-def _bearer(request: HttpRequest) -> str | None:
-    header = request.headers.get("Authorization", "")
-    kind, _, secret = header.partition(" ")
-    return secret.strip() if kind.lower() == "bearer" and secret.strip() else None
-
-
-def _looked_up(request: HttpRequest, secret: str) -> ApiToken | None:
-    """The token of `secret`, looked up once a request: the middleware's lookup serves the operation's auth too."""
-    cached = getattr(request, "_api_token", None)
-    if cached is not None and cached[0] == secret:
-        return cached[1]
-    found = _checked_lookup(secret)
-    request._api_token = (secret, found)  # type: ignore[attr-defined]  # the request's own cache slot
-    return found
-
-
-def required_scope(request: HttpRequest) -> Scope | None:
-    """The scope the API operation this request reaches needs; None when it reaches none."""
-    try:
-        match = resolve(request.path_info)
-    except Resolver404:
-        return None
-    operations = _operations_of(match.func)
-    if operations is None or request.method is None:
-        return None
-    return next((operation_scope(op) for op in operations if request.method in op.methods), None)
-
-
-def _operations_of(view: Callable[..., Any]) -> list[Operation] | None:
-    """The operations behind a django-ninja view: its URL view is a closure over the PathView that holds them."""
-    for cell in getattr(view, "__closure__", None) or ():
-        contents = cell.cell_contents
-        if isinstance(contents, PathView):
-            return contents.operations
-    return None
-
-
-def operation_scope(operation: Operation) -> Scope:
-    """The scope an operation's TokenAuth needs (every API operation has one)."""
-    (auth,) = [callback for callback in operation.auth_callbacks if isinstance(callback, TokenAuth)]
-    return auth.scope
-
-
-class ScopedNinjaAPI(NinjaAPI):
-    """NinjaAPI whose OpenAPI schema names, on every operation, the scope its token needs: `x-required-scope`,
-    and the scope in the operation's bearer security requirement."""
-
-    def get_openapi_schema(self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None) -> Any:
-        for router in self._get_bound_routers():
-            for path_view in router.path_operations.values():
-                for operation in path_view.operations:
-                    extra = operation.openapi_extra or {}
-                    operation.openapi_extra = {**extra, SCOPE_EXTENSION: operation_scope(operation).value}
-        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
-        for methods in schema["paths"].values():
-            for details in methods.values():
-                scope = details[SCOPE_EXTENSION]
-                details["security"] = [{name: [scope]} for requirement in details["security"] for name in requirement]
-        return schema
-
-
-def _checked_lookup(secret: str) -> ApiToken | None:
-    """The token's lookup, the request's first query, doubles as the connection's health check (CONN_HEALTH_CHECKS):
-    one round trip instead of two on every API call (a LangGraph put makes two calls a step). A connection the
-    database dropped fails it; it is then replaced and the lookup run again, as the health check would have."""
-    checked = settings.DATABASES["default"].get("CONN_HEALTH_CHECKS", False)
-    if not checked or connection.connection is None or connection.in_atomic_block:
-        return services.authenticate_token(secret)
-    connection.health_check_done = True  # type: ignore[attr-defined]  # Django's own flag; the stubs lack it
-    try:
-        return services.authenticate_token(secret)
-    except (OperationalError, InterfaceError):
-        connection.close()
-        return services.authenticate_token(secret)
-
-
-class TokenRateThrottle(BaseThrottle):
-    """Requests per token when API_RATE_LIMIT is set (e.g. "600/min"), counted in the shared cache."""
-
-    def allow_request(self, request: HttpRequest) -> bool:
-        self.window: _TokenWindow | None = None
-        if not settings.API_RATE_LIMIT:
-            return True
-        self.window = _TokenWindow(settings.API_RATE_LIMIT)
-        try:
-            return self.window.allow_request(request)
-        except CACHE_ERRORS as exc:
-            # The counter lives in the shared cache; an agent's writes must not fail with it (they need only
-            # the database), so while it is unreachable the limit is not applied.
-            logger.warning("shared cache unreachable, API rate limit not applied: %s", exc)
-            self.window = None
-            return True
-
-    def wait(self) -> float | None:
-        return self.window.wait() if self.window else None
-
-
-class _TokenWindow(SimpleRateThrottle):
-    scope = "token"
-
-    def get_cache_key(self, request: HttpRequest) -> str:
-        token = getattr(request, "auth", None)
-        ident = f"{token.pk}" if isinstance(token, ApiToken) else self.get_ident(request)
-        return self.cache_format % {"scope": self.scope, "ident": ident}
-
-
-api = ScopedNinjaAPI(
-    title="Checkpoint Console API",
-    version="1",
-    description="Store, browse, diff, restore and fork the checkpoints of long-running agents.",
-    auth=TokenAuth(),
-    throttle=TokenRateThrottle(),
-    parser=StrictJSONParser(),
-    renderer=ORJSONRenderer(),
-    urls_namespace="api",
+from ..services import phases as phase_services
+from ..store import tallies
+from .common import (
+    ERRORS,
+    WRITE,
+    Count32,
+    Count64,
+    ExternalId,
+    Identifier,
+    Int32,
+    JSONList,
+    JSONObject,
+    LongText,
+    Reason,
+    Strict,
+    Timestamp,
+    _actor,
+    _json,
+    _token,
 )
 
-MAX_ERRORS = 20
-RETRY_AFTER_SECONDS = 5  # how long a client waits before retrying a request the database could not serve
-
-
-def database_unavailable() -> HttpResponse:
-    """503 JSON with Retry-After: the database dropped the connection or refused a new one. A write may have
-    been committed before the fault (an after-commit step failed), so a retry must carry the same idempotency
-    key, which CheckpointClient does."""
-    detail = f"the database is unavailable; retry in {RETRY_AFTER_SECONDS} s with the same idempotency key"
-    response = JsonResponse({"detail": detail}, status=503)
-    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
-    return response
-
-
-@api.exception_handler(OperationalError)
-@api.exception_handler(InterfaceError)
-def _database_error(request: HttpRequest, exc: Exception) -> HttpResponse:
-    logger.warning("database unavailable during %s %s: %s", request.method, request.path, exc)
-    return database_unavailable()
-
-
-@api.exception_handler(HttpError)
-def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    cause = exc.__cause__
-    if isinstance(cause, jsoncodec.InvalidJSON):
-        return _invalid_json(request, cause)
-    return api.create_response(request, {"detail": exc.message}, status=exc.status_code)
-
-
-def _invalid_json(request: HttpRequest, exc: jsoncodec.InvalidJSON) -> HttpResponse:
-    if exc.path is None:
-        return api.create_response(request, {"detail": str(exc)}, status=400)
-    error = {"type": "value_error", "loc": ["body", *exc.path], "msg": str(exc)}
-    return api.create_response(request, {"detail": [error]}, status=422)
-
-
-@api.exception_handler(ValidationError)
-def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    """Field errors without the values sent (they may be huge), the first MAX_ERRORS of them and a count."""
-    errors = [
-        {key: _short(value) for key, value in error.items() if key in ("type", "loc", "msg")}
-        for error in exc.errors[:MAX_ERRORS]
-    ]
-    body: dict[str, Any] = {"detail": errors}
-    if len(exc.errors) > MAX_ERRORS:
-        body["error_count"] = len(exc.errors)
-    return api.create_response(request, body, status=422)
-
-
-def _short(value: Any) -> Any:
-    if isinstance(value, str):
-        return short_value(value, 300)
-    if isinstance(value, list | tuple):
-        return [_short(part) for part in value[:20]]
-    return value
-
-
-@api.exception_handler(services.InvalidState)
-def _invalid_state(request: HttpRequest, exc: services.InvalidState) -> HttpResponse:
-    return api.create_response(request, {"detail": f"invalid state: {exc}"}, status=422)
-
-
-@api.exception_handler(services.InvalidInput)
-def _invalid_input(request: HttpRequest, exc: services.InvalidInput) -> HttpResponse:
-    error = {"type": "value_error", "loc": ["body", exc.field], "msg": str(exc)}
-    return api.create_response(request, {"detail": [error]}, status=422)
-
-
-@api.exception_handler(services.CheckpointError)
-def _domain_error(request: HttpRequest, exc: services.CheckpointError) -> HttpResponse:
-    return api.create_response(request, {"detail": str(exc)}, status=409)
-
-
-# ---- schemas ---------------------------------------------------------------------------------
-
-
-class Strict(Schema):
-    """Unknown fields are refused, with one error for all of them (not one each: a body may hold millions)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_fields(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            unknown = [key for key in data if key not in cls.model_fields]
-            if unknown:
-                named = ", ".join(repr(key[:50]) for key in unknown[:10])
-                more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
-                raise ValueError(f"unknown field(s): {named}{more}")
-        return data
-
-
-def _no_nul(value: str) -> str:
-    if "\x00" in value:
-        raise ValueError("must not contain NUL characters (U+0000): identifiers are used in URLs and file names")
-    return value
-
-
-def _in_time_range(value: datetime) -> datetime:
-    try:
-        return limits.as_utc(value)
-    except limits.OutOfRange as exc:
-        raise ValueError(str(exc)) from None
-
-
-def _json_value(value: Any) -> Any:
-    try:
-        jsoncodec.check_value(value, max_depth=settings.CHECKPOINT_MAX_DEPTH)
-    except jsoncodec.InvalidJSON as exc:
-        raise ValueError(str(exc)) from None
-    return value
-
-
-# A session id is one URL path segment: "/" would make it unreachable.
-Identifier = Annotated[str, AfterValidator(_no_nul)]
-ExternalId = Annotated[Identifier, Field(min_length=1, max_length=200, pattern=r"^[^/]+$")]
-Timestamp = Annotated[datetime, AfterValidator(_in_time_range), Field(description=f"ISO 8601, {limits.TIME_RANGE}.")]
-Int32 = Annotated[int, Field(ge=limits.INT32_MIN, le=limits.INT32_MAX)]
-Count32 = Annotated[int, Field(ge=0, le=limits.INT32_MAX)]
-Count64 = Annotated[int, Field(ge=0, le=limits.INT64_MAX)]
-JSONObject = Annotated[dict[str, Any], AfterValidator(_json_value)]
-JSONList = Annotated[list[Any], AfterValidator(_json_value)]
-Reason = Annotated[str, Field(max_length=500)]  # the console's restore and resolve forms take as much
-LongText = Annotated[str, Field(max_length=100_000)]
+router = Router()
 
 
 class SessionIn(Strict):
@@ -534,13 +199,9 @@ class AlertOut(Schema):
     last_good: int | None
 
 
-class Detail(Schema):
-    detail: Any
-
-
-ERRORS = {400: Detail, 401: Detail, 403: Detail, 404: Detail, 409: Detail, 413: Detail, 422: Detail, 429: Detail}
 CheckpointId = Annotated[int, Path(ge=1, le=limits.INT64_MAX)]
 PhaseNumber = Annotated[int, Path(ge=0, le=limits.INT32_MAX)]
+
 
 # ---- helpers ---------------------------------------------------------------------------------
 
@@ -583,15 +244,6 @@ def session_dict(session: AgentSession) -> dict[str, Any]:
     }
 
 
-def _token(request: HttpRequest) -> ApiToken:
-    # django-ninja sets `auth` on the request once a token authenticates it: HttpRequest's stub cannot know it
-    return request.auth  # type: ignore[attr-defined]
-
-
-def _actor(request: HttpRequest) -> services.Actor:
-    return services.Actor.for_token(_token(request))
-
-
 def _session(request: HttpRequest, external_id: str) -> AgentSession:
     project = _token(request).project
     session = (
@@ -612,10 +264,6 @@ def _checkpoint(request: HttpRequest, checkpoint_id: int) -> Checkpoint:
     return checkpoint
 
 
-def _json(data: dict[str, Any], status: int = 200) -> HttpResponse:
-    return HttpResponse(jsoncodec.dumps(data, default=_json_default), status=status, content_type="application/json")
-
-
 def _with_state(data: dict[str, Any], root: bytes | memoryview) -> HttpResponse:
     """Embed the stored canonical JSON as is: a 2 MB state is not parsed and re-encoded."""
     data["state"] = orjson.Fragment(store.load_state_json(bytes(root)))
@@ -625,7 +273,7 @@ def _with_state(data: dict[str, Any], root: bytes | memoryview) -> HttpResponse:
 # ---- sessions --------------------------------------------------------------------------------
 
 
-@api.post("/sessions", response={200: SessionOut, 201: SessionOut, **ERRORS}, tags=["sessions"], auth=WRITE)
+@router.post("/sessions", response={200: SessionOut, 201: SessionOut, **ERRORS}, tags=["sessions"], auth=WRITE)
 def create_or_update_session(request: HttpRequest, payload: SessionIn) -> Any:
     """Create a session, or update the given fields of an existing one (200)."""
     session, created = services.upsert_session(_token(request).project, **payload.model_dump())
@@ -633,12 +281,12 @@ def create_or_update_session(request: HttpRequest, payload: SessionIn) -> Any:
     return _json(session_dict(session), status=201 if created else 200)
 
 
-@api.get("/sessions/{external_id}", response={200: SessionOut, **ERRORS}, tags=["sessions"])
+@router.get("/sessions/{external_id}", response={200: SessionOut, **ERRORS}, tags=["sessions"])
 def get_session(request: HttpRequest, external_id: str) -> Any:
     return session_dict(_session(request, external_id))
 
 
-@api.get("/sessions/{external_id}/summary", response={200: SummaryOut, **ERRORS}, tags=["sessions"])
+@router.get("/sessions/{external_id}/summary", response={200: SummaryOut, **ERRORS}, tags=["sessions"])
 def get_summary(request: HttpRequest, external_id: str) -> Any:
     session = _session(request, external_id)
     summary = tallies.session_summary(session)
@@ -647,7 +295,7 @@ def get_summary(request: HttpRequest, external_id: str) -> Any:
     return {"session": external_id, **summary}
 
 
-@api.get("/sessions/{external_id}/resume", response={200: ResumeOut, **ERRORS}, tags=["sessions"])
+@router.get("/sessions/{external_id}/resume", response={200: ResumeOut, **ERRORS}, tags=["sessions"])
 def resume(request: HttpRequest, external_id: str) -> Any:
     """The checkpoint to resume from (the head) with its state; `restore_generation` grows on each restore."""
     session = _session(request, external_id)
@@ -661,7 +309,7 @@ def resume(request: HttpRequest, external_id: str) -> Any:
     return _with_state(data, session.head.root)
 
 
-@api.put("/sessions/{external_id}/live-state", response={200: LiveStateOut, **ERRORS}, tags=["sessions"], auth=WRITE)
+@router.put("/sessions/{external_id}/live-state", response={200: LiveStateOut, **ERRORS}, tags=["sessions"], auth=WRITE)
 def put_live_state(request: HttpRequest, external_id: str, payload: LiveStateIn) -> Any:
     """Heartbeat with the agent's current state; routine checkpoints are taken from it."""
     session = services.record_live_state(_session(request, external_id), state=payload.state)
@@ -672,7 +320,7 @@ def put_live_state(request: HttpRequest, external_id: str, payload: LiveStateIn)
 # ---- checkpoints -----------------------------------------------------------------------------
 
 
-@api.post(
+@router.post(
     "/sessions/{external_id}/checkpoints",
     response={200: CheckpointOut, 201: CheckpointOut, **ERRORS},
     tags=["checkpoints"],
@@ -685,7 +333,7 @@ def create_checkpoint(request: HttpRequest, external_id: str, payload: Checkpoin
     return _json(checkpoint_dict(checkpoint, external_id), status=201 if created else 200)
 
 
-@api.post("/checkpoints/batch", response={201: BatchOut, **ERRORS}, tags=["checkpoints"], auth=WRITE)
+@router.post("/checkpoints/batch", response={201: BatchOut, **ERRORS}, tags=["checkpoints"], auth=WRITE)
 def create_batch(request: HttpRequest, payload: BatchIn) -> Any:
     """Many checkpoints, for one or more existing sessions, in order: all are stored or none."""
     project = _token(request).project
@@ -704,7 +352,7 @@ def create_batch(request: HttpRequest, payload: BatchIn) -> Any:
     return _json({"created": created, "existing": len(results) - created, "checkpoints": rows}, status=201)
 
 
-@api.get("/sessions/{external_id}/checkpoints", response={200: CheckpointPage, **ERRORS}, tags=["checkpoints"])
+@router.get("/sessions/{external_id}/checkpoints", response={200: CheckpointPage, **ERRORS}, tags=["checkpoints"])
 def list_checkpoints(
     request: HttpRequest,
     external_id: str,
@@ -730,13 +378,13 @@ def list_checkpoints(
     return _json({"items": items, "next_cursor": next_cursor})
 
 
-@api.get("/checkpoints/{checkpoint_id}", response={200: CheckpointDetailOut, **ERRORS}, tags=["checkpoints"])
+@router.get("/checkpoints/{checkpoint_id}", response={200: CheckpointDetailOut, **ERRORS}, tags=["checkpoints"])
 def get_checkpoint(request: HttpRequest, checkpoint_id: CheckpointId) -> Any:
     checkpoint = _checkpoint(request, checkpoint_id)
     return _with_state(checkpoint_dict(checkpoint, checkpoint.session.external_id), checkpoint.root)
 
 
-@api.get(
+@router.get(
     "/checkpoints/{checkpoint_id}/diff/{other_id}",
     response={200: dict[str, Any], **ERRORS},
     tags=["checkpoints"],
@@ -747,7 +395,7 @@ def diff_checkpoints(request: HttpRequest, checkpoint_id: CheckpointId, other_id
     return _json({"from": a.pk, "to": b.pk, **store.diff_checkpoints(a, b).as_dict()})
 
 
-@api.post(
+@router.post(
     "/checkpoints/{checkpoint_id}/restore", response={201: CheckpointOut, **ERRORS}, tags=["checkpoints"], auth=WRITE
 )
 def restore(request: HttpRequest, checkpoint_id: CheckpointId, payload: RestoreIn | None = None) -> Any:
@@ -758,7 +406,9 @@ def restore(request: HttpRequest, checkpoint_id: CheckpointId, payload: RestoreI
     return _json(checkpoint_dict(restored, checkpoint.session.external_id), status=201)
 
 
-@api.post("/checkpoints/{checkpoint_id}/fork", response={201: SessionOut, **ERRORS}, tags=["checkpoints"], auth=WRITE)
+@router.post(
+    "/checkpoints/{checkpoint_id}/fork", response={201: SessionOut, **ERRORS}, tags=["checkpoints"], auth=WRITE
+)
 def fork(request: HttpRequest, checkpoint_id: CheckpointId, payload: ForkIn | None = None) -> Any:
     """A new session whose first checkpoint shares this checkpoint's state."""
     checkpoint = _checkpoint(request, checkpoint_id)
@@ -849,7 +499,7 @@ def phase_dict(phase: Phase) -> dict[str, Any]:
     return {"session": phase.session.external_id, **data, "cost": float(phase.cost)}
 
 
-@api.put(
+@router.put(
     "/sessions/{external_id}/phases/{number}",
     response={200: PhaseOut, 201: PhaseOut, **ERRORS},
     tags=["phases"],
@@ -866,7 +516,7 @@ def report_phase(request: HttpRequest, external_id: str, number: PhaseNumber, pa
     return _json(phase_dict(phase), status=201 if created else 200)
 
 
-@api.post(
+@router.post(
     "/sessions/{external_id}/phases/{number}/outputs",
     response={201: AgentOutputOut, **ERRORS},
     tags=["phases"],
@@ -880,7 +530,7 @@ def add_phase_output(request: HttpRequest, external_id: str, number: PhaseNumber
     return _json({**data, "status": output.status, "created_at": output.created_at}, status=201)
 
 
-@api.get("/sessions/{external_id}/phases/{number}/feedback", response={200: FeedbackOut, **ERRORS}, tags=["phases"])
+@router.get("/sessions/{external_id}/phases/{number}/feedback", response={200: FeedbackOut, **ERRORS}, tags=["phases"])
 def get_phase_feedback(request: HttpRequest, external_id: str, number: PhaseNumber) -> Any:
     """The latest reviewer decision on the phase; 404 while there is none."""
     phase = _phase(request, external_id, number)
@@ -915,7 +565,7 @@ ALERT_FIELDS = [
 ]  # fmt: skip
 
 
-@api.get("/alerts", response={200: list[AlertOut], **ERRORS}, tags=["alerts"])
+@router.get("/alerts", response={200: list[AlertOut], **ERRORS}, tags=["alerts"])
 def list_alerts(request: HttpRequest, filters: Query[AlertFilter]) -> Any:
     qs = (
         DriftAlert.objects.filter(session__project=_token(request).project)
@@ -946,9 +596,3 @@ def list_alerts(request: HttpRequest, filters: Query[AlertFilter]) -> Any:
         }
         for alert in qs.filter(condition).order_by("-opened_at", "-pk")[:500]
     ]
-
-
-# they mount /langgraph/ and /webhooks on `api` (and import this module's parts)
-from . import api_langgraph, api_webhooks  # noqa: E402, F401
-
-__all__ = ["api"]

@@ -13,14 +13,14 @@ import base64
 import binascii
 from typing import Annotated, Any, Literal
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from ninja import Field, Query, Router
 from ninja.errors import HttpError
 
-from . import limits
-from .api import ERRORS, WRITE, Detail, Strict, _actor, _json, _token, api
-from .services import langgraph as lg
-from .store import jsoncodec
+from .. import limits
+from ..services import langgraph as lg
+from ..store import jsoncodec
+from .common import ERRORS, WRITE, Detail, Strict, _actor, _json, _token
 
 router = Router(tags=["langgraph"])
 LG_ERRORS = {**ERRORS, 410: Detail}
@@ -71,16 +71,6 @@ class WritesOut(Strict):
 class TuplePage(Strict):
     items: list[dict[str, Any]]
     next_cursor: str | None
-
-
-@api.exception_handler(lg.ResendNeeded)
-def _resend(request: HttpRequest, exc: lg.ResendNeeded) -> HttpResponse:
-    return api.create_response(request, {"detail": str(exc), "resend": True}, status=409)
-
-
-@api.exception_handler(lg.HistoryDeleted)
-def _history_deleted(request: HttpRequest, exc: lg.HistoryDeleted) -> HttpResponse:
-    return api.create_response(request, {"detail": str(exc)}, status=410)
 
 
 @router.post("/checkpoints", response={201: PutOut, **LG_ERRORS}, auth=WRITE)
@@ -284,6 +274,3 @@ def _read_cursor(cursor: str) -> tuple[tuple[str, int], int | None]:
     except (ValueError, TypeError, UnicodeError, binascii.Error, jsoncodec.InvalidJSON):
         pass
     raise HttpError(400, "cursor is not one this API returned")
-
-
-api.add_router("/langgraph/", router)

@@ -21,6 +21,7 @@ from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
+from ..audit import Actor, InvalidInput, record_audit
 from ..models import (
     SEVERITY_RANKS,
     AlertKind,
@@ -34,10 +35,10 @@ from ..models import (
     ProjectRole,
 )
 from .apprise_urls import refusal
-from .audit import Actor, InvalidInput, record_audit
 from .channels import addresses
-from .deliveries import send_now
+from .deliveries import new_secret, send_now
 from .safe_http import UnsafeTarget, check_target
+from .wanted import forget_wanted
 
 ALERT_EVENTS = frozenset({EventType.ALERT_OPENED, EventType.ALERT_ESCALATED, EventType.ALERT_RESOLVED})
 # What a rule may send; checkpoint.created is for event webhooks (a message per checkpoint floods a channel).
@@ -203,15 +204,11 @@ def _check_rule(fields: dict[str, Any]) -> None:
 
 def _secret_for(rule: NotificationRule) -> str:
     """A new signing secret when the rule is a signed webhook without one, else ""."""
-    from .webhooks import new_secret  # webhooks imports events, which imports this module
-
     return new_secret() if rule.channel == Channel.WEBHOOK and not rule.secret else ""
 
 
 def _rule_changed(rule: NotificationRule) -> None:
     """The event types a project wants are cached (events.wanted_types): forget them."""
-    from .events import forget_wanted  # events imports this module (deliveries_for)
-
     forget_wanted(rule.project_id)
 
 

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import Field, Model
 from django.utils import timezone
 
-from ..models import AgentSession, ApiToken, AuditEvent, Checkpoint, Project
+from .models import AgentSession, ApiToken, AuditEvent, Checkpoint, Project
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
