@@ -39,7 +39,7 @@ class Scrape:
     def collect(self) -> Iterator[Metric]:
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             processes = CollectorRegistry()
-            MultiProcessCollector(processes)
+            MultiProcessCollector(processes)  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated
             yield from processes.collect()
         else:
             yield from REGISTRY.collect()
