@@ -277,7 +277,7 @@ def drifting_cases(project: Any, found: Collected) -> None:
     run = PersonaRun(project, "pipeline-error-storm", PIPELINE, 30).healthy(60)
     for i in range(20):
         table = ["orders.orders", "events.clicks", "billing.invoices", "crm.accounts"][i % 4]
-        run.call("run_sql", {"sql": f"SELECT count(*) FROM {table} -- {i}"}, "statement timeout", ok=i % 3 == 0)
+        run.call("run_sql", {"sql": f"SELECT count(*) FROM {table} -- {i}"}, "statement timeout", ok=i % 3 == 0)  # noqa: S608 - the text of a tool call in the workload, never run
     finish(run, "pipeline-error-storm", {AlertKind.ERROR_RATE})
 
     run = PersonaRun(project, "support-halted", SUPPORT, 31).healthy(60)

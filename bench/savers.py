@@ -142,7 +142,8 @@ def run_graph(name: str, saver: BaseCheckpointSaver, steps: int, seed: int, size
         start = time.perf_counter()
         latest = saver.get_tuple(read_config)
         reads.append(time.perf_counter() - start)
-    assert latest is not None and len(latest.checkpoint["channel_values"]["messages"]) > steps
+    if latest is None or len(latest.checkpoint["channel_values"]["messages"]) <= steps:
+        raise RuntimeError("the saver's latest checkpoint lacks the run's messages")
     start = time.perf_counter()
     listed = sum(1 for _ in saver.list(read_config))
     list_seconds = time.perf_counter() - start

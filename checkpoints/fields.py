@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import models
 
@@ -92,6 +92,15 @@ def _needs_escape(value: Any) -> bool:
     return False
 
 
+if TYPE_CHECKING:  # Django's fields take type arguments in the stubs only (no django_stubs_ext at run time)
+    from django.db.models.expressions import Combinable
+
+    _CharField = models.CharField[str | int | Combinable, str]
+    _TextField = models.TextField[str | Combinable, str]
+else:
+    _CharField, _TextField = models.CharField, models.TextField
+
+
 class _EscapedText:
     def get_prep_value(self, value: Any) -> Any:
         # a mixin placed before a text field (see below): super() is the field, which mypy cannot see from here
@@ -102,7 +111,7 @@ class _EscapedText:
         return unescape_text(value) if type(value) is str else value
 
 
-class SafeCharField(_EscapedText, models.CharField):
+class SafeCharField(_EscapedText, _CharField):
     """`max_length` counts the text as given; the column leaves room for its escapes."""
 
     def db_type_parameters(self, connection: Any) -> Any:
@@ -112,7 +121,7 @@ class SafeCharField(_EscapedText, models.CharField):
         return parameters
 
 
-class SafeTextField(_EscapedText, models.TextField):
+class SafeTextField(_EscapedText, _TextField):
     pass
 
 

@@ -88,7 +88,7 @@ _ATTRIBUTES = {"a": {"href", "title"}, "code": {"class"}, "th": {"align", "style
 def render_markdown(text: str) -> SafeString:
     """Agent output as HTML: raw HTML in the markdown is escaped, and the result is sanitised again."""
     html = _markdown.render(text or "")
-    return mark_safe(nh3.clean(html, attributes=_ATTRIBUTES, link_rel="noopener noreferrer nofollow"))  # noqa: S308
+    return mark_safe(nh3.clean(html, attributes=_ATTRIBUTES, link_rel="noopener noreferrer nofollow"))  # noqa: S308 - nh3 cleaned it
 
 
 # ---- reads -------------------------------------------------------------------------------------

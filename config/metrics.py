@@ -39,7 +39,7 @@ class Scrape:
     def collect(self) -> Iterator[Metric]:
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             processes = CollectorRegistry()
-            MultiProcessCollector(processes)
+            MultiProcessCollector(processes)  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated
             yield from processes.collect()
         else:
             yield from REGISTRY.collect()
@@ -60,7 +60,7 @@ def _worker_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> 
     return [generate_latest(Scrape(database=False))]
 
 
-def serve_worker_metrics(port: int, *, host: str = "0.0.0.0") -> WSGIServer:
+def serve_worker_metrics(port: int, *, host: str = "0.0.0.0") -> WSGIServer:  # noqa: S104 - Prometheus scrapes it from another container; METRICS_TOKEN guards it
     """A Celery worker's own counts (the checkpoints its imports and routine checkpoints stored, their ingest
     time) on `port`, in a thread: the web's /metrics has only what the web processes counted. The database's
     figures are left to the web's /metrics, so that they are not scraped twice."""

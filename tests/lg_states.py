@@ -19,7 +19,7 @@ from checkpoints.models import AgentSession, Checkpoint
 from checkpoints.services import CheckpointInput, create_checkpoint
 
 SERDE = JsonPlusSerializer()
-WHEN = datetime.datetime(2026, 1, 2, 3, 4, 5)
+WHEN = datetime.datetime(2026, 1, 2, 3, 4, 5)  # noqa: DTZ001 - an agent's own value in its state, naive as agents send them
 
 
 def typed(value: Any) -> Any:

@@ -445,7 +445,7 @@ PIPELINE = Persona(
         ),
         "run_sql": Tool(
             call=lambda r: (
-                {"sql": f"SELECT count(*) FROM staging.{r.choice(TABLES).split('.')[1]} WHERE dt = current_date - 1"},
+                {"sql": f"SELECT count(*) FROM staging.{r.choice(TABLES).split('.')[1]} WHERE dt = current_date - 1"},  # noqa: S608 - the text of a demo tool call, never run
                 f"count: {r.randint(90_000, 3_000_000):,}",
             ),
             error=lambda r: "canceling statement due to statement timeout",

@@ -227,7 +227,7 @@ class Run:
 
     def _housekeeping(self, at: datetime) -> None:
         """Checkpoints the agent's own routines take between steps: recovery, end of day."""
-        assert self.last_at and self.last_recovery and self.started
+        assert self.last_at and self.last_recovery and self.started  # noqa: S101 - set by begin() or resume(); for mypy
         gap = at - self.last_at
         if gap <= timedelta(seconds=6):
             return

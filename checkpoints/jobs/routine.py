@@ -19,6 +19,7 @@ from ..models import AgentSession, AlertKind, CheckpointKind, DriftAlert, Sessio
 from ..services import drift
 from ..services.batches import Failures, each_batch
 from ..services.checkpoints import take_routine_checkpoint
+from ..services.findings import Limits
 
 ROUTINE_BATCH = 20  # sessions per savepoint: few, since each holds its session's row lock until the batch ends
 
@@ -30,7 +31,7 @@ def take_routine_checkpoints(now: datetime | None = None) -> dict[str, Any]:
     result's `errors` and gets no routine checkpoint; the others are processed all the same.
     """
     now = now or timezone.now()
-    limits = drift.Limits.from_settings()
+    limits = Limits.from_settings()
     failures = Failures()
     active = AgentSession.objects.active()
     live = (

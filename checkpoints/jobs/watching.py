@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from .. import services
 from ..models import WatchedSource
-from ..services.batches import Failures, contained
-from ..services.file_import import ImportReport, import_path
+from ..services.batches import Failures, ImportReport, contained
+from ..services.file_import import import_path
 from ..services.watched import record_scan, report_folder_back, report_folder_missing
 
 

@@ -133,7 +133,7 @@ def attempt(delivery_id: Any, *, retry: bool = True, now: datetime | None = None
         .filter(pk=delivery_id)
         .update(attempts=F("attempts") + 1, last_attempt_at=now, next_attempt_at=lease)
     )
-    delivery = Delivery.objects.select_related("event", "endpoint", "rule").get(pk=delivery_id)
+    delivery: Delivery = Delivery.objects.select_related("event", "endpoint", "rule").get(pk=delivery_id)
     if not claimed:
         return delivery
     outcome = _send(delivery)

@@ -175,14 +175,16 @@ class Recent:
         """The tool calls the head's state records (`previews.calls_of`), read once for every detector."""
         if "calls" not in self._read:
             self._read["calls"] = calls_of(self.state(self.head)) if self.head else []
-        return self._read["calls"]
+        calls: list[dict[str, Any]] = self._read["calls"]
+        return calls
 
     def head_talk(self, last: int) -> list[Said]:
         """The head state's `last` messages as the loop rules read them (`previews.talk_of`), read once."""
         key = f"talk:{last}"
         if key not in self._read:
             self._read[key] = talk_of(self.state(self.head), last) if self.head else []
-        return self._read[key]
+        talk: list[Said] = self._read[key]
+        return talk
 
     def state(self, row: SeenCheckpoint) -> Any:
         """States are read only when a detector needs one (content-addressed: reading is safe at any time)."""

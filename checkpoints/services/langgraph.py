@@ -189,7 +189,7 @@ def _thread_for_writes(project: Project, thread_id: str) -> AgentSession:
     (NO KEY UPDATE) goes on instead of waiting for these writes. Created (and locked) on first use."""
     table = connection.ops.quote_name(AgentSession._meta.db_table)
     lock = " FOR KEY SHARE" if connection.vendor == "postgresql" else ""  # SQLite has one writer at a time anyway
-    sql = f"SELECT * FROM {table} WHERE project_id = %s AND external_id = %s{lock}"
+    sql = f"SELECT * FROM {table} WHERE project_id = %s AND external_id = %s{lock}"  # noqa: S608 - the table's quoted name; values are parameters
     session = next(iter(AgentSession.objects.raw(sql, [project.pk, thread_external_id(thread_id)])), None)
     return _thread_session(project, thread_id) if session is None else _langgraph(session)
 

@@ -30,14 +30,17 @@ from ..audit import Actor, record_audit
 from ..models import ImportJob, ImportJobStatus
 from ..outbox import events
 from ..sources.archives import UnsafeArchive, archive_suffix, check, extract
+from .batches import ImportReport
 from .checkpoints import get_or_create_project
-from .file_import import ImportReport, import_path
+from .file_import import import_path
 
 logger = logging.getLogger(__name__)
 UNSENT = "unsent"  # a queued job's report key: its task could not be sent (the broker was unreachable)
 
 
-def queue_import(upload: UploadedFile, *, project_slug: str, actor: Actor, start: Callable[[int], object]) -> ImportJob:
+def queue_import(
+    upload: UploadedFile[bytes], *, project_slug: str, actor: Actor, start: Callable[[int], object]
+) -> ImportJob:
     """Keep the upload, refuse it if unpacking it is unsafe (UnsafeArchive), else queue its import job.
 
     `start` queues the job's import (the `import_archive` task's `delay`) once this commits: services do not
@@ -91,7 +94,7 @@ def resend_unsent(start: Callable[[int], object], *, limit: int = 100) -> int:
     return sent
 
 
-def _save_upload(upload: UploadedFile) -> Path:
+def _save_upload(upload: UploadedFile[bytes]) -> Path:
     """Under a random name (the archive kind kept: `extract` goes by it), never the uploader's."""
     folder = Path(settings.VAR_DIR) / "uploads"
     folder.mkdir(parents=True, exist_ok=True)
@@ -116,7 +119,8 @@ def run_import_job(job_id: int) -> dict[str, Any]:
     )
     job = ImportJob.objects.select_related("project", "created_by").get(pk=job_id)
     if not claimed and job.status != ImportJobStatus.RUNNING:
-        return job.report  # done already: a redelivered message changes nothing
+        done: dict[str, Any] = job.report  # done already: a redelivered message changes nothing
+        return done
     actor = Actor.for_user(job.created_by) if job.created_by else Actor.system("upload")
     archive = Path(job.archive)
     workdir = Path(tempfile.mkdtemp(prefix="import-", dir=settings.VAR_DIR))

@@ -388,7 +388,7 @@ class _Tar(_Reader):
             yield path, member.size, partial(self._open_member, member)
 
     def _open_member(self, member: tarfile.TarInfo) -> IO[bytes]:
-        source = self.tarred.extractfile(member)
+        source: IO[bytes] | None = self.tarred.extractfile(member)
         if source is None:
             raise UnsafeArchive(self.damaged)
         return source

@@ -387,7 +387,7 @@ def _fetch_chain(root: bytes, stop: Collection[bytes] = ()) -> list[tuple[bytes,
     else:
         short, params = f"chain.hash NOT IN ({', '.join(['%s'] * len(stop))})", [root, *stop]
     sql = (
-        f"WITH RECURSIVE chain(hash, data, base, n) AS ("
+        f"WITH RECURSIVE chain(hash, data, base, n) AS ("  # noqa: S608 - the table's quoted name and placeholders; values are parameters
         f" SELECT hash, data, base, 0 FROM {table} WHERE hash = %s"
         f" UNION ALL SELECT c.hash, c.data, c.base, chain.n + 1 FROM {table} c JOIN chain ON c.hash = chain.base"
         f" WHERE {short}"
@@ -399,7 +399,7 @@ def _fetch_chain(root: bytes, stop: Collection[bytes] = ()) -> list[tuple[bytes,
 def _fetch(keys: set[bytes]) -> dict[bytes, bytes]:
     found: dict[bytes, bytes] = {}
     ordered = list(keys)
-    sql = f"SELECT hash, data FROM {_chunk_table()} WHERE hash = ANY(%s)"
+    sql = f"SELECT hash, data FROM {_chunk_table()} WHERE hash = ANY(%s)"  # noqa: S608 - the table's quoted name; values are parameters
     for start in range(0, len(ordered), _QUERY_BATCH):
         found.update(_select(sql, [ordered[start : start + _QUERY_BATCH]]))
     missing = keys - found.keys()

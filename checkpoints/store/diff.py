@@ -68,7 +68,7 @@ def _descend(a: Any, b: Any, path: Path, strict: bool, stats: WalkStats) -> Iter
         yield ("set", path, a, b)
 
 
-def _walk_dict(a: dict, b: dict, path: Path, strict: bool, stats: WalkStats) -> Iterator[Change]:
+def _walk_dict(a: dict[Any, Any], b: dict[Any, Any], path: Path, strict: bool, stats: WalkStats) -> Iterator[Change]:
     stats.descents += 1
     for key, old in a.items():
         if key not in b:
@@ -81,7 +81,7 @@ def _walk_dict(a: dict, b: dict, path: Path, strict: bool, stats: WalkStats) -> 
             yield from _descend(old, new, (*path, key), strict, stats)
 
 
-def _walk_list(a: list, b: list, path: Path, strict: bool, stats: WalkStats) -> Iterator[Change]:
+def _walk_list(a: list[Any], b: list[Any], path: Path, strict: bool, stats: WalkStats) -> Iterator[Change]:
     stats.descents += 1
     len_a, len_b = len(a), len(b)
     shortest = min(len_a, len_b)
@@ -115,7 +115,7 @@ def _walk_list(a: list, b: list, path: Path, strict: bool, stats: WalkStats) -> 
 _SHIFT_CANDIDATES = 8
 
 
-def _front_shift(a: list, b: list, strict: bool) -> int:
+def _front_shift(a: list[Any], b: list[Any], strict: bool) -> int:
     """k > 0 when `b` starts with `a[k:]` (items dropped at the front), else 0."""
     first, tried = b[0], 0
     for k in range(1, len(a)):

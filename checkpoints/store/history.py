@@ -98,14 +98,14 @@ def _measure(points: list[_Point]) -> dict[int, tuple[int, bool, int | None]]:
     spans = [(p.target, p.session_id, low, high) for p in points for low, high in p.spans]
     span_rows = ", ".join(["(%s, %s, %s, %s)"] * len(spans))
     counted = (
-        f"(SELECT COUNT(*) FROM span JOIN {table} c ON c.session_id = span.session_id "
+        f"(SELECT COUNT(*) FROM span JOIN {table} c ON c.session_id = span.session_id "  # noqa: S608 - the table's quoted name; values are parameters
         "AND c.seq BETWEEN span.low AND span.high WHERE span.target = point.target)"
         if spans
         else "0"
     )
     span_list = f", span (target, session_id, low, high) AS (VALUES {span_rows})" if spans else ""
     sql = (
-        f"WITH point (target, session_id, meet) AS (VALUES {', '.join(['(%s, %s, %s)'] * len(points))}){span_list} "
+        f"WITH point (target, session_id, meet) AS (VALUES {', '.join(['(%s, %s, %s)'] * len(points))}){span_list} "  # noqa: S608 - quoted names and placeholders; values are parameters
         f"SELECT point.target, {counted}, meet.id IS NOT NULL, meet.calls_made FROM point "
         f"LEFT JOIN {table} meet ON meet.session_id = point.session_id AND meet.seq = point.meet"
     )

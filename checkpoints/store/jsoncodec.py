@@ -177,6 +177,7 @@ _zstd_pairs = threading.local()
 def zstd_pair(level: int) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
     """A compressor and decompressor of this thread's own: zstandard's are not thread-safe (two threads of one
     server compressing with a shared one crashed the process)."""
+    pairs: dict[int, tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]] | None
     pairs = getattr(_zstd_pairs, "by_level", None)
     if pairs is None:
         pairs = _zstd_pairs.by_level = {}

@@ -171,7 +171,7 @@ def repoint(moved: list[tuple[int, int | None]]) -> None:
     table = connection.ops.quote_name(Checkpoint._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"WITH moved (id, parent_id) AS (VALUES {', '.join(['(%s, %s)'] * len(moved))}) "
+            f"WITH moved (id, parent_id) AS (VALUES {', '.join(['(%s, %s)'] * len(moved))}) "  # noqa: S608 - quoted names and placeholders; values are parameters
             f"UPDATE {table} SET parent_id = CAST(moved.parent_id AS BIGINT) FROM moved WHERE {table}.id = moved.id",
             [value for row in moved for value in row],
         )

@@ -165,8 +165,8 @@ def _listed(state: Any, keys: Sequence[str]) -> list[Any]:
     """The state's list under the first of `keys` it has, as stored (a put compares only the new end of it)."""
     if isinstance(state, dict):
         for key in keys:
-            if isinstance(state.get(key), list):
-                return state[key]
+            if isinstance(listed := state.get(key), list):
+                return listed
     return []
 
 

@@ -194,7 +194,7 @@ def _session_update(session_id: int, checkpoints: Sequence[Checkpoint], **sessio
         column = quote(_session_field(name).column or name)
         sets.append(f"{column} = {column} + %s")
         params.append(share)
-    return f"UPDATE {quote(AgentSession._meta.db_table)} SET {', '.join(sets)} WHERE id = %s", [*params, session_id]
+    return f"UPDATE {quote(AgentSession._meta.db_table)} SET {', '.join(sets)} WHERE id = %s", [*params, session_id]  # noqa: S608 - quoted names and placeholders; values are parameters
 
 
 def _session_field(name: str) -> Field[Any, Any]:
@@ -226,7 +226,7 @@ def _take_from_sessions(by_session: dict[int, list[Any]]) -> None:
     rows = ", ".join(["(" + ", ".join(["%s"] * (1 + len(SESSION_FIELDS))) + ")"] * len(shares))
     with connection.cursor() as cursor:
         cursor.execute(
-            f"WITH share (id, {', '.join(SESSION_FIELDS)}) AS (VALUES {rows}) "
+            f"WITH share (id, {', '.join(SESSION_FIELDS)}) AS (VALUES {rows}) "  # noqa: S608 - quoted names and placeholders; values are parameters
             f"UPDATE {table} SET {sets} FROM share WHERE {table}.id = share.id",
             [value for share in shares for value in share],
         )
@@ -269,7 +269,7 @@ def _upserts(
     for start in range(0, len(rows), _UPSERT_ROWS):
         chunk = rows[start : start + _UPSERT_ROWS]
         values = ", ".join(["(" + ", ".join(["%s"] * (len(columns) + 1)) + ")"] * len(chunk))
-        sql = f"INSERT INTO {table} ({names}) VALUES {values} ON CONFLICT ({on}) DO UPDATE SET {sets}"
+        sql = f"INSERT INTO {table} ({names}) VALUES {values} ON CONFLICT ({on}) DO UPDATE SET {sets}"  # noqa: S608 - quoted names and placeholders; values are parameters
         statements.append((sql, [value for row in chunk for value in row]))
     return statements
 
@@ -284,7 +284,7 @@ def _drop_rollups(leaving: Counter[tuple[int, int]]) -> dict[int, list[int]]:
         for start in range(0, len(keys), _UPSERT_ROWS):
             chunk = keys[start : start + _UPSERT_ROWS]
             cursor.execute(
-                f"DELETE FROM {table} WHERE (session_id, block) IN (VALUES {', '.join(['(%s, %s)'] * len(chunk))}) "
+                f"DELETE FROM {table} WHERE (session_id, block) IN (VALUES {', '.join(['(%s, %s)'] * len(chunk))}) "  # noqa: S608 - quoted names and placeholders; values are parameters
                 "RETURNING session_id, block, count",
                 [value for key in chunk for value in key],
             )

@@ -154,7 +154,8 @@ class _Drawing:
 
     def owner(self, seq: int) -> Branch:
         branch = self.placed[bisect_right(self.placed, seq, key=lambda s: s.lo) - 1].branch
-        assert branch is not None  # lines are drawn newest first: what one meets belongs to a branch already
+        # lines are drawn newest first: what one meets belongs to a branch already (the assert is for mypy)
+        assert branch is not None  # noqa: S101
         return branch
 
 

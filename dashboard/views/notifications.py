@@ -27,7 +27,7 @@ from .common import NOTIFY, HtmxHttpRequest, console, get_project_for_user, navi
 LOG_ROWS = 50
 ENDPOINT_DELIVERIES = 5
 PAGE = "dashboard/notifications.html"
-NEW_SECRET = "notification_rule_secret"  # session key: {rule pk: secret}, popped when shown
+NEW_SECRET = "notification_rule_secret"  # session key: {rule pk: secret}, popped when shown  # noqa: S105 - a session key's name
 
 
 @console(NOTIFY)

@@ -418,6 +418,15 @@ def test_unreachable_server_raises_status_0():
     assert "cannot reach" in caught.value.detail
 
 
+@pytest.mark.parametrize("base_url", ["htps://console.example", "file:///etc", "ftp://console.example", "console:8000"])
+def test_a_base_url_that_is_not_http_is_refused_at_once(base_url, monkeypatch):
+    """urllib opens file: and ftp: URLs too, and a mistyped scheme failed every call as "cannot reach", retried."""
+    monkeypatch.setattr(client_module.time, "sleep", lambda seconds: pytest.fail("a retry"))
+
+    with pytest.raises(ValueError, match="http:// or https://"):
+        CheckpointClient(base_url, "cpk_x", retries=2).get_session("run-1")
+
+
 # ---- vendoring ---------------------------------------------------------------------------------
 
 

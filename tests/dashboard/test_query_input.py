@@ -78,8 +78,10 @@ values = st.one_of(
 # offsets Python takes and PostgreSQL does not (beyond ±15:59), and the ones that push year 1 or 9999 out of range
 edges = st.sampled_from([timedelta(hours=23, minutes=59), -timedelta(hours=23, minutes=59), timedelta(hours=16)])
 offsets = st.timedeltas(min_value=-timedelta(hours=23, minutes=59), max_value=timedelta(hours=23, minutes=59))
-moments = st.datetimes(
-    min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31), timezones=st.one_of(edges, offsets).map(timezone)
+moments = st.datetimes(  # DTZ001: hypothesis takes naive bounds; timezones= makes the values aware
+    min_value=datetime(1, 1, 1),  # noqa: DTZ001
+    max_value=datetime(9999, 12, 31),  # noqa: DTZ001
+    timezones=st.one_of(edges, offsets).map(timezone),
 ).map(datetime.isoformat)
 ids = st.one_of(st.integers(), st.sampled_from([1, 2**63, 2**64]))
 numbers = st.one_of(st.integers().map(str), st.sampled_from(["²", "١٢", "1_0", " 1", "-0", "9" * 30, "1.5"]))

@@ -8,7 +8,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from checkpoints import services
-from checkpoints.services.file_import import ImportReport, import_path
+from checkpoints.services.batches import ImportReport
+from checkpoints.services.file_import import import_path
 from checkpoints.sources import formats
 from checkpoints.sources.formats import langgraph
 

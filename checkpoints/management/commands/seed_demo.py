@@ -37,7 +37,7 @@ class Command(BaseCommand):
             )
             return
         started = time.monotonic()
-        seeder = Seeder(random.Random(options["seed"]), timezone.now().replace(microsecond=0), options["small"])
+        seeder = Seeder(random.Random(options["seed"]), timezone.now().replace(microsecond=0), options["small"])  # noqa: S311 - demo data, seeded to be reproducible
         chunks_before = Chunk.objects.count()
         with transaction.atomic():
             seeder.research()

@@ -28,7 +28,7 @@ class Command(BaseCommand):
                 "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler",
             ],
         }  # fmt: skip
-        processes = {name: subprocess.Popen(cmd, cwd=settings.BASE_DIR) for name, cmd in commands.items()}
+        processes = {name: subprocess.Popen(cmd, cwd=settings.BASE_DIR) for name, cmd in commands.items()}  # noqa: S603 - the commands spelled out above
         started = ", ".join(f"{name} (pid {process.pid})" for name, process in processes.items())
         self.stdout.write(
             f"Console at http://{options['host']}:{options['port']}/ — started {started}. Ctrl-C stops all."

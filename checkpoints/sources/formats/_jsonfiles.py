@@ -14,7 +14,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -218,7 +218,7 @@ def apply_console(values: dict[str, Any], console: Any) -> None:
     """Fold an entry's "console" fields into a CheckpointRecord's keyword arguments (invalid ones ignored)."""
     if not isinstance(console, dict):
         return
-    checks = {
+    checks: dict[str, Callable[[Any], bool]] = {
         "name": lambda v: isinstance(v, str),
         "kind": lambda v: v in CheckpointKind.values,
         "status": lambda v: v in CheckpointStatus.values,

@@ -1022,8 +1022,9 @@ def _manifest_text(session: Any, phases: list[Any], timeline: _Timeline) -> str:
 
 def _output_text(output: Any, phase: Any) -> str:
     """An output as Haytham's `_format_agent_output` writes it (one read from Haytham's files is its file)."""
-    if output.content.lstrip().startswith("# Agent Output"):
-        return output.content
+    content: str = output.content  # a PhaseOutput's text
+    if content.lstrip().startswith("# Agent Output"):
+        return content
     tools = ", ".join(str(tool) for tool in output.tools_used or []) or "none"
     text = (
         f"# Agent Output: {output.agent_name}\n\n"
@@ -1276,7 +1277,7 @@ def _session_folder(session: Any, folder: Path) -> Path:
     if (folder / MANIFEST).is_file() and folder.name == session.external_id:
         return folder
     projects = [session.project.slug, (session.metadata or {}).get("project_id")]
-    candidates = [folder / "projects" / str(p) / "sessions" / session.external_id for p in projects if p]
+    candidates: list[Path] = [folder / "projects" / str(p) / "sessions" / session.external_id for p in projects if p]
     candidates += [folder / str(p) / "sessions" / session.external_id for p in projects if p]
     candidates += [folder / "sessions" / session.external_id, folder / session.external_id, folder]
     for candidate in candidates:

@@ -214,7 +214,8 @@ def _sibling_agent(entry: _Entry, parent: str, seen: set[Path]) -> str | None:
         try:
             for _, value in _lines(candidate):
                 if isinstance(value, dict) and _key(value, candidate, 1, True) == parent:
-                    return value["agent_id"]
+                    agent_id: str = value["agent_id"]  # _lines keeps only the lines whose agent_id is a str
+                    return agent_id
         except _Unreadable:
             continue
     return None
@@ -456,8 +457,8 @@ def _generated_id(project: str, session: str, seq: int) -> str:
 def _checkpoint_id(checkpoint: Any) -> str:
     """The Kaizen id of a checkpoint: its own when it came from Kaizen, else a stable made-up one."""
     metadata = checkpoint.metadata or {}
-    if _own(metadata) and isinstance(metadata.get("checkpoint_id"), str):
-        return metadata["checkpoint_id"]
+    if _own(metadata) and isinstance(own := metadata.get("checkpoint_id"), str):
+        return own
     if metadata.get("source_format") == NAME and metadata.get("source_id"):
         return str(metadata["source_id"])
     session = checkpoint.session

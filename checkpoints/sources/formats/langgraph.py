@@ -266,7 +266,7 @@ def _sqlite_checkpoints(reader: SqliteReader, path: Path, thread_id: str) -> Ite
 
 def _sqlite_writes(reader: SqliteReader, thread_id: str, task_path: str) -> Iterator[Write]:
     rows = reader.batches(
-        f"SELECT checkpoint_ns, checkpoint_id, task_id, {task_path}, idx, channel, type, value"
+        f"SELECT checkpoint_ns, checkpoint_id, task_id, {task_path}, idx, channel, type, value"  # noqa: S608 - task_path is a column name or '', picked by this code
         " FROM writes WHERE thread_id = ? ORDER BY checkpoint_ns, checkpoint_id, task_id, idx",
         (thread_id,),
     )
@@ -401,7 +401,7 @@ def _postgres_writes(conn: psycopg.Connection[dict[str, Any]], thread_id: str, *
     with conn.cursor(name=f"lg_writes_{abs(hash(thread_id))}") as cursor:
         cursor.itersize = READ_BATCH
         cursor.execute(
-            f"SELECT checkpoint_ns, checkpoint_id, task_id, {task_path} AS task_path, idx, channel, type, blob"
+            f"SELECT checkpoint_ns, checkpoint_id, task_id, {task_path} AS task_path, idx, channel, type, blob"  # noqa: S608 - task_path is a column name or '', picked by this code
             " FROM checkpoint_writes WHERE thread_id = %s ORDER BY checkpoint_ns, checkpoint_id, task_id, idx",
             (thread_id,),
         )

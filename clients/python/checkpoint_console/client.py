@@ -72,6 +72,10 @@ class CheckpointClient:
     ) -> None:
         """`retries`: how many times a request is sent again (0: never); `backoff`: the first wait in seconds,
         doubled at each retry, with jitter; `max_wait`: the longest wait, Retry-After included."""
+        if urllib.parse.urlsplit(base_url).scheme.lower() not in ("http", "https"):
+            # urllib would open file: and ftp: URLs too, and a mistyped scheme failed each call as "cannot reach",
+            # retried with backoff; the scheme alone is named: the rest of the URL may hold credentials
+            raise ValueError("base_url must start with http:// or https://")
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.timeout = timeout
@@ -372,7 +376,7 @@ class CheckpointClient:
         attempt = 0
         while True:
             try:
-                payload = self._send(urllib.request.Request(url, data=data, headers=headers, method=method))
+                payload = self._send(urllib.request.Request(url, data=data, headers=headers, method=method))  # noqa: S310 - base_url is http(s)://, checked in __init__
                 break
             except CheckpointAPIError as exc:
                 wait = self._wait_before_retry(exc, attempt, repeatable)
@@ -387,7 +391,7 @@ class CheckpointClient:
 
     def _send(self, request: urllib.request.Request) -> bytes:
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - base_url is http(s)://, checked in __init__
                 return bytes(response.read())
         except urllib.error.HTTPError as exc:
             retry_after = _retry_after(exc.headers.get("Retry-After"))
@@ -405,7 +409,7 @@ class CheckpointClient:
             return None
         if error.retry_after is not None:
             return min(error.retry_after, self.max_wait)
-        return min(self.backoff * 2**attempt, self.max_wait) * random.uniform(0.5, 1.0)  # jitter: no herd
+        return min(self.backoff * 2**attempt, self.max_wait) * random.uniform(0.5, 1.0)  # noqa: S311 - jitter (no herd), not a secret
 
 
 def _new_key() -> str:

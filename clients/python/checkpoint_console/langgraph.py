@@ -134,7 +134,7 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
             current_v = current
         else:
             current_v = int(current.split(".")[0])
-        return f"{current_v + 1:032}.{random.random():016}"
+        return f"{current_v + 1:032}.{random.random():016}"  # noqa: S311 - a version's tie-breaker, as LangGraph's savers make it
 
     def _encode(self, value: Any) -> Any:
         return typedjson.from_typed(*self.serde.dumps_typed(value))

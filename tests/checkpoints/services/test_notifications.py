@@ -341,7 +341,7 @@ def test_apprise_ntfy_publishes_plain_text_through_the_guarded_sender(project, r
 def test_apprise_xml_escapes_agent_text_into_its_elements(project, receiver):
     event = alert_event(project)
     event.data["alert"]["message"] = "</Message><Injected>1</Injected><Message>"
-    document = ElementTree.fromstring(apprise_received(project, receiver, event, scheme="xml").body)
+    document = ElementTree.fromstring(apprise_received(project, receiver, event, scheme="xml").body)  # noqa: S314 - the body this test's own receiver got
     assert [element.text for element in document.iter("Message")] == [
         "</Message><Injected>1</Injected><Message>\n\nhttp://c/alerts/"
     ]
