@@ -116,7 +116,10 @@ def require_scope(get_response: Callable[[HttpRequest], HttpResponse]) -> Callab
             scope = required_scope(request)
             secret = _bearer(request)
             if scope is not None and secret:
-                found = _looked_up(request, secret)
+                try:
+                    found = _looked_up(request, secret)
+                except (OperationalError, InterfaceError):  # the API's answer to a database it cannot reach
+                    return database_unavailable()
                 if found is not None and not found.has_scope(scope):
                     return _error(403, lacks_scope(scope))
         return get_response(request)

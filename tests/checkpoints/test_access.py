@@ -4,6 +4,7 @@ another project, and what an upgrade does to users who had a role group before m
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
 
 import pytest
@@ -160,6 +161,7 @@ def test_the_admin_grants_roles_on_the_project_page_and_audits_them(admin_client
         {
             "slug": other_project.slug,
             "name": other_project.name,
+            "type_allowlist": json.dumps(other_project.type_allowlist),  # the page posts it back as it showed it
             "created_at_0": "2026-01-01",
             "created_at_1": "00:00:00",
             f"{prefix}-TOTAL_FORMS": "1",

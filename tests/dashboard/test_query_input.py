@@ -46,6 +46,7 @@ GET_VIEWS = {
     "jobs": (None, []),
     "notification_projects": (None, []),
     "notifications": ("project", ["status"]),
+    "project_settings": ("project", []),
     "notification_rule_create": ("project", []),
     "notification_rule_edit": ("rule", []),
     "notification_rule_delete": ("rule", []),
