@@ -16,6 +16,7 @@ from checkpoint_console import client as client_module
 from checkpoints.client import CheckpointAPIError, CheckpointClient
 from checkpoints.models import AuditEvent, Checkpoint
 from checkpoints.services import create_api_token
+from tests.helpers import QuietHandler, loopback_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -500,3 +501,33 @@ def test_phase_calls_raise_for_unknown_phases_and_read_only_tokens(cp, run, live
     with pytest.raises(CheckpointAPIError) as refused:
         reader.report_phase(run, 1, name="Concept")
     assert refused.value.status == 403
+
+
+def test_a_redirect_is_an_error_naming_it_and_the_token_never_reaches_where_it_points(token_secret):
+    """urllib follows redirects with the Authorization header: a redirect would hand the token to another host."""
+    seen: list[str | None] = []
+
+    class Elsewhere(QuietHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+    with loopback_server(Elsewhere) as elsewhere:
+
+        class Redirecting(QuietHandler):
+            def do_GET(self) -> None:
+                self.send_response(302)
+                self.send_header("Location", f"http://127.0.0.1:{elsewhere}/api/v1/sessions/run")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        with loopback_server(Redirecting) as port:
+            client = CheckpointClient(f"http://127.0.0.1:{port}", token_secret, retries=0)
+            with pytest.raises(CheckpointAPIError) as raised:
+                client.get_session("run")
+    assert raised.value.status == 302
+    assert f"127.0.0.1:{elsewhere}" in str(raised.value.detail)
+    assert seen == []

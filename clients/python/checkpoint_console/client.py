@@ -41,6 +41,19 @@ When = datetime | str
 _BATCH_ITEMS = 500
 _BATCH_BYTES = 8 * 1024 * 1024
 _TIME_FIELDS = ("since", "until", "created_at")
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is refused, and the 3xx raised as an error naming where it pointed: urllib would send the request,
+    Authorization header and all, to whatever host the Location names (a proxy, a hijacked name, a typo'd
+    base_url redirecting to another site would receive the project's token)."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
 _RETRY_STATUSES = frozenset({429, 502, 503, 504})  # "not now": the request was not carried out, or may be repeated
 
 
@@ -391,9 +404,13 @@ class CheckpointClient:
 
     def _send(self, request: urllib.request.Request) -> bytes:
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - base_url is http(s)://, checked in __init__
+            with _OPENER.open(request, timeout=self.timeout) as response:
                 return bytes(response.read())
         except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:
+                where = exc.headers.get("Location", "?")
+                detail = f"redirected to {where}: not followed (it would carry the token); use that address as base_url"
+                raise CheckpointAPIError(exc.code, detail) from exc
             retry_after = _retry_after(exc.headers.get("Retry-After"))
             raise CheckpointAPIError(exc.code, _error_detail(exc), retry_after=retry_after) from exc
         except (OSError, http.client.HTTPException) as exc:  # URLError, refused, reset, timeout
