@@ -198,10 +198,28 @@ def _modules_imported(path: Path) -> Iterator[str]:
             yield node.args[0].value
 
 
+def _uses_of_models(path: Path) -> Iterator[tuple[str, bool]]:
+    """Each `checkpoints.models.NAME` a migration names, and whether it is only a field's `default=` (a callable
+    Django records by reference, as it records field classes: what makemigrations writes, and what the models'
+    state must match)."""
+    tree = ast.parse(path.read_text())
+    defaults = {
+        id(keyword.value) for keyword in ast.walk(tree) if isinstance(keyword, ast.keyword) and keyword.arg == "default"
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "checkpoints.models":
+            yield node.attr, id(node) in defaults
+
+
 def test_no_migration_imports_the_console_s_live_code():
-    """Only the field classes the models name (kept importable, docs/decisions/0004-safe-fields.md) and the
-    migrations' own frozen modules."""
+    """Only the field classes the models name (kept importable, docs/decisions/0004-safe-fields.md), a field's
+    default callable, and the migrations' own frozen modules: no migration runs live code on rows."""
     for path in (ROOT / "checkpoints" / "migrations").glob("*.py"):
         for module in _modules_imported(path):
-            if module.split(".")[0] in ("checkpoints", "dashboard", "config"):
+            if module == "checkpoints.models":
+                assert all(as_default for _, as_default in _uses_of_models(path)), (
+                    path.name,
+                    list(_uses_of_models(path)),
+                )
+            elif module.split(".")[0] in ("checkpoints", "dashboard", "config"):
                 assert module.startswith(("checkpoints.fields", "checkpoints.migrations.")), (path.name, module)
