@@ -2,12 +2,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
 
 # Playwright runs an event loop in the test thread; Django's ORM must still be usable there.
@@ -60,6 +61,23 @@ def _fresh_state_cache() -> Iterator[None]:
     cache.clear()
     yield
     store.cache.clear()
+
+
+@contextmanager
+def shared_rows(django_db_blocker) -> Iterator[None]:
+    """Rows a whole module (or class) of tests reads, made once inside a transaction that is rolled back after
+    its last test. Each test's own transaction (the `db` fixture) nests in it as a savepoint: whatever a test
+    writes is undone before the next, so every test still starts from the same rows. Only for tests that
+    run in a transaction, never with `transaction=True` (a flush would take the shared rows too)."""
+    with django_db_blocker.unblock():
+        outer = transaction.atomic()
+        outer.__enter__()
+    try:
+        yield
+    finally:
+        with django_db_blocker.unblock():
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
 
 
 @pytest.fixture
@@ -211,9 +229,7 @@ def nobody(db, django_user_model):
     return _user_in(django_user_model, "nobody")
 
 
-@pytest.fixture
-def staff_operator(db, django_user_model):
-    """Staff in the operator group: an operator in every project (also runs jobs for all of them)."""
+def make_staff_operator(django_user_model):
     from django.contrib.auth.models import Group, Permission
 
     from checkpoints.roles import ensure_roles
@@ -223,6 +239,23 @@ def staff_operator(db, django_user_model):
     user = _user_in(django_user_model, "olga", is_staff=True)
     user.groups.add(Group.objects.get(name="operator"))
     return user
+
+
+@pytest.fixture
+def staff_operator(db, django_user_model):
+    """Staff in the operator group: an operator in every project (also runs jobs for all of them)."""
+    return make_staff_operator(django_user_model)
+
+
+def users_of_every_role(django_user_model, project) -> dict[str, Any]:
+    """The users of the fixtures above, by fixture name, made outside a test (for rows shared by a module)."""
+    return {
+        "alice": _grant(_user_in(django_user_model, "alice"), project, "operator"),
+        "bob": _grant(_user_in(django_user_model, "bob"), project, "viewer"),
+        "carol": _grant(_user_in(django_user_model, "carol"), project, "approver"),
+        "nobody": _user_in(django_user_model, "nobody"),
+        "staff_operator": make_staff_operator(django_user_model),
+    }
 
 
 @pytest.fixture
