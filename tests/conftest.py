@@ -17,6 +17,52 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """What pytest-xdist's workers (make test runs two) must not share.
+
+    SQLite's test database is named in-memory, as Django's default is: pytest-django would otherwise give each
+    worker a file named after the database path (it does not know django-prometheus' SQLite engine). Each
+    worker keeps its own file cache: the tests clear the cache between them, which must not empty the other
+    worker's mid-test (its API rate-limit counts, say)."""
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"].endswith(".sqlite3") and not database.get("TEST", {}).get("NAME"):
+        database["TEST"] = {**database.get("TEST", {}), "NAME": ":memory:"}
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    cache = settings.CACHES["default"]
+    if worker and cache["BACKEND"].endswith(".FileBasedCache"):
+        cache["LOCATION"] = f"{cache['LOCATION']}-{worker}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests of rows shared by their module (fixtures named shared_*, see `shared_rows`) run after the module's
+    other tests, which so never see those rows: the rows stay until the module's last test. Under pytest-xdist
+    (`--dist loadgroup`) they run on one worker, which builds them once.
+
+    Tests of a Redis server share REDIS_URL's database and empty it before and after: under pytest-xdist they
+    all run on one worker, one at a time, so none empties another's queue."""
+
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    def shares(item: pytest.Item) -> bool:
+        return any(name.startswith("shared_") for name in getattr(item, "fixturenames", ()))
+
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        first.setdefault(module(item), index)
+    position = {id(item): index for index, item in enumerate(items)}
+    items.sort(key=lambda item: (first[module(item)], shares(item), position[id(item)]))
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if item.get_closest_marker("redis"):
+            item.add_marker(pytest.mark.xdist_group("redis"))
+        elif shares(item):
+            item.add_marker(pytest.mark.xdist_group(f"{module(item)}::shared"))
+
+
 def _redis_available() -> str | None:
     url = os.environ.get("REDIS_URL")
     if not url:
@@ -298,8 +344,7 @@ RANGE_CHECK = "checkpoint_created_at_in_range"
 UNREADABLE = {"postgresql": "0001-01-01 00:00:00+14", "sqlite": "2024-02-30 00:00:00"}
 
 
-@pytest.fixture
-def big_session(project):
+def build_big_session(project):
     """A session of 3,000 checkpoints (with a restore in the middle), for query-count bounds."""
     from checkpoints.services import Actor, CheckpointInput, ingest_checkpoints, restore_checkpoint, upsert_session
 
@@ -319,6 +364,32 @@ def big_session(project):
     restore_checkpoint(checkpoints[1500], actor=Actor.system("test"), reason="midway")
     session.refresh_from_db()
     return session
+
+
+def shared_session(django_db_blocker, build: Any) -> Iterator[int]:
+    """For a module-scoped fixture: the id of the session `build(project)` makes in `project` (acme), built
+    once for the module's tests that ask for it, in `shared_rows`."""
+    from checkpoints.services import get_or_create_project
+
+    with shared_rows(django_db_blocker):
+        with django_db_blocker.unblock():
+            session = build(get_or_create_project("acme"))
+        yield session.pk
+
+
+@pytest.fixture(scope="module")
+def shared_big_session(django_db_setup, django_db_blocker) -> Iterator[int]:
+    """`build_big_session`, once a module (about 5 s each time)."""
+    yield from shared_session(django_db_blocker, build_big_session)
+
+
+@pytest.fixture
+def big_session(shared_big_session, project):
+    """A session of 3,000 checkpoints (with a restore in the middle) in `project`, for query-count bounds;
+    built once a module (what a test changes in it is rolled back with the test)."""
+    from checkpoints.models import AgentSession
+
+    return AgentSession.objects.get(pk=shared_big_session, project=project)
 
 
 @pytest.fixture(autouse=True)
