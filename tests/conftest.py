@@ -36,12 +36,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests of rows shared by their module (fixtures named shared_*, see `shared_rows`) run after the module's
-    other tests, which so never see those rows: the rows stay until the module's last test. Under pytest-xdist
-    (`--dist loadgroup`) they run on one worker, which builds them once.
+    """Keeps pytest-django's order (tests in a transaction, then transactional ones, whose flush also empties
+    what the migrations installed: roles, retention policies, schedules), with two moves inside it.
 
-    Tests of a Redis server share REDIS_URL's database and empty it before and after: under pytest-xdist they
-    all run on one worker, one at a time, so none empties another's queue."""
+    Tests of rows shared by their module (fixtures named shared_*, see `shared_rows`) run after the module's
+    other tests of their kind, which so never see those rows: the rows stay until the module's last test.
+    Under pytest-xdist (`--dist loadgroup`) they run on one worker, which builds them once.
+
+    Tests of a Redis server share REDIS_URL's database and empty it before and after: they run together just
+    before the transactional tests (the ones in a transaction first), and under pytest-xdist on one worker,
+    one at a time, so none empties another's queue, and no flush runs before a test in a transaction."""
 
     def module(item: pytest.Item) -> str:
         return item.nodeid.split("::")[0]
@@ -49,11 +53,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     def shares(item: pytest.Item) -> bool:
         return any(name.startswith("shared_") for name in getattr(item, "fixturenames", ()))
 
-    first: dict[str, int] = {}
+    def transactional(item: pytest.Item) -> bool:
+        marker = item.get_closest_marker("django_db")
+        if marker and (
+            marker.args[:1] == (True,) or marker.kwargs.get("transaction") or marker.kwargs.get("reset_sequences")
+        ):
+            return True
+        return bool({"transactional_db", "live_server"} & set(getattr(item, "fixturenames", ())))
+
+    run, runs = 0, {}  # a module's consecutive tests (pytest-django may have split a module in two)
     for index, item in enumerate(items):
-        first.setdefault(module(item), index)
+        if index and module(item) != module(items[index - 1]):
+            run += 1
+        runs[id(item)] = run
     position = {id(item): index for index, item in enumerate(items)}
-    items.sort(key=lambda item: (first[module(item)], shares(item), position[id(item)]))
+    items.sort(key=lambda item: (runs[id(item)], shares(item), position[id(item)]))
+    redis = [item for item in items if item.get_closest_marker("redis")]
+    rest = [item for item in items if not item.get_closest_marker("redis")]
+    cut = next((index for index, item in enumerate(rest) if transactional(item)), len(rest))
+    redis.sort(key=transactional)
+    items[:] = rest[:cut] + redis + rest[cut:]
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
