@@ -25,11 +25,14 @@ run: install
 
 # Uses PostgreSQL and Redis when they answer on 127.0.0.1 (or DATABASE_URL / REDIS_URL are set);
 # otherwise SQLite, and the tests that need a server are skipped with the reason.
+# Two pytest-xdist workers (PYTEST_WORKERS=0: one process), each with its own test database; the Redis tests
+# and each module's shared rows stay on one worker (--dist loadgroup). The 25 slowest tests are listed at the end.
+PYTEST_WORKERS ?= 2
 test: install
 	@export DATABASE_URL="$${DATABASE_URL:-$$(pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null && echo $(PG_TEST_URL))}"; \
 	export REDIS_URL="$${REDIS_URL:-$$(redis-cli -h 127.0.0.1 ping 2>/dev/null | grep -q PONG && echo $(REDIS_TEST_URL))}"; \
 	echo "make test: database $${DATABASE_URL:-SQLite (embedded)}; redis $${REDIS_URL:-none}"; \
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 bench: install
 	$(PY) bench/run.py $(BENCH_ARGS)

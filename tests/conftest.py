@@ -1,19 +1,99 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
 
 # Playwright runs an event loop in the test thread; Django's ORM must still be usable there.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """What pytest-xdist's workers (make test runs two) must not share.
+
+    SQLite's test database is named in-memory, as Django's default is: pytest-django would otherwise give each
+    worker a file named after the database path (it does not know django-prometheus' SQLite engine). Each
+    worker keeps its own file cache: the tests clear the cache between them, which must not empty the other
+    worker's mid-test (its API rate-limit counts, say)."""
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"].endswith(".sqlite3") and not database.get("TEST", {}).get("NAME"):
+        database["TEST"] = {**database.get("TEST", {}), "NAME": ":memory:"}
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    cache = settings.CACHES["default"]
+    if worker and cache["BACKEND"].endswith(".FileBasedCache"):
+        cache["LOCATION"] = f"{cache['LOCATION']}-{worker}"
+
+
+def _unique_node_ids(items: list[pytest.Item]) -> None:
+    """schemathesis names each API operation's test `test_…[GET /api/v1/…]`, but pytest 9 builds a node id from
+    the function's name and a parametrize callspec, which those tests lack: all 31 had one node id, and
+    pytest-xdist, which knows a test by its node id, ran one of them. Each gets its name's parameters back."""
+    seen = Counter(item.nodeid for item in items)
+    for item in items:
+        base, bracket, params = item.name.partition("[")
+        if seen[item.nodeid] > 1 and bracket and item.parent is not None and hasattr(item, "_id"):
+            item._id = item.parent.id.child(base).with_params(params.removesuffix("]"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keeps pytest-django's order (tests in a transaction, then transactional ones, whose flush also empties
+    what the migrations installed: roles, retention policies, schedules), with two moves inside it.
+
+    Tests of rows shared by their module (fixtures named shared_*, see `shared_rows`) run after the module's
+    other tests of their kind, which so never see those rows: the rows stay until the module's last test.
+    Under pytest-xdist (`--dist loadgroup`) they run on one worker, which builds them once.
+
+    Tests of a Redis server share REDIS_URL's database and empty it before and after: they run together just
+    before the transactional tests (the ones in a transaction first), and under pytest-xdist on one worker,
+    one at a time, so none empties another's queue, and no flush runs before a test in a transaction."""
+
+    _unique_node_ids(items)
+
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    def shares(item: pytest.Item) -> bool:
+        return any(name.startswith("shared_") for name in getattr(item, "fixturenames", ()))
+
+    def transactional(item: pytest.Item) -> bool:
+        marker = item.get_closest_marker("django_db")
+        if marker and (
+            marker.args[:1] == (True,) or marker.kwargs.get("transaction") or marker.kwargs.get("reset_sequences")
+        ):
+            return True
+        return bool({"transactional_db", "live_server"} & set(getattr(item, "fixturenames", ())))
+
+    run, runs = 0, {}  # a module's consecutive tests (pytest-django may have split a module in two)
+    for index, item in enumerate(items):
+        if index and module(item) != module(items[index - 1]):
+            run += 1
+        runs[id(item)] = run
+    position = {id(item): index for index, item in enumerate(items)}
+    items.sort(key=lambda item: (runs[id(item)], shares(item), position[id(item)]))
+    redis = [item for item in items if item.get_closest_marker("redis")]
+    rest = [item for item in items if not item.get_closest_marker("redis")]
+    cut = next((index for index, item in enumerate(rest) if transactional(item)), len(rest))
+    redis.sort(key=transactional)
+    items[:] = rest[:cut] + redis + rest[cut:]
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if item.get_closest_marker("redis"):
+            item.add_marker(pytest.mark.xdist_group("redis"))
+        elif shares(item):
+            item.add_marker(pytest.mark.xdist_group(f"{module(item)}::shared"))
 
 
 def _redis_available() -> str | None:
@@ -60,6 +140,23 @@ def _fresh_state_cache() -> Iterator[None]:
     cache.clear()
     yield
     store.cache.clear()
+
+
+@contextmanager
+def shared_rows(django_db_blocker) -> Iterator[None]:
+    """Rows a whole module (or class) of tests reads, made once inside a transaction that is rolled back after
+    its last test. Each test's own transaction (the `db` fixture) nests in it as a savepoint: whatever a test
+    writes is undone before the next, so every test still starts from the same rows. Only for tests that
+    run in a transaction, never with `transaction=True` (a flush would take the shared rows too)."""
+    with django_db_blocker.unblock():
+        outer = transaction.atomic()
+        outer.__enter__()
+    try:
+        yield
+    finally:
+        with django_db_blocker.unblock():
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
 
 
 @pytest.fixture
@@ -211,9 +308,7 @@ def nobody(db, django_user_model):
     return _user_in(django_user_model, "nobody")
 
 
-@pytest.fixture
-def staff_operator(db, django_user_model):
-    """Staff in the operator group: an operator in every project (also runs jobs for all of them)."""
+def make_staff_operator(django_user_model):
     from django.contrib.auth.models import Group, Permission
 
     from checkpoints.roles import ensure_roles
@@ -223,6 +318,23 @@ def staff_operator(db, django_user_model):
     user = _user_in(django_user_model, "olga", is_staff=True)
     user.groups.add(Group.objects.get(name="operator"))
     return user
+
+
+@pytest.fixture
+def staff_operator(db, django_user_model):
+    """Staff in the operator group: an operator in every project (also runs jobs for all of them)."""
+    return make_staff_operator(django_user_model)
+
+
+def users_of_every_role(django_user_model, project) -> dict[str, Any]:
+    """The users of the fixtures above, by fixture name, made outside a test (for rows shared by a module)."""
+    return {
+        "alice": _grant(_user_in(django_user_model, "alice"), project, "operator"),
+        "bob": _grant(_user_in(django_user_model, "bob"), project, "viewer"),
+        "carol": _grant(_user_in(django_user_model, "carol"), project, "approver"),
+        "nobody": _user_in(django_user_model, "nobody"),
+        "staff_operator": make_staff_operator(django_user_model),
+    }
 
 
 @pytest.fixture
@@ -266,8 +378,7 @@ RANGE_CHECK = "checkpoint_created_at_in_range"
 UNREADABLE = {"postgresql": "0001-01-01 00:00:00+14", "sqlite": "2024-02-30 00:00:00"}
 
 
-@pytest.fixture
-def big_session(project):
+def build_big_session(project):
     """A session of 3,000 checkpoints (with a restore in the middle), for query-count bounds."""
     from checkpoints.services import Actor, CheckpointInput, ingest_checkpoints, restore_checkpoint, upsert_session
 
@@ -287,6 +398,32 @@ def big_session(project):
     restore_checkpoint(checkpoints[1500], actor=Actor.system("test"), reason="midway")
     session.refresh_from_db()
     return session
+
+
+def shared_session(django_db_blocker, build: Any) -> Iterator[int]:
+    """For a module-scoped fixture: the id of the session `build(project)` makes in `project` (acme), built
+    once for the module's tests that ask for it, in `shared_rows`."""
+    from checkpoints.services import get_or_create_project
+
+    with shared_rows(django_db_blocker):
+        with django_db_blocker.unblock():
+            session = build(get_or_create_project("acme"))
+        yield session.pk
+
+
+@pytest.fixture(scope="module")
+def shared_big_session(django_db_setup, django_db_blocker) -> Iterator[int]:
+    """`build_big_session`, once a module (about 5 s each time)."""
+    yield from shared_session(django_db_blocker, build_big_session)
+
+
+@pytest.fixture
+def big_session(shared_big_session, project):
+    """A session of 3,000 checkpoints (with a restore in the middle) in `project`, for query-count bounds;
+    built once a module (what a test changes in it is rolled back with the test)."""
+    from checkpoints.models import AgentSession
+
+    return AgentSession.objects.get(pk=shared_big_session, project=project)
 
 
 @pytest.fixture(autouse=True)

@@ -1,14 +1,23 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import pytest
 from django.urls import reverse
 from lxml.html import HtmlElement
 
-from checkpoints.models import Phase
-from checkpoints.services import Actor, fork_session, pin_checkpoint, restore_checkpoint, undo_restore
+from checkpoints.models import AgentSession, Phase
+from checkpoints.services import (
+    Actor,
+    fork_session,
+    pin_checkpoint,
+    restore_checkpoint,
+    undo_restore,
+    upsert_session,
+)
 from dashboard.presenters.timeline import PAGE_SIZE
+from tests.conftest import shared_session
 from tests.helpers import select, text
 
 from .trees import NEW_ROOT, grow
@@ -97,15 +106,25 @@ def resumed(make_session):
     return grow(make_session("resumed"), 60, {41: 30}, failed={38})
 
 
-@pytest.fixture
-def many_branches(make_session):
-    """2,000 checkpoints, 52 branches: time travel every 40 (back 11), two restores, a second run, and a
-    short branch near the head."""
+def build_many_branches(project) -> AgentSession:
     starts: dict[int, int | None] = {seq: seq - 11 for seq in range(41, 2000, 40)}
     starts.update({1001: NEW_ROOT, 1995: 1992})
-    session = grow(make_session("many"), 2000, starts, restores={500: 450, 1500: 1450})
+    session, _ = upsert_session(project, external_id="many", agent="agent-7")
+    session = grow(session, 2000, starts, restores={500: 450, 1500: 1450})
     assert session.checkpoints.filter(starts_branch=True).count() == 52
     return session
+
+
+@pytest.fixture(scope="module")
+def shared_many_branches(django_db_setup, django_db_blocker) -> Iterator[int]:
+    yield from shared_session(django_db_blocker, build_many_branches)
+
+
+@pytest.fixture
+def many_branches(shared_many_branches, project) -> AgentSession:
+    """2,000 checkpoints, 52 branches: time travel every 40 (back 11), two restores, a second run, and a
+    short branch near the head; built once for the module (what a test changes is rolled back with it)."""
+    return AgentSession.objects.get(pk=shared_many_branches, project=project)
 
 
 @pytest.fixture

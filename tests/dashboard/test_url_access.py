@@ -4,9 +4,10 @@ Every URL name in `dashboard/urls.py` needs a row in MATRIX (a new URL without o
 each method the view takes to the roles allowed it and the status they get. For any other role and method:
 a signed-out visitor is sent to sign in (whatever the method, htmx or not: `console()` checks before the
 method), a role the view refuses gets 403, and one it lets use another method gets 405. A refused request
-writes and queues nothing; an allowed POST writes its audit row. Each case gets a fresh world (a session of
-five checkpoints, an alert, a phase, an import job: tests/dashboard/conftest.py), so no action leaves
-anything behind for the next.
+writes and queues nothing; an allowed POST writes its audit row. Each case starts from the same world (a
+session of five checkpoints, an alert, a phase, an import job: tests/dashboard/conftest.py, and a user of
+each role), built once for the module; what a case writes is rolled back with its savepoint, so no action
+leaves anything behind for the next.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ from django.urls import URLPattern, reverse
 from django_celery_beat.models import PeriodicTask
 
 from checkpoints.models import AuditEvent
+from checkpoints.services import get_or_create_project
 from dashboard.urls import urlpatterns
-from tests.dashboard.conftest import World
+from tests.conftest import shared_rows, users_of_every_role
+from tests.dashboard.conftest import World, build_world, keep_one_step_checkpoint
 
 ROLES = ["anonymous", "outsider", "viewer", "operator", "approver", "staff"]  # outsider: signed in, in no project
 ANONYMOUS, OUTSIDER, VIEWER, OPERATOR, APPROVER, STAFF = ROLES
@@ -165,19 +168,39 @@ def var_dir(settings, tmp_path) -> Path:
     return settings.VAR_DIR
 
 
+@dataclass(frozen=True)
+class Walk:
+    world: World
+    users: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def walk(django_db_setup, django_db_blocker) -> Any:
+    """The world and a user of each role, built once for the module's 700-odd cases."""
+    from django.contrib.auth import get_user_model
+
+    with shared_rows(django_db_blocker):
+        with django_db_blocker.unblock():
+            keep_one_step_checkpoint()
+            project = get_or_create_project("acme")
+            users = users_of_every_role(get_user_model(), project)
+            world = build_world(project, "acme")
+        yield Walk(world, {role: users[name] for role, name in USERS.items()})
+
+
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("role", ROLES)
 @pytest.mark.parametrize("name", NAMES)
 def test_each_role_gets_the_matrix_status_for_each_url_and_method(
-    request, make_world, project, django_capture_on_commit_callbacks, name, role, method
+    walk, db, django_capture_on_commit_callbacks, name, role, method
 ):
     row = MATRIX.get(name)
     assert row is not None, f"add {name!r} to MATRIX"
-    world = make_world(project, "acme")
+    world = walk.world
     url = reverse(f"dashboard:{name}", args=row.at(world)) + row.query(world)
     client = Client()
     if role != ANONYMOUS:
-        client.force_login(request.getfixturevalue(USERS[role]))
+        client.force_login(walk.users[role])
     status = expected(name, role, method)
     events = AuditEvent.objects.count()
 
