@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -96,17 +96,22 @@ def default_type_allowlist() -> list[str]:
     return list(DEFAULT_TYPE_ALLOWLIST)
 
 
+def allows(allowlist: Iterable[str]) -> Callable[[str], bool]:
+    """Whether a dotted callable name (see checkpoint_console.typedjson.type_names) is on the list: an entry
+    equal to it, or a prefix entry ending in "." that it starts with. Built once, asked for every name."""
+    entries = list(allowlist)
+    exact, prefixes = set(entries), tuple(entry for entry in entries if entry.endswith("."))
+    return lambda name: name in exact or name.startswith(prefixes)
+
+
 def type_allowed(allowlist: Iterable[str], name: str) -> bool:
-    """Whether a dotted callable name (see checkpoint_console.typedjson.type_names) is on the list."""
-    return any(name == entry or (entry.endswith(".") and name.startswith(entry)) for entry in allowlist)
+    return allows(allowlist)(name)
 
 
 def refused_types(allowlist: Iterable[str], value: Any, path: str = "") -> Iterable[tuple[str, str]]:
     """(path, dotted name) of each callable a LangGraph reader would import for `value` that the list lacks."""
-    entries = list(allowlist)
-    exact, prefixes = set(entries), tuple(entry for entry in entries if entry.endswith("."))
-    names = typedjson.type_names(value, path)
-    return ((where, name) for where, name in names if name not in exact and not name.startswith(prefixes))
+    allowed = allows(allowlist)
+    return ((where, name) for where, name in typedjson.type_names(value, path) if not allowed(name))
 
 
 class Project(models.Model):
