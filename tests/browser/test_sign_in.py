@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import expect
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -9,7 +10,7 @@ def test_signing_in_leads_to_the_overview(page, live_server, sign_in, bob, scree
     page.goto(f"{live_server.url}/accounts/login/")
     screenshot("sign-in")
     sign_in(bob)
-    assert page.get_by_role("link", name="Sessions").is_visible()
+    expect(page.get_by_role("link", name="Sessions")).to_be_visible()
 
 
 def test_a_wrong_password_is_refused_with_a_message(page, live_server, bob):
@@ -17,5 +18,6 @@ def test_a_wrong_password_is_refused_with_a_message(page, live_server, bob):
     page.get_by_label("Username").fill("bob")
     page.get_by_label("Password").fill("wrong")
     page.get_by_role("button", name="Sign in").click()
-    assert page.get_by_role("alert").is_visible()
+    # is_visible() does not wait: right after the click the form may still be on its way back
+    expect(page.get_by_role("alert")).to_be_visible()
     assert "/accounts/login/" in page.url
