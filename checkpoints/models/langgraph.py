@@ -1,0 +1,100 @@
+"""What a LangGraph thread adds to its session: the checkpoints' own rows, their pending writes, deleted threads' tombstones."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from ..fields import SafeCharField, SafeJSONField, SafeTextField
+from .projects import Project
+from .sessions import AgentSession, Checkpoint
+
+
+class LangGraphCheckpoint(models.Model):
+    """What LangGraph knows of a checkpoint besides its state (the Checkpoint beside it holds the channel values):
+    its id in the thread, its namespace, its header and its exact metadata.
+
+    A put repeating an id makes a new Checkpoint (the console keeps the old one in its history); the old row stays
+    with `current` False, so LangGraph reads only current rows.
+    """
+
+    console = models.OneToOneField(Checkpoint, on_delete=models.CASCADE, primary_key=True, related_name="langgraph")
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+", db_index=False)
+    checkpoint_ns = SafeTextField(blank=True)
+    checkpoint_id = SafeCharField(max_length=200)
+    parent_checkpoint_id = SafeCharField(max_length=200, blank=True)
+    current = models.BooleanField(default=True)
+    header = models.BinaryField(help_text="zstd'd JSON of LangGraph's checkpoint without id and channel values.")
+    metadata = SafeJSONField(default=dict, blank=True, help_text="LangGraph's metadata as put (typed JSON).")
+    run_id = SafeCharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [
+            # one current checkpoint per id; also serves "latest of a thread+ns" and `before` paging
+            models.UniqueConstraint(
+                fields=["session", "checkpoint_ns", "checkpoint_id"],
+                condition=Q(current=True),
+                name="langgraph_checkpoint_current_id",
+            ),
+        ]
+        indexes = [
+            # delete_for_runs
+            models.Index(fields=["run_id"], condition=~Q(run_id=""), name="langgraph_checkpoint_run"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.checkpoint_ns}:{self.checkpoint_id}"
+
+
+class LangGraphWrites(models.Model):
+    """The pending writes of one task against one checkpoint, as LangGraph's put_writes leaves them: one row a
+    task, its writes zstd'd together (idx → channel and typed JSON value), so a step costs one small row.
+
+    A step writes each new value twice, as a pending write and in the next checkpoint's state (a message
+    appended, a replaced channel's value); once that checkpoint arrives, the write names the value's place in its
+    state instead of holding it."""
+
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+", db_index=False)
+    checkpoint_ns = SafeTextField(blank=True)
+    checkpoint_id = SafeCharField(max_length=200)
+    task_id = SafeCharField(max_length=200)
+    task_path = SafeTextField(blank=True)
+    writes = models.BinaryField(
+        help_text="zstd'd JSON [[idx, channel, value] or [idx, channel, null, positions], …], by idx: a value "
+        "the next checkpoint holds in its state is kept there once, named by its positions in the channel "
+        "(null: the channel's whole value)."
+    )
+    values_root = models.BinaryField(
+        max_length=32, null=True, blank=True, help_text="Store address of the state holding the values named."
+    )
+    interrupted = models.BooleanField(default=False, help_text="Holds an __interrupt__ write.")
+    resumed = models.BooleanField(default=False, help_text="Holds a __resume__ write.")
+
+    class Meta:
+        constraints = [
+            # one row per task; also serves a checkpoint's pending writes
+            models.UniqueConstraint(
+                fields=["session", "checkpoint_ns", "checkpoint_id", "task_id"], name="langgraph_writes_per_task"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.checkpoint_ns}:{self.checkpoint_id} {self.task_id}"
+
+
+class LangGraphTombstone(models.Model):
+    """A LangGraph thread its agent deleted: a late put or write naming a checkpoint of the deleted history is
+    refused (410) instead of bringing it back; a put without a parent starts the thread afresh."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
+    external_id = SafeCharField(max_length=200)
+    deleted_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "external_id"], name="langgraph_tombstone_per_thread"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project_id}/{self.external_id} deleted"
