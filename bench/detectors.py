@@ -9,7 +9,7 @@ The set (the detectors of docs/drift.md, issue #14):
   messages) and, for two personas, as OpenAI-style messages only (`function: {name, arguments}`, no log);
 * drifting runs of the same personas: a healthy stretch, then a loop, a stall, a failure, … (the labels
   say which detectors must fire, every other loop, stall or error detector must stay quiet);
-* the fixtures of tests/checkpoints/test_drift.py: for each detector a session that must fire and one
+* the fixtures of tests/services/test_drift.py: for each detector a session that must fire and one
   that must stay quiet (each judges its own detector only).
 
 A persona run is ingested ten checkpoints at a time and the detectors run after each batch (as the drift
@@ -302,9 +302,9 @@ def _loop_cost(session: Any) -> float:
 
 def fixture_cases(project: Any) -> list[Outcome]:
     from django.test import override_settings
+    from tests.checkpoints.test_drift import CASES, Agent, detect
 
     from checkpoints import services
-    from tests.checkpoints.test_drift import CASES, Agent, detect
 
     outcomes = []
     with override_settings(DRIFT_STATE_MAX_BYTES=5000):  # as the tests run them (small_state_limit)

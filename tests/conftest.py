@@ -258,8 +258,8 @@ def read_only_api(project) -> ApiClient:
 
 @pytest.fixture
 def receiver(settings) -> Iterator[Any]:
-    """A real HTTP receiver of webhooks on 127.0.0.1 (tests/checkpoints/webhook_kit.py)."""
-    from tests.checkpoints.webhook_kit import serve
+    """A real HTTP receiver of webhooks on 127.0.0.1 (tests/kits/webhook_kit.py)."""
+    from tests.kits.webhook_kit import serve
 
     yield from serve(settings)
 
@@ -445,7 +445,7 @@ def migrated_back(transactional_db) -> Iterator[Any]:
     """
     from django.db.migrations.executor import MigrationExecutor
 
-    from tests.checkpoints.migration_kit import old_executor
+    from tests.kits.migration_kit import old_executor
 
     def forward() -> None:
         executor = MigrationExecutor(connection)

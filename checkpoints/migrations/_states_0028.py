@@ -9,7 +9,7 @@ Never edit this module: 0028 has run on databases, and what it computes must not
 * The reader reads every node format the store has written (docs/decisions/0010-frozen-migrations.md): a
   keyframe is a tree of O/A/V nodes, a patch (P) a list of ops against its base, zstd-compressed, a patch with
   the raw bytes of the patches below it as its dictionary. It is the live read path without its cache.
-* tests/checkpoints/test_migrations.py checks that both give the live store's answers.
+* tests/models/test_migrations.py checks that both give the live store's answers.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Never edit this module: 0021 has run on databases, and what it writes must not move with the live tallies
 (checkpoints.store.tallies; their move there once broke a fresh `migrate`). A later change of what is tallied
-takes a migration of its own (docs/decisions/0010-frozen-migrations.md). tests/checkpoints/test_migrations.py
+takes a migration of its own (docs/decisions/0010-frozen-migrations.md). tests/models/test_migrations.py
 checks that it gives the live `recount`'s answers.
 """
 

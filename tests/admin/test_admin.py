@@ -294,7 +294,7 @@ def test_non_staff_cannot_reach_admin_actions(client, alice, session):
 def test_langgraph_rows_are_listed_and_shown_read_only(admin_client, project):
     from checkpoints.models import LangGraphCheckpoint
     from checkpoints.services import langgraph as lg
-    from tests.checkpoints.langgraph_kit import lg_id, put_body, typed
+    from tests.kits.langgraph_kit import lg_id, put_body, typed
 
     lg.put_checkpoint(project, lg.PutInput(**put_body("thread-a", 0)), actor=Actor.system("test"))
     lg.put_writes(

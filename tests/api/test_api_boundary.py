@@ -119,7 +119,7 @@ def test_migrating_repairs_times_stored_before_the_range_check():
     """An install that stored such a time (it stopped retention for every project) is repaired on upgrade."""
     from django.db.migrations.executor import MigrationExecutor
 
-    from tests.checkpoints.migration_kit import old_executor
+    from tests.kits.migration_kit import old_executor
 
     executor = old_executor(connection)  # 0008 is one of the squashed set's: back through 0.1's files
     executor.migrate([("checkpoints", "0008_default_retention_and_schedules")])

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from checkpoints import tasks
 from checkpoints.models import Checkpoint, Delivery, DeliveryStatus, Event, EventType, NotificationRule
 from checkpoints.outbox.events import wanted_types
-from tests.checkpoints.langgraph_kit import lg_id, put_body
 from tests.helpers import in_thread
+from tests.kits.langgraph_kit import lg_id, put_body
 
 CREATED = EventType.CHECKPOINT_CREATED
 

@@ -9,7 +9,7 @@ from langchain_core.messages import AIMessage
 
 from checkpoints.models import AgentSession, Checkpoint, LangGraphCheckpoint
 from checkpoints.store import jsoncodec
-from tests.checkpoints.langgraph_kit import lg_id, messages, put_body, typed, untyped
+from tests.kits.langgraph_kit import lg_id, messages, put_body, typed, untyped
 
 PUT = "/langgraph/checkpoints"
 WRITES = "/langgraph/writes"

@@ -25,7 +25,8 @@ from checkpoints.models import (
     default_type_allowlist,
     type_allowed,
 )
-from tests.checkpoints.langgraph_kit import (
+from tests.helpers import command
+from tests.kits.langgraph_kit import (
     ext_record,
     hostile,
     lg_id,
@@ -35,7 +36,6 @@ from tests.checkpoints.langgraph_kit import (
     shell_command,
     typed,
 )
-from tests.helpers import command
 
 PUT = "/langgraph/checkpoints"
 WRITES = "/langgraph/writes"

@@ -9,7 +9,7 @@ from django.utils import timezone
 from checkpoints import tasks
 from checkpoints.models import AuditEvent, Delivery, WebhookEndpoint
 from checkpoints.services import create_api_token
-from tests.checkpoints.webhook_kit import verify
+from tests.kits.webhook_kit import verify
 
 
 def subscribe(api, url, events=("checkpoint.created",), **fields):

@@ -12,7 +12,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from checkpoints.models import ImportJob, ImportJobStatus
-from tests.checkpoints.archive_kit import make_zip, patch_zip
+from tests.kits.archive_kit import make_zip, patch_zip
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

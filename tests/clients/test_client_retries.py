@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from checkpoint_console import client as client_module
 from checkpoints.client import CheckpointAPIError, CheckpointClient
 from checkpoints.models import AgentSession, Checkpoint
-from tests.checkpoints.fault_proxy import LOSE_ANSWER, UNAVAILABLE, FaultProxy, serve
+from tests.kits.fault_proxy import LOSE_ANSWER, UNAVAILABLE, FaultProxy, serve
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -27,8 +27,8 @@ from pydantic import BaseModel
 from checkpoint_console import typedjson
 from checkpoint_console.langgraph import ConsoleSaver
 from checkpoints.models import Project, default_type_allowlist
-from tests.checkpoints.langgraph_kit import ext_record, lg_id, open_for_writing, put_body, shell_command
 from tests.clients.test_langgraph import latest, put, run_async
+from tests.kits.langgraph_kit import ext_record, lg_id, open_for_writing, put_body, shell_command
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -26,7 +26,8 @@ from checkpoints.services import Actor, get_or_create_project
 from checkpoints.services.file_import import import_path
 from checkpoints.sources import formats
 from checkpoints.tasks import import_archive
-from tests.checkpoints.archive_kit import (
+from tests.helpers import select, text
+from tests.kits.archive_kit import (
     SMALL,
     hostile_archives,
     make_tar,
@@ -35,7 +36,6 @@ from tests.checkpoints.archive_kit import (
     plausible_archives,
     tar_entry,
 )
-from tests.helpers import select, text
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ARES = FIXTURES / "ares"

@@ -1,6 +1,6 @@
-"""Migrations run on a database of their own, for tests/checkpoints/test_migrations.py.
+"""Migrations run on a database of their own, for tests/models/test_migrations.py.
 
-`python -m tests.checkpoints.migration_kit MODE OUT` migrates the (empty) database DATABASE_URL names and writes
+`python -m tests.kits.migration_kit MODE OUT` migrates the (empty) database DATABASE_URL names and writes
 what it finds to OUT as JSON, in a process of its own: the migrations' data steps write through the default
 connection, so the database they migrate has to be the process's default one.
 

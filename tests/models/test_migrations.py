@@ -27,8 +27,8 @@ from checkpoints.models import AgentSession
 from checkpoints.services import ingest_checkpoints
 from checkpoints.store import tallies
 from checkpoints.store.jsoncodec import canonical
-from tests.checkpoints.migration_kit import SQUASHED, STATES
-from tests.checkpoints.test_tallies import item, stored
+from tests.kits.migration_kit import SQUASHED, STATES
+from tests.store.test_tallies import item, stored
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,7 +53,7 @@ def _migrated(mode: str, folder: Path) -> dict[str, Any]:
 def _run(mode: str, url: str, folder: Path) -> dict[str, Any]:
     out = folder / f"{mode}.json"
     subprocess.run(
-        [sys.executable, "-m", "tests.checkpoints.migration_kit", mode, str(out)],
+        [sys.executable, "-m", "tests.kits.migration_kit", mode, str(out)],
         cwd=ROOT,
         env={**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "config.settings"},
         check=True,

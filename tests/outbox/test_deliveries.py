@@ -14,7 +14,7 @@ from checkpoints.outbox import deliveries, events
 from checkpoints.outbox.deliveries import body_of, signature_header
 from checkpoints.outbox.safe_http import UnsafeTarget, check_target
 from checkpoints.outbox.webhooks import create_webhook, delete_webhook
-from tests.checkpoints.webhook_kit import verify
+from tests.kits.webhook_kit import verify
 
 ALICE = Actor.system("alice")
 

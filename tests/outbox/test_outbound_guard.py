@@ -16,7 +16,7 @@ from checkpoints.outbox.deliveries import attempt
 from checkpoints.outbox.notifications import InvalidTarget, create_rule, send_test
 from checkpoints.outbox.safe_http import UnsafeTarget, check_target
 from checkpoints.services import Actor
-from tests.checkpoints.webhook_kit import listen
+from tests.kits.webhook_kit import listen
 
 pytestmark = pytest.mark.django_db
 ACTOR = Actor.system("test")

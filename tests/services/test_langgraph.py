@@ -10,8 +10,8 @@ from checkpoints.jobs.retention import apply_retention
 from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, RetentionPolicy
 from checkpoints.services import Actor, fork_session, restore_checkpoint, undo_restore
 from checkpoints.services import langgraph as lg
-from tests.checkpoints.langgraph_kit import lg_id, messages, put_body, typed
 from tests.helpers import in_thread
+from tests.kits.langgraph_kit import lg_id, messages, put_body, typed
 
 pytestmark = pytest.mark.django_db
 ACTOR = Actor.system("test")

@@ -140,7 +140,7 @@ def test_migrating_marks_the_restores_made_before_branches_were_recorded(project
     """Until 0013 only a restore could point back; those become branch starts, retention gaps do not."""
     from django.db.migrations.executor import MigrationExecutor
 
-    from tests.checkpoints.migration_kit import old_executor
+    from tests.kits.migration_kit import old_executor
 
     executor = old_executor(connection)  # 0012 is one of the squashed set's: back through 0.1's files
     executor.migrate([("checkpoints", "0012_project_memberships")])

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from checkpoints.sources.archives import Index, Limits, UnsafeArchive, check, extract
-from tests.checkpoints.archive_kit import (
+from tests.kits.archive_kit import (
     SMALL,
     HostileArchive,
     hostile_archives,

@@ -8,7 +8,7 @@ from hypothesis import given
 from checkpoints import store
 from checkpoints.store import digests, jsoncodec
 from checkpoints.store.jsoncodec import canonical
-from tests.checkpoints.test_store import HYPOTHESIS, json_values
+from tests.store.test_store import HYPOTHESIS, json_values
 
 pytestmark = pytest.mark.django_db
 

@@ -41,8 +41,8 @@ from checkpoints.sources.formats import langgraph
 from checkpoints.sources.formats.base import Problem
 from checkpoints.store import load_state
 from checkpoints.tasks import import_archive
-from tests.checkpoints.langgraph_kit import ext_record
 from tests.helpers import command, import_folder, within
+from tests.kits.langgraph_kit import ext_record
 
 # ---- the graph ---------------------------------------------------------------------------------
 
