@@ -110,6 +110,7 @@ class World:
     projects: list[Any]
     import_job: Any
     rule: Any
+    token: Any
     gc_task: Any
 
 
@@ -161,6 +162,10 @@ def _projects(world: World) -> list[Page]:
 
 def _rule(world: World) -> list[Page]:
     return [Page((world.rule.project.slug, world.rule.pk))]
+
+
+def _token(world: World) -> list[Page]:
+    return [Page((world.token.project.slug, world.token.pk))]
 
 
 def _compare(world: World) -> list[Page]:
@@ -221,6 +226,9 @@ ROUTES: dict[str, Callable[[World], list[Page]]] = {
     "notification_rule_edit": _rule,
     "notification_rule_delete": _rule,
     "notification_rule_test": _rule,
+    "token_projects": _none,
+    "tokens": _projects,
+    "token_revoke": _token,
 }
 
 # ---- building the world -------------------------------------------------------------------------------------
@@ -265,6 +273,7 @@ def build_world(full: bool = False) -> World:
 
     from checkpoints.models import (
         AgentSession,
+        ApiToken,
         Checkpoint,
         DriftAlert,
         ImportJob,
@@ -300,6 +309,14 @@ def build_world(full: bool = False) -> World:
         channel="email",
         target="oncall@example.com",
     )
+    token = ApiToken.objects.create(  # fixed prefix and hash: create_api_token's are random, and pages show the prefix
+        project=projects[0],
+        name="ci-agent",
+        prefix="0badc0de",
+        token_hash="0" * 64,
+        scopes=["read", "write"],
+        created_at=FROZEN_AT,
+    )
     checkpoints: dict[int, Any] = {}
     for session in sessions:  # its first and its head: the timeline's two ends
         for checkpoint in (session.checkpoints.order_by("seq").first(), session.head):
@@ -316,6 +333,7 @@ def build_world(full: bool = False) -> World:
         projects=projects,
         import_job=job,
         rule=rule,
+        token=token,
         gc_task=PeriodicTask.objects.filter(task__endswith="collect_garbage").order_by("pk").first()
         or PeriodicTask.objects.order_by("pk").first(),
     )

@@ -718,7 +718,10 @@ class ApiTokenAdmin(admin.ModelAdmin):
     actions = ["revoke"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # tokens are created in the console, which shows the secret once
+        # One place makes tokens, the console's Tokens page (linked from this list's "Add in the console"): it
+        # checks the operator's role in the project, shows the secret once with the code that uses it, and a
+        # second way to show a secret would be a second thing to keep out of caches, logs and redirects.
+        return False
 
     def save_model(self, request: HttpRequest, obj: models.ApiToken, form: forms.ModelForm, change: bool) -> None:
         """The scopes through set_token_scopes, which audits the change; a new name as the admin saves one."""

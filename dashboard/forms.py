@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
 from django import forms
+from django.core.validators import RegexValidator
 from django.template.defaultfilters import filesizeformat
 from django.utils.dateparse import parse_datetime
 
-from checkpoints.models import AlertKind, AlertSeverity, AlertState, Channel, Project
+from checkpoints.models import AlertKind, AlertSeverity, AlertState, Channel, Project, Scope
 from checkpoints.outbox.notifications import RULE_EVENTS, target_error
 from checkpoints.services import InvalidInput
 from checkpoints.services.typeguard import parse_allowlist
@@ -294,3 +295,72 @@ class ProjectSettingsForm(forms.Form):
             return parse_allowlist(self.cleaned_data["type_allowlist"])
         except InvalidInput as exc:
             raise forms.ValidationError(str(exc).removeprefix("type_allowlist: ")) from None
+
+
+TOKEN_NAME_MAX = 200  # ApiToken.name's column
+TOKEN_ACCESS = {
+    "read": [Scope.READ.value],
+    "write": [Scope.READ.value, Scope.WRITE.value],
+}  # the form's choice → Scope values
+TOKEN_EXPIRY_DAYS = {"30": 30, "90": 90, "365": 365}
+
+
+class TokenForm(forms.Form):
+    """A new API token of one project: its name, read-only or read and write (the Scope registry), its expiry."""
+
+    name = forms.CharField(
+        max_length=TOKEN_NAME_MAX,
+        strip=True,
+        help_text="What uses it, e.g. the agent's name or host. Shown in this list and the audit log.",
+        validators=[
+            RegexValidator(
+                r"[\x00-\x1f\x7f-\x9f]",
+                inverse_match=True,
+                message="A name cannot hold control characters (tabs, line breaks…).",
+            )
+        ],
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
+    access = forms.ChoiceField(
+        choices=[
+            ("read", "Read only: sessions, checkpoints, diffs, LangGraph threads (dashboards, people)"),
+            ("write", "Read and write: also stores checkpoints, restores, forks, LangGraph puts (agents, savers)"),
+        ],
+        initial="write",
+        widget=forms.RadioSelect,
+    )
+    expiry = forms.ChoiceField(
+        choices=[
+            ("never", "Never"),
+            ("30", "In 30 days"),
+            ("90", "In 90 days"),
+            ("365", "In 365 days"),
+            ("date", "On a date"),
+        ],  # fmt: skip
+        initial="90",
+        label="Expires",
+    )
+    expires_on = forms.DateField(
+        required=False,
+        label="Expiry date",
+        help_text="With “On a date”: the token stops working at 00:00 UTC that day.",
+        widget=forms.DateInput(attrs={"type": "date"}),
+    )
+
+    def clean(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        if data.get("expiry") == "date" and not data.get("expires_on"):
+            self.add_error("expires_on", "Choose the date the token stops working.")
+        return data
+
+    def expires_at(self, now: datetime) -> datetime | None:
+        """When the token the valid form describes stops working (None: never)."""
+        choice = self.cleaned_data["expiry"]
+        if choice in TOKEN_EXPIRY_DAYS:
+            return now + timedelta(days=TOKEN_EXPIRY_DAYS[choice])
+        if choice == "date":
+            return datetime.combine(self.cleaned_data["expires_on"], time.min, tzinfo=UTC)
+        return None
+
+    def scopes(self) -> list[str]:
+        return TOKEN_ACCESS[self.cleaned_data["access"]]

@@ -17,6 +17,7 @@ from .views import (
     retention,
     sessions,
     timeline,
+    tokens,
 )
 
 
@@ -67,6 +68,9 @@ urlpatterns = [
     path("jobs/<id:pk>/run/", jobs.job_run, name="job_run"),
     path("notifications/", notifications.notification_projects, name="notification_projects"),
     path("projects/<slug:slug>/settings/", project_settings.project_settings, name="project_settings"),
+    path("tokens/", tokens.token_projects, name="token_projects"),
+    path("projects/<slug:slug>/tokens/", tokens.tokens, name="tokens"),
+    path("projects/<slug:slug>/tokens/<id:pk>/revoke/", tokens.token_revoke, name="token_revoke"),
     path("notifications/<slug:slug>/", notifications.notifications, name="notifications"),
     path("notifications/<slug:slug>/rules/new/", notifications.rule_create, name="notification_rule_create"),
     path("notifications/<slug:slug>/rules/<id:pk>/", notifications.rule_edit, name="notification_rule_edit"),

@@ -24,13 +24,21 @@ def create_api_token(
     read_only: bool = False,
     scopes: Iterable[str] | None = None,
     expires_in: timedelta | None = None,
+    expires_at: datetime | None = None,
     actor: Actor = UNNAMED,
     now: datetime | None = None,
 ) -> tuple[ApiToken, str]:
     """Return the token row and its secret; the secret is shown once and only its hash is kept. Always audited,
     in the token's transaction (by the system when no one is named). `scopes` names them (Scope); without it a
-    token reads and writes, and `read_only` is `scopes=["read"]`."""
+    token reads and writes, and `read_only` is `scopes=["read"]`. It expires `expires_in` from now or at
+    `expires_at` (not both), which must be later than now: a token born expired is a mistake, not a token."""
     now = now or timezone.now()
+    if expires_in is not None and expires_at is not None:
+        raise InvalidInput("expires_at", "give expires_in or expires_at, not both")
+    if expires_in is not None:
+        expires_at = now + expires_in
+    if expires_at is not None and expires_at <= now:
+        raise InvalidInput("expires_at", f"{expires_at:%Y-%m-%d %H:%M} UTC is not in the future")
     chosen = checked_scopes(scopes) if scopes is not None else [Scope.READ.value] if read_only else DEFAULT_SCOPES
     prefix = secrets.token_hex(4)
     secret = f"cpk_{prefix}_{secrets.token_urlsafe(32)}"
@@ -41,7 +49,7 @@ def create_api_token(
         token_hash=hash_token(secret),
         scopes=chosen,
         created_at=now,
-        expires_at=now + expires_in if expires_in else None,
+        expires_at=expires_at,
     )
     expires = token.expires_at.isoformat() if token.expires_at else None
     record_audit(

@@ -21,6 +21,7 @@ from checkpoints.models import (
     ImportJobStatus,
     Phase,
 )
+from checkpoints.services import create_api_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,6 +51,7 @@ def console_pages(live_server_url: str) -> list[tuple[str, str]]:
         started_at=timezone.now(), finished_at=timezone.now(), skipped=1, error_count=1,
         report={"errors": [{"path": "runs/bad.json", "error": "not JSON"}]},
     )  # fmt: skip
+    token, _ = create_api_token(session.project, name="csp-check", read_only=True)
     return [
         ("overview", "/"),
         ("sessions", "/sessions/"),
@@ -65,6 +67,9 @@ def console_pages(live_server_url: str) -> list[tuple[str, str]]:
         ("phase", f"/sessions/{phase.session_id}/phases/{phase.number}/"),
         ("fork", f"/checkpoints/{checkpoint.pk}/fork/"),
         ("restore", f"/checkpoints/{first.pk}/restore/"),
+        ("token-projects", "/tokens/"),
+        ("tokens", f"/projects/{session.project.slug}/tokens/"),
+        ("token-revoke", f"/projects/{session.project.slug}/tokens/{token.pk}/revoke/"),
         ("api-docs", "/api/v1/docs"),
     ]
 
@@ -79,6 +84,7 @@ def admin_pages() -> list[tuple[str, str]]:
         ("admin-checkpoints", "/admin/checkpoints/checkpoint/"),
         ("admin-checkpoint", f"/admin/checkpoints/checkpoint/{checkpoint.pk}/change/"),
         ("admin-audit", "/admin/checkpoints/auditevent/"),
+        ("admin-tokens", "/admin/checkpoints/apitoken/"),
         ("admin-periodic-task", f"/admin/django_celery_beat/periodictask/{task.pk}/change/"),
         ("admin-access-attempts", "/admin/axes/accessattempt/"),
     ]

@@ -166,7 +166,10 @@ def test_notifications_lists_the_projects_an_operator_manages_or_goes_to_the_one
     grant(alice, other_project, "operator")
     html = client.get("/notifications/").content.decode()
     links = [a.get("href") for a in select(html, "main li a")]
-    assert links == [PAGE, "/projects/acme/settings/", "/notifications/globex/", "/projects/globex/settings/"]
+    assert links == [
+        PAGE, "/projects/acme/settings/", "/projects/acme/tokens/",
+        "/notifications/globex/", "/projects/globex/settings/", "/projects/globex/tokens/",
+    ]  # fmt: skip
 
 
 def test_nav_links_the_page_for_operators_only(client, alice, bob):

@@ -14,9 +14,9 @@ from django.test import Client
 from django.urls import URLPattern, reverse
 from django_celery_beat.models import PeriodicTask
 
-from checkpoints.models import AgentSession, AuditEvent, Checkpoint, DriftAlert, PhaseFeedback
+from checkpoints.models import AgentSession, ApiToken, AuditEvent, Checkpoint, DriftAlert, PhaseFeedback
 from checkpoints.outbox.notifications import create_rule
-from checkpoints.services import Actor
+from checkpoints.services import Actor, create_api_token
 from checkpoints.tasks import apply_retention
 from dashboard.urls import urlpatterns
 from tests.dashboard.conftest import World
@@ -62,12 +62,14 @@ ADDRESSED = {
     "notification_rule_edit": "rule",
     "notification_rule_delete": "rule",
     "notification_rule_test": "rule",
+    "tokens": "project",
+    "token_revoke": "token",
 }
 SYSTEM_WIDE = {"job_run"}  # addresses a schedule, which belongs to no project: staff only
 # plans every project, and each user sees only their projects' share (tests/dashboard/test_retention_page.py)
 EVERY_PROJECT = {"retention_dry_run"}
 LISTS = {"overview", "session_list", "compare", "alert_list", "audit_log", "retention", "import_upload", "jobs"}
-PROJECT_LISTS = {"notification_projects"}  # lists projects themselves, by slug
+PROJECT_LISTS = {"notification_projects", "token_projects"}  # lists projects themselves, by slug
 # what a POST carries, so a view that validates its form before looking the object up still gets that far
 POSTED = {
     "checkpoint_pin": {"pinned": "1"},
@@ -75,6 +77,7 @@ POSTED = {
     "checkpoint_restore": {"reason": "stolen"},
     "phase_feedback": {"action": "approved"},
     "alert_resolve": {"reason": "stolen"},
+    "tokens": {"name": "stolen", "access": "write", "expiry": "never"},
 }
 QUERY = {"session_export": "?format=ares", "checkpoint_subtree": "?path=[]"}
 
@@ -92,6 +95,8 @@ def _args(name: str, world: World) -> list[Any]:
             project, actor=Actor.system("walk"), name=MARK, channel="email", target="a@example.com", **fields
         )
         return [project.slug, rule.pk]
+    if target == "token":
+        return [project.slug, create_api_token(project, name=MARK)[0].pk]
     return [getattr(world, target).pk]
 
 
@@ -104,6 +109,7 @@ def _fingerprint() -> tuple:
         sorted(Checkpoint.objects.filter(pinned=True).values_list("pk", flat=True)),
         sorted(DriftAlert.objects.values_list("pk", "state")),
         sorted(AgentSession.objects.values_list("pk", "head_id")),
+        sorted(ApiToken.objects.values_list("pk", "revoked_at")),
     )
 
 
@@ -136,7 +142,7 @@ def test_another_projects_object_answers_404_to_every_method(name, worlds, membe
 def test_ids_beyond_64_bits_answer_404(name, worlds, admin_client):
     client = admin_client  # a superuser may do anything anywhere: nothing but the id can make it a 404
     huge = 99_999_999_999_999_999_999
-    args = [huge, huge] if ADDRESSED[name] in ("phase", "rule") else [huge]
+    args = [huge, huge] if ADDRESSED[name] in ("phase", "rule", "token") else [huge]
     url = reverse(f"dashboard:{name}", args=args)
     statuses = [client.get(url).status_code, client.post(url, POSTED.get(name, {})).status_code]
     if ADDRESSED[name] == "phase":
@@ -180,6 +186,8 @@ def test_the_notification_projects_list_shows_only_the_members_projects(worlds, 
     client = Client()
     client.force_login(member)
     assert client.get(reverse("dashboard:notification_projects"))["Location"] == "/notifications/acme/"
+    listed = client.get(reverse("dashboard:token_projects")).content.decode()  # views both: both listed
+    assert "/projects/acme/tokens/" in listed and "/projects/globex/tokens/" in listed
 
 
 def test_compare_with_another_projects_checkpoint_is_404(worlds, alice):
@@ -228,6 +236,9 @@ OPERATIONS = [
     ("get", "notification_rule_edit", "rule"),
     ("post", "notification_rule_delete", "rule"),
     ("post", "notification_rule_test", "rule"),
+    ("post", "tokens", "project"),
+    ("get", "token_revoke", "token"),
+    ("post", "token_revoke", "token"),
 ]
 
 

@@ -27,7 +27,7 @@ from django.urls import URLPattern, reverse
 from django_celery_beat.models import PeriodicTask
 
 from checkpoints.models import AuditEvent
-from checkpoints.services import get_or_create_project
+from checkpoints.services import create_api_token, get_or_create_project
 from dashboard.urls import urlpatterns
 from tests.conftest import shared_rows, users_of_every_role
 from tests.dashboard.conftest import World, build_world, keep_one_step_checkpoint
@@ -94,6 +94,15 @@ RULE_FORM = {"name": "walk", "events": ["alert.opened"], "min_severity": "warnin
              "target": "ops@example.com", "quiet_minutes": 30, "enabled": True}  # fmt: skip
 
 
+def token(world: World) -> list[Any]:
+    """An API token of the world's project."""
+    made, _ = create_api_token(world.session.project, name="walk")
+    return [world.session.project.slug, made.pk]
+
+
+TOKEN_FORM = {"name": "walk", "access": "read", "expiry": "30", "expires_on": ""}
+
+
 def gc_task(world: World) -> list[Any]:
     return [PeriodicTask.objects.get(task="checkpoints.tasks.collect_garbage").pk]
 
@@ -139,6 +148,10 @@ MATRIX: dict[str, Row] = {
     "notification_rule_test": Row({"POST": (OPERATORS, 302)}, at=rule),
     "project_settings":    Row({"GET": (OPERATORS, 200), "POST": (OPERATORS, 302)},
                                at=lambda w: [w.session.project.slug], data=lambda: {"type_allowlist": "uuid.UUID"}),
+    "token_projects":      Row({"GET": (MEMBERS, 302)}),
+    "tokens":              Row({"GET": (MEMBERS, 200), "POST": (OPERATORS, 200)},
+                               at=lambda w: [w.session.project.slug], data=lambda: dict(TOKEN_FORM)),
+    "token_revoke":        Row({"GET": (OPERATORS, 200), "POST": (OPERATORS, 302)}, at=token),
 }
 # fmt: on
 

@@ -33,14 +33,17 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         project = services.get_or_create_project(options["project"])
-        token, secret = services.create_api_token(
-            project,
-            name=options["name"],
-            read_only=options["read_only"],
-            scopes=options["scopes"],
-            expires_in=options["expires_in"],
-            actor=services.Actor.system("create_api_token"),
-        )
+        try:
+            token, secret = services.create_api_token(
+                project,
+                name=options["name"],
+                read_only=options["read_only"],
+                scopes=options["scopes"],
+                expires_in=options["expires_in"],
+                actor=services.Actor.system("create_api_token"),
+            )
+        except services.InvalidInput as exc:
+            raise CommandError(f"--expires-in must be longer than 0: {exc}") from None
         expiry = f", expires {token.expires_at:%Y-%m-%d %H:%M} UTC" if token.expires_at else ""
         self.stderr.write(
             f"Token {token.name!r} for project {project.slug!r} ({', '.join(token.scopes)}{expiry}). "
