@@ -302,9 +302,9 @@ def _loop_cost(session: Any) -> float:
 
 def fixture_cases(project: Any) -> list[Outcome]:
     from django.test import override_settings
-    from tests.checkpoints.test_drift import CASES, Agent, detect
 
     from checkpoints import services
+    from tests.services.test_drift import CASES, Agent, detect
 
     outcomes = []
     with override_settings(DRIFT_STATE_MAX_BYTES=5000):  # as the tests run them (small_state_limit)
