@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from checkpoints.models import Channel, Delivery, DeliveryStatus, EventType, NotificationRule
 from checkpoints.outbox import channels
+from checkpoints.outbox.apprise_urls import ALLOWED_SCHEMES, scheme_refusal
 from checkpoints.outbox.channels import ChannelKind, InvalidTarget
 from checkpoints.outbox.deliveries import attempt
 from checkpoints.outbox.events import publish
@@ -70,6 +71,14 @@ def test_the_forms_target_help_names_each_channels_target():
     )
     assert RuleForm().fields["target"].help_text == channels.target_help()
     assert RuleForm().fields["channel"].choices == Channel.choices
+
+
+def test_the_apprise_help_names_exactly_the_schemes_the_check_lets_through():
+    named = re.findall(r"(\w+)(\(s\))?://", channels.REGISTRY["apprise"].target_help)
+    offered = {scheme + suffix for scheme, s in named for suffix in (("", "s") if s else ("",))}
+    assert offered == set(ALLOWED_SCHEMES)
+    for scheme in offered:
+        assert scheme_refusal(f"{scheme}://example.com/") == ""
 
 
 def test_only_the_signed_webhook_signs():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ...models import Channel, Delivery
 from .. import safe_http
-from ..apprise_urls import UnusableUrl, refusal, requests_for, scheme_refusal
+from ..apprise_urls import ALLOWED_SCHEMES, UnusableUrl, refusal, requests_for, scheme_refusal
 from ..outcome import Outcome
 from .common import message_of
 from .registry import ChannelKind, InvalidTarget
@@ -34,10 +34,18 @@ def check_apprise_url(target: str) -> None:
         raise InvalidTarget(refused)
 
 
+def schemes_text() -> str:
+    """The schemes apprise_urls sends, as the form's help names them ("json(s)://" for json:// and jsons://):
+    the help can never offer a scheme the check refuses."""
+    plain = [scheme for scheme in ALLOWED_SCHEMES if not (scheme.endswith("s") and scheme[:-1] in ALLOWED_SCHEMES)]
+    shown = [f"{scheme}(s)://" if f"{scheme}s" in ALLOWED_SCHEMES else f"{scheme}://" for scheme in plain]
+    return f"{', '.join(shown[:-1])} or {shown[-1]} URL"
+
+
 CHANNEL = ChannelKind(
     Channel.APPRISE,
     "Apprise",
-    "json(s)://, xml(s)://, form(s)://, ntfy(s)://, discord:// or tgram:// URL",
+    schemes_text(),
     send=send_apprise,
     check_target=check_apprise_url,
     refusal_at_send=scheme_refusal,  # a rule saved before its scheme was refused: no retry will help
