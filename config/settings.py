@@ -10,6 +10,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.management.utils import get_random_secret_key
 
+from checkpoints import task_names
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -330,10 +332,7 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BEAT_SYNC_EVERY = 1  # record each run as it is sent (beat's last tick, which /health/ reads, stays current)
 CELERY_RESULT_EXPIRES = None  # no result backend: nothing to expire, so beat adds no "celery.backend_cleanup" job
 # Webhook and notification sends wait on receivers: their own queue, so a slow receiver never holds up the jobs.
-CELERY_TASK_ROUTES = {
-    "checkpoints.tasks.send_delivery": {"queue": "deliveries"},
-    "checkpoints.tasks.send_due_deliveries": {"queue": "deliveries"},
-}
+CELERY_TASK_ROUTES = task_names.routes()  # send_delivery and send_due_deliveries: the "deliveries" queue
 
 # Notifications and event webhooks: links in them point here; receivers on private addresses only when allowed.
 CONSOLE_BASE_URL = os.environ.get("CONSOLE_BASE_URL", "http://127.0.0.1:8000").rstrip("/")

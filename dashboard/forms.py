@@ -12,7 +12,8 @@ from django.core.validators import RegexValidator
 from django.template.defaultfilters import filesizeformat
 from django.utils.dateparse import parse_datetime
 
-from checkpoints.models import AlertKind, AlertSeverity, AlertState, Channel, Project, Scope
+from checkpoints.models import AlertKind, AlertSeverity, AlertState, Project, Scope
+from checkpoints.outbox import channels
 from checkpoints.outbox.notifications import RULE_EVENTS, target_error
 from checkpoints.services import InvalidInput
 from checkpoints.services.typeguard import parse_allowlist
@@ -251,12 +252,10 @@ class RuleForm(forms.Form):
         label="Minimum severity",
         help_text="For alert events: alerts below it are not sent.",
     )
-    channel = forms.ChoiceField(choices=Channel.choices)
+    channel = forms.ChoiceField(choices=channels.choices)  # the registered channels, read when a form is made
     target = forms.CharField(
         max_length=2000,
         strip=True,
-        help_text="Signed webhook and Slack: the https:// URL. Email: addresses separated by commas. "
-        "Apprise: json(s)://, xml(s)://, form(s)://, ntfy(s)://, discord:// or tgram:// URL.",
         widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
     )
     quiet_minutes = forms.IntegerField(
@@ -268,6 +267,10 @@ class RuleForm(forms.Form):
         "for this long; those deliveries are logged as suppressed. 0: send every time.",
     )
     enabled = forms.BooleanField(required=False, initial=True)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["target"].help_text = channels.target_help()  # each registered channel's target
 
     def clean(self) -> dict[str, Any]:
         data = self.cleaned_data

@@ -36,7 +36,8 @@ from ..models import (
     WebhookEndpoint,
 )
 from . import notifications
-from .deliveries import iso_time, queue
+from .channels.webhook import iso_time
+from .deliveries import queue
 from .wanted import wanted_types
 
 logger = logging.getLogger(__name__)

@@ -15,8 +15,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.exceptions import ValidationError
-from django.core.validators import URLValidator, validate_email
 from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
@@ -34,10 +32,9 @@ from ..models import (
     Project,
     ProjectRole,
 )
-from .apprise_urls import refusal
-from .channels import addresses
+from . import channels
+from .channels import InvalidTarget
 from .deliveries import new_secret, send_now
-from .safe_http import UnsafeTarget, check_target
 from .wanted import forget_wanted
 
 ALERT_EVENTS = frozenset({EventType.ALERT_OPENED, EventType.ALERT_ESCALATED, EventType.ALERT_RESOLVED})
@@ -53,15 +50,7 @@ RULE_EVENTS = [
     EventType.SESSION_RESTORED,
     EventType.SESSION_FORKED,
 ]
-MAX_ADDRESSES = 20
 RULE_FIELDS = ("name", "events", "alert_kinds", "min_severity", "channel", "target", "quiet_minutes", "enabled")
-
-
-class InvalidTarget(InvalidInput):
-    """A rule's target cannot be sent to by its channel; the message says why, for the form."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("target", message)
 
 
 # ---- matching: the deliveries an event gets ------------------------------------------------------------
@@ -155,33 +144,8 @@ def approver_emails(project_id: int) -> list[str]:
 
 
 def check_rule_target(channel: str, target: str) -> None:
-    """Raise InvalidTarget unless `channel` can send to `target` (a private address only when allowed)."""
-    if channel == Channel.EMAIL:
-        found = addresses(target)
-        if not found:
-            raise InvalidTarget("Give at least one email address.")
-        if len(found) > MAX_ADDRESSES:
-            raise InvalidTarget(f"At most {MAX_ADDRESSES} addresses.")
-        for address in found:
-            try:
-                validate_email(address)
-            except ValidationError as exc:
-                raise InvalidTarget(f"{address!r} is not an email address.") from exc
-        return
-    if channel == Channel.APPRISE:
-        refused = refusal(target)
-        if refused:
-            raise InvalidTarget(refused)
-    elif channel in (Channel.WEBHOOK, Channel.SLACK):
-        try:
-            URLValidator(schemes=["http", "https"])(target)
-            check_target(target)
-        except ValidationError as exc:
-            raise InvalidTarget("Enter an http:// or https:// URL.") from exc
-        except UnsafeTarget as exc:
-            raise InvalidTarget(str(exc).removeprefix("url: ")) from exc
-    else:
-        raise InvalidTarget(f"Unknown channel {channel!r}.")
+    """Raise InvalidTarget unless `channel` can send to `target` (its module's check: channels/)."""
+    channels.check_target(channel, target)
 
 
 def target_error(channel: str | None, target: str | None) -> str:
@@ -203,8 +167,9 @@ def _check_rule(fields: dict[str, Any]) -> None:
 
 
 def _secret_for(rule: NotificationRule) -> str:
-    """A new signing secret when the rule is a signed webhook without one, else ""."""
-    return new_secret() if rule.channel == Channel.WEBHOOK and not rule.secret else ""
+    """A new signing secret when the rule's channel signs its deliveries and the rule has none, else ""."""
+    kind = channels.kind_of(rule.channel)
+    return new_secret() if kind is not None and kind.signed and not rule.secret else ""
 
 
 def _rule_changed(rule: NotificationRule) -> None:
