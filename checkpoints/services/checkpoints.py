@@ -27,6 +27,7 @@ from ..store import jsoncodec, tallies
 from ..store.jsoncodec import InvalidJSON
 from ..store.previews import Preview, preview_of
 from .drift import detect_after_ingest
+from .findings import Limits
 
 
 def get_or_create_project(slug: str) -> Project:
@@ -352,7 +353,7 @@ def _check_same_input(first: CheckpointInput, item: CheckpointInput) -> None:
 
 
 def _alarming(item: CheckpointInput, saved: store.Saved) -> bool:
-    return item.status in _SESSION_STATUS_FOR or saved.raw_bytes > settings.DRIFT_STATE_MAX_BYTES
+    return item.status in _SESSION_STATUS_FOR or saved.raw_bytes > Limits.from_settings().state_max_bytes
 
 
 def _existing_by_key(session: AgentSession, keys: list[str]) -> dict[str, Checkpoint]:
