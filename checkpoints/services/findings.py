@@ -117,6 +117,12 @@ class Limits:
         return timedelta(hours=self.idle_hours)
 
 
+def threshold(field: str) -> int:
+    """One threshold as the settings have it, without reading the others (every ingest reads `state_max_bytes`)."""
+    setting = next(declared.setting for _, declared in detectors.thresholds() if declared.field == field)
+    return int(getattr(settings, setting))
+
+
 @dataclass
 class Recent:
     """What the detectors know of one session: its newest checkpoints (oldest first) and a few facts."""

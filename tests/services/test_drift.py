@@ -15,7 +15,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from checkpoints.metrics import record_ingest
 from checkpoints.models import AgentSession, AlertKind, AlertState, AuditEvent, DriftAlert, JobRun
 from checkpoints.registry.detectors import DETECTORS, DetectorSpec, Threshold, thresholds
-from checkpoints.services import Actor, CheckpointInput, drift, ingest_checkpoints, loops, restore_checkpoint
+from checkpoints.services import Actor, CheckpointInput, drift, findings, ingest_checkpoints, loops, restore_checkpoint
 from dashboard.forms import AlertFilterForm, RuleForm
 from tests.lg_states import langgraph_session, put
 
@@ -492,6 +492,20 @@ def test_an_alert_opened_right_after_ingest_is_audited(make_session, django_capt
     alert = DriftAlert.objects.get(session=session, kind=AlertKind.FAILED)
     event = AuditEvent.objects.get(action="alert_opened", session=session)
     assert event.details["alert_id"] == alert.pk and "boom" in event.reason
+
+
+def test_a_state_above_the_setting_opens_its_alert_right_after_ingest(
+    make_session, settings, django_capture_on_commit_callbacks
+):
+    """Ingest reads DRIFT_STATE_MAX_BYTES (declared in the registry) to decide whether the detectors run at once."""
+    settings.DRIFT_STATE_MAX_BYTES = 100
+    session = make_session()
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest_checkpoints([(session, [CheckpointInput(state={"x": 1})])])
+    assert not DriftAlert.objects.exists()
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest_checkpoints([(session, [CheckpointInput(state={"x": "y" * 200})])])
+    assert DriftAlert.objects.get(session=session).kind == AlertKind.STATE_GROWTH
 
 
 def test_acknowledged_alert_is_updated_not_reopened(make_session):
@@ -1002,3 +1016,8 @@ def test_a_detector_whose_function_is_missing_is_named(toy_rule, monkeypatch):
     monkeypatch.delitem(globals(), "detect_toy_rule")
     with pytest.raises(LookupError, match="has no detect_toy_rule"):
         drift.detector("toy_rule")
+
+
+def test_one_threshold_reads_its_setting(settings):
+    settings.DRIFT_STATE_MAX_BYTES = 1234
+    assert findings.threshold("state_max_bytes") == 1234 == drift.Limits.from_settings().state_max_bytes

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from django.core.exceptions import ValidationError
+from hypothesis import given
+from hypothesis import strategies as st
 
 from checkpoints.management.commands.import_checkpoints import Command as ImportCommand
 from checkpoints.models import AgentSession, SourceFormat, WatchedSource
@@ -74,3 +76,17 @@ def test_a_format_no_longer_declared_is_refused(toy):
             AgentSession._meta.get_field("source_format").clean("toy", None)
     finally:
         FORMATS.register(TOY)
+
+
+@given(st.text(max_size=40).filter(lambda name: name not in FORMATS))
+def test_a_name_not_declared_never_imports_a_module(name):
+    """The session page's `?format=` and the commands' `--format` reach `get`: only a declared name is imported
+    (`base`, `_jsonfiles`, `os` or a dotted path are names like any other)."""
+    with pytest.raises(ValueError, match="unknown format"):
+        formats.get(name)
+
+
+@pytest.mark.parametrize("name", ["base", "_jsonfiles", "__init__", "os", "dreamos.os", "../dreamos", "DREAMOS"])
+def test_module_names_that_are_no_format_are_refused(name):
+    with pytest.raises(ValueError, match="unknown format"):
+        formats.get(name)
