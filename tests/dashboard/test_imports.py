@@ -547,7 +547,7 @@ def test_download_name_keeps_only_safe_characters_of_the_session_id(client, bob,
     assert response["Content-Disposition"] == "attachment; filename*=utf-8''..the_run%C3%BC-ares.zip"
 
 
-@pytest.mark.parametrize("name", ["", "pdf", "../ares"])
+@pytest.mark.parametrize("name", ["", "pdf", "../ares", "base", "os", "_jsonfiles"])
 def test_download_in_an_unknown_format_is_400(client, alice, ares_session, name):
     client.force_login(alice)
     response = client.get(export_url(ares_session, name))
