@@ -41,6 +41,7 @@ from .outbox.notifications import (
     update_rule,
 )
 from .outbox.webhooks import delete_webhook
+from .registry.detectors import DETECTORS
 from .services import (
     Actor,
     InvalidInput,
@@ -644,7 +645,7 @@ class NotificationRuleForm(forms.ModelForm):
     )
     alert_kinds = forms.MultipleChoiceField(
         required=False,
-        choices=models.AlertKind.choices,
+        choices=DETECTORS.choices,
         widget=forms.CheckboxSelectMultiple,
         help_text="For alert events: only these kinds. None ticked: every kind.",
     )

@@ -11,6 +11,7 @@ import dj_database_url
 from django.core.management.utils import get_random_secret_key
 
 from checkpoints import task_names
+from checkpoints.registry import detectors as drift_detectors
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
@@ -262,29 +263,10 @@ CHECKPOINT_MAX_BODY_BYTES = env_int("CHECKPOINT_MAX_BODY_BYTES", 16 * 1024 * 102
 CHECKPOINT_KEYFRAME_INTERVAL = env_int("CHECKPOINT_KEYFRAME_INTERVAL", 48)
 CHECKPOINT_CACHE_STATES = env_int("CHECKPOINT_CACHE_STATES", 16)
 
-# Drift detection (docs/drift.md) and routine checkpoints: thresholds of each detector.
-DRIFT_WINDOW = env_int("DRIFT_WINDOW", 50)  # recent checkpoints each detection run reads per session
-DRIFT_CYCLE_LIMIT = env_int("DRIFT_CYCLE_LIMIT", 300)  # steps since the last recovery checkpoint
-DRIFT_LONG_RUNNING_MINUTES = env_int("DRIFT_LONG_RUNNING_MINUTES", 120)  # active without a recovery checkpoint
-DRIFT_ERROR_WINDOW = env_int("DRIFT_ERROR_WINDOW", 20)  # last N steps (tool calls or checkpoints)
-DRIFT_ERROR_MIN_SAMPLES = env_int("DRIFT_ERROR_MIN_SAMPLES", 10)
-DRIFT_ERROR_PERCENT = env_int("DRIFT_ERROR_PERCENT", 40)  # fires above this share of failures
-DRIFT_REPETITION_LIMIT = env_int("DRIFT_REPETITION_LIMIT", 3)  # same tool call more often than this in a row
-DRIFT_STALLED_WINDOW = env_int("DRIFT_STALLED_WINDOW", 12)  # step checkpoints without task progress
-DRIFT_STALLED_SAME_HASH = env_int("DRIFT_STALLED_SAME_HASH", 3)  # consecutive step checkpoints, same state
-DRIFT_STATE_MAX_BYTES = env_int("DRIFT_STATE_MAX_BYTES", 8 * 1024 * 1024)  # context bloat
-DRIFT_ROUTINE_GRACE_MINUTES = env_int("DRIFT_ROUTINE_GRACE_MINUTES", 5)
-DRIFT_IDLE_HOURS = env_int("DRIFT_IDLE_HOURS", 24)  # an active session silent longer is idle, not running
-# OpenHands' stuck detector and Gemini CLI's loop detection, with their defaults (docs/drift.md)
-DRIFT_REPEATED_ACTION_LIMIT = env_int("DRIFT_REPEATED_ACTION_LIMIT", 4)  # same call, same result, in a row
-DRIFT_REPEATED_ERROR_LIMIT = env_int("DRIFT_REPEATED_ERROR_LIMIT", 3)  # same call ending in an error, in a row
-DRIFT_MONOLOGUE_LIMIT = env_int("DRIFT_MONOLOGUE_LIMIT", 3)  # same agent message with no input in between
-DRIFT_PING_PONG_LIMIT = env_int("DRIFT_PING_PONG_LIMIT", 6)  # calls alternating between two (call, result) pairs
-DRIFT_CONTEXT_ERROR_LIMIT = env_int("DRIFT_CONTEXT_ERROR_LIMIT", 3)  # context-window errors with no success between
-DRIFT_TOOL_CALL_LOOP_LIMIT = env_int("DRIFT_TOOL_CALL_LOOP_LIMIT", 5)  # identical calls (name + arguments) in a row
-DRIFT_CONTENT_CHUNK = env_int("DRIFT_CONTENT_CHUNK", 50)  # characters of assistant text compared at a time
-DRIFT_CONTENT_LOOP_LIMIT = env_int("DRIFT_CONTENT_LOOP_LIMIT", 10)  # repeats of one chunk that make a loop
-ROUTINE_INTERVAL_MINUTES = env_int("ROUTINE_INTERVAL_MINUTES", 30)
+# Drift detection (docs/drift.md) and routine checkpoints: the thresholds each detector declares, with their defaults
+# (DRIFT_WINDOW, DRIFT_CYCLE_LIMIT, …, ROUTINE_INTERVAL_MINUTES: checkpoints/registry/detectors.py; the meaning of
+# each is on docs/configuration.md), each from the environment variable of the same name.
+globals().update({name: env_int(name, default) for name, default in drift_detectors.defaults().items()})
 IMPORT_UPLOAD_MAX_BYTES = env_int("IMPORT_UPLOAD_MAX_BYTES", 512 * 1024 * 1024)
 # Uploaded archives (checkpoints/sources/archives.py), checked from their index before anything is unpacked.
 IMPORT_ARCHIVE_MAX_BYTES = env_int("IMPORT_ARCHIVE_MAX_BYTES", 2 * 1024**3)  # unpacked, all members together

@@ -12,9 +12,10 @@ from django.core.validators import RegexValidator
 from django.template.defaultfilters import filesizeformat
 from django.utils.dateparse import parse_datetime
 
-from checkpoints.models import AlertKind, AlertSeverity, AlertState, Project, Scope
+from checkpoints.models import AlertSeverity, AlertState, Project, Scope
 from checkpoints.outbox import channels
 from checkpoints.outbox.notifications import RULE_EVENTS, target_error
+from checkpoints.registry.detectors import DETECTORS
 from checkpoints.services import InvalidInput
 from checkpoints.services.typeguard import parse_allowlist
 from checkpoints.sources.archives import ARCHIVE_SUFFIXES, archive_suffix
@@ -122,10 +123,14 @@ def utc_datetime(text: str) -> datetime | None:
         return None
 
 
+def _any_kind() -> list[tuple[str, str]]:
+    return [("", "Any kind"), *DETECTORS.choices()]
+
+
 class AlertFilterForm(forms.Form):
     """The alert list's filters. Without a `state` parameter the list shows unresolved alerts."""
 
-    kind = forms.ChoiceField(required=False, choices=[("", "Any kind"), *AlertKind.choices])
+    kind = forms.ChoiceField(required=False, choices=_any_kind)
     severity = forms.ChoiceField(required=False, choices=[("", "Any severity"), *AlertSeverity.choices])
     state = forms.ChoiceField(
         required=False,
@@ -242,7 +247,7 @@ class RuleForm(forms.Form):
     )
     alert_kinds = forms.MultipleChoiceField(
         required=False,
-        choices=AlertKind.choices,
+        choices=DETECTORS.choices,
         widget=forms.CheckboxSelectMultiple,
         help_text="For alert events: only these kinds. None ticked: every kind.",
     )

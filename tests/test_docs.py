@@ -3,10 +3,12 @@ repository does not have, and the reference pages name everything the code reads
 
 from __future__ import annotations
 
-import ast
 import re
 import subprocess
 from pathlib import Path
+
+from checkpoints.registry.detectors import DETECTORS, defaults, thresholds
+from checkpoints.registry.formats import FORMATS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -45,7 +47,7 @@ def environment_reads() -> set[str]:
     for path in sources:
         for match in ENV_READS.finditer(path.read_text(encoding="utf-8")):
             names.add(next(group for group in match.groups() if group))
-    return names
+    return names | set(defaults())  # config/settings.py reads each threshold a detector declares
 
 
 def table_names(text: str) -> set[str]:
@@ -97,15 +99,40 @@ def test_the_configuration_page_names_no_setting_the_code_does_not_read():
     assert sorted(table_names(settings_part) - environment_reads()) == []
 
 
-def test_the_formats_page_lists_every_format_the_importer_knows():
-    module = ast.parse((ROOT / "checkpoints/sources/formats/__init__.py").read_text(encoding="utf-8"))
-    names = next(
-        ast.literal_eval(node.value)
-        for node in module.body
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "NAMES" for t in node.targets)
-    )
-    rows = [line for line in (DOCS / "formats.md").read_text(encoding="utf-8").splitlines() if line.startswith("| ")]
-    assert [name for name in names if not any(f"(`{name}`)" in row for row in rows)] == []
+def test_the_formats_page_lists_every_registered_format():
+    page = (DOCS / "formats.md").read_text(encoding="utf-8")
+    rows = [line for line in page.splitlines() if line.startswith("| ")]
+    assert [spec.name for spec in FORMATS if not any(f"(`{spec.name}`)" in row for row in rows)] == []
+    assert f"--format auto|{'|'.join(FORMATS.names())}]" in page  # the import command's synopsis
+
+
+def drift_setting_rows() -> list[str]:
+    """docs/configuration.md's drift table as the detectors' declarations make it."""
+    rows = []
+    for spec, threshold in thresholds():
+        who = "" if spec is None else f"`{spec.name}`{f' ({spec.origin})' if spec.origin else ''}: "
+        rows.append(f"| `{threshold.setting}` | {threshold.shown_default} | {who}{threshold.meaning} |")
+    return rows
+
+
+def test_the_configuration_page_lists_each_drift_threshold_as_declared():
+    """The table is the registry's (checkpoints/registry/detectors.py): a detector declared with a threshold
+    fails this until its row is in, and the expected rows are printed to paste."""
+    section = (DOCS / "configuration.md").read_text(encoding="utf-8").split("## Drift detection", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    assert [line for line in section.splitlines() if line.startswith("| `")] == drift_setting_rows()
+
+
+def test_the_drift_page_describes_every_detector_and_its_thresholds():
+    page = (DOCS / "drift.md").read_text(encoding="utf-8")
+    rows = [line.split(" | ")[0] for line in page.splitlines() if line.startswith("| `")]
+    assert [spec.name for spec in DETECTORS if not any(f"`{spec.name}`" in row for row in rows)] == []
+    missing = [
+        f"`{threshold.setting}` ({threshold.shown_default})"
+        for spec, threshold in thresholds()
+        if spec is not None and f"`{threshold.setting}` ({threshold.shown_default})" not in page
+    ]
+    assert missing == []
 
 
 def test_commands_in_the_docs_run_with_the_projects_interpreter():

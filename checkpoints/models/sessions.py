@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -12,12 +12,30 @@ from django.db.models import F, Q
 from django.db.models.fields.tuple_lookups import Tuple, TupleLessThan
 from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
+from django.utils.choices import BaseChoiceIterator
 
 from .. import limits
 from ..fields import SafeCharField, SafeJSONField, SafeTextField
+from ..registry.detectors import DETECTORS
+from ..registry.formats import FORMATS
 from .projects import Project, ProjectScopedQuerySet
 
 
+class RegisteredChoices(BaseChoiceIterator):
+    """A column's choices: what a registry holds when they are read, so that a declaration registered later (a
+    test's toy format) is a choice too. Unlike a callable, which a migration would name, makemigrations sees
+    (value, label) pairs: the same as a hand-written list, and no migration while the registry is unchanged."""
+
+    def __init__(self, choices: Callable[[], list[tuple[str, str]]]) -> None:
+        self.choices = choices  # a registry's `choices`
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self.choices())
+
+
+# The built-in formats and detectors by name, for the code that names one. What a column may hold, and the labels
+# shown, come from the registries (checkpoints/registry/): a format or detector is declared there, and the tests
+# check that each of these is declared with the same label.
 class SourceFormat(models.TextChoices):
     DREAMOS = "dreamos"
     BREAKPILOT = "breakpilot"
@@ -116,7 +134,7 @@ class AgentSessionQuerySet(ProjectScopedQuerySet):
         # a session holds one open alert of a kind at most: this many alerts name `limit` sessions
         for session_id, kind, message in alerts.order_by("-opened_at", "-pk").values_list(
             "session_id", "kind", "message"
-        )[: limit * len(AlertKind)]:
+        )[: limit * len(DETECTORS)]:
             newest.setdefault(session_id, (kind, message))
         chosen = dict.fromkeys(list(newest)[:limit], 0)
         silent = Q(last_seen_at__lt=stale_before) | Q(last_seen_at__isnull=True, created_at__lt=stale_before)
@@ -171,7 +189,7 @@ class AgentSession(models.Model):
     live_state_at = models.DateTimeField(null=True, blank=True)
     metadata = SafeJSONField(default=dict, blank=True)
     source_path = models.CharField(max_length=1000, blank=True, help_text="The folder this session was imported from.")
-    source_format = models.CharField(max_length=20, choices=SourceFormat.choices, blank=True)
+    source_format = models.CharField(max_length=20, choices=RegisteredChoices(FORMATS.choices), blank=True)
     write_back = models.BooleanField(
         default=False, help_text="On restore, also write the restored state into source_path in source_format."
     )
@@ -542,7 +560,7 @@ class DriftAlertQuerySet(ProjectScopedQuerySet):
 class DriftAlert(models.Model):
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="alerts", db_index=False)
     checkpoint = models.ForeignKey(Checkpoint, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    kind = models.CharField(max_length=30, choices=AlertKind.choices)
+    kind = models.CharField(max_length=30, choices=RegisteredChoices(DETECTORS.choices))
     severity = models.CharField(max_length=20, choices=AlertSeverity.choices, default=AlertSeverity.WARNING)
     message = SafeTextField()
     evidence = SafeJSONField(default=dict, blank=True)

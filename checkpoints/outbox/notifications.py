@@ -22,7 +22,6 @@ from django.utils import timezone
 from ..audit import Actor, InvalidInput, record_audit
 from ..models import (
     SEVERITY_RANKS,
-    AlertKind,
     Channel,
     Delivery,
     DeliveryStatus,
@@ -32,6 +31,7 @@ from ..models import (
     Project,
     ProjectRole,
 )
+from ..registry.detectors import DETECTORS
 from . import channels
 from .channels import InvalidTarget
 from .deliveries import new_secret, send_now
@@ -161,7 +161,7 @@ def target_error(channel: str | None, target: str | None) -> str:
 
 def _check_rule(fields: dict[str, Any]) -> None:
     check_rule_target(fields["channel"], fields["target"])
-    unknown = set(fields["events"]) - set(RULE_EVENTS) or set(fields.get("alert_kinds", [])) - set(AlertKind.values)
+    unknown = set(fields["events"]) - set(RULE_EVENTS) or set(fields.get("alert_kinds", [])) - set(DETECTORS.names())
     if unknown or not fields["events"]:
         raise InvalidInput("events", f"Not events or alert kinds a rule can send: {sorted(unknown) or 'none'}.")
 
