@@ -35,7 +35,8 @@ def test_operator_moves_through_the_timeline_with_the_keyboard_and_reads_a_check
     expect(page.get_by_role("heading", name="Timeline")).to_be_visible()
     expect(page.locator("tbody.branch").first).to_be_visible()  # the branch the restore left behind
     expect(page.locator("svg.chart-svg")).to_have_count(3)
-    screenshot("session-timeline")
+    screenshot("session-timeline", guide=True)
+    screenshot("session-timeline-phone", guide=True, width=390)
 
     page.keyboard.press("j")  # outside the timeline j is only a letter (WCAG 2.1.4)
     expect(page.locator("[data-keynav-item].is-selected")).to_have_count(0)
@@ -55,6 +56,7 @@ def test_operator_moves_through_the_timeline_with_the_keyboard_and_reads_a_check
 
     _open_lazy_subtree(page)
     screenshot("checkpoint-detail")
+    screenshot("checkpoint", guide=True)
 
 
 def test_a_run_of_routine_checkpoints_opens_in_place(page, live_server, sign_in, bob, demo):
