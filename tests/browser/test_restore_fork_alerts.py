@@ -63,7 +63,7 @@ def test_restore_preview_opens_as_a_modal_over_a_page(page, live_server, sign_in
     expect(page.get_by_role("dialog")).to_be_focused()
     page.keyboard.press("Escape")
     expect(page.get_by_role("dialog")).to_have_count(0)
-    assert page.url.endswith("/alerts/")
+    expect(page).to_have_url(re.compile(r"/alerts/$"))
 
 
 def test_operator_restores_with_a_preview_then_undoes(
