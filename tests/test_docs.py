@@ -146,3 +146,57 @@ def test_commands_in_the_docs_run_with_the_projects_interpreter():
         if not line[: match.start()].rstrip().endswith(("exec web", "exec worker", "exec beat"))
     ]
     assert found == []
+
+
+IMAGES = DOCS / "images"
+IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
+GUIDE_SHOT_MAX_BYTES = 150_000  # a window-sized 256-colour PNG is 20-65 KB; a full page or true colour is not
+
+
+def guide_shots() -> dict[str, str]:
+    """The names the browser tests shoot for the guide (`screenshot("name", guide=True)`), with where."""
+    shots: dict[str, str] = {}
+    for path in sorted((ROOT / "tests" / "browser").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "screenshot"):
+                continue
+            guide = next((kw.value for kw in node.keywords if kw.arg == "guide"), None)
+            if isinstance(guide, ast.Constant) and guide.value is True:
+                name = node.args[0]
+                where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                assert isinstance(name, ast.Constant) and isinstance(name.value, str), f"{where}: name it literally"
+                assert name.value not in shots, f"{where}: {name.value} is shot at {shots.get(name.value)} too"
+                shots[name.value] = where
+    return shots
+
+
+def referenced_images() -> set[Path]:
+    return {
+        (page.parent / target).resolve()
+        for page in PAGES
+        for target in IMAGE.findall(CODE.sub("", page.read_text(encoding="utf-8")))
+        if not re.match(r"[a-z][a-z0-9+.-]*:", target)
+    }
+
+
+def test_every_image_the_docs_show_is_in_the_repository():
+    shown = referenced_images()
+    assert (IMAGES / "overview.png").resolve() in shown  # the scan finds the guide's pictures at all
+    assert sorted(str(path) for path in shown if not path.is_file()) == []
+
+
+def test_every_guide_screenshot_the_browser_tests_take_is_committed_and_shown():
+    shots = guide_shots()
+    assert {"overview", "sessions-phone", "overview-dark", "audit-log"} <= set(shots)  # the scan finds them
+    shown = referenced_images()
+    missing = [f"{name} ({where})" for name, where in shots.items() if not (IMAGES / f"{name}.png").is_file()]
+    unshown = [name for name in shots if (IMAGES / f"{name}.png").resolve() not in shown]
+    assert missing == [], "run the browser tests once with UPDATE_SCREENSHOTS=1"
+    assert unshown == []
+
+
+def test_the_guide_holds_no_picture_that_no_test_takes_and_none_too_big():
+    shots = guide_shots()
+    assert sorted(path.name for path in IMAGES.glob("*") if path.stem not in shots) == []
+    big = {path.name: path.stat().st_size for path in IMAGES.glob("*.png")}
+    assert {name: size for name, size in big.items() if size > GUIDE_SHOT_MAX_BYTES} == {}
