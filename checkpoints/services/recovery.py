@@ -319,6 +319,9 @@ def restore_preview(checkpoint: Checkpoint) -> RestorePreview:
         else session.checkpoints.filter(pk=session.head_id).first()
     )
     changes = diff_checkpoints(head, checkpoint) if head else diff_states({}, {})
+    if head is not None and session.source_format == SourceFormat.LANGGRAPH:
+        forgotten = langgraph.discarded_tool_results(head, checkpoint)
+        return RestorePreview(checkpoint, head, changes, forgotten, discards(checkpoint))
     found: list[Any] = []
     for entry in changes.entries:
         if entry.op != "removed":
