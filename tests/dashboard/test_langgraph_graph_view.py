@@ -92,14 +92,15 @@ def test_the_restore_preview_lists_each_discarded_tool_result_with_its_step_node
     session, stored = thread
     html = get(client, alice, reverse("dashboard:checkpoint_restore", args=[stored[2].pk]))
     assert text(select(html, ".restore-facts .stat-value")[1]) == "3"
+    assert "discards 4 checkpoints, 3 tool calls" in text(select(html, ".restore-discards")[0])
     rows = [[text(cell) for cell in row.cssselect("td")] for row in select(html, ".forgotten-table tbody tr")]
     assert sorted((step, node, tool, outcome.split()[1]) for step, node, tool, _, outcome in rows) == [
         ("2", "tools", "search", "ok"),
         ("2", "tools", "weather", "failed"),
         ("4", "tools", "book", "ok"),
     ]
-    assert "step 1, written by agent" in text(select(html, ".lg-restore-point")[0])
-    assert "tools" in text(select(html, ".lg-restore-point .lg-next")[0])
+    point = text(select(html, ".lg-restore-point")[0])
+    assert point == f"#{stored[2].seq} is LangGraph step 1, written by agent. The graph resumes by running tools."
 
 
 def test_a_subgraph_checkpoints_restore_and_fork_pages_explain_and_link_the_root_checkpoint(client, alice, project):

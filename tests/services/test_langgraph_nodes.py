@@ -8,7 +8,7 @@ import operator
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
@@ -151,19 +151,22 @@ def test_the_restore_preview_counts_every_tool_result_the_messages_lose_with_its
 JSONISH = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=3),
-    max_leaves=8,
+    max_leaves=6,
 )
 CHANNEL = st.sampled_from(["__start__", "branch:to:a", "branch:to:", "messages", "__pregel_tasks"]) | st.text(
     max_size=12
 )
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # nested data on a busy 2-core machine
 @given(
     st.fixed_dictionaries(
         {},
         optional={
             "channel_versions": st.dictionaries(CHANNEL, JSONISH, max_size=5) | JSONISH,
-            "versions_seen": st.dictionaries(st.text(max_size=12), st.dictionaries(CHANNEL, JSONISH) | JSONISH)
+            "versions_seen": st.dictionaries(
+                st.text(max_size=12), st.dictionaries(CHANNEL, JSONISH, max_size=3) | JSONISH, max_size=3
+            )
             | JSONISH,
         },
     ),
