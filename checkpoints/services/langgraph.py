@@ -38,7 +38,7 @@ from ..models import (
     Project,
     SourceFormat,
 )
-from ..store import diff, jsoncodec, lgtuples, tallies
+from ..store import diff, jsoncodec, lgnodes, lgtuples, previews, tallies
 from ..store.jsoncodec import InvalidJSON
 from . import cleanup
 from .checkpoints import CheckpointInput, ParentRow, check_json_field, ingest_checkpoints
@@ -295,7 +295,12 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
         kind=CheckpointKind.STEP,
         step=_step(metadata),
         created_at=_created_at(header.get("ts"), now),
-        metadata={**metadata, "checkpoint_id": checkpoint_id, "checkpoint_ns": item.checkpoint_ns},
+        metadata={
+            **metadata,
+            "checkpoint_id": checkpoint_id,
+            "checkpoint_ns": item.checkpoint_ns,
+            lgnodes.KEY: _nodes(header, state, metadata, parent_row),
+        },
         parent=parent,
         new_root=parent is None,
         previous=_subgraph_input(item, parent_row),
@@ -320,6 +325,22 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
     )
     _keep_head(session, item, previous, head)
     return checkpoint, True
+
+
+def _nodes(
+    header: dict[str, Any], state: dict[str, Any], metadata: dict[str, Any], parent: LangGraphCheckpoint | None
+) -> dict[str, Any]:
+    """The nodes that wrote the checkpoint and those that run next, kept beside its id so that a timeline page
+    reads them with its rows (`store.lgnodes`)."""
+    if parent is None:
+        return lgnodes.nodes_of(header, state, metadata)
+    return lgnodes.nodes_of(
+        header,
+        state,
+        metadata,
+        parent_header=jsoncodec.unpack(parent.header),
+        parent_nodes=parent.console.metadata.get(lgnodes.KEY),
+    )
 
 
 def _parent_row(console: Checkpoint) -> ParentRow:
@@ -348,7 +369,7 @@ def _keep_head(session: AgentSession, item: PutInput, previous: int | None, head
 
 _NAMED_FIELDS = (
     "console_id", "checkpoint_id", "parent_checkpoint_id", "header", "metadata", "console__root",
-    "console__state_hash", "console__seq", "console__session_id", "console__calls_made",
+    "console__state_hash", "console__seq", "console__session_id", "console__calls_made", "console__metadata",
 )  # fmt: skip
 
 
@@ -828,6 +849,54 @@ def _copy_writes(rows: Any, target: AgentSession, *, checkpoint_id: str | None =
 
 # ---- the console's restore and fork ----------------------------------------------------------------------
 
+LINE_MAX = 500  # checkpoints a restore preview walks back to date the tool results it discards
+LINE_BATCH = 50
+
+
+def discarded_tool_results(head: Checkpoint, target: Checkpoint) -> list[dict[str, Any]]:
+    """The tool results a restore of `target` takes out of a thread's messages: each ToolMessage the head's
+    messages keep and the target's do not (LangGraph keeps the conversation, not a log of calls; an AIMessage
+    asking for three calls is answered by three ToolMessages). Each as a call record (see
+    `store.previews.tool_results_of`) with the `step` and `node` of the oldest checkpoint on the head's line
+    that holds it: the step whose node ran the tool."""
+    kept = previews.tool_results_of(store.load_shared(bytes(target.root)))
+    discarded = {
+        key: record
+        for key, record in previews.tool_results_of(store.load_shared(bytes(head.root))).items()
+        if key not in kept
+    }
+    for checkpoint in _line(head):
+        held = discarded.keys() & previews.tool_results_of(store.load_shared(bytes(checkpoint.root))).keys()
+        if not held:
+            break
+        nodes = checkpoint.metadata.get(lgnodes.KEY)
+        ran = nodes.get("ran") if isinstance(nodes, dict) else None
+        for key in held:
+            discarded[key]["step"] = checkpoint.step
+            discarded[key]["node"] = ", ".join(dict.fromkeys(map(str, ran))) if isinstance(ran, list) else ""
+    return list(discarded.values())
+
+
+def _line(head: Checkpoint) -> Iterator[Checkpoint]:
+    """`head` and its ancestors, newest first, up to LINE_MAX, read LINE_BATCH rows at a time."""
+    rows = Checkpoint.objects.filter(session_id=head.session_id).only(
+        "pk", "seq", "parent_id", "root", "step", "metadata"
+    )
+    batch: dict[int, Checkpoint] = {}
+    at: int | None = head.pk
+    for _ in range(LINE_MAX):
+        if at is None:
+            return
+        if at not in batch:
+            seq = head.seq if at == head.pk else next(iter(rows.filter(pk=at).values_list("seq", flat=True)), None)
+            if seq is None:
+                return
+            batch = {row.pk: row for row in rows.filter(seq__lte=seq).order_by("-seq")[:LINE_BATCH]}
+        checkpoint = batch[at]
+        yield checkpoint
+        at = checkpoint.parent_id
+
+
 _UUID6_TIME = (1 << 60) - 1
 
 
@@ -879,7 +948,8 @@ def check_resumable(checkpoint: Checkpoint) -> None:
 def record_restore(checkpoint: Checkpoint, restored: Checkpoint, *, now: datetime) -> None:
     """Give a console restore (or undo) of a LangGraph checkpoint its LangGraph side, in the restore's
     transaction: an id larger than every id in the thread, so LangGraph's next `invoke` continues from it; metadata
-    source "fork" with `restored_from`; the restored checkpoint as parent; its header. No pending writes: LangGraph
+    source "fork" with `restored_from` and the operator's `restore_reason`; the restored checkpoint as parent; its
+    header. No pending writes: LangGraph
     derives task ids from the checkpoint id, so the old tasks' writes would match no task of the new id, and the
     null task's (an earlier answer to an interrupt) would be taken again. As in LangGraph's own time travel, the
     tasks run again and an interrupt asks again (or takes the `Command(resume=…)` given)."""
@@ -888,7 +958,11 @@ def record_restore(checkpoint: Checkpoint, restored: Checkpoint, *, now: datetim
         return
     session = restored.session
     checkpoint_id = next_checkpoint_id(_largest_id(session) or source.checkpoint_id)
-    metadata = {**source.metadata, "source": "fork", "restored_from": source.checkpoint_id}
+    kept = {key: value for key, value in source.metadata.items() if key != "restore_reason"}  # an earlier one's
+    metadata = {**kept, "source": "fork", "restored_from": source.checkpoint_id}
+    reason = restored.metadata.get("reason")
+    if isinstance(reason, str) and reason:
+        metadata["restore_reason"] = reason  # so the runner's get_state_history says why, as the console does
     _add_row(
         source, restored, session, checkpoint_id=checkpoint_id, metadata=metadata, parent=source.checkpoint_id, now=now
     )
@@ -956,5 +1030,12 @@ def _add_row(
         metadata=metadata,
         run_id=source.run_id,
     )
-    checkpoint.metadata = {**checkpoint.metadata, "checkpoint_id": checkpoint_id, "checkpoint_ns": source.checkpoint_ns}
+    nodes = source.console.metadata.get(lgnodes.KEY)
+    checkpoint.metadata = {
+        **checkpoint.metadata,
+        "checkpoint_id": checkpoint_id,
+        "checkpoint_ns": source.checkpoint_ns,
+        # no node wrote it; what the restored checkpoint had next runs next
+        lgnodes.KEY: {"ran": [], "next": nodes.get("next", []) if isinstance(nodes, dict) else []},
+    }
     Checkpoint.objects.filter(pk=checkpoint.pk).update(metadata=checkpoint.metadata)

@@ -319,6 +319,10 @@ def restore_preview(checkpoint: Checkpoint) -> RestorePreview:
         else session.checkpoints.filter(pk=session.head_id).first()
     )
     changes = diff_checkpoints(head, checkpoint) if head else diff_states({}, {})
+    if head is not None and session.source_format == SourceFormat.LANGGRAPH:
+        forgotten = langgraph.discarded_tool_results(head, checkpoint)
+        dropped = discards(checkpoint)  # its calls counted from the AIMessages: the ToolMessages are the truth here
+        return RestorePreview(checkpoint, head, changes, forgotten, Discards(dropped.checkpoints, len(forgotten)))
     found: list[Any] = []
     for entry in changes.entries:
         if entry.op != "removed":

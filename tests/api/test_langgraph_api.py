@@ -59,6 +59,7 @@ def test_a_put_stores_a_thread_as_a_langgraph_session_whose_checkpoint_state_is_
         "parents": {},
         "checkpoint_id": lg_id(0),
         "checkpoint_ns": "",
+        "langgraph_nodes": {"ran": None, "next": []},  # a loop step whose parent is not stored: who wrote it is unknown
     }
     assert tuple_["checkpoint"]["channel_values"] == {"messages": messages(1)}
     assert tuple_["checkpoint"]["channel_versions"] == {"messages": f"{0:032}.0.5"}
