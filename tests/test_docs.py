@@ -3,6 +3,7 @@ repository does not have, and the reference pages name everything the code reads
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 from pathlib import Path
