@@ -304,9 +304,12 @@ JOB_STALE_AFTER_SECONDS = env_int("JOB_STALE_AFTER_SECONDS", 120)
 # Celery: Redis in production and CI; `make run` uses kombu's filesystem transport (no server).
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
+    # Private to the user who runs the console: whoever can write here can queue any task with any arguments
+    # (config/broker.py writes each message file 0600 as well).
     _broker_dir = VAR_DIR / "broker"
-    for _sub in ("queue", "processed", "control"):
-        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+    for _folder in (_broker_dir, *(_broker_dir / _sub for _sub in ("queue", "processed", "control"))):
+        _folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _folder.chmod(0o700)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
