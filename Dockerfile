@@ -27,6 +27,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PATH=/opt/venv/bin:$PATH \
     PYTHONPATH=/app \
     VAR_DIR=/app/var \
+    ACCESS_LOG=1 \
     WEB_CONCURRENCY=3
 
 RUN groupadd --system --gid 10001 app \

@@ -107,6 +107,11 @@ class Channel(filesystem.Channel):
 class Transport(filesystem.Transport):
     Channel = Channel
 
+    @property
+    def default_connection_params(self) -> dict[str, Any]:
+        """A folder has no host: no "No hostname was supplied" warning from every process at start."""
+        return {"port": self.default_port, "hostname": ""}
+
 
 def register() -> None:
     """Before any connection resolves the scheme: config is imported first in every process (web, worker, beat)."""

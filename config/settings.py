@@ -9,6 +9,7 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.management.utils import get_random_secret_key
+from kombu import Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
@@ -227,12 +228,22 @@ AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_CLIENT_IP_CALLABLE = "config.security.client_ip"
 AXES_LOCKOUT_CALLABLE = "config.security.login_locked_out"
 
+# Every request logged (the dev server's lines; the image's gunicorn logs them anyway and sets it); off, each web
+# process logs one line a minute of its request counts instead (config/access.py).
+ACCESS_LOG = env_bool("ACCESS_LOG", False)
+if not ACCESS_LOG:
+    MIDDLEWARE.insert(1, "config.access.RequestCounts")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.request": {"level": "ERROR"}},
+    "loggers": {
+        "django.request": {"level": "ERROR"},
+        # The dev server's line per request (`make run`): only with ACCESS_LOG; its 5xx lines stay.
+        "django.server": {"level": "INFO" if ACCESS_LOG else "ERROR"},
+        "axes": {"level": "WARNING"},  # not its "BEGIN version" line from every process at start
+    },
 }
 
 # The shared cache (API rate limits): CACHE_URL, else the Redis broker, else files under var/ (one host).
@@ -337,6 +348,12 @@ CELERY_TASK_ROUTES = {
     "checkpoints.tasks.send_delivery": {"queue": "deliveries"},
     "checkpoints.tasks.send_due_deliveries": {"queue": "deliveries"},
 }
+# A worker started without -Q (`celery -A config worker`, as Celery's docs say) consumes every queue a task is
+# routed to, not only "celery": otherwise deliveries would wait forever. -Q still narrows it.
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_QUEUES = [
+    Queue(name) for name in sorted({CELERY_TASK_DEFAULT_QUEUE, *(r["queue"] for r in CELERY_TASK_ROUTES.values())})
+]
 
 # Notifications and event webhooks: links in them point here; receivers on private addresses only when allowed.
 CONSOLE_BASE_URL = os.environ.get("CONSOLE_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
