@@ -36,7 +36,7 @@ RUN groupadd --system --gid 10001 app \
 COPY --from=builder /opt/venv /opt/venv
 
 WORKDIR /app
-COPY manage.py ./
+COPY manage.py gunicorn.conf.py ./
 COPY config ./config
 COPY checkpoints ./checkpoints
 COPY dashboard ./dashboard
