@@ -9,6 +9,7 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.management.utils import get_random_secret_key
+from kombu import Queue
 
 from checkpoints import task_names
 from checkpoints.registry import detectors as drift_detectors
@@ -230,12 +231,22 @@ AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_CLIENT_IP_CALLABLE = "config.security.client_ip"
 AXES_LOCKOUT_CALLABLE = "config.security.login_locked_out"
 
+# Every request logged (the dev server's lines; the image's gunicorn logs them anyway and sets it); off, each web
+# process logs one line a minute of its request counts instead (config/access.py).
+ACCESS_LOG = env_bool("ACCESS_LOG", False)
+if not ACCESS_LOG:
+    MIDDLEWARE.insert(1, "config.access.RequestCounts")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.request": {"level": "ERROR"}},
+    "loggers": {
+        "django.request": {"level": "ERROR"},
+        # The dev server's line per request (`make run`): only with ACCESS_LOG; its 5xx lines stay.
+        "django.server": {"level": "INFO" if ACCESS_LOG else "ERROR"},
+        "axes": {"level": "WARNING"},  # not its "BEGIN version" line from every process at start
+    },
 }
 
 # The shared cache (API rate limits): CACHE_URL, else the Redis broker, else files under var/ (one host).
@@ -288,9 +299,12 @@ JOB_STALE_AFTER_SECONDS = env_int("JOB_STALE_AFTER_SECONDS", 120)
 # Celery: Redis in production and CI; `make run` uses kombu's filesystem transport (no server).
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
+    # Private to the user who runs the console: whoever can write here can queue any task with any arguments
+    # (config/broker.py writes each message file 0600 as well).
     _broker_dir = VAR_DIR / "broker"
-    for _sub in ("queue", "processed", "control"):
-        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+    for _folder in (_broker_dir, *(_broker_dir / _sub for _sub in ("queue", "processed", "control"))):
+        _folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _folder.chmod(0o700)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
@@ -315,6 +329,12 @@ CELERY_BEAT_SYNC_EVERY = 1  # record each run as it is sent (beat's last tick, w
 CELERY_RESULT_EXPIRES = None  # no result backend: nothing to expire, so beat adds no "celery.backend_cleanup" job
 # Webhook and notification sends wait on receivers: their own queue, so a slow receiver never holds up the jobs.
 CELERY_TASK_ROUTES = task_names.routes()  # send_delivery and send_due_deliveries: the "deliveries" queue
+# A worker started without -Q (`celery -A config worker`, as Celery's docs say) consumes every queue a task is
+# routed to, not only "celery": otherwise deliveries would wait forever. -Q still narrows it.
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_QUEUES = [
+    Queue(name) for name in sorted({CELERY_TASK_DEFAULT_QUEUE, *(r["queue"] for r in CELERY_TASK_ROUTES.values())})
+]
 
 # Notifications and event webhooks: links in them point here; receivers on private addresses only when allowed.
 CONSOLE_BASE_URL = os.environ.get("CONSOLE_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
