@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from checkpoints.models import LangGraphTombstone, checkpoint_id_order
@@ -36,6 +36,7 @@ def uuid1(timestamp: int, clock_seq: int = 0, node: int = 0) -> str:
     )
 
 
+@settings(deadline=None)  # pure computation: a slow first example is the machine, not the code
 @given(TIMESTAMPS, TIMESTAMPS, BITS, BITS)
 def test_uuid6_and_uuid1_ids_sort_by_the_time_they_were_made(first, second, bits_a, bits_b):
     for make_a, make_b in ((uuid6, uuid6), (uuid1, uuid6), (uuid6, uuid1)):
@@ -46,6 +47,7 @@ def test_uuid6_and_uuid1_ids_sort_by_the_time_they_were_made(first, second, bits
             assert checkpoint_id_order(a) > checkpoint_id_order(b)
 
 
+@settings(deadline=None)  # pure computation: a slow first example is the machine, not the code
 @given(TIMESTAMPS, BITS)
 def test_an_id_sorts_the_same_however_it_is_spelled(timestamp, bits):
     canonical = uuid6(timestamp, *bits)
@@ -53,6 +55,7 @@ def test_an_id_sorts_the_same_however_it_is_spelled(timestamp, bits):
         assert checkpoint_id_order(spelling) == checkpoint_id_order(canonical)
 
 
+@settings(deadline=None)  # pure computation: a slow first example is the machine, not the code
 @given(st.text(max_size=200), TIMESTAMPS)
 def test_any_other_id_sorts_as_text_after_every_uuid(text, timestamp):
     key = checkpoint_id_order(text)  # never raises
