@@ -187,6 +187,12 @@ class ProjectForm(forms.ModelForm):
             raise forms.ValidationError(str(exc).removeprefix("type_allowlist: ")) from None
 
 
+# The console's name where Django would say "Django administration"
+admin.site.site_header = "Checkpoint Console administration"
+admin.site.site_title = "Checkpoint Console admin"
+admin.site.index_title = "Records and settings"
+
+
 @admin.register(models.Project)
 class ProjectAdmin(MembershipsAudited):
     form = ProjectForm

@@ -53,7 +53,12 @@ COLLECT_GARBAGE = Task(
 )
 SEND_DELIVERY = Task("checkpoints.tasks.send_delivery", queue="deliveries")
 SEND_DUE_DELIVERIES = Task(
-    "checkpoints.tasks.send_due_deliveries", queue="deliveries", beat="Send due deliveries", every=1, period="minutes"
+    "checkpoints.tasks.send_due_deliveries",
+    job="delivery_sweep",
+    queue="deliveries",
+    beat="Send due deliveries",
+    every=1,
+    period="minutes",
 )
 DELETE_OLD_DELIVERIES = Task(
     "checkpoints.tasks.delete_old_deliveries",

@@ -4,13 +4,15 @@ its runs under that entry's job name."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 from django.db import OperationalError
 
 from . import task_names as names
-from .jobs import gc, retention, routine, run_job, watching
+from .jobs import forget_runs, gc, retention, routine, run_job, watching
 from .outbox import deliveries
 from .outbox.deliveries import send_delivery  # defined beside the queue() that sends it; a worker registers it here
 from .services import drift
@@ -69,17 +71,29 @@ def collect_garbage(triggered_by: str = "beat") -> dict[str, Any]:
     return run_job(names.COLLECT_GARBAGE.job, gc.collect_garbage, triggered_by=triggered_by).result
 
 
+DELIVERY_SWEEP = names.SEND_DUE_DELIVERIES.job
+
+
 @shared_task(name=names.SEND_DUE_DELIVERIES.name, acks_late=True)
-def send_due_deliveries() -> int:
+def send_due_deliveries(triggered_by: str = "beat") -> dict[str, Any]:
     """Every minute: queue the deliveries whose next attempt is due, and the uploads' imports that a broker
-    outage left unsent; how many deliveries."""
-    resend_unsent(import_archive.delay)
-    return deliveries.send_due()
+    outage left unsent; recorded as every job's runs are (the Jobs page reads them)."""
+
+    def sweep() -> dict[str, Any]:
+        imports = resend_unsent(import_archive.delay)
+        return {"deliveries": deliveries.send_due(), "imports": imports}
+
+    return run_job(DELIVERY_SWEEP, sweep, triggered_by=triggered_by).result
 
 
 @shared_task(name=names.DELETE_OLD_DELIVERIES.name, **PERIODIC)
 def delete_old_deliveries(triggered_by: str = "beat") -> dict[str, Any]:
-    return run_job(names.DELETE_OLD_DELIVERIES.job, deliveries.delete_old, triggered_by=triggered_by).result
+    def cleanup() -> dict[str, Any]:
+        # the sweep records 1,440 runs a day: they go with the deliveries they sent
+        kept = timedelta(days=settings.DELIVERY_KEEP_DAYS)
+        return {**deliveries.delete_old(), "sweep_runs": forget_runs(DELIVERY_SWEEP, older_than=kept)}
+
+    return run_job(names.DELETE_OLD_DELIVERIES.job, cleanup, triggered_by=triggered_by).result
 
 
 __all__ = ["import_archive", "scan_watched_sources", "send_delivery", "send_due_deliveries"]

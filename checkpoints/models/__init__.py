@@ -17,6 +17,9 @@ from .langgraph import (
 from .langgraph import (
     LangGraphWrites as LangGraphWrites,
 )
+from .langgraph import (
+    checkpoint_id_order as checkpoint_id_order,
+)
 from .operations import (
     ImportJob as ImportJob,
 )

@@ -121,37 +121,43 @@ class AgentSessionQuerySet(ProjectScopedQuerySet):
     def needing_attention(
         self, *, stale_before: datetime, limit: int, grouped: Iterable[str] = ()
     ) -> list[AgentSession]:
-        """The `limit` sessions an operator should look at first, most urgent first (`attention`): 0 an open
-        alert (of a kind not in `grouped`: the overview shows those as one line each), newest alert first,
-        1 failed or halted, 2 active with a heartbeat older than `stale_before`, by recent activity. The newest
-        open alert's `alert_kind` and `alert_message` come along.
+        """The `limit` sessions an operator should look at first, most severe first, then by class
+        (`attention`): 0 an open alert (of a kind not in `grouped`: the overview shows those as one line each),
+        by its most severe open alert, newest first; 1 failed or halted (critical, as their alert is), by recent
+        activity; 2 active with a heartbeat older than `stale_before`, by recent activity, after every alert.
+        The most severe open alert's `alert_kind` and `alert_message` come along.
 
-        Each class is read newest first by an index and cut at `limit`, so the cost does not grow with the
+        Each class is read in its order by an index and cut at `limit`, so the cost does not grow with the
         number of sessions or alerts; only the sessions shown are joined to their heads and badges.
         """
         alerts = DriftAlert.objects.open().filter(session__in=self.values("pk")).exclude(kind__in=list(grouped))
-        newest: dict[int, tuple[str, str]] = {}
+        worst: dict[int, tuple[int, str, str]] = {}  # session → its most severe open alert's rank, kind, message
         # a session holds one open alert of a kind at most: this many alerts name `limit` sessions
-        for session_id, kind, message in alerts.order_by("-opened_at", "-pk").values_list(
-            "session_id", "kind", "message"
+        for session_id, kind, message, rank in alerts.most_severe_first().values_list(
+            "session_id", "kind", "message", "severity_rank"
         )[: limit * len(DETECTORS)]:
-            newest.setdefault(session_id, (kind, message))
-        chosen = dict.fromkeys(list(newest)[:limit], 0)
-        silent = Q(last_seen_at__lt=stale_before) | Q(last_seen_at__isnull=True, created_at__lt=stale_before)
-        for attention, candidates in (
-            (1, self.filter(status__in=[SessionStatus.FAILED, SessionStatus.HALTED])),
-            (2, self.filter(silent, status=SessionStatus.ACTIVE)),
-        ):
-            room = limit - len(chosen)
-            if room <= 0:
-                break
-            found = candidates.order_by("-updated_at", "-pk").values_list("pk", flat=True)[: room + len(chosen)]
-            for pk in [pk for pk in found if pk not in chosen][:room]:
-                chosen[pk] = attention
-        shown = {session.pk: session for session in self.filter(pk__in=list(chosen)).for_list()}
-        for pk, attention in chosen.items():
-            shown[pk].attention = attention
-            shown[pk].alert_kind, shown[pk].alert_message = newest.get(pk, ("", ""))
+            worst.setdefault(session_id, (rank, kind, message))
+        critical = SEVERITY_RANKS[AlertSeverity.CRITICAL]
+        # (severity, attention, position in its class): the smallest first
+        keys = {pk: (-rank, 0, position) for position, (pk, (rank, _, _)) in enumerate(list(worst.items())[:limit])}
+        failed = self.filter(status__in=[SessionStatus.FAILED, SessionStatus.HALTED])
+        found = failed.order_by("-updated_at", "-pk").values_list("pk", flat=True)[: limit + len(keys)]
+        for position, pk in enumerate([pk for pk in found if pk not in keys][:limit]):
+            keys[pk] = (-critical, 1, position)
+        room = limit - len(keys)
+        if room > 0:
+            silent = Q(last_seen_at__lt=stale_before) | Q(last_seen_at__isnull=True, created_at__lt=stale_before)
+            quiet = self.filter(silent, status=SessionStatus.ACTIVE).order_by("-updated_at", "-pk")
+            for position, pk in enumerate(
+                [pk for pk in quiet.values_list("pk", flat=True)[: room + len(keys)] if pk not in keys][:room]
+            ):
+                keys[pk] = (1, 2, position)
+        chosen = sorted(keys, key=keys.__getitem__)[:limit]
+        shown = {session.pk: session for session in self.filter(pk__in=chosen).for_list()}
+        for pk in chosen:
+            if pk in shown:
+                shown[pk].attention = keys[pk][1]
+                shown[pk].alert_kind, shown[pk].alert_message = worst.get(pk, (0, "", ""))[1:]
         return [shown[pk] for pk in chosen if pk in shown]
 
 

@@ -212,12 +212,17 @@ def _current(session: AgentSession, checkpoint_ns: str) -> Any:
 
 def _refuse_deleted_history(session: AgentSession, named: list[str | None], held: set[str]) -> None:
     """After the thread's deletion, a checkpoint id the thread does not hold now (`held`: those of `named` it
-    holds) is from the deleted history."""
+    holds) at or below the newest id deleted is from the deleted history. A newer one is the thread run again
+    under its id: under LangGraph's default durability ("async") a step's writes can arrive before its put."""
     missing = sorted({name for name in named if name} - held)
-    tombstones = LangGraphTombstone.objects.filter
-    if missing and tombstones(project_id=session.project_id, external_id=session.external_id).exists():
+    if not missing:
+        return
+    tombstone = LangGraphTombstone.objects.filter(project_id=session.project_id, external_id=session.external_id)
+    found = tombstone.first()
+    refused = [name for name in missing if found is not None and found.refuses(name)]
+    if refused:
         raise HistoryDeleted(
-            f"checkpoint {missing[0]!r} belongs to a deleted history of thread {session.metadata.get('thread_id')!r}; "
+            f"checkpoint {refused[0]!r} belongs to a deleted history of thread {session.metadata.get('thread_id')!r}; "
             "put without a parent to start the thread afresh"
         )
 

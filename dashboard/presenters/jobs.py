@@ -36,6 +36,7 @@ class JobRow:
     name: str
     schedule: str
     run: JobRun | None  # its newest recorded run
+    recorded: bool  # the task records its runs (run_job); else only when beat last sent it is known
     summary: str  # the run's counts, for those who see every project
     failed: dict[str, Any] | None  # the run's failed sessions they may see
     silent: bool  # running, but its worker stopped sending heartbeats
@@ -58,6 +59,7 @@ def job_rows(user: Any, *, system_figures: bool, watched: tuple[int, datetime] |
                 name=PLAIN_NAMES.get(task.name, task.name),
                 schedule=_schedule_text(task),
                 run=run,
+                recorded=task.task in JOB_FOR_TASK,
                 summary=_summary(run) if run and system_figures else "",
                 failed=job_failures(run.result, user) if run else None,
                 silent=bool(run and run.status == JobRunStatus.RUNNING and run.last_sign_of_life < silent_since),

@@ -67,8 +67,15 @@ def _restore_context(request: HtmxHttpRequest, checkpoint: Checkpoint, form: Res
 def restore(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     checkpoint = get_checkpoint_for_user(request, pk)
     form = RestoreForm(request.POST if request.method == "POST" else None)
+    session = checkpoint.session
+    if request.method == "POST" and checkpoint.pk == session.head_id:
+        # restoring the head discards nothing: the page offers no such restore (it says why), and a post made
+        # anyway changes nothing
+        context = _restore_context(request, checkpoint, form)
+        response = render_page(request, "dashboard/restore.html", context, partial="restore-dialog")
+        response.status_code = 409
+        return response
     if request.method == "POST" and form.is_valid():
-        session = checkpoint.session
         try:
             restored = restore_checkpoint(
                 checkpoint, actor=Actor.for_user(request.user), reason=form.cleaned_data["reason"]

@@ -15,7 +15,16 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from checkpoints.metrics import record_ingest
 from checkpoints.models import AgentSession, AlertKind, AlertState, AuditEvent, DriftAlert, JobRun
 from checkpoints.registry.detectors import DETECTORS, DetectorSpec, Threshold, thresholds
-from checkpoints.services import Actor, CheckpointInput, drift, findings, ingest_checkpoints, loops, restore_checkpoint
+from checkpoints.services import (
+    Actor,
+    CheckpointInput,
+    drift,
+    findings,
+    ingest_checkpoints,
+    loops,
+    restore_checkpoint,
+    undo_restore,
+)
 from dashboard.forms import AlertFilterForm, RuleForm
 from tests.lg_states import langgraph_session, put
 
@@ -716,6 +725,48 @@ def test_a_restore_clears_a_failed_alert_at_once(make_session, django_capture_on
         restore_checkpoint(good[0], actor=Actor.system("test"))
     alert.refresh_from_db()
     assert alert.state == AlertState.RESOLVED
+
+
+def test_undoing_a_restore_reopens_the_failed_alert_it_resolved_and_the_failed_status(
+    make_session, django_capture_on_commit_callbacks
+):
+    session = make_session()
+    with django_capture_on_commit_callbacks(execute=True):
+        good = ingest_now(session, step(1), step(2, status="failed", status_reason="tool crashed"))
+    alert = unresolved(session)
+    session.refresh_from_db()
+    assert session.status == "failed"
+    with django_capture_on_commit_callbacks(execute=True):
+        restore_checkpoint(good[0], actor=Actor.system("test"))
+    session.refresh_from_db()
+    assert session.status == "active" and unresolved(session) is None
+
+    with django_capture_on_commit_callbacks(execute=True):
+        undone = undo_restore(session, actor=Actor.system("alice"))
+
+    session.refresh_from_db()
+    assert session.status == "failed"
+    assert (undone.status, undone.status_reason) == ("failed", "tool crashed")  # the head is #2 again
+    reopened = unresolved(session)
+    assert reopened is not None and reopened.pk == alert.pk  # the same incident, not a second one
+    assert reopened.severity == "critical" and reopened.checkpoint_id == undone.pk
+    assert DriftAlert.objects.filter(session=session).count() == 1
+    [event] = AuditEvent.objects.filter(action="alert_reopened")
+    assert event.actor == "alice" and "undo" in event.reason
+
+
+def test_undoing_a_restore_of_a_healthy_session_leaves_its_alerts_and_status_alone(
+    make_session, django_capture_on_commit_callbacks
+):
+    session = make_session()
+    with django_capture_on_commit_callbacks(execute=True):
+        made = ingest_now(session, step(1), step(2), step(3))
+        restore_checkpoint(made[0], actor=Actor.system("test"))
+        session.refresh_from_db()
+        undone = undo_restore(session, actor=Actor.system("alice"))
+    session.refresh_from_db()
+    assert (session.status, undone.status) == ("active", "completed")
+    assert not DriftAlert.objects.filter(session=session).exists()
 
 
 def test_the_failed_alert_follows_the_heads_branch(make_session, django_capture_on_commit_callbacks):
