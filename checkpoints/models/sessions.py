@@ -29,6 +29,7 @@ class SourceFormat(models.TextChoices):
 
 class SessionStatus(models.TextChoices):
     ACTIVE = "active"
+    WAITING = "waiting", "waiting for input"  # a LangGraph thread stopped at interrupt(): a person answers
     COMPLETED = "completed"
     FAILED = "failed"
     HALTED = "halted"
@@ -477,6 +478,7 @@ class AlertKind(models.TextChoices):
     MISSED_ROUTINE = "missed_routine"
     FAILED = "failed"
     HALTED = "halted"
+    NODE_ERROR = "node_error"  # a LangGraph node raised: its __error__ write on the thread's latest checkpoint
     STATE_GROWTH = "state_growth"
     SOURCE_MISSING = "source_missing"
     # OpenHands' stuck detector
