@@ -901,7 +901,7 @@ def record_restore(checkpoint: Checkpoint, restored: Checkpoint, *, now: datetim
     )
     set_head(session)
     session.refresh_from_db(fields=["head", "status"])
-    lginterrupts.after_head_moved(session, lginterrupts.head_row(session))  # a waiting or failed thread is active again
+    lginterrupts.after_head_moved(session, lginterrupts.head_row(session), resync=True)  # no writes: active again
 
 
 def record_fork(checkpoint: Checkpoint, fork: AgentSession, first: Checkpoint, *, now: datetime) -> None:

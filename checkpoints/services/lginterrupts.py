@@ -194,16 +194,21 @@ def after_writes(
 
 
 def after_head_moved(
-    session: AgentSession, head: LangGraphCheckpoint | None, *, previous_status: str | None = None
+    session: AgentSession,
+    head: LangGraphCheckpoint | None,
+    *,
+    previous_status: str | None = None,
+    resync: bool = False,
 ) -> None:
     """A root put or a restore made `head` the thread's latest root checkpoint: answers waiting at earlier
     checkpoints are spent, and the head's own writes (with `durability="async"` they can arrive before its put)
     decide the status. `previous_status`: the session's before the put's ingest (which makes a failed session
-    active). One query on the usual put (no writes yet, nothing waiting)."""
+    active; a restore, which does the same, says `resync`). One query on the usual put (no writes yet, nothing
+    waiting)."""
     if head is None:
         return
     now = timezone.now()
-    stopped = session.status in _LANGGRAPH_STATUSES or previous_status in _LANGGRAPH_STATUSES
+    stopped = resync or session.status in _LANGGRAPH_STATUSES or previous_status in _LANGGRAPH_STATUSES
     if stopped:
         InterruptAnswer.objects.filter(
             session=session, consumed_at__isnull=True, checkpoint_id__lt=head.checkpoint_id
@@ -304,7 +309,9 @@ def answer_interrupt(
     check_types(session.project, [("value", value)])
     if not isinstance(comment, str) or len(comment) > COMMENT_MAX:
         raise InvalidInput("comment", f"must be text of at most {COMMENT_MAX:,} characters")
-    AgentSession.objects.select_for_update().filter(pk=session.pk).first()  # one answer at a time per thread
+    # one answer at a time per thread, against the head as it is now (a put may have moved it since the read)
+    locked = AgentSession.objects.select_for_update(no_key=True).filter(pk=session.pk)
+    session.head_id = locked.values_list("head_id", flat=True).get()
     pending = next((item for item in pending_interrupts(session) if item.id == interrupt_id), None)
     if pending is None:
         raise NoSuchInterrupt(f"thread {session.external_id!r} is not waiting on interrupt {interrupt_id!r}")
