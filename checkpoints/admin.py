@@ -480,12 +480,22 @@ class LangGraphCheckpointAdmin(ReadOnlyAdmin, BigTableAdmin):
 class LangGraphWritesAdmin(ReadOnlyAdmin, BigTableAdmin):
     """Read-only: a checkpoint's pending writes go with it."""
 
-    list_display = ["checkpoint_id", "checkpoint_ns", "task_id", "session", "interrupted", "resumed"]
-    list_filter = ["interrupted", "resumed"]
+    list_display = ["checkpoint_id", "checkpoint_ns", "task_id", "session", "interrupted", "resumed", "failed"]
+    list_filter = ["interrupted", "resumed", "failed"]
     search_fields = ["=checkpoint_id", "=task_id", "=session__external_id"]
     list_select_related = ["session"]
     ordering = ["-id"]
     exclude = ["writes", "values_root"]
+
+
+@admin.register(models.InterruptAnswer)
+class InterruptAnswerAdmin(ReadOnlyAdmin):
+    """Read-only: an answer is given in the console's form or the API (audited), and the graph may have taken it."""
+
+    list_display = ["interrupt_id", "session", "node", "answered_by_name", "answered_at", "consumed_at"]
+    search_fields = ["=interrupt_id", "=session__external_id"]
+    list_select_related = ["session"]
+    ordering = ["-answered_at", "-id"]
 
 
 @admin.register(models.LangGraphTombstone)

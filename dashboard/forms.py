@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
@@ -372,3 +373,36 @@ class TokenForm(forms.Form):
 
     def scopes(self) -> list[str]:
         return TOKEN_ACCESS[self.cleaned_data["access"]]
+
+
+class InterruptAnswerForm(forms.Form):
+    """An answer to a LangGraph interrupt: Approve (true) or Reject (false) for a yes/no question, else the
+    text of the answer: JSON when it reads as JSON, otherwise sent as a string."""
+
+    interrupt_id = forms.CharField(max_length=200, widget=forms.HiddenInput)
+    decision = forms.ChoiceField(
+        choices=[("approve", "Approve"), ("reject", "Reject"), ("answer", "Answer")], required=False
+    )
+    answer = forms.CharField(
+        required=False,
+        max_length=1_000_000,
+        widget=forms.Textarea(attrs={"rows": 6, "class": "mono", "spellcheck": "false"}),
+        help_text='JSON ({"approved": true, "note": "…"}, 42, "text"), or plain text, sent as a string.',
+    )
+    comment = forms.CharField(required=False, max_length=10_000, widget=forms.Textarea(attrs={"rows": 2}))
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        decision = data.get("decision") or "answer"
+        if decision in ("approve", "reject"):
+            data["value"] = decision == "approve"
+            return data
+        text = (data.get("answer") or "").strip()
+        if not text:
+            self.add_error("answer", "Write an answer (JSON or text).")
+            return data
+        try:
+            data["value"] = json.loads(text)
+        except (ValueError, RecursionError):
+            data["value"] = text
+        return data

@@ -9,6 +9,9 @@ from .audit import (
     AuditEventQuerySet as AuditEventQuerySet,
 )
 from .langgraph import (
+    InterruptAnswer as InterruptAnswer,
+)
+from .langgraph import (
     LangGraphCheckpoint as LangGraphCheckpoint,
 )
 from .langgraph import (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -74,6 +75,7 @@ class LangGraphWrites(models.Model):
     )
     interrupted = models.BooleanField(default=False, help_text="Holds an __interrupt__ write.")
     resumed = models.BooleanField(default=False, help_text="Holds a __resume__ write.")
+    failed = models.BooleanField(default=False, db_default=False, help_text="Holds an __error__ write.")
 
     class Meta:
         verbose_name = verbose_name_plural = "LangGraph pending writes"
@@ -143,3 +145,42 @@ class LangGraphTombstone(models.Model):
         # a tombstone from before the newest id was kept: uuid ids made before the deletion
         time = _uuid_time(checkpoint_id)
         return time is None or UUID_EPOCH + timedelta(microseconds=time // 10) <= self.deleted_at
+
+
+class InterruptAnswer(models.Model):
+    """A person's answer to a LangGraph interrupt, kept by the console, never written as a LangGraph write: a
+    stored `__resume__` write is dropped when a runner passes a checkpoint_id, and is ambiguous with parallel
+    interrupts and in subgraphs. The runner takes it with `ConsoleSaver.pending_resume` as
+    `Command(resume={interrupt_id: value})`; `consumed_at` is set once the graph took it (a `__resume__` write
+    of the interrupt's task arrived, or the thread's latest root checkpoint moved past the one it waited at).
+
+    An interrupt's id names the task that asked (LangGraph hashes the task's namespace), so a node asking twice
+    asks under one id: the answer belongs to the question asked (`value_digest`), and a new question under the
+    same id can be answered again."""
+
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="interrupt_answers")
+    interrupt_id = SafeCharField(max_length=200)
+    value_digest = SafeCharField(max_length=64, help_text="SHA-256 of the interrupt's value (canonical JSON).")
+    checkpoint_id = SafeCharField(max_length=200, help_text="The root checkpoint the thread waited at.")
+    node = SafeCharField(max_length=200, blank=True)
+    question = SafeJSONField(default=None, null=True, blank=True, help_text="The interrupt's value (typed JSON).")
+    value = SafeJSONField(default=None, null=True, blank=True, help_text="The answer (typed JSON).")
+    comment = SafeTextField(blank=True)
+    answered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    answered_by_name = SafeCharField(max_length=200, blank=True, help_text="The user, or token:<name>.")
+    answered_at = models.DateTimeField(default=timezone.now)
+    consumed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["session", "answered_at", "pk"]
+        constraints = [
+            # one answer a question: a second is refused (409) instead of racing the first
+            models.UniqueConstraint(
+                fields=["session", "interrupt_id", "value_digest"], name="interrupt_answer_per_question"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} {self.interrupt_id}"

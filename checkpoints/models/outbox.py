@@ -26,6 +26,8 @@ class EventType(models.TextChoices):
     ALERT_RESOLVED = "alert.resolved"
     PHASE_WAITING = "phase.waiting"
     PHASE_FEEDBACK = "phase.feedback"
+    INTERRUPT_WAITING = "interrupt.waiting"
+    INTERRUPT_ANSWERED = "interrupt.answered"
     JOB_FAILED = "job.failed"
     IMPORT_FAILED = "import.failed"
     PING = "ping"  # "Send test"

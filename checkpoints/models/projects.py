@@ -189,6 +189,8 @@ class Scope(models.TextChoices):
 
     READ = "read", "read sessions, checkpoints, diffs, live state, LangGraph threads, webhooks and their deliveries"
     WRITE = "write", "store and change: sessions, checkpoints, restores, forks, LangGraph puts and deletions, webhooks"
+    # Not implied by write: an agent's write token must not answer the question its own graph asks a person.
+    ANSWER = "answer", "answer a LangGraph thread's interrupts (what a person approves or decides)"
 
 
 DEFAULT_SCOPES = [Scope.READ.value, Scope.WRITE.value]  # a token created without naming its scopes

@@ -47,6 +47,7 @@ class SourceFormat(models.TextChoices):
 
 class SessionStatus(models.TextChoices):
     ACTIVE = "active"
+    WAITING = "waiting", "waiting for input"  # a LangGraph thread stopped at interrupt(): a person answers
     COMPLETED = "completed"
     FAILED = "failed"
     HALTED = "halted"
@@ -512,6 +513,7 @@ class AlertKind(models.TextChoices):
     # Gemini CLI's loop detection
     TOOL_CALL_LOOP = "tool_call_loop"
     CONTENT_LOOP = "content_loop"
+    NODE_ERROR = "node_error"  # a LangGraph node raised: its __error__ write on the thread's latest checkpoint
 
 
 class AlertSeverity(models.TextChoices):

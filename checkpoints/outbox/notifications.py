@@ -45,11 +45,14 @@ RULE_EVENTS = [
     EventType.ALERT_RESOLVED,
     EventType.PHASE_WAITING,
     EventType.PHASE_FEEDBACK,
+    EventType.INTERRUPT_WAITING,
+    EventType.INTERRUPT_ANSWERED,
     EventType.JOB_FAILED,
     EventType.IMPORT_FAILED,
     EventType.SESSION_RESTORED,
     EventType.SESSION_FORKED,
 ]
+APPROVERS_EMAILED = {EventType.PHASE_WAITING, EventType.INTERRUPT_WAITING}  # rule or not
 RULE_FIELDS = ("name", "events", "alert_kinds", "min_severity", "channel", "target", "quiet_minutes", "enabled")
 
 
@@ -57,7 +60,7 @@ RULE_FIELDS = ("name", "events", "alert_kinds", "min_severity", "channel", "targ
 
 
 def deliveries_for(event: Event) -> list[Delivery]:
-    """The deliveries the rules (and, for a waiting phase, the project's approvers) want for `event`, unsaved:
+    """The deliveries the rules (and, for a waiting phase or interrupt, the project's approvers) want for `event`, unsaved:
     `events.publish` saves them with the event."""
     if event.type not in RULE_EVENTS:  # checkpoint.created on every ingest: no query
         return []
@@ -75,7 +78,7 @@ def deliveries_for(event: Event) -> list[Delivery]:
         )
         for rule in rules
     ]
-    if event.type == EventType.PHASE_WAITING and event.project_id is not None:
+    if event.type in APPROVERS_EMAILED and event.project_id is not None:
         deliveries += [
             Delivery(event=event, channel=Channel.EMAIL, target=email, next_attempt_at=event.created_at)
             for email in approver_emails(event.project_id)

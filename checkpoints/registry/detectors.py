@@ -19,8 +19,9 @@ MIB = 1024 * 1024
 
 # When a detector runs. "ingest": right after each ingest (it reads no state) and in the drift job; "job": in
 # the drift job, when the session has checkpoints the job has not read; "timed": in the drift job also when no
-# checkpoint arrived (the clock moves it); "watch": not a drift rule — the watched folders' scan raises it.
-Runs = Literal["ingest", "job", "timed", "watch"]
+# checkpoint arrived (the clock moves it); "raised": not a drift rule — the module it names raises it (the watched
+# folders' scan, LangGraph's writes).
+Runs = Literal["ingest", "job", "timed", "raised"]
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ DETECTORS.register(
         _rule("DRIFT_STATE_MAX_BYTES", "state_max_bytes", 8 * MIB, "a larger state (context bloat)", "8 MiB"),
     )
 )
-DETECTORS.register(DetectorSpec("source_missing", "Source Missing", "watch", module="checkpoints.services.watched"))
+DETECTORS.register(DetectorSpec("source_missing", "Source Missing", "raised", module="checkpoints.services.watched"))
 # OpenHands' stuck detector
 DETECTORS.register(
     DetectorSpec(
@@ -235,6 +236,8 @@ DETECTORS.register(
         LOOPS,
     )
 )
+# a LangGraph node raised: its __error__ write on the thread's latest root checkpoint
+DETECTORS.register(DetectorSpec("node_error", "Node Error", "raised", module="checkpoints.services.lginterrupts"))
 
 
 def thresholds() -> Iterator[tuple[DetectorSpec | None, Threshold]]:

@@ -24,8 +24,6 @@ from django.db import connection, transaction
 from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
-from checkpoint_console import typedjson
-
 from .. import limits, store
 from ..audit import Actor, CheckpointError, InvalidInput, max_length, record_audit
 from ..models import (
@@ -40,9 +38,9 @@ from ..models import (
 )
 from ..store import diff, jsoncodec, lgnodes, lgtuples, previews, tallies
 from ..store.jsoncodec import InvalidJSON
-from . import cleanup
+from . import cleanup, lginterrupts
 from .checkpoints import CheckpointInput, ParentRow, check_json_field, ingest_checkpoints
-from .typeguard import check_types
+from .typeguard import check_typed, check_types
 
 AGENT = "langgraph"
 ID_MAX = max_length(LangGraphCheckpoint, "checkpoint_id")
@@ -102,15 +100,6 @@ def _check_thread(thread_id: Any, checkpoint_ns: Any) -> None:
         raise InvalidInput("checkpoint_ns", f"must be a string of at most {NS_MAX} characters")
 
 
-def _check_typed(name: str, value: Any) -> None:
-    """Typed JSON that LangGraph's serializer can read back: plain JSON whose `__lg__` tags are well formed."""
-    check_json_field(name, value)
-    try:
-        typedjson.to_typed(value)
-    except (ValueError, TypeError) as exc:
-        raise InvalidInput(name, f"not typed JSON: {exc}") from None
-
-
 def _check_put(item: PutInput) -> None:
     _check_thread(item.thread_id, item.checkpoint_ns)
     if not isinstance(item.checkpoint, dict):
@@ -121,14 +110,14 @@ def _check_put(item: PutInput) -> None:
     check_json_field("checkpoint", item.checkpoint)
     if not isinstance(item.metadata, dict):
         raise InvalidInput("metadata", "must be an object")
-    _check_typed("metadata", item.metadata)
+    check_typed("metadata", item.metadata)
     for name in ("parent_checkpoint_id", "base_checkpoint_id"):
         if getattr(item, name) is not None:
             _check_id(name, getattr(item, name))
     if not isinstance(item.values, dict) or not isinstance(item.appends, dict):
         raise InvalidInput("values", "values and appends must be objects")
     for channel, value in item.values.items():
-        _check_typed(f"values.{channel}", value)
+        check_typed(f"values.{channel}", value)
     _check_appends(item)
     if item.channels is not None:
         if not isinstance(item.channels, list) or not all(isinstance(name, str) for name in item.channels):
@@ -145,7 +134,7 @@ def _check_appends(item: PutInput) -> None:
         items = append.get("items") if isinstance(append, dict) else None
         if not isinstance(base_len, int) or isinstance(base_len, bool) or base_len < 0 or not isinstance(items, list):
             raise InvalidInput(f"appends.{channel}", 'must be {"base_len": n ≥ 0, "items": [...]}')
-        _check_typed(f"appends.{channel}", items)
+        check_typed(f"appends.{channel}", items)
 
 
 def _created_at(ts: Any, now: datetime) -> datetime:
@@ -204,6 +193,13 @@ def find_thread(project: Project, thread_id: str) -> AgentSession | None:
     return AgentSession.objects.filter(
         project=project, external_id=thread_external_id(thread_id), source_format=SourceFormat.LANGGRAPH
     ).first()
+
+
+def pending_resume(project: Project, *, thread_id: str) -> dict[str, Any]:
+    """interrupt id → answer of the thread's answered interrupts the graph has not taken yet (see lginterrupts)."""
+    _check_thread(thread_id, "")
+    session = find_thread(project, thread_id)
+    return lginterrupts.pending_resume(session) if session is not None else {}
 
 
 def _current(session: AgentSession, checkpoint_ns: str) -> Any:
@@ -312,13 +308,13 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
     )
     if existing is not None:
         LangGraphCheckpoint.objects.filter(pk=existing.pk).update(current=False)
-    previous = session.head_id
+    previous, status = session.head_id, session.status
     known = {} if parent_row is None else {parent_row.console_id: _parent_row(parent_row.console)}
     [(checkpoint, _)] = ingest_checkpoints(
         [(session, [console_input])], now=now, savepoint=False, locked=True, parents=known
     )
     run_id = metadata.get("run_id")
-    LangGraphCheckpoint.objects.create(
+    row = LangGraphCheckpoint.objects.create(
         console=checkpoint,
         session=session,
         checkpoint_ns=item.checkpoint_ns,
@@ -329,6 +325,8 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
         run_id=run_id[:ID_MAX] if isinstance(run_id, str) else "",
     )
     _keep_head(session, item, previous, head)
+    if item.checkpoint_ns == "" and (head is None or checkpoint_id > head.checkpoint_id):
+        lginterrupts.after_head_moved(session, row, previous_status=status)
     return checkpoint, True
 
 
@@ -425,7 +423,7 @@ def put_writes(
     for position, write in enumerate(writes):
         if not isinstance(write, list | tuple) or len(write) != 2 or not isinstance(write[0], str):
             raise InvalidInput(f"writes.{position}", "must be a [channel, value] pair")
-        _check_typed(f"writes.{position}", write[1])
+        check_typed(f"writes.{position}", write[1])
     check_types(project, ((f"writes.{position}", value) for position, (_, value) in enumerate(writes)))
     session = _thread_for_writes(project, thread_id)
     held, child, parent_id, parent_root = _locked_root(session, checkpoint_ns, checkpoint_id)
@@ -453,6 +451,7 @@ def put_writes(
         "writes": jsoncodec.pack(entries),
         "interrupted": SPECIAL_WRITES["__interrupt__"] in slots,
         "resumed": SPECIAL_WRITES["__resume__"] in slots,
+        "failed": SPECIAL_WRITES["__error__"] in slots,
     }
     if row is None:
         LangGraphWrites.objects.create(**key, **fields)
@@ -460,6 +459,13 @@ def put_writes(
         LangGraphWrites.objects.filter(pk=row.pk).update(**fields)
     if held is not None and parent_root is not None:
         _name_parent_writes(session, checkpoint_ns, parent_id, parent_root, held)
+    lginterrupts.after_writes(
+        session,
+        checkpoint_ns=checkpoint_ns,
+        checkpoint_id=checkpoint_id,
+        task_id=task_id,
+        channels={channel for channel, _ in writes},
+    )
     return stored
 
 
@@ -633,7 +639,7 @@ def _matching(
     if before is not None:
         rows = rows.filter(checkpoint_id__lt=before)
     if filter:
-        _check_typed("filter", filter)
+        check_typed("filter", filter)
         if connection.vendor == "postgresql":  # SQLite has no JSON containment: iter_tuples' comparison alone filters
             rows = rows.filter(metadata__contains=filter)  # the field escapes it as it escaped what it stored
     return rows
@@ -841,6 +847,7 @@ def _copy_writes(rows: Any, target: AgentSession, *, checkpoint_id: str | None =
             values_root=row.values_root,
             interrupted=row.interrupted,
             resumed=row.resumed,
+            failed=row.failed,
         )
         for row in rows
     ]
@@ -972,6 +979,8 @@ def record_restore(checkpoint: Checkpoint, restored: Checkpoint, *, now: datetim
         source, restored, session, checkpoint_id=checkpoint_id, metadata=metadata, parent=source.checkpoint_id, now=now
     )
     set_head(session)
+    session.refresh_from_db(fields=["head", "status"])
+    lginterrupts.after_head_moved(session, lginterrupts.head_row(session), resync=True)  # no writes: active again
 
 
 def record_fork(checkpoint: Checkpoint, fork: AgentSession, first: Checkpoint, *, now: datetime) -> None:
@@ -1004,7 +1013,7 @@ def _interrupt_only(row: LangGraphWrites) -> LangGraphWrites:
     """A task's row holding only its interrupt (not what it wrote, nor the answer it was given)."""
     interrupt = SPECIAL_WRITES["__interrupt__"]
     row.writes = jsoncodec.pack([entry for entry in jsoncodec.unpack(row.writes) if entry[0] == interrupt])
-    row.resumed = False
+    row.resumed = row.failed = False
     return row
 
 

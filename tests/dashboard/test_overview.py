@@ -190,11 +190,13 @@ def test_query_count_is_bounded_on_thousands_of_checkpoints(
         DriftAlert.objects.create(session=session, kind="stalled", message="flat")
         record_audit(Actor.for_user(alice), "acknowledge", session=session, reason="looking")
     AgentSession.objects.filter(pk__in=[s.pk for s in sessions[1::5]]).update(status="failed")
+    AgentSession.objects.filter(pk__in=[s.pk for s in sessions[2::5]]).update(status="waiting")
     client.force_login(bob)
-    # 13: the "Waiting for approval" queue is one query; "Needs attention" five (bursts, then each class
-    # cut at ten rows by an index, then the sessions shown)
-    with django_assert_max_num_queries(13):
+    # 14: the "Waiting for approval" and "Waiting for input" queues are one query each; "Needs attention" five
+    # (bursts, then each class cut at ten rows by an index, then the sessions shown)
+    with django_assert_max_num_queries(14):
         response = client.get(URL)
     assert len(response.context["attention"]) == 10 and response.context["more_attention"]
-    with django_assert_max_num_queries(13):
+    assert len(response.context["inputs"]) == 8 and response.context["more_inputs"]
+    with django_assert_max_num_queries(14):
         client.get(URL, headers=HTMX)

@@ -64,6 +64,8 @@ def message_of(event: Event) -> Message:
         by = f" by {feedback['reviewer']}" if feedback.get("reviewer") else ""
         title = f"{named} of {where}: {feedback.get('action', 'reviewed')}{by}"
         return Message(title, str(feedback.get("comments", "")), str(phase.get("url", "")))
+    if event.type in (EventType.INTERRUPT_WAITING, EventType.INTERRUPT_ANSWERED):
+        return _interrupt_message(event.type, data, where)
     if event.type == EventType.JOB_FAILED:
         job = data.get("job") or {}
         return Message(f"Job {job.get('name', '?')} failed", str(job.get("error", "")), str(job.get("url", "")))
@@ -74,6 +76,17 @@ def message_of(event: Event) -> Message:
     if event.type == EventType.PING:
         return Message("Test notification from Checkpoint Console", str(data.get("message", "")), _home())
     return Message(f"{event.type} in {where}", "", str((data.get("session") or {}).get("url") or _home()))
+
+
+def _interrupt_message(type: str, data: dict[str, Any], where: str) -> Message:
+    if type == EventType.INTERRUPT_WAITING:
+        interrupts = data.get("interrupts") or {}
+        nodes = ", ".join(str(node) for node in interrupts.get("nodes") or []) or "a node"
+        return Message(f"{where} waits for your answer ({nodes})", "Answer it:", str(interrupts.get("url", "")))
+    interrupt = data.get("interrupt") or {}
+    by = f" by {interrupt['answered_by']}" if interrupt.get("answered_by") else ""
+    title = f"Interrupt of {interrupt.get('node') or 'a node'} in {where} answered{by}"
+    return Message(title, str(interrupt.get("comment", "")), str(interrupt.get("url", "")))
 
 
 def _home() -> str:
