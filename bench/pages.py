@@ -202,6 +202,8 @@ ROUTES: dict[str, Callable[[World], list[Page]]] = {
     "session_list": lambda world: [Page(), Page(query="?status=failed"), Page(query="?q=nightly")],
     "session_detail": _sessions,
     "session_undo": _one_session,
+    "session_interrupts": _one_session,  # the demo has no LangGraph interrupt: the page says none is waiting
+    "interrupt_answer": _one_session,
     "session_export": _export,
     "phase_detail": _phases,
     "phase_feedback": _one_phase,
