@@ -305,7 +305,7 @@ def profile_creates(session: Any, workload: AgentSessionWorkload, count: int) ->
 
 def run_reads(report: Report, session: Any) -> None:
     from checkpoints import store
-    from checkpoints.api import _CHECKPOINT_FIELDS
+    from checkpoints.api.agent import _CHECKPOINT_FIELDS
     from checkpoints.models import AgentSession, Checkpoint, Chunk
 
     say("(b) reads")
