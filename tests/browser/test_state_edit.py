@@ -27,8 +27,10 @@ def test_operator_edits_a_value_previews_the_diff_and_saves_a_new_head(page, liv
     page.get_by_role("link", name="Edit memory").click()
     expect(page.get_by_role("heading", name="Edit the state of #1 plan")).to_be_visible()
     editor = page.get_by_label("New value (JSON)")
-    expect(editor).to_have_value('{\n  "goal": "delete every stale branch",\n  "budget": 40,\n  "notes": [\n'
-                                 '    "asked twice",\n    "<b>not bold</b>"\n  ]\n}')  # fmt: skip
+    expect(editor).to_have_value(
+        '{\n  "budget": 40,\n  "goal": "delete every stale branch",\n  "notes": [\n    "asked twice",\n'
+        '    "<b>not bold</b>"\n  ]\n}'
+    )  # keys as stored: sorted
     shoot_everywhere(page, "state-edit-form")
 
     editor.fill('{"goal": "archive stale branches", "budget": 40')

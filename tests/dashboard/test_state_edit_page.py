@@ -78,7 +78,8 @@ def test_save_stores_a_new_head_and_offers_undo(client, alice, run):
     assert store.load_state(bytes(edited.root)) == {"memory": {"goal": "fix it", "n": 1}, "log": ["a"]}
     assert AuditEvent.objects.get(action="edit_state").actor == "alice"
     page = client.get(response["Location"])
-    assert "Undo" in text(select(page, ".notice")[0]) or select(page, "form[action$='/undo/']")
+    assert select(page, f"form[action='{reverse('dashboard:session_undo', args=[session.pk])}']")
+    assert "An operator's edit of #2 (wrong goal): its state with /memory/goal set" in text(select(page, ".related")[0])
     undo = client.post(reverse("dashboard:session_undo", args=[session.pk]))
     assert undo.status_code == 302
     assert AgentSession.objects.get(pk=session.pk).head.parent_id == made[2].pk
