@@ -27,6 +27,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PATH=/opt/venv/bin:$PATH \
     PYTHONPATH=/app \
     VAR_DIR=/app/var \
+    ACCESS_LOG=1 \
     WEB_CONCURRENCY=3
 
 RUN groupadd --system --gid 10001 app \
@@ -35,7 +36,7 @@ RUN groupadd --system --gid 10001 app \
 COPY --from=builder /opt/venv /opt/venv
 
 WORKDIR /app
-COPY manage.py ./
+COPY manage.py gunicorn.conf.py ./
 COPY config ./config
 COPY checkpoints ./checkpoints
 COPY dashboard ./dashboard

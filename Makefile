@@ -1,27 +1,45 @@
 # Checkpoint Console — the two commands a new user needs: `make run` and `make test`.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml clients/python/pyproject.toml | cksum | cut -d' ' -f1)
+HASH := $(shell cat pyproject.toml clients/python/pyproject.toml | cksum | cut -d' ' -f1)
+RUNTIME := $(VENV)/.runtime-$(HASH)
+DEV := $(VENV)/.dev-$(HASH)
 PORT ?= 8000
 PG_TEST_URL ?= postgres://postgres@127.0.0.1:5432/checkpoint_console
 REDIS_TEST_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: install run test bench lint docs clean
+.PHONY: install install-runtime run manage test bench lint docs clean
 
-install: $(STAMP)
+# `make run` needs only the runtime packages; `make test`, `lint`, `docs` and `bench` add the tools (the
+# test, lint and docs extras, and LangGraph for the client's saver). Each step is reinstalled only when a
+# pyproject.toml changes.
+install: $(DEV)
+install-runtime: $(RUNTIME)
 
-$(STAMP): pyproject.toml clients/python/pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e "./clients/python[langgraph]" -e ".[test,docs]"
-	rm -f $(VENV)/.installed-*
-	touch $(STAMP)
+$(RUNTIME): pyproject.toml clients/python/pyproject.toml
+	@test -x $(PY) || { echo "make: creating the virtualenv $(VENV)"; python3 -m venv $(VENV); }
+	@echo "make: installing the runtime packages into $(VENV) (about a minute the first time)"
+	@$(PY) -m pip install --quiet --disable-pip-version-check -e ./clients/python -e .
+	@rm -f $(VENV)/.runtime-*
+	@touch $@
 
-# Embedded defaults: SQLite under var/, the filesystem broker, DEBUG on. Ctrl-C stops web, worker and beat.
-run: install
-	DEBUG=$${DEBUG:-1} $(PY) manage.py migrate --no-input
-	DEBUG=$${DEBUG:-1} $(PY) manage.py bootstrap --port $(PORT)
-	DEBUG=$${DEBUG:-1} $(PY) manage.py serve --port $(PORT)
+$(DEV): $(RUNTIME)
+	@echo "make: installing the test, lint and docs tools into $(VENV)"
+	@$(PY) -m pip install --quiet --disable-pip-version-check -e "./clients/python[langgraph]" -e ".[test,lint,docs]"
+	@rm -f $(VENV)/.dev-*
+	@touch $@
+
+# Embedded defaults: SQLite under var/, the filesystem broker, DEBUG on. Ctrl-C stops web, worker and beat; a
+# child that dies is restarted, and `make run` fails when one keeps dying.
+run: install-runtime
+	@echo "make: applying database migrations"
+	@DEBUG=$${DEBUG:-1} $(PY) manage.py migrate --no-input
+	@echo "make: starting the web server, a Celery worker and beat on port $(PORT)"
+	@DEBUG=$${DEBUG:-1} $(PY) manage.py serve --bootstrap --port $(PORT)
+
+# Any manage.py command with the project's interpreter: make manage ARGS="createsuperuser"
+manage: install-runtime
+	@$(PY) manage.py $(ARGS)
 
 # Uses PostgreSQL and Redis when they answer on 127.0.0.1 (or DATABASE_URL / REDIS_URL are set);
 # otherwise SQLite, and the tests that need a server are skipped with the reason.

@@ -183,9 +183,9 @@ def persona(label: str) -> Any:
 
 
 def persona_cases(project: Any, seeds: int, steps: int) -> Collected:
-    from checkpoints.services.drift import DETECTORS
+    from checkpoints.services.drift import every_kind
 
-    found = Collected({str(kind) for kind in DETECTORS} - NOT_JUDGED)
+    found = Collected(set(every_kind()) - NOT_JUDGED)
     for seed in range(seeds):
         for label in PERSONAS:
             name = f"{label}-healthy-{seed}"
@@ -287,8 +287,8 @@ def drifting_cases(project: Any, found: Collected) -> None:
 
 def _loop_cost(session: Any) -> float:
     """Milliseconds the published loop rules take over the session's window, its head's state already read."""
+    from checkpoints.registry.detectors import DETECTORS, LOOPS
     from checkpoints.services import drift
-    from checkpoints.services.loops import LOOP_DETECTORS
 
     limits = drift.Limits.from_settings()
     _, recent = drift.recents_for([session.pk], limits=limits, timed=False)[session.pk]
@@ -296,15 +296,15 @@ def _loop_cost(session: Any) -> float:
     start = time.perf_counter()
     for _ in range(20):
         recent._read.clear()
-        drift.run_detectors(recent, datetime.now(UTC), limits, list(LOOP_DETECTORS))
+        drift.run_detectors(recent, datetime.now(UTC), limits, [s.name for s in DETECTORS if s.module == LOOPS])
     return (time.perf_counter() - start) / 20 * 1000
 
 
 def fixture_cases(project: Any) -> list[Outcome]:
     from django.test import override_settings
-    from tests.checkpoints.test_drift import CASES, Agent, detect
 
     from checkpoints import services
+    from tests.services.test_drift import CASES, Agent, detect
 
     outcomes = []
     with override_settings(DRIFT_STATE_MAX_BYTES=5000):  # as the tests run them (small_state_limit)
@@ -322,10 +322,10 @@ def fixture_cases(project: Any) -> list[Outcome]:
 
 
 def scores(outcomes: list[Outcome]) -> dict[str, dict[str, Any]]:
-    from checkpoints.services.drift import DETECTORS
+    from checkpoints.services.drift import every_kind
 
     table = {}
-    for kind in sorted(str(kind) for kind in DETECTORS if kind != "source_missing"):
+    for kind in sorted(every_kind()):
         tp = fp = fn = tn = 0
         for outcome in outcomes:
             if kind not in outcome.judged:

@@ -185,7 +185,10 @@ def _export(world: World) -> list[Page]:
     from checkpoints.sources import formats  # the names the export offers (the view answers 400 to others)
 
     session = world.sessions[0]
-    return [Page((session.pk,), query=f"?format={name}") for name in formats.NAMES] + [Page((session.pk,))]
+    return [
+        Page((session.pk,), query=f"?format={name}")
+        for name in (formats.names() if hasattr(formats, "names") else formats.NAMES)
+    ] + [Page((session.pk,))]
 
 
 def _none(world: World) -> list[Page]:

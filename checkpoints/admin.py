@@ -41,6 +41,7 @@ from .outbox.notifications import (
     update_rule,
 )
 from .outbox.webhooks import delete_webhook
+from .registry.detectors import DETECTORS
 from .services import (
     Actor,
     InvalidInput,
@@ -184,6 +185,12 @@ class ProjectForm(forms.ModelForm):
             return parse_allowlist("\n".join(entries))
         except InvalidInput as exc:
             raise forms.ValidationError(str(exc).removeprefix("type_allowlist: ")) from None
+
+
+# The console's name where Django would say "Django administration"
+admin.site.site_header = "Checkpoint Console administration"
+admin.site.site_title = "Checkpoint Console admin"
+admin.site.index_title = "Records and settings"
 
 
 @admin.register(models.Project)
@@ -473,12 +480,22 @@ class LangGraphCheckpointAdmin(ReadOnlyAdmin, BigTableAdmin):
 class LangGraphWritesAdmin(ReadOnlyAdmin, BigTableAdmin):
     """Read-only: a checkpoint's pending writes go with it."""
 
-    list_display = ["checkpoint_id", "checkpoint_ns", "task_id", "session", "interrupted", "resumed"]
-    list_filter = ["interrupted", "resumed"]
+    list_display = ["checkpoint_id", "checkpoint_ns", "task_id", "session", "interrupted", "resumed", "failed"]
+    list_filter = ["interrupted", "resumed", "failed"]
     search_fields = ["=checkpoint_id", "=task_id", "=session__external_id"]
     list_select_related = ["session"]
     ordering = ["-id"]
     exclude = ["writes", "values_root"]
+
+
+@admin.register(models.InterruptAnswer)
+class InterruptAnswerAdmin(ReadOnlyAdmin):
+    """Read-only: an answer is given in the console's form or the API (audited), and the graph may have taken it."""
+
+    list_display = ["interrupt_id", "session", "node", "answered_by_name", "answered_at", "consumed_at"]
+    search_fields = ["=interrupt_id", "=session__external_id"]
+    list_select_related = ["session"]
+    ordering = ["-answered_at", "-id"]
 
 
 @admin.register(models.LangGraphTombstone)
@@ -644,7 +661,7 @@ class NotificationRuleForm(forms.ModelForm):
     )
     alert_kinds = forms.MultipleChoiceField(
         required=False,
-        choices=models.AlertKind.choices,
+        choices=DETECTORS.choices,
         widget=forms.CheckboxSelectMultiple,
         help_text="For alert events: only these kinds. None ticked: every kind.",
     )

@@ -27,6 +27,7 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .models import AgentSession, CheckpointKind, DriftAlert, JobRun, JobRunStatus
+from .task_names import APPLY_RETENTION
 
 logger = logging.getLogger(__name__)
 PREFIX = "checkpoint_console"
@@ -43,7 +44,7 @@ INGEST_SECONDS = Histogram(
 )
 
 _FINISHED = [status for status in JobRunStatus.values if status != JobRunStatus.RUNNING]
-RETENTION_JOB = "retention"  # the name checkpoints.tasks runs retention under
+RETENTION_JOB = APPLY_RETENTION.job
 
 
 def record_ingest(created: Iterable[tuple[str, str, str]], seconds: float) -> None:

@@ -6,6 +6,9 @@ from typing import Any
 from celery import Celery
 from celery.signals import worker_ready
 
+from .broker import register as register_embedded_broker
+
+register_embedded_broker()  # `filesystem://` writes its files atomically (config/broker.py)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("checkpoint_console")

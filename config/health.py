@@ -46,14 +46,27 @@ def broker() -> tuple[bool, str]:
         return True, conn.transport_cls
 
 
+def routed_queues() -> set[str]:
+    """The default queue and every queue CELERY_TASK_ROUTES sends a task to."""
+    routes = current_app.conf.task_routes or {}
+    return {current_app.conf.task_default_queue, *(route["queue"] for route in routes.values() if "queue" in route)}
+
+
 def worker() -> tuple[bool, str]:
-    """A Celery worker answers a ping (the first answer ends the wait)."""
+    """Celery workers answer, and among them they consume every queue a task is routed to (a worker started with
+    `-Q celery` alone would leave the deliveries waiting forever). Unlike a ping, which ends at the first answer,
+    this waits the whole timeout to hear every worker."""
     timeout = settings.HEALTH_WORKER_TIMEOUT_SECONDS
     with current_app.connection_for_write(connect_timeout=2) as conn:
-        replies = current_app.control.ping(timeout=timeout, limit=1, connection=conn)
+        replies = current_app.control.inspect(timeout=timeout, connection=conn).active_queues() or {}
     if not replies:
         return False, f"no worker answered a ping within {timeout:g} s"
-    return True, f"{next(iter(replies[0]))} answered"
+    consumed = {queue["name"] for queues in replies.values() for queue in queues or ()}
+    workers = ", ".join(sorted(replies))
+    missing = sorted(routed_queues() - consumed)
+    if missing:
+        return False, f"{workers} answered; no worker consumes the queue {', '.join(missing)}"
+    return True, f"{workers} answered"
 
 
 def beat() -> tuple[bool, str]:

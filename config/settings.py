@@ -9,6 +9,10 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.management.utils import get_random_secret_key
+from kombu import Queue
+
+from checkpoints import task_names
+from checkpoints.registry import detectors as drift_detectors
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
@@ -227,12 +231,22 @@ AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_CLIENT_IP_CALLABLE = "config.security.client_ip"
 AXES_LOCKOUT_CALLABLE = "config.security.login_locked_out"
 
+# Every request logged (the dev server's lines; the image's gunicorn logs them anyway and sets it); off, each web
+# process logs one line a minute of its request counts instead (config/access.py).
+ACCESS_LOG = env_bool("ACCESS_LOG", False)
+if not ACCESS_LOG:
+    MIDDLEWARE.insert(1, "config.access.RequestCounts")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.request": {"level": "ERROR"}},
+    "loggers": {
+        "django.request": {"level": "ERROR"},
+        # The dev server's line per request (`make run`): only with ACCESS_LOG; its 5xx lines stay.
+        "django.server": {"level": "INFO" if ACCESS_LOG else "ERROR"},
+        "axes": {"level": "WARNING"},  # not its "BEGIN version" line from every process at start
+    },
 }
 
 # The shared cache (API rate limits): CACHE_URL, else the Redis broker, else files under var/ (one host).
@@ -260,29 +274,10 @@ CHECKPOINT_MAX_BODY_BYTES = env_int("CHECKPOINT_MAX_BODY_BYTES", 16 * 1024 * 102
 CHECKPOINT_KEYFRAME_INTERVAL = env_int("CHECKPOINT_KEYFRAME_INTERVAL", 48)
 CHECKPOINT_CACHE_STATES = env_int("CHECKPOINT_CACHE_STATES", 16)
 
-# Drift detection (docs/drift.md) and routine checkpoints: thresholds of each detector.
-DRIFT_WINDOW = env_int("DRIFT_WINDOW", 50)  # recent checkpoints each detection run reads per session
-DRIFT_CYCLE_LIMIT = env_int("DRIFT_CYCLE_LIMIT", 300)  # steps since the last recovery checkpoint
-DRIFT_LONG_RUNNING_MINUTES = env_int("DRIFT_LONG_RUNNING_MINUTES", 120)  # active without a recovery checkpoint
-DRIFT_ERROR_WINDOW = env_int("DRIFT_ERROR_WINDOW", 20)  # last N steps (tool calls or checkpoints)
-DRIFT_ERROR_MIN_SAMPLES = env_int("DRIFT_ERROR_MIN_SAMPLES", 10)
-DRIFT_ERROR_PERCENT = env_int("DRIFT_ERROR_PERCENT", 40)  # fires above this share of failures
-DRIFT_REPETITION_LIMIT = env_int("DRIFT_REPETITION_LIMIT", 3)  # same tool call more often than this in a row
-DRIFT_STALLED_WINDOW = env_int("DRIFT_STALLED_WINDOW", 12)  # step checkpoints without task progress
-DRIFT_STALLED_SAME_HASH = env_int("DRIFT_STALLED_SAME_HASH", 3)  # consecutive step checkpoints, same state
-DRIFT_STATE_MAX_BYTES = env_int("DRIFT_STATE_MAX_BYTES", 8 * 1024 * 1024)  # context bloat
-DRIFT_ROUTINE_GRACE_MINUTES = env_int("DRIFT_ROUTINE_GRACE_MINUTES", 5)
-DRIFT_IDLE_HOURS = env_int("DRIFT_IDLE_HOURS", 24)  # an active session silent longer is idle, not running
-# OpenHands' stuck detector and Gemini CLI's loop detection, with their defaults (docs/drift.md)
-DRIFT_REPEATED_ACTION_LIMIT = env_int("DRIFT_REPEATED_ACTION_LIMIT", 4)  # same call, same result, in a row
-DRIFT_REPEATED_ERROR_LIMIT = env_int("DRIFT_REPEATED_ERROR_LIMIT", 3)  # same call ending in an error, in a row
-DRIFT_MONOLOGUE_LIMIT = env_int("DRIFT_MONOLOGUE_LIMIT", 3)  # same agent message with no input in between
-DRIFT_PING_PONG_LIMIT = env_int("DRIFT_PING_PONG_LIMIT", 6)  # calls alternating between two (call, result) pairs
-DRIFT_CONTEXT_ERROR_LIMIT = env_int("DRIFT_CONTEXT_ERROR_LIMIT", 3)  # context-window errors with no success between
-DRIFT_TOOL_CALL_LOOP_LIMIT = env_int("DRIFT_TOOL_CALL_LOOP_LIMIT", 5)  # identical calls (name + arguments) in a row
-DRIFT_CONTENT_CHUNK = env_int("DRIFT_CONTENT_CHUNK", 50)  # characters of assistant text compared at a time
-DRIFT_CONTENT_LOOP_LIMIT = env_int("DRIFT_CONTENT_LOOP_LIMIT", 10)  # repeats of one chunk that make a loop
-ROUTINE_INTERVAL_MINUTES = env_int("ROUTINE_INTERVAL_MINUTES", 30)
+# Drift detection (docs/drift.md) and routine checkpoints: the thresholds each detector declares, with their defaults
+# (DRIFT_WINDOW, DRIFT_CYCLE_LIMIT, …, ROUTINE_INTERVAL_MINUTES: checkpoints/registry/detectors.py; the meaning of
+# each is on docs/configuration.md), each from the environment variable of the same name.
+globals().update({name: env_int(name, default) for name, default in drift_detectors.defaults().items()})
 IMPORT_UPLOAD_MAX_BYTES = env_int("IMPORT_UPLOAD_MAX_BYTES", 512 * 1024 * 1024)
 # Uploaded archives (checkpoints/sources/archives.py), checked from their index before anything is unpacked.
 IMPORT_ARCHIVE_MAX_BYTES = env_int("IMPORT_ARCHIVE_MAX_BYTES", 2 * 1024**3)  # unpacked, all members together
@@ -304,9 +299,12 @@ JOB_STALE_AFTER_SECONDS = env_int("JOB_STALE_AFTER_SECONDS", 120)
 # Celery: Redis in production and CI; `make run` uses kombu's filesystem transport (no server).
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
+    # Private to the user who runs the console: whoever can write here can queue any task with any arguments
+    # (config/broker.py writes each message file 0600 as well).
     _broker_dir = VAR_DIR / "broker"
-    for _sub in ("queue", "processed", "control"):
-        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+    for _folder in (_broker_dir, *(_broker_dir / _sub for _sub in ("queue", "processed", "control"))):
+        _folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _folder.chmod(0o700)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
@@ -330,10 +328,13 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BEAT_SYNC_EVERY = 1  # record each run as it is sent (beat's last tick, which /health/ reads, stays current)
 CELERY_RESULT_EXPIRES = None  # no result backend: nothing to expire, so beat adds no "celery.backend_cleanup" job
 # Webhook and notification sends wait on receivers: their own queue, so a slow receiver never holds up the jobs.
-CELERY_TASK_ROUTES = {
-    "checkpoints.tasks.send_delivery": {"queue": "deliveries"},
-    "checkpoints.tasks.send_due_deliveries": {"queue": "deliveries"},
-}
+CELERY_TASK_ROUTES = task_names.routes()  # send_delivery and send_due_deliveries: the "deliveries" queue
+# A worker started without -Q (`celery -A config worker`, as Celery's docs say) consumes every queue a task is
+# routed to, not only "celery": otherwise deliveries would wait forever. -Q still narrows it.
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_QUEUES = [
+    Queue(name) for name in sorted({CELERY_TASK_DEFAULT_QUEUE, *(r["queue"] for r in CELERY_TASK_ROUTES.values())})
+]
 
 # Notifications and event webhooks: links in them point here; receivers on private addresses only when allowed.
 CONSOLE_BASE_URL = os.environ.get("CONSOLE_BASE_URL", "http://127.0.0.1:8000").rstrip("/")

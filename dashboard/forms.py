@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
@@ -12,8 +13,10 @@ from django.core.validators import RegexValidator
 from django.template.defaultfilters import filesizeformat
 from django.utils.dateparse import parse_datetime
 
-from checkpoints.models import AlertKind, AlertSeverity, AlertState, Channel, Project, Scope
+from checkpoints.models import AlertSeverity, AlertState, Project, Scope
+from checkpoints.outbox import channels
 from checkpoints.outbox.notifications import RULE_EVENTS, target_error
+from checkpoints.registry.detectors import DETECTORS
 from checkpoints.services import InvalidInput
 from checkpoints.services.typeguard import parse_allowlist
 from checkpoints.sources.archives import ARCHIVE_SUFFIXES, archive_suffix
@@ -166,10 +169,14 @@ def utc_datetime(text: str) -> datetime | None:
         return None
 
 
+def _any_kind() -> list[tuple[str, str]]:
+    return [("", "Any kind"), *DETECTORS.choices()]
+
+
 class AlertFilterForm(forms.Form):
     """The alert list's filters. Without a `state` parameter the list shows unresolved alerts."""
 
-    kind = forms.ChoiceField(required=False, choices=[("", "Any kind"), *AlertKind.choices])
+    kind = forms.ChoiceField(required=False, choices=_any_kind)
     severity = forms.ChoiceField(required=False, choices=[("", "Any severity"), *AlertSeverity.choices])
     state = forms.ChoiceField(
         required=False,
@@ -286,7 +293,7 @@ class RuleForm(forms.Form):
     )
     alert_kinds = forms.MultipleChoiceField(
         required=False,
-        choices=AlertKind.choices,
+        choices=DETECTORS.choices,
         widget=forms.CheckboxSelectMultiple,
         help_text="For alert events: only these kinds. None ticked: every kind.",
     )
@@ -296,12 +303,10 @@ class RuleForm(forms.Form):
         label="Minimum severity",
         help_text="For alert events: alerts below it are not sent.",
     )
-    channel = forms.ChoiceField(choices=Channel.choices)
+    channel = forms.ChoiceField(choices=channels.choices)  # the registered channels, read when a form is made
     target = forms.CharField(
         max_length=2000,
         strip=True,
-        help_text="Signed webhook and Slack: the https:// URL. Email: addresses separated by commas. "
-        "Apprise: json(s)://, xml(s)://, form(s)://, ntfy(s)://, discord:// or tgram:// URL.",
         widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
     )
     quiet_minutes = forms.IntegerField(
@@ -313,6 +318,10 @@ class RuleForm(forms.Form):
         "for this long; those deliveries are logged as suppressed. 0: send every time.",
     )
     enabled = forms.BooleanField(required=False, initial=True)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["target"].help_text = channels.target_help()  # each registered channel's target
 
     def clean(self) -> dict[str, Any]:
         data = self.cleaned_data
@@ -409,3 +418,36 @@ class TokenForm(forms.Form):
 
     def scopes(self) -> list[str]:
         return TOKEN_ACCESS[self.cleaned_data["access"]]
+
+
+class InterruptAnswerForm(forms.Form):
+    """An answer to a LangGraph interrupt: Approve (true) or Reject (false) for a yes/no question, else the
+    text of the answer: JSON when it reads as JSON, otherwise sent as a string."""
+
+    interrupt_id = forms.CharField(max_length=200, widget=forms.HiddenInput)
+    decision = forms.ChoiceField(
+        choices=[("approve", "Approve"), ("reject", "Reject"), ("answer", "Answer")], required=False
+    )
+    answer = forms.CharField(
+        required=False,
+        max_length=1_000_000,
+        widget=forms.Textarea(attrs={"rows": 6, "class": "mono", "spellcheck": "false"}),
+        help_text='JSON ({"approved": true, "note": "…"}, 42, "text"), or plain text, sent as a string.',
+    )
+    comment = forms.CharField(required=False, max_length=10_000, widget=forms.Textarea(attrs={"rows": 2}))
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        decision = data.get("decision") or "answer"
+        if decision in ("approve", "reject"):
+            data["value"] = decision == "approve"
+            return data
+        text = (data.get("answer") or "").strip()
+        if not text:
+            self.add_error("answer", "Write an answer (JSON or text).")
+            return data
+        try:
+            data["value"] = json.loads(text)
+        except (ValueError, RecursionError):
+            data["value"] = text
+        return data

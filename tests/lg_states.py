@@ -17,6 +17,7 @@ from langgraph.graph.message import add_messages
 from checkpoint_console import typedjson
 from checkpoints.models import AgentSession, Checkpoint
 from checkpoints.services import CheckpointInput, create_checkpoint
+from checkpoints.services import langgraph as lg
 
 SERDE = JsonPlusSerializer()
 WHEN = datetime.datetime(2026, 1, 2, 3, 4, 5)  # noqa: DTZ001 - an agent's own value in its state, naive as agents send them
@@ -130,3 +131,38 @@ def put(
         ),
     )
     return checkpoint
+
+
+def put_thread(project: Any, saver: InMemorySaver, thread_id: str = "thread-1") -> list[Checkpoint]:
+    """Every checkpoint of the thread and its pending writes sent through the LangGraph services as ConsoleSaver
+    sends them (each checkpoint whole, with its header and parent), in the order LangGraph wrote them."""
+    tuples = sorted(saver.list({"configurable": {"thread_id": thread_id}}), key=lambda t: t.checkpoint["id"])
+    stored = []
+    for item in tuples:
+        configurable = item.config["configurable"]
+        header = {key: value for key, value in item.checkpoint.items() if key != "channel_values"}
+        checkpoint, _ = lg.put_checkpoint(
+            project,
+            lg.PutInput(
+                thread_id=thread_id,
+                checkpoint_ns=configurable["checkpoint_ns"],
+                checkpoint=typed(header),
+                metadata=typed(item.metadata),
+                values={channel: typed(value) for channel, value in item.checkpoint["channel_values"].items()},
+                parent_checkpoint_id=item.parent_config["configurable"]["checkpoint_id"]
+                if item.parent_config
+                else None,
+            ),
+        )
+        for task_id, channel, value in item.pending_writes or []:
+            lg.put_writes(
+                project,
+                thread_id=thread_id,
+                checkpoint_ns=configurable["checkpoint_ns"],
+                checkpoint_id=item.checkpoint["id"],
+                task_id=task_id,
+                task_path="",
+                writes=[(channel, typed(value))],
+            )
+        stored.append(checkpoint)
+    return stored

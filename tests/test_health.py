@@ -165,6 +165,32 @@ def test_with_every_part_up_readiness_is_green(client, redis_broker):
     assert body["checks"]["worker"]["detail"].endswith("answered")
 
 
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_a_routed_queue_that_no_worker_consumes_degrades_readiness_and_is_named(client, redis_broker, beat_ticked):
+    """A worker started with `-Q celery` alone: the webhook and notification deliveries would wait forever."""
+    from celery.contrib.testing.worker import start_worker
+
+    from config.celery import app
+
+    with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10, queues=["celery"]):
+        status, body = ready(client)
+        anonymous = client.get("/health/").json()
+    assert status == 200 and body["status"] == "degraded"
+    assert body["checks"]["worker"]["ok"] is False
+    assert body["checks"]["worker"]["detail"].endswith("answered; no worker consumes the queue deliveries")
+    assert anonymous["checks"]["worker"] == {"ok": False}  # the queue's and host's names are details
+
+
+def test_a_worker_started_without_q_consumes_every_routed_queue(settings):
+    """`celery -A config worker`, as Celery's docs say: the queues come from CELERY_TASK_QUEUES."""
+    from config.celery import app
+    from config.health import routed_queues
+
+    assert routed_queues() == {"celery", "deliveries"}
+    assert {queue.name for queue in app.amqp.queues.values()} >= routed_queues()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_container_probe_exits_0_only_for_a_2xx_answer(live_server, settings, capsys):
     from config import probe

@@ -288,3 +288,57 @@ def test_every_sample_scrape_job_and_every_compose_service_carries_the_token():
     for name in ("web", "worker", "beat"):
         environment = services[name]["environment"]
         assert environment["DEBUG"] == "0" and "METRICS_TOKEN" in environment, name
+
+
+def test_under_gunicorn_a_scrape_adds_up_every_worker_without_any_setting(tmp_path):
+    """The image's gunicorn command, two workers, no PROMETHEUS_MULTIPROC_DIR: gunicorn.conf.py defaults it under
+    VAR_DIR, so every scrape, whichever worker answers it, counts every worker's requests."""
+    import socket
+    import time
+
+    env = {k: v for k, v in os.environ.items() if k not in {"PROMETHEUS_MULTIPROC_DIR", "DATABASE_URL"}}
+    env.update(VAR_DIR=str(tmp_path), DEBUG="0", METRICS_TOKEN=TOKEN, SECRET_KEY="gunicorn-test-key-" + "x" * 40)
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True, timeout=300)
+    stale = tmp_path / "prometheus" / "counter_1.db"
+    stale.parent.mkdir()
+    stale.write_bytes(b"from an earlier run")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = ["gunicorn", "config.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2"]
+    with (tmp_path / "gunicorn.log").open("wb") as log:
+        server = subprocess.Popen([sys.executable, "-m", *command], cwd=ROOT, env=env, stdout=log, stderr=log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, (tmp_path / "gunicorn.log").read_text()
+            try:
+                urllib.request.urlopen(f"{base}/health/live", timeout=2)  # noqa: S310 - the test's own server
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "gunicorn did not answer within 120 s"
+                time.sleep(0.2)
+        for _ in range(30):
+            urllib.request.urlopen(f"{base}/health/live", timeout=10)  # noqa: S310 - as above
+        counts = []
+        for _ in range(6):
+            request = urllib.request.Request(f"{base}/metrics", headers=BEARER)  # noqa: S310 - as above
+            with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - as above
+                families = text_string_to_metric_families(response.read().decode())
+            counts.append(
+                sum(
+                    s.value
+                    for family in families
+                    for s in family.samples
+                    if s.name == "django_http_requests_latency_seconds_by_view_method_count"
+                    and s.labels.get("view") == "health_live"
+                )
+            )
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert len(set(counts)) == 1 and counts[0] >= 31, counts  # every scrape the same sum: at least the 30 and the first
+    files = {p.name for p in (tmp_path / "prometheus").iterdir()}
+    assert any(name.startswith("counter_") for name in files), files  # the workers wrote their counts there
+    assert "counter_1.db" not in files  # the earlier run's counts went at start

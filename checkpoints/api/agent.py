@@ -42,6 +42,7 @@ from .common import (
     Timestamp,
     _actor,
     _json,
+    _session,
     _token,
 )
 
@@ -242,16 +243,6 @@ def session_dict(session: AgentSession) -> dict[str, Any]:
         "last_seen_at": session.last_seen_at,
         "metadata": session.metadata,
     }
-
-
-def _session(request: HttpRequest, external_id: str) -> AgentSession:
-    project = _token(request).project
-    session = (
-        AgentSession.objects.select_related("project", "head").filter(project=project, external_id=external_id).first()
-    )
-    if session is None:
-        raise HttpError(404, f"no session {external_id!r} in project {project.slug!r}")
-    return session
 
 
 def _checkpoint(request: HttpRequest, checkpoint_id: int) -> Checkpoint:

@@ -25,6 +25,7 @@ from pydantic import AfterValidator, ConfigDict, model_validator
 
 from .. import limits, services
 from ..models import (
+    AgentSession,
     ApiToken,
     Scope,
 )
@@ -325,3 +326,14 @@ def _actor(request: HttpRequest) -> services.Actor:
 
 def _json(data: dict[str, Any], status: int = 200) -> HttpResponse:
     return HttpResponse(jsoncodec.dumps(data, default=_json_default), status=status, content_type="application/json")
+
+
+def _session(request: HttpRequest, external_id: str) -> AgentSession:
+    """The token's project's session of that id; 404 for any other (another project's is not told apart)."""
+    project = _token(request).project
+    session = (
+        AgentSession.objects.select_related("project", "head").filter(project=project, external_id=external_id).first()
+    )
+    if session is None:
+        raise HttpError(404, f"no session {external_id!r} in project {project.slug!r}")
+    return session

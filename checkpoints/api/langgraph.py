@@ -97,6 +97,23 @@ def put_writes(request: HttpRequest, payload: WritesIn) -> Any:
     return {"stored": stored}
 
 
+class PendingResumeIn(Strict):
+    thread_id: str = ThreadId
+
+
+class PendingResumeOut(Strict):
+    resume: dict[str, Any] | None = Field(
+        description="interrupt id → answer (typed JSON) for the answers the graph has not taken yet; null: none."
+    )
+
+
+@router.post("/resume", response={200: PendingResumeOut, **LG_ERRORS})
+def pending_resume(request: HttpRequest, payload: PendingResumeIn) -> Any:
+    """What `ConsoleSaver.pending_resume` turns into `Command(resume=…)`: the answers people gave to the thread's
+    interrupts in the console (or through `/sessions/{id}/interrupts/{id}/answer`) that the graph has not taken."""
+    return {"resume": lg.pending_resume(_token(request).project, thread_id=payload.thread_id) or None}
+
+
 class GetIn(Strict):
     thread_id: str = ThreadId
     checkpoint_ns: str = Namespace

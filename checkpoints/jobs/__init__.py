@@ -164,3 +164,14 @@ def run_job(
     JobRun.objects.filter(pk=run.pk).update(status=status, result=result, finished_at=timezone.now())
     run.refresh_from_db()
     return run
+
+
+def forget_runs(name: str, *, older_than: timedelta, now: datetime | None = None) -> int:
+    """Delete the finished runs of job `name` that started more than `older_than` ago (its newest run stays,
+    whatever its age, for the Jobs page); how many."""
+    cutoff = (now or timezone.now()) - older_than
+    runs = JobRun.objects.filter(job=name)
+    newest = runs.order_by("-started_at", "-pk").values_list("pk", flat=True)[:1]
+    old = runs.filter(started_at__lt=cutoff).exclude(status=JobRunStatus.RUNNING).exclude(pk__in=newest)
+    deleted, _ = old.delete()
+    return deleted

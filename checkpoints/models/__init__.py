@@ -9,6 +9,9 @@ from .audit import (
     AuditEventQuerySet as AuditEventQuerySet,
 )
 from .langgraph import (
+    InterruptAnswer as InterruptAnswer,
+)
+from .langgraph import (
     LangGraphCheckpoint as LangGraphCheckpoint,
 )
 from .langgraph import (
@@ -16,6 +19,9 @@ from .langgraph import (
 )
 from .langgraph import (
     LangGraphWrites as LangGraphWrites,
+)
+from .langgraph import (
+    checkpoint_id_order as checkpoint_id_order,
 )
 from .operations import (
     ImportJob as ImportJob,

@@ -10,8 +10,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ..fields import SafeCharField, SafeJSONField, SafeTextField
+from ..registry.formats import FORMATS
 from .projects import Project, ProjectScopedQuerySet
-from .sessions import CheckpointKind, SourceFormat
+from .sessions import CheckpointKind, RegisteredChoices
 
 
 class RetentionScope(models.TextChoices):
@@ -55,7 +56,7 @@ class WatchedSource(models.Model):
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="watched_sources")
     path = models.CharField(max_length=1000)
-    format = models.CharField(max_length=20, choices=SourceFormat.choices)
+    format = models.CharField(max_length=20, choices=RegisteredChoices(FORMATS.choices))
     enabled = models.BooleanField(default=True)
     seen = models.JSONField(default=dict, blank=True, help_text="File path → (size, mtime) already imported.")
     last_scan_at = models.DateTimeField(null=True, blank=True)

@@ -26,6 +26,8 @@ class EventType(models.TextChoices):
     ALERT_RESOLVED = "alert.resolved"
     PHASE_WAITING = "phase.waiting"
     PHASE_FEEDBACK = "phase.feedback"
+    INTERRUPT_WAITING = "interrupt.waiting"
+    INTERRUPT_ANSWERED = "interrupt.answered"
     JOB_FAILED = "job.failed"
     IMPORT_FAILED = "import.failed"
     PING = "ping"  # "Send test"
@@ -70,6 +72,10 @@ class WebhookEndpoint(models.Model):
 
 
 class Channel(models.TextChoices):
+    """The notification channels, declared: the value rules and deliveries store, and the label the console shows.
+    Each is implemented and registered by its module in checkpoints/outbox/channels/ (sender, target check, help);
+    a test fails when one is declared here and not registered there (docs/extending-channels.md)."""
+
     WEBHOOK = "webhook", "signed webhook"
     SLACK = "slack", "Slack-compatible incoming webhook"
     EMAIL = "email", "email"

@@ -106,6 +106,7 @@ class PhaseFeedback(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
+        verbose_name_plural = "phase feedback"
         ordering = ["phase", "-created_at", "-id"]
         permissions = [("approve_phase", "Can review phases: approve, request changes, skip or reject")]
         indexes = [

@@ -189,6 +189,8 @@ class Scope(models.TextChoices):
 
     READ = "read", "read sessions, checkpoints, diffs, live state, LangGraph threads, webhooks and their deliveries"
     WRITE = "write", "store and change: sessions, checkpoints, restores, forks, LangGraph puts and deletions, webhooks"
+    # Not implied by write: an agent's write token must not answer the question its own graph asks a person.
+    ANSWER = "answer", "answer a LangGraph thread's interrupts (what a person approves or decides)"
 
 
 DEFAULT_SCOPES = [Scope.READ.value, Scope.WRITE.value]  # a token created without naming its scopes
@@ -208,6 +210,9 @@ class ApiToken(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True, help_text="After this the token gets 401; empty: never.")
 
     objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = "API token"
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -12,12 +12,30 @@ from django.db.models import F, Q
 from django.db.models.fields.tuple_lookups import Tuple, TupleLessThan
 from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
+from django.utils.choices import BaseChoiceIterator
 
 from .. import limits
 from ..fields import SafeCharField, SafeJSONField, SafeTextField
+from ..registry.detectors import DETECTORS
+from ..registry.formats import FORMATS
 from .projects import Project, ProjectScopedQuerySet
 
 
+class RegisteredChoices(BaseChoiceIterator):
+    """A column's choices: what a registry holds when they are read, so that a declaration registered later (a
+    test's toy format) is a choice too. Unlike a callable, which a migration would name, makemigrations sees
+    (value, label) pairs: the same as a hand-written list, and no migration while the registry is unchanged."""
+
+    def __init__(self, choices: Callable[[], list[tuple[str, str]]]) -> None:
+        self.choices = choices  # a registry's `choices`
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self.choices())
+
+
+# The built-in formats and detectors by name, for the code that names one. What a column may hold, and the labels
+# shown, come from the registries (checkpoints/registry/): a format or detector is declared there, and the tests
+# check that each of these is declared with the same label.
 class SourceFormat(models.TextChoices):
     DREAMOS = "dreamos"
     BREAKPILOT = "breakpilot"
@@ -29,6 +47,7 @@ class SourceFormat(models.TextChoices):
 
 class SessionStatus(models.TextChoices):
     ACTIVE = "active"
+    WAITING = "waiting", "waiting for input"  # a LangGraph thread stopped at interrupt(): a person answers
     COMPLETED = "completed"
     FAILED = "failed"
     HALTED = "halted"
@@ -103,37 +122,43 @@ class AgentSessionQuerySet(ProjectScopedQuerySet):
     def needing_attention(
         self, *, stale_before: datetime, limit: int, grouped: Iterable[str] = ()
     ) -> list[AgentSession]:
-        """The `limit` sessions an operator should look at first, most urgent first (`attention`): 0 an open
-        alert (of a kind not in `grouped`: the overview shows those as one line each), newest alert first,
-        1 failed or halted, 2 active with a heartbeat older than `stale_before`, by recent activity. The newest
-        open alert's `alert_kind` and `alert_message` come along.
+        """The `limit` sessions an operator should look at first, most severe first, then by class
+        (`attention`): 0 an open alert (of a kind not in `grouped`: the overview shows those as one line each),
+        by its most severe open alert, newest first; 1 failed or halted (critical, as their alert is), by recent
+        activity; 2 active with a heartbeat older than `stale_before`, by recent activity, after every alert.
+        The most severe open alert's `alert_kind` and `alert_message` come along.
 
-        Each class is read newest first by an index and cut at `limit`, so the cost does not grow with the
+        Each class is read in its order by an index and cut at `limit`, so the cost does not grow with the
         number of sessions or alerts; only the sessions shown are joined to their heads and badges.
         """
         alerts = DriftAlert.objects.open().filter(session__in=self.values("pk")).exclude(kind__in=list(grouped))
-        newest: dict[int, tuple[str, str]] = {}
+        worst: dict[int, tuple[int, str, str]] = {}  # session → its most severe open alert's rank, kind, message
         # a session holds one open alert of a kind at most: this many alerts name `limit` sessions
-        for session_id, kind, message in alerts.order_by("-opened_at", "-pk").values_list(
-            "session_id", "kind", "message"
-        )[: limit * len(AlertKind)]:
-            newest.setdefault(session_id, (kind, message))
-        chosen = dict.fromkeys(list(newest)[:limit], 0)
-        silent = Q(last_seen_at__lt=stale_before) | Q(last_seen_at__isnull=True, created_at__lt=stale_before)
-        for attention, candidates in (
-            (1, self.filter(status__in=[SessionStatus.FAILED, SessionStatus.HALTED])),
-            (2, self.filter(silent, status=SessionStatus.ACTIVE)),
-        ):
-            room = limit - len(chosen)
-            if room <= 0:
-                break
-            found = candidates.order_by("-updated_at", "-pk").values_list("pk", flat=True)[: room + len(chosen)]
-            for pk in [pk for pk in found if pk not in chosen][:room]:
-                chosen[pk] = attention
-        shown = {session.pk: session for session in self.filter(pk__in=list(chosen)).for_list()}
-        for pk, attention in chosen.items():
-            shown[pk].attention = attention
-            shown[pk].alert_kind, shown[pk].alert_message = newest.get(pk, ("", ""))
+        for session_id, kind, message, rank in alerts.most_severe_first().values_list(
+            "session_id", "kind", "message", "severity_rank"
+        )[: limit * len(DETECTORS)]:
+            worst.setdefault(session_id, (rank, kind, message))
+        critical = SEVERITY_RANKS[AlertSeverity.CRITICAL]
+        # (severity, attention, position in its class): the smallest first
+        keys = {pk: (-rank, 0, position) for position, (pk, (rank, _, _)) in enumerate(list(worst.items())[:limit])}
+        failed = self.filter(status__in=[SessionStatus.FAILED, SessionStatus.HALTED])
+        found = failed.order_by("-updated_at", "-pk").values_list("pk", flat=True)[: limit + len(keys)]
+        for position, pk in enumerate([pk for pk in found if pk not in keys][:limit]):
+            keys[pk] = (-critical, 1, position)
+        room = limit - len(keys)
+        if room > 0:
+            silent = Q(last_seen_at__lt=stale_before) | Q(last_seen_at__isnull=True, created_at__lt=stale_before)
+            quiet = self.filter(silent, status=SessionStatus.ACTIVE).order_by("-updated_at", "-pk")
+            for position, pk in enumerate(
+                [pk for pk in quiet.values_list("pk", flat=True)[: room + len(keys)] if pk not in keys][:room]
+            ):
+                keys[pk] = (1, 2, position)
+        chosen = sorted(keys, key=keys.__getitem__)[:limit]
+        shown = {session.pk: session for session in self.filter(pk__in=chosen).for_list()}
+        for pk in chosen:
+            if pk in shown:
+                shown[pk].attention = keys[pk][1]
+                shown[pk].alert_kind, shown[pk].alert_message = worst.get(pk, (0, "", ""))[1:]
         return [shown[pk] for pk in chosen if pk in shown]
 
 
@@ -171,7 +196,7 @@ class AgentSession(models.Model):
     live_state_at = models.DateTimeField(null=True, blank=True)
     metadata = SafeJSONField(default=dict, blank=True)
     source_path = models.CharField(max_length=1000, blank=True, help_text="The folder this session was imported from.")
-    source_format = models.CharField(max_length=20, choices=SourceFormat.choices, blank=True)
+    source_format = models.CharField(max_length=20, choices=RegisteredChoices(FORMATS.choices), blank=True)
     write_back = models.BooleanField(
         default=False, help_text="On restore, also write the restored state into source_path in source_format."
     )
@@ -489,6 +514,7 @@ class AlertKind(models.TextChoices):
     # Gemini CLI's loop detection
     TOOL_CALL_LOOP = "tool_call_loop"
     CONTENT_LOOP = "content_loop"
+    NODE_ERROR = "node_error"  # a LangGraph node raised: its __error__ write on the thread's latest checkpoint
 
 
 class AlertSeverity(models.TextChoices):
@@ -543,7 +569,7 @@ class DriftAlertQuerySet(ProjectScopedQuerySet):
 class DriftAlert(models.Model):
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="alerts", db_index=False)
     checkpoint = models.ForeignKey(Checkpoint, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    kind = models.CharField(max_length=30, choices=AlertKind.choices)
+    kind = models.CharField(max_length=30, choices=RegisteredChoices(DETECTORS.choices))
     severity = models.CharField(max_length=20, choices=AlertSeverity.choices, default=AlertSeverity.WARNING)
     message = SafeTextField()
     evidence = SafeJSONField(default=dict, blank=True)

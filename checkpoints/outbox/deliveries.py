@@ -9,17 +9,13 @@ retried after its lease): the X-Checkpoint-Delivery header is the id to drop dup
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import secrets
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from contextlib import suppress
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-import orjson
 from celery import shared_task
 from django.conf import settings
 from django.db import transaction
@@ -27,11 +23,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from ..audit import Actor, record_audit
-from ..models import Channel, Delivery, DeliveryStatus, Event
-from . import channels, safe_http
-from .apprise_urls import scheme_refusal
+from ..models import Delivery, DeliveryStatus, Event
+from ..task_names import SEND_DELIVERY
+from . import channels
 from .outcome import Outcome
-from .safe_http import Outgoing, describe
+from .safe_http import describe
 
 logger = logging.getLogger(__name__)
 
@@ -46,56 +42,21 @@ RETRY_DELAYS = (
 LEASE_MARGIN = timedelta(seconds=60)  # a claimed attempt is retried this long after its timeout if its worker died
 
 
-def iso_time(moment: datetime) -> str:
-    """A time as receivers read it: ISO 8601 in UTC, with a Z."""
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def body_of(event: Event) -> bytes:
-    """The JSON every delivery of `event` sends, byte for byte the same on each attempt (the signature covers it)."""
-    body = {"id": str(event.id), "type": event.type, "created_at": iso_time(event.created_at), "data": event.data}
-    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)  # PostgreSQL's jsonb keeps no key order
-
-
 def new_secret() -> str:
     """A signing secret for a webhook endpoint or a webhook notification rule."""
     return f"whsec_{secrets.token_urlsafe(32)}"
-
-
-def signature_header(secret: str, body: bytes, timestamp: int) -> str:
-    """`t=<unix time>,v1=<hex HMAC-SHA256 of "<t>." + body>`: the timestamp is signed so a replay can be refused."""
-    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
-    return f"t={timestamp},v1={digest}"
-
-
-def send_signed(delivery: Delivery) -> Outcome:
-    """POST the event's body to the delivery's URL, signed with its endpoint's (or rule's) secret."""
-    body = body_of(delivery.event)
-    owner = delivery.endpoint or delivery.rule
-    headers = {
-        "Content-Type": "application/json",
-        "X-Checkpoint-Delivery": str(delivery.pk),
-        "X-Checkpoint-Event": delivery.event.type,
-    }
-    if owner is not None and owner.secret:
-        headers["X-Checkpoint-Signature"] = signature_header(owner.secret, body, int(time.time()))
-    return safe_http.send(Outgoing(delivery.target, body, headers))
-
-
-SENDERS: dict[str, Callable[[Delivery], Outcome]] = {Channel.WEBHOOK: send_signed, **channels.SENDERS}
 
 
 def _not_sendable(delivery: Delivery) -> str:
     """Why `delivery` must not go out any more, or "" when it may."""
     if delivery.endpoint is not None and delivery.endpoint.deleted_at is not None:
         return "Its webhook endpoint was deleted; not sent."
-    if delivery.channel == Channel.WEBHOOK and delivery.endpoint is None and delivery.rule is None:
-        return "Its webhook endpoint or rule was deleted; not sent."
-    if delivery.channel not in SENDERS:
+    kind = channels.kind_of(delivery.channel)
+    if kind is None:
         return f"No sender for the {delivery.channel} channel."
-    if delivery.channel == Channel.APPRISE:  # a rule saved before its scheme was refused: no retry will help
-        return scheme_refusal(delivery.target)
-    return ""
+    if kind.signed and delivery.endpoint is None and delivery.rule is None:  # its secret went with them
+        return "Its webhook endpoint or rule was deleted; not sent."
+    return kind.refusal_at_send(delivery.target)
 
 
 def _send(delivery: Delivery) -> Outcome:
@@ -103,7 +64,7 @@ def _send(delivery: Delivery) -> Outcome:
     if reason:
         return Outcome(ok=False, error=reason)
     try:
-        return SENDERS[delivery.channel](delivery)
+        return channels.REGISTRY[delivery.channel].send(delivery)
     except Exception as exc:  # a sender's bug is this attempt's failure, recorded, not a lost delivery
         logger.exception("sending delivery %s failed", delivery.pk)
         return Outcome(ok=False, error=describe(exc))
@@ -197,8 +158,8 @@ def queue(deliveries: Iterable[Delivery]) -> None:
 
 
 # The task lives beside `queue`, which sends it, so queueing imports nothing above the outbox. Its name is the one
-# it had in checkpoints/tasks.py: CELERY_TASK_ROUTES and messages already queued use it.
-@shared_task(name="checkpoints.tasks.send_delivery", acks_late=True)
+# it had in checkpoints/tasks.py (task_names): CELERY_TASK_ROUTES and messages already queued use it.
+@shared_task(name=SEND_DELIVERY.name, acks_late=True)
 def send_delivery(delivery_id: str) -> None:
     """One attempt of a delivery (queue "deliveries"); a retry is scheduled in the database, not here."""
     with suppress(Delivery.DoesNotExist):  # deleted with its old event: nothing to send

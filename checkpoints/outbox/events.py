@@ -29,6 +29,7 @@ from ..models import (
     Event,
     EventType,
     ImportJob,
+    InterruptAnswer,
     JobRun,
     Phase,
     PhaseFeedback,
@@ -36,12 +37,13 @@ from ..models import (
     WebhookEndpoint,
 )
 from . import notifications
-from .deliveries import iso_time, queue
+from .channels.webhook import iso_time
+from .deliveries import queue
 from .wanted import wanted_types
 
 logger = logging.getLogger(__name__)
 
-ALWAYS_OFFERED = {EventType.PHASE_WAITING}
+ALWAYS_OFFERED = {EventType.PHASE_WAITING, EventType.INTERRUPT_WAITING}
 
 
 def wants(type: str, project_id: int | None) -> bool:
@@ -196,6 +198,34 @@ def publish_phase_waiting(phase: Phase) -> None:
     data = {"session": session_data(phase.session), "phase": phase_data(phase)}
     dedupe_key = f"phase:{phase.session_id}:{phase.number}"
     publish(EventType.PHASE_WAITING, project=phase.session.project, data=data, dedupe_key=dedupe_key)
+
+
+def publish_interrupt_waiting(session: AgentSession, nodes: Sequence[str]) -> None:
+    """A LangGraph thread stopped at interrupt(): its project's approvers are emailed the answer form's link,
+    as for a phase waiting for approval."""
+    data = {
+        "session": session_data(session),
+        "interrupts": {"nodes": list(nodes), "url": console_url("session_interrupts", session.pk)},
+    }
+    dedupe_key = f"interrupt:{session.pk}"
+    publish(EventType.INTERRUPT_WAITING, project=session.project, data=data, dedupe_key=dedupe_key)
+
+
+def publish_interrupt_answered(session: AgentSession, answer: InterruptAnswer) -> None:
+    if not wants(EventType.INTERRUPT_ANSWERED, session.project_id):
+        return
+    data = {
+        "session": session_data(session),
+        "interrupt": {
+            "id": answer.interrupt_id,
+            "node": answer.node,
+            "value": answer.value,
+            "comment": answer.comment,
+            "answered_by": answer.answered_by_name,
+            "url": console_url("session_interrupts", session.pk),
+        },
+    }
+    publish(EventType.INTERRUPT_ANSWERED, project=session.project, data=data)
 
 
 def publish_phase_feedback(feedback: PhaseFeedback) -> None:

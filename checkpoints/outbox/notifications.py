@@ -15,8 +15,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.exceptions import ValidationError
-from django.core.validators import URLValidator, validate_email
 from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
@@ -24,7 +22,6 @@ from django.utils import timezone
 from ..audit import Actor, InvalidInput, record_audit
 from ..models import (
     SEVERITY_RANKS,
-    AlertKind,
     Channel,
     Delivery,
     DeliveryStatus,
@@ -34,10 +31,10 @@ from ..models import (
     Project,
     ProjectRole,
 )
-from .apprise_urls import refusal
-from .channels import addresses
+from ..registry.detectors import DETECTORS
+from . import channels
+from .channels import InvalidTarget
 from .deliveries import new_secret, send_now
-from .safe_http import UnsafeTarget, check_target
 from .wanted import forget_wanted
 
 ALERT_EVENTS = frozenset({EventType.ALERT_OPENED, EventType.ALERT_ESCALATED, EventType.ALERT_RESOLVED})
@@ -48,27 +45,22 @@ RULE_EVENTS = [
     EventType.ALERT_RESOLVED,
     EventType.PHASE_WAITING,
     EventType.PHASE_FEEDBACK,
+    EventType.INTERRUPT_WAITING,
+    EventType.INTERRUPT_ANSWERED,
     EventType.JOB_FAILED,
     EventType.IMPORT_FAILED,
     EventType.SESSION_RESTORED,
     EventType.SESSION_FORKED,
 ]
-MAX_ADDRESSES = 20
+APPROVERS_EMAILED = {EventType.PHASE_WAITING, EventType.INTERRUPT_WAITING}  # rule or not
 RULE_FIELDS = ("name", "events", "alert_kinds", "min_severity", "channel", "target", "quiet_minutes", "enabled")
-
-
-class InvalidTarget(InvalidInput):
-    """A rule's target cannot be sent to by its channel; the message says why, for the form."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("target", message)
 
 
 # ---- matching: the deliveries an event gets ------------------------------------------------------------
 
 
 def deliveries_for(event: Event) -> list[Delivery]:
-    """The deliveries the rules (and, for a waiting phase, the project's approvers) want for `event`, unsaved:
+    """The deliveries the rules (and, for a waiting phase or interrupt, the project's approvers) want for `event`, unsaved:
     `events.publish` saves them with the event."""
     if event.type not in RULE_EVENTS:  # checkpoint.created on every ingest: no query
         return []
@@ -86,7 +78,7 @@ def deliveries_for(event: Event) -> list[Delivery]:
         )
         for rule in rules
     ]
-    if event.type == EventType.PHASE_WAITING and event.project_id is not None:
+    if event.type in APPROVERS_EMAILED and event.project_id is not None:
         deliveries += [
             Delivery(event=event, channel=Channel.EMAIL, target=email, next_attempt_at=event.created_at)
             for email in approver_emails(event.project_id)
@@ -155,33 +147,8 @@ def approver_emails(project_id: int) -> list[str]:
 
 
 def check_rule_target(channel: str, target: str) -> None:
-    """Raise InvalidTarget unless `channel` can send to `target` (a private address only when allowed)."""
-    if channel == Channel.EMAIL:
-        found = addresses(target)
-        if not found:
-            raise InvalidTarget("Give at least one email address.")
-        if len(found) > MAX_ADDRESSES:
-            raise InvalidTarget(f"At most {MAX_ADDRESSES} addresses.")
-        for address in found:
-            try:
-                validate_email(address)
-            except ValidationError as exc:
-                raise InvalidTarget(f"{address!r} is not an email address.") from exc
-        return
-    if channel == Channel.APPRISE:
-        refused = refusal(target)
-        if refused:
-            raise InvalidTarget(refused)
-    elif channel in (Channel.WEBHOOK, Channel.SLACK):
-        try:
-            URLValidator(schemes=["http", "https"])(target)
-            check_target(target)
-        except ValidationError as exc:
-            raise InvalidTarget("Enter an http:// or https:// URL.") from exc
-        except UnsafeTarget as exc:
-            raise InvalidTarget(str(exc).removeprefix("url: ")) from exc
-    else:
-        raise InvalidTarget(f"Unknown channel {channel!r}.")
+    """Raise InvalidTarget unless `channel` can send to `target` (its module's check: channels/)."""
+    channels.check_target(channel, target)
 
 
 def target_error(channel: str | None, target: str | None) -> str:
@@ -197,14 +164,15 @@ def target_error(channel: str | None, target: str | None) -> str:
 
 def _check_rule(fields: dict[str, Any]) -> None:
     check_rule_target(fields["channel"], fields["target"])
-    unknown = set(fields["events"]) - set(RULE_EVENTS) or set(fields.get("alert_kinds", [])) - set(AlertKind.values)
+    unknown = set(fields["events"]) - set(RULE_EVENTS) or set(fields.get("alert_kinds", [])) - set(DETECTORS.names())
     if unknown or not fields["events"]:
         raise InvalidInput("events", f"Not events or alert kinds a rule can send: {sorted(unknown) or 'none'}.")
 
 
 def _secret_for(rule: NotificationRule) -> str:
-    """A new signing secret when the rule is a signed webhook without one, else ""."""
-    return new_secret() if rule.channel == Channel.WEBHOOK and not rule.secret else ""
+    """A new signing secret when the rule's channel signs its deliveries and the rule has none, else ""."""
+    kind = channels.kind_of(rule.channel)
+    return new_secret() if kind is not None and kind.signed and not rule.secret else ""
 
 
 def _rule_changed(rule: NotificationRule) -> None:

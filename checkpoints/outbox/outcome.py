@@ -1,4 +1,4 @@
-"""What one attempt to send a delivery came to; every sender returns one (channels.py and deliveries.py share it)."""
+"""What one attempt to send a delivery came to; every channel's sender returns one (outbox/channels/)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Drift alerts an operator acknowledges or resolves: each claimed with a conditional UPDATE, audited once."""
+"""Drift alerts an operator acknowledges or resolves, and those an undo reopens: each claimed with a conditional
+UPDATE, audited once."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..audit import Actor, record_audit
-from ..models import AlertState, DriftAlert, EventType
+from ..models import AgentSession, AlertState, DriftAlert, EventType
 from ..outbox import events
 
 
@@ -44,3 +45,36 @@ def resolve_alert(alert: DriftAlert, *, actor: Actor, reason: str = "", now: dat
     )
     events.publish_alert(EventType.ALERT_RESOLVED, alert)
     return alert
+
+
+def reopen_resolved_since(
+    session: AgentSession, kinds: list[str], *, since: datetime, actor: Actor, reason: str, now: datetime
+) -> list[DriftAlert]:
+    """Reopen the newest alert of each of `kinds` resolved at or after `since`, unless the session has an
+    unresolved one of that kind again: an undo gives the agent back a state whose incident the restore had
+    closed, and it is the same incident. Each reopening is audited and published as alert.opened."""
+    reopened = []
+    resolved = DriftAlert.objects.filter(session=session, kind__in=kinds, state=AlertState.RESOLVED)
+    open_kinds = set(DriftAlert.objects.unresolved().filter(session=session).values_list("kind", flat=True))
+    newest: dict[str, DriftAlert] = {}
+    for alert in resolved.filter(resolved_at__gte=since).order_by("-resolved_at", "-pk"):
+        newest.setdefault(alert.kind, alert)
+    for kind, alert in newest.items():
+        if kind in open_kinds:
+            continue
+        state = AlertState.ACKNOWLEDGED if alert.acknowledged_at else AlertState.OPEN
+        if not DriftAlert.objects.filter(pk=alert.pk, state=AlertState.RESOLVED).update(state=state, resolved_at=None):
+            continue
+        alert.state, alert.resolved_at, alert.session = state, None, session
+        record_audit(
+            actor,
+            "alert_reopened",
+            session=session,
+            target=f"{alert.kind} alert #{alert.pk}",
+            reason=reason,
+            details={"alert_id": alert.pk, "kind": alert.kind, "severity": alert.severity},
+            now=now,
+        )
+        events.publish_alert(EventType.ALERT_OPENED, alert)
+        reopened.append(alert)
+    return reopened

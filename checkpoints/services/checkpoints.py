@@ -27,6 +27,7 @@ from ..store import jsoncodec, tallies
 from ..store.jsoncodec import InvalidJSON
 from ..store.previews import Preview, preview_of
 from .drift import detect_after_ingest
+from .findings import threshold
 
 
 def get_or_create_project(slug: str) -> Project:
@@ -183,7 +184,10 @@ def ingest_checkpoints(
     # Drift detectors that need no state, once committed, only where something alarming arrived (a failed
     # or halted checkpoint, an oversized state) or a failed or halted session goes on healthily (its alert
     # clears): the normal path pays nothing. The rest run in the drift job every few minutes (docs/drift.md).
-    touched = [session.pk for session, new, _ in planned if any(_alarming(item, saved) for _, item, saved, _ in new)]
+    max_bytes = threshold("state_max_bytes")
+    touched = [
+        session.pk for session, new, _ in planned if any(_alarming(item, saved, max_bytes) for _, item, saved, _ in new)
+    ]
     touched += sorted(recovered - set(touched))
     if touched:
         transaction.on_commit(lambda: detect_after_ingest(touched))
@@ -351,8 +355,8 @@ def _check_same_input(first: CheckpointInput, item: CheckpointInput) -> None:
         )
 
 
-def _alarming(item: CheckpointInput, saved: store.Saved) -> bool:
-    return item.status in _SESSION_STATUS_FOR or saved.raw_bytes > settings.DRIFT_STATE_MAX_BYTES
+def _alarming(item: CheckpointInput, saved: store.Saved, max_bytes: int) -> bool:
+    return item.status in _SESSION_STATUS_FOR or saved.raw_bytes > max_bytes
 
 
 def _existing_by_key(session: AgentSession, keys: list[str]) -> dict[str, Checkpoint]:

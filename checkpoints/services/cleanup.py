@@ -28,6 +28,7 @@ from ..models import (
     LangGraphTombstone,
     LangGraphWrites,
     SessionStatus,
+    checkpoint_id_order,
 )
 from ..store import jsoncodec, tallies
 from ..store.lineage import mark_branch_starts, reattach_children
@@ -193,11 +194,23 @@ def delete_langgraph_thread(
             "deleted_writes": writes,
         },
     )
-    LangGraphTombstone.objects.update_or_create(
-        project_id=session.project_id, external_id=session.external_id, defaults={"deleted_at": timezone.now()}
+    tombstone, _ = LangGraphTombstone.objects.get_or_create(
+        project_id=session.project_id, external_id=session.external_id
     )
+    tombstone.deleted_at = timezone.now()
+    tombstone.newest_checkpoint_id = _newest_id(session, tombstone.newest_checkpoint_id)
+    tombstone.save(update_fields=["deleted_at", "newest_checkpoint_id"])
     _purge(session)
     return checkpoints, writes
+
+
+def _newest_id(session: AgentSession, before: str) -> str:
+    """The newest checkpoint id (in time order) the thread's checkpoints, old versions and writes name, or the
+    tombstone's `before` (a thread deleted twice) when newer."""
+    ids = [before] if before else []
+    ids += LangGraphCheckpoint.objects.filter(session=session).values_list("checkpoint_id", flat=True).iterator()
+    ids += LangGraphWrites.objects.filter(session=session).values_list("checkpoint_id", flat=True).iterator()
+    return max(ids, key=checkpoint_id_order, default="")
 
 
 @transaction.atomic

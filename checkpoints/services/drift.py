@@ -1,6 +1,8 @@
 """Drift detection (docs/drift.md): small pure detectors over a session's recent checkpoints, and the alerts.
 
-The published loop rules (OpenHands, Gemini CLI) are in `loops`, the rows and limits they share in `findings`.
+The detectors are those `registry.detectors` declares, each a `detect_<kind>` function of the module its
+declaration names (this one, or `loops` for the published loop rules of OpenHands and Gemini CLI); the rows and
+limits they share are in `findings`.
 Each detector takes a `Recent` (the newest checkpoints as light rows, states loaded only on demand), the clock
 and the `Limits`, and returns findings. `sync_alerts` turns findings into alerts: one unresolved alert per
 (session, kind), updated while the condition holds and resolved when it clears; opening, escalating and resolving
@@ -11,11 +13,12 @@ past a session whose data breaks a detector and name it in the run's errors.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Iterable
 from contextlib import nullcontext
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.db import IntegrityError, transaction
 from django.db.models import F, OuterRef, Subquery
@@ -37,6 +40,8 @@ from ..models import (
     SessionStatus,
 )
 from ..outbox import events
+from ..registry import detectors as registry
+from ..registry.detectors import Runs
 from ..store.previews import failed_call
 from .batches import Failures, each_batch
 from .findings import (
@@ -54,7 +59,6 @@ from .findings import (
     index_of_step,
     progress_of,
 )
-from .loops import LOOP_DETECTORS
 
 logger = logging.getLogger(__name__)
 
@@ -295,30 +299,42 @@ def detect_missed_routine(recent: Recent, now: datetime, limits: Limits) -> list
     ]
 
 
-CHEAP: dict[str, Detector] = {
-    AlertKind.FAILED: detect_failed,
-    AlertKind.HALTED: detect_halted,
-    AlertKind.STATE_GROWTH: detect_state_growth,
-    AlertKind.ERROR_RATE: detect_error_rate,
-    AlertKind.REPETITION: detect_repetition,
-    AlertKind.STALLED: detect_stalled,
-    **LOOP_DETECTORS,
-}
-TIMED: dict[str, Detector] = {
-    AlertKind.CYCLE_COUNT: detect_cycle_count,
-    AlertKind.LONG_RUNNING: detect_long_running,
-    AlertKind.MISSED_ROUTINE: detect_missed_routine,
-}
-DETECTORS: dict[str, Detector] = {**CHEAP, **TIMED}
-# Right after an ingest: the detectors that read no state (a cold state read costs milliseconds).
-ON_INGEST: dict[str, Detector] = {
-    kind: CHEAP[kind]
-    for kind in (AlertKind.FAILED, AlertKind.HALTED, AlertKind.STATE_GROWTH, AlertKind.CONTEXT_OVERFLOW)
-}
+def kinds_that_run(*when: Runs) -> list[str]:
+    """The registered kinds that run `when` ("ingest", "job", "timed"), in the registry's order."""
+    return [spec.name for spec in registry.DETECTORS if spec.runs in when]
+
+
+def cheap_kinds() -> list[str]:
+    """The detectors of checkpoints: whatever the clock, they find the same until new checkpoints arrive."""
+    return kinds_that_run("ingest", "job")
+
+
+def timed_kinds() -> list[str]:
+    """The detectors the clock moves: the drift job runs them on active sessions even when nothing arrived."""
+    return kinds_that_run("timed")
+
+
+def every_kind() -> list[str]:
+    return cheap_kinds() + timed_kinds()
+
+
+def on_ingest_kinds() -> list[str]:
+    """Right after an ingest: the detectors that read no state (a cold state read costs milliseconds)."""
+    return kinds_that_run("ingest")
+
+
+def detector(kind: str) -> Detector:
+    """The `detect_<kind>` function of the module the kind's declaration names (imported by its name: the
+    declaration sits below the models, which cannot import this wing)."""
+    spec = registry.DETECTORS.get(kind)
+    found = getattr(importlib.import_module(spec.module), spec.function, None)
+    if not callable(found):
+        raise LookupError(f"drift detector {kind!r}: {spec.module} has no {spec.function}()")
+    return cast(Detector, found)
 
 
 def run_detectors(recent: Recent, now: datetime, limits: Limits, kinds: Iterable[str]) -> list[Finding]:
-    return [finding for kind in kinds for finding in DETECTORS[kind](recent, now, limits)]
+    return [finding for kind in kinds for finding in detector(kind)(recent, now, limits)]
 
 
 # ---- alerts --------------------------------------------------------------------------------------
@@ -547,8 +563,8 @@ def detect_session(
     """Run the detectors on one session and sync its alerts; returns (opened, resolved)."""
     now = now or timezone.now()
     limits = limits or Limits.from_settings()
-    kinds = list(kinds) if kinds is not None else list(CHEAP if cheap_only else DETECTORS)
-    found = recents_for([session.pk], limits=limits, timed=any(kind in TIMED for kind in kinds)).get(session.pk)
+    kinds = list(kinds) if kinds is not None else cheap_kinds() if cheap_only else every_kind()
+    found = recents_for([session.pk], limits=limits, timed=not set(kinds).isdisjoint(timed_kinds())).get(session.pk)
     if found is None:
         return 0, 0
     session, recent = found
@@ -560,7 +576,7 @@ def _kinds_for(session: AgentSession) -> list[str]:
     clock moves. An ended session keeps only its failed or halted alert, and its running alerts resolve."""
     unseen = session.drift_checked_seq != session.last_seq
     if session.status == SessionStatus.ACTIVE:
-        return list(DETECTORS if unseen else TIMED)
+        return every_kind() if unseen else timed_kinds()
     return [*STATUS_KINDS, *RUNNING_KINDS] if unseen else RUNNING_KINDS
 
 
@@ -574,7 +590,7 @@ def detect_batch(
     alerts = unresolved_alerts(session_ids)
     read: list[AgentSession] = []
     clearing: list[tuple[DriftAlert, str]] = []
-    timed = kinds is None or any(kind in TIMED for kind in kinds)
+    timed = kinds is None or not set(kinds).isdisjoint(timed_kinds())
     for session, recent in recents_for(session_ids, limits=limits, timed=timed).values():
         evaluated = _kinds_for(session) if kinds is None else kinds
         session_opened, session_resolved = sync_alerts(
@@ -626,7 +642,7 @@ def detect_all(now: datetime | None = None) -> dict[str, Any]:
 
 def detect_after_ingest(session_ids: list[int]) -> None:
     """The state-free detectors, run once checkpoints are committed; a detector's failure never fails an ingest."""
-    now, limits, kinds = timezone.now(), Limits.from_settings(), list(ON_INGEST)
+    now, limits, kinds = timezone.now(), Limits.from_settings(), on_ingest_kinds()
     for session, recent in recents_for(session_ids, limits=limits, timed=False).values():
         try:
             findings = run_detectors(recent, now, limits, kinds)

@@ -1,5 +1,5 @@
 """What the drift detectors read and return: light checkpoint rows, the session's recent window, the limits
-(settings DRIFT_*) and findings, plus the helpers several detectors share (`drift` runs them, `loops` adds
+(the settings `registry.detectors` declares) and findings, plus the helpers several detectors share (`drift` runs them, `loops` adds
 the published loop rules)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from django.conf import settings
 
 from .. import store
 from ..models import CheckpointKind, CheckpointStatus
+from ..registry import detectors
 from ..store import jsoncodec
 from ..store.previews import Said, call_name, calls_of, talk_of
 
@@ -60,55 +61,66 @@ class Finding:
     last_good: SeenCheckpoint | None  # the newest checkpoint before the drift began
 
 
-@dataclass(frozen=True)
 class Limits:
-    window: int = 50
-    cycle_limit: int = 300
-    long_running: timedelta = timedelta(hours=2)
-    error_window: int = 20
-    error_min_samples: int = 10
-    error_percent: int = 40
-    repetition_limit: int = 3
-    stalled_window: int = 12
-    stalled_same_hash: int = 3
-    state_max_bytes: int = 8 * 1024 * 1024
-    routine_interval: timedelta = timedelta(minutes=30)
-    routine_grace: timedelta = timedelta(minutes=5)
-    idle_after: timedelta = timedelta(hours=24)
-    repeated_action: int = 4
-    repeated_error: int = 3
-    monologue: int = 3
-    ping_pong: int = 6
-    context_errors: int = 3
-    tool_call_loop: int = 5
-    content_chunk: int = 50
-    content_loop: int = 10
+    """The detectors' thresholds: `limits.<field>` of each threshold `registry.detectors` declares (an int, by
+    default its declared default; `from_settings`: the settings, which default to the same), and the durations
+    the time-based rules compare as timedeltas. A detector registered with a new threshold reads it here with
+    no change to this class."""
+
+    __slots__ = ("_values",)
+    _values: dict[str, int]
+
+    def __init__(self, **values: int) -> None:
+        declared = {threshold.field: threshold.default for _, threshold in detectors.thresholds()}
+        unknown = sorted(set(values) - set(declared))
+        if unknown:
+            raise TypeError(f"no drift threshold is called {', '.join(unknown)}")
+        object.__setattr__(self, "_values", declared | values)
 
     @classmethod
     def from_settings(cls) -> Limits:
-        return cls(
-            window=settings.DRIFT_WINDOW,
-            cycle_limit=settings.DRIFT_CYCLE_LIMIT,
-            long_running=timedelta(minutes=settings.DRIFT_LONG_RUNNING_MINUTES),
-            error_window=settings.DRIFT_ERROR_WINDOW,
-            error_min_samples=settings.DRIFT_ERROR_MIN_SAMPLES,
-            error_percent=settings.DRIFT_ERROR_PERCENT,
-            repetition_limit=settings.DRIFT_REPETITION_LIMIT,
-            stalled_window=settings.DRIFT_STALLED_WINDOW,
-            stalled_same_hash=settings.DRIFT_STALLED_SAME_HASH,
-            state_max_bytes=settings.DRIFT_STATE_MAX_BYTES,
-            routine_interval=timedelta(minutes=settings.ROUTINE_INTERVAL_MINUTES),
-            routine_grace=timedelta(minutes=settings.DRIFT_ROUTINE_GRACE_MINUTES),
-            idle_after=timedelta(hours=settings.DRIFT_IDLE_HOURS),
-            repeated_action=settings.DRIFT_REPEATED_ACTION_LIMIT,
-            repeated_error=settings.DRIFT_REPEATED_ERROR_LIMIT,
-            monologue=settings.DRIFT_MONOLOGUE_LIMIT,
-            ping_pong=settings.DRIFT_PING_PONG_LIMIT,
-            context_errors=settings.DRIFT_CONTEXT_ERROR_LIMIT,
-            tool_call_loop=settings.DRIFT_TOOL_CALL_LOOP_LIMIT,
-            content_chunk=settings.DRIFT_CONTENT_CHUNK,
-            content_loop=settings.DRIFT_CONTENT_LOOP_LIMIT,
-        )
+        return cls(**{threshold.field: getattr(settings, threshold.setting) for _, threshold in detectors.thresholds()})
+
+    def __getattr__(self, name: str) -> int:
+        values = object.__getattribute__(self, "_values")  # a missing slot raises here, never recurses
+        try:
+            return int(values[name])
+        except KeyError:
+            raise AttributeError(f"no drift threshold is called {name!r}") from None
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Limits are read-only: make another with Limits(**changes)")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Limits) and self._values == other._values
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._values.items())))
+
+    def __repr__(self) -> str:
+        return f"Limits({', '.join(f'{name}={value!r}' for name, value in self._values.items())})"
+
+    @property
+    def long_running(self) -> timedelta:
+        return timedelta(minutes=self.long_running_minutes)
+
+    @property
+    def routine_interval(self) -> timedelta:
+        return timedelta(minutes=self.routine_interval_minutes)
+
+    @property
+    def routine_grace(self) -> timedelta:
+        return timedelta(minutes=self.routine_grace_minutes)
+
+    @property
+    def idle_after(self) -> timedelta:
+        return timedelta(hours=self.idle_hours)
+
+
+def threshold(field: str) -> int:
+    """One threshold as the settings have it, without reading the others (every ingest reads `state_max_bytes`)."""
+    setting = next(declared.setting for _, declared in detectors.thresholds() if declared.field == field)
+    return int(getattr(settings, setting))
 
 
 @dataclass

@@ -24,8 +24,6 @@ from django.db import connection, transaction
 from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
-from checkpoint_console import typedjson
-
 from .. import limits, store
 from ..audit import Actor, CheckpointError, InvalidInput, max_length, record_audit
 from ..models import (
@@ -38,11 +36,11 @@ from ..models import (
     Project,
     SourceFormat,
 )
-from ..store import diff, jsoncodec, lgtuples, tallies
+from ..store import diff, jsoncodec, lgnodes, lgtuples, previews, tallies
 from ..store.jsoncodec import InvalidJSON
-from . import cleanup
+from . import cleanup, lginterrupts
 from .checkpoints import CheckpointInput, ParentRow, check_json_field, ingest_checkpoints
-from .typeguard import check_types
+from .typeguard import check_typed, check_types
 
 AGENT = "langgraph"
 ID_MAX = max_length(LangGraphCheckpoint, "checkpoint_id")
@@ -102,15 +100,6 @@ def _check_thread(thread_id: Any, checkpoint_ns: Any) -> None:
         raise InvalidInput("checkpoint_ns", f"must be a string of at most {NS_MAX} characters")
 
 
-def _check_typed(name: str, value: Any) -> None:
-    """Typed JSON that LangGraph's serializer can read back: plain JSON whose `__lg__` tags are well formed."""
-    check_json_field(name, value)
-    try:
-        typedjson.to_typed(value)
-    except (ValueError, TypeError) as exc:
-        raise InvalidInput(name, f"not typed JSON: {exc}") from None
-
-
 def _check_put(item: PutInput) -> None:
     _check_thread(item.thread_id, item.checkpoint_ns)
     if not isinstance(item.checkpoint, dict):
@@ -121,14 +110,14 @@ def _check_put(item: PutInput) -> None:
     check_json_field("checkpoint", item.checkpoint)
     if not isinstance(item.metadata, dict):
         raise InvalidInput("metadata", "must be an object")
-    _check_typed("metadata", item.metadata)
+    check_typed("metadata", item.metadata)
     for name in ("parent_checkpoint_id", "base_checkpoint_id"):
         if getattr(item, name) is not None:
             _check_id(name, getattr(item, name))
     if not isinstance(item.values, dict) or not isinstance(item.appends, dict):
         raise InvalidInput("values", "values and appends must be objects")
     for channel, value in item.values.items():
-        _check_typed(f"values.{channel}", value)
+        check_typed(f"values.{channel}", value)
     _check_appends(item)
     if item.channels is not None:
         if not isinstance(item.channels, list) or not all(isinstance(name, str) for name in item.channels):
@@ -145,7 +134,7 @@ def _check_appends(item: PutInput) -> None:
         items = append.get("items") if isinstance(append, dict) else None
         if not isinstance(base_len, int) or isinstance(base_len, bool) or base_len < 0 or not isinstance(items, list):
             raise InvalidInput(f"appends.{channel}", 'must be {"base_len": n ≥ 0, "items": [...]}')
-        _check_typed(f"appends.{channel}", items)
+        check_typed(f"appends.{channel}", items)
 
 
 def _created_at(ts: Any, now: datetime) -> datetime:
@@ -206,18 +195,30 @@ def find_thread(project: Project, thread_id: str) -> AgentSession | None:
     ).first()
 
 
+def pending_resume(project: Project, *, thread_id: str) -> dict[str, Any]:
+    """interrupt id → answer of the thread's answered interrupts the graph has not taken yet (see lginterrupts)."""
+    _check_thread(thread_id, "")
+    session = find_thread(project, thread_id)
+    return lginterrupts.pending_resume(session) if session is not None else {}
+
+
 def _current(session: AgentSession, checkpoint_ns: str) -> Any:
     return LangGraphCheckpoint.objects.filter(session=session, checkpoint_ns=checkpoint_ns, current=True)
 
 
 def _refuse_deleted_history(session: AgentSession, named: list[str | None], held: set[str]) -> None:
     """After the thread's deletion, a checkpoint id the thread does not hold now (`held`: those of `named` it
-    holds) is from the deleted history."""
+    holds) at or below the newest id deleted is from the deleted history. A newer one is the thread run again
+    under its id: under LangGraph's default durability ("async") a step's writes can arrive before its put."""
     missing = sorted({name for name in named if name} - held)
-    tombstones = LangGraphTombstone.objects.filter
-    if missing and tombstones(project_id=session.project_id, external_id=session.external_id).exists():
+    if not missing:
+        return
+    tombstone = LangGraphTombstone.objects.filter(project_id=session.project_id, external_id=session.external_id)
+    found = tombstone.first()
+    refused = [name for name in missing if found is not None and found.refuses(name)]
+    if refused:
         raise HistoryDeleted(
-            f"checkpoint {missing[0]!r} belongs to a deleted history of thread {session.metadata.get('thread_id')!r}; "
+            f"checkpoint {refused[0]!r} belongs to a deleted history of thread {session.metadata.get('thread_id')!r}; "
             "put without a parent to start the thread afresh"
         )
 
@@ -295,20 +296,25 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
         kind=CheckpointKind.STEP,
         step=_step(metadata),
         created_at=_created_at(header.get("ts"), now),
-        metadata={**metadata, "checkpoint_id": checkpoint_id, "checkpoint_ns": item.checkpoint_ns},
+        metadata={
+            **metadata,
+            "checkpoint_id": checkpoint_id,
+            "checkpoint_ns": item.checkpoint_ns,
+            lgnodes.KEY: _nodes(header, state, metadata, parent_row),
+        },
         parent=parent,
         new_root=parent is None,
         previous=_subgraph_input(item, parent_row),
     )
     if existing is not None:
         LangGraphCheckpoint.objects.filter(pk=existing.pk).update(current=False)
-    previous = session.head_id
+    previous, status = session.head_id, session.status
     known = {} if parent_row is None else {parent_row.console_id: _parent_row(parent_row.console)}
     [(checkpoint, _)] = ingest_checkpoints(
         [(session, [console_input])], now=now, savepoint=False, locked=True, parents=known
     )
     run_id = metadata.get("run_id")
-    LangGraphCheckpoint.objects.create(
+    row = LangGraphCheckpoint.objects.create(
         console=checkpoint,
         session=session,
         checkpoint_ns=item.checkpoint_ns,
@@ -319,7 +325,25 @@ def put_checkpoint(project: Project, item: PutInput, *, actor: Actor | None = No
         run_id=run_id[:ID_MAX] if isinstance(run_id, str) else "",
     )
     _keep_head(session, item, previous, head)
+    if item.checkpoint_ns == "" and (head is None or checkpoint_id > head.checkpoint_id):
+        lginterrupts.after_head_moved(session, row, previous_status=status)
     return checkpoint, True
+
+
+def _nodes(
+    header: dict[str, Any], state: dict[str, Any], metadata: dict[str, Any], parent: LangGraphCheckpoint | None
+) -> dict[str, Any]:
+    """The nodes that wrote the checkpoint and those that run next, kept beside its id so that a timeline page
+    reads them with its rows (`store.lgnodes`)."""
+    if parent is None:
+        return lgnodes.nodes_of(header, state, metadata)
+    return lgnodes.nodes_of(
+        header,
+        state,
+        metadata,
+        parent_header=jsoncodec.unpack(parent.header),
+        parent_nodes=parent.console.metadata.get(lgnodes.KEY),
+    )
 
 
 def _parent_row(console: Checkpoint) -> ParentRow:
@@ -348,7 +372,7 @@ def _keep_head(session: AgentSession, item: PutInput, previous: int | None, head
 
 _NAMED_FIELDS = (
     "console_id", "checkpoint_id", "parent_checkpoint_id", "header", "metadata", "console__root",
-    "console__state_hash", "console__seq", "console__session_id", "console__calls_made",
+    "console__state_hash", "console__seq", "console__session_id", "console__calls_made", "console__metadata",
 )  # fmt: skip
 
 
@@ -399,7 +423,7 @@ def put_writes(
     for position, write in enumerate(writes):
         if not isinstance(write, list | tuple) or len(write) != 2 or not isinstance(write[0], str):
             raise InvalidInput(f"writes.{position}", "must be a [channel, value] pair")
-        _check_typed(f"writes.{position}", write[1])
+        check_typed(f"writes.{position}", write[1])
     check_types(project, ((f"writes.{position}", value) for position, (_, value) in enumerate(writes)))
     session = _thread_for_writes(project, thread_id)
     held, child, parent_id, parent_root = _locked_root(session, checkpoint_ns, checkpoint_id)
@@ -427,6 +451,7 @@ def put_writes(
         "writes": jsoncodec.pack(entries),
         "interrupted": SPECIAL_WRITES["__interrupt__"] in slots,
         "resumed": SPECIAL_WRITES["__resume__"] in slots,
+        "failed": SPECIAL_WRITES["__error__"] in slots,
     }
     if row is None:
         LangGraphWrites.objects.create(**key, **fields)
@@ -434,6 +459,13 @@ def put_writes(
         LangGraphWrites.objects.filter(pk=row.pk).update(**fields)
     if held is not None and parent_root is not None:
         _name_parent_writes(session, checkpoint_ns, parent_id, parent_root, held)
+    lginterrupts.after_writes(
+        session,
+        checkpoint_ns=checkpoint_ns,
+        checkpoint_id=checkpoint_id,
+        task_id=task_id,
+        channels={channel for channel, _ in writes},
+    )
     return stored
 
 
@@ -607,7 +639,7 @@ def _matching(
     if before is not None:
         rows = rows.filter(checkpoint_id__lt=before)
     if filter:
-        _check_typed("filter", filter)
+        check_typed("filter", filter)
         if connection.vendor == "postgresql":  # SQLite has no JSON containment: iter_tuples' comparison alone filters
             rows = rows.filter(metadata__contains=filter)  # the field escapes it as it escaped what it stored
     return rows
@@ -815,6 +847,7 @@ def _copy_writes(rows: Any, target: AgentSession, *, checkpoint_id: str | None =
             values_root=row.values_root,
             interrupted=row.interrupted,
             resumed=row.resumed,
+            failed=row.failed,
         )
         for row in rows
     ]
@@ -827,6 +860,54 @@ def _copy_writes(rows: Any, target: AgentSession, *, checkpoint_id: str | None =
 
 
 # ---- the console's restore and fork ----------------------------------------------------------------------
+
+LINE_MAX = 500  # checkpoints a restore preview walks back to date the tool results it discards
+LINE_BATCH = 50
+
+
+def discarded_tool_results(head: Checkpoint, target: Checkpoint) -> list[dict[str, Any]]:
+    """The tool results a restore of `target` takes out of a thread's messages: each ToolMessage the head's
+    messages keep and the target's do not (LangGraph keeps the conversation, not a log of calls; an AIMessage
+    asking for three calls is answered by three ToolMessages). Each as a call record (see
+    `store.previews.tool_results_of`) with the `step` and `node` of the oldest checkpoint on the head's line
+    that holds it: the step whose node ran the tool."""
+    kept = previews.tool_results_of(store.load_shared(bytes(target.root)))
+    discarded = {
+        key: record
+        for key, record in previews.tool_results_of(store.load_shared(bytes(head.root))).items()
+        if key not in kept
+    }
+    for checkpoint in _line(head):
+        held = discarded.keys() & previews.tool_results_of(store.load_shared(bytes(checkpoint.root))).keys()
+        if not held:
+            break
+        nodes = checkpoint.metadata.get(lgnodes.KEY)
+        ran = nodes.get("ran") if isinstance(nodes, dict) else None
+        for key in held:
+            discarded[key]["step"] = checkpoint.step
+            discarded[key]["node"] = ", ".join(dict.fromkeys(map(str, ran))) if isinstance(ran, list) else ""
+    return list(discarded.values())
+
+
+def _line(head: Checkpoint) -> Iterator[Checkpoint]:
+    """`head` and its ancestors, newest first, up to LINE_MAX, read LINE_BATCH rows at a time."""
+    rows = Checkpoint.objects.filter(session_id=head.session_id).only(
+        "pk", "seq", "parent_id", "root", "step", "metadata"
+    )
+    batch: dict[int, Checkpoint] = {}
+    at: int | None = head.pk
+    for _ in range(LINE_MAX):
+        if at is None:
+            return
+        if at not in batch:
+            seq = head.seq if at == head.pk else next(iter(rows.filter(pk=at).values_list("seq", flat=True)), None)
+            if seq is None:
+                return
+            batch = {row.pk: row for row in rows.filter(seq__lte=seq).order_by("-seq")[:LINE_BATCH]}
+        checkpoint = batch[at]
+        yield checkpoint
+        at = checkpoint.parent_id
+
 
 _UUID6_TIME = (1 << 60) - 1
 
@@ -879,7 +960,8 @@ def check_resumable(checkpoint: Checkpoint, *, action: str = "restore or fork") 
 def record_restore(checkpoint: Checkpoint, restored: Checkpoint, *, now: datetime) -> None:
     """Give a console restore (or undo) of a LangGraph checkpoint its LangGraph side, in the restore's
     transaction: an id larger than every id in the thread, so LangGraph's next `invoke` continues from it; metadata
-    source "fork" with `restored_from`; the restored checkpoint as parent; its header. No pending writes: LangGraph
+    source "fork" with `restored_from` and the operator's `restore_reason`; the restored checkpoint as parent; its
+    header. No pending writes: LangGraph
     derives task ids from the checkpoint id, so the old tasks' writes would match no task of the new id, and the
     null task's (an earlier answer to an interrupt) would be taken again. As in LangGraph's own time travel, the
     tasks run again and an interrupt asks again (or takes the `Command(resume=…)` given)."""
@@ -888,11 +970,17 @@ def record_restore(checkpoint: Checkpoint, restored: Checkpoint, *, now: datetim
         return
     session = restored.session
     checkpoint_id = next_checkpoint_id(_largest_id(session) or source.checkpoint_id)
-    metadata = {**source.metadata, "source": "fork", "restored_from": source.checkpoint_id}
+    kept = {key: value for key, value in source.metadata.items() if key != "restore_reason"}  # an earlier one's
+    metadata = {**kept, "source": "fork", "restored_from": source.checkpoint_id}
+    reason = restored.metadata.get("reason")
+    if isinstance(reason, str) and reason:
+        metadata["restore_reason"] = reason  # so the runner's get_state_history says why, as the console does
     _add_row(
         source, restored, session, checkpoint_id=checkpoint_id, metadata=metadata, parent=source.checkpoint_id, now=now
     )
     set_head(session)
+    session.refresh_from_db(fields=["head", "status"])
+    lginterrupts.after_head_moved(session, lginterrupts.head_row(session), resync=True)  # no writes: active again
 
 
 def record_fork(checkpoint: Checkpoint, fork: AgentSession, first: Checkpoint, *, now: datetime) -> None:
@@ -925,7 +1013,7 @@ def _interrupt_only(row: LangGraphWrites) -> LangGraphWrites:
     """A task's row holding only its interrupt (not what it wrote, nor the answer it was given)."""
     interrupt = SPECIAL_WRITES["__interrupt__"]
     row.writes = jsoncodec.pack([entry for entry in jsoncodec.unpack(row.writes) if entry[0] == interrupt])
-    row.resumed = False
+    row.resumed = row.failed = False
     return row
 
 
@@ -939,7 +1027,7 @@ def check_channel_values(project: Project, values: dict[str, Any]) -> None:
     """Channel values an operator typed (a state edit): typed JSON LangGraph's serializer reads back, naming only
     callables the project's allow-list holds, as a put's values must."""
     for channel, value in values.items():
-        _check_typed(f"values.{channel}", value)
+        check_typed(f"values.{channel}", value)
     check_types(project, ((f"values.{channel}", value) for channel, value in values.items()))
 
 
@@ -987,7 +1075,14 @@ def record_edit(checkpoint: Checkpoint, edited: Checkpoint, channels: list[str],
         header=jsoncodec.pack(header),
         metadata=metadata,
     )
-    edited.metadata = {**edited.metadata, "checkpoint_id": checkpoint_id, "checkpoint_ns": source.checkpoint_ns}
+    nodes = checkpoint.metadata.get(lgnodes.KEY)
+    edited.metadata = {
+        **edited.metadata,
+        "checkpoint_id": checkpoint_id,
+        "checkpoint_ns": source.checkpoint_ns,
+        # no node wrote it (as for a restore); what the edited checkpoint had next runs next
+        lgnodes.KEY: {"ran": [], "next": nodes.get("next", []) if isinstance(nodes, dict) else []},
+    }
     Checkpoint.objects.filter(pk=edited.pk).update(metadata=edited.metadata, step=metadata["step"])
     set_head(session)
 
@@ -1030,5 +1125,12 @@ def _add_row(
         metadata=metadata,
         run_id=source.run_id,
     )
-    checkpoint.metadata = {**checkpoint.metadata, "checkpoint_id": checkpoint_id, "checkpoint_ns": source.checkpoint_ns}
+    nodes = source.console.metadata.get(lgnodes.KEY)
+    checkpoint.metadata = {
+        **checkpoint.metadata,
+        "checkpoint_id": checkpoint_id,
+        "checkpoint_ns": source.checkpoint_ns,
+        # no node wrote it; what the restored checkpoint had next runs next
+        lgnodes.KEY: {"ran": [], "next": nodes.get("next", []) if isinstance(nodes, dict) else []},
+    }
     Checkpoint.objects.filter(pk=checkpoint.pk).update(metadata=checkpoint.metadata)

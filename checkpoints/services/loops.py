@@ -26,7 +26,7 @@ from ..humanize import short_value
 from ..models import AlertKind, AlertSeverity
 from ..store import jsoncodec
 from ..store.previews import call_name, failed_call
-from .findings import BAD, COPIES, Detector, Finding, Limits, Recent, SeenCheckpoint, action_of, good_ancestor
+from .findings import BAD, COPIES, Finding, Limits, Recent, SeenCheckpoint, action_of, good_ancestor
 
 SHOWN = 160  # characters of a repeated call or text an alert shows
 EVIDENCE_ROWS = 10  # checkpoints an alert names, the newest
@@ -311,14 +311,3 @@ def detect_content_loop(recent: Recent, now: datetime, limits: Limits) -> list[F
             rows = _rows_saying(recent, first, 1)
             return _finding(recent, AlertKind.CONTENT_LOOP, explained, rows, text=text, count=count)
     return []
-
-
-LOOP_DETECTORS: dict[str, Detector] = {
-    AlertKind.REPEATED_ACTION: detect_repeated_action,
-    AlertKind.REPEATED_ERROR: detect_repeated_error,
-    AlertKind.MONOLOGUE: detect_monologue,
-    AlertKind.PING_PONG: detect_ping_pong,
-    AlertKind.CONTEXT_OVERFLOW: detect_context_overflow,
-    AlertKind.TOOL_CALL_LOOP: detect_tool_call_loop,
-    AlertKind.CONTENT_LOOP: detect_content_loop,
-}

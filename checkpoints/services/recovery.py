@@ -25,8 +25,9 @@ from ..store import diff_checkpoints, jsoncodec, tallies
 from ..store.diff import Diff, diff_states
 from ..store.history import Discards, discards
 from . import langgraph
+from .alerts import reopen_resolved_since
 from .checkpoints import CheckpointInput, check_json_field, ingest_checkpoints
-from .drift import detect_after_ingest
+from .drift import STATUS_KINDS, detect_after_ingest
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,9 @@ def undo_restore(session: AgentSession, *, actor: Actor, reason: str = "", now: 
     2. A new head U (kind `restore`, child of H, sharing H's state) marked `undo_of` R: agents that order
        checkpoints by their own ids resume from the newest, so the old state comes back as a new head; the
        restore generation increments again, so a polling agent reloads.
-    3. An `undo` audit row naming R, its target and H; R's own `restore` row stays.
+    3. U carries H's status and the session gets back the status it had before R; a failed or halted alert
+       that R resolved reopens (the same incident: the agent is given the failed state again).
+    4. An `undo` audit row naming R, its target and H; R's own `restore` row stays.
     """
     now = now or timezone.now()
     locked = AgentSession.objects.select_for_update().get(pk=session.pk)
@@ -90,6 +93,17 @@ def undo_restore(session: AgentSession, *, actor: Actor, reason: str = "", now: 
         reason=reason or f"undo restore #{restore.seq}",
         now=now,
         undo_of={"undo_of": restore.pk, "undo_of_seq": restore.seq},
+        # U stands for H: a failed or halted H is failed or halted again, and so is the session
+        status=(previous.status, previous.status_reason),
+        session_status=restore.metadata.get("previous_status"),
+    )
+    reopen_resolved_since(
+        locked,
+        STATUS_KINDS,
+        since=restore.created_at,
+        actor=actor,
+        reason=f"undo of restore #{restore.seq}: the head is #{previous.seq}'s state again",
+        now=now,
     )
     record_audit(
         actor,
@@ -119,10 +133,13 @@ def _new_head(
     reason: str,
     now: datetime,
     undo_of: dict[str, int] | None = None,
+    status: tuple[str, str] = (CheckpointStatus.COMPLETED, ""),
+    session_status: str | None = None,
 ) -> Checkpoint:
     """A `restore` checkpoint sharing `checkpoint`'s state, made the head of `session` (locked by the caller)
-    with the next restore generation; written back to the agent's files where it was imported from."""
-    previous_head = session.head_id
+    with the next restore generation; written back to the agent's files where it was imported from. A failed,
+    halted or completed session becomes active unless `session_status` says what it is."""
+    previous_head, previous_status = session.head_id, session.status
     session.last_seq += 1
     session.restore_generation += 1
     restored = Checkpoint.objects.create(
@@ -132,13 +149,15 @@ def _new_head(
         starts_branch=checkpoint.seq != session.last_seq - 1,
         name=name,
         kind=CheckpointKind.RESTORE,
-        status=CheckpointStatus.COMPLETED,
+        status=status[0],
+        status_reason=status[1],
         **_sharing_state(checkpoint, now=now),
         calls_made=checkpoint.calls_made,  # no call made here: the path's calls are the target's
         metadata={
             "restored_from": checkpoint.pk,
             "restored_from_seq": checkpoint.seq,
             "previous_head": previous_head,
+            "previous_status": previous_status,
             "restore_generation": session.restore_generation,
             "reason": reason,
             **(undo_of or {}),
@@ -146,7 +165,9 @@ def _new_head(
     )
     tallies.count_in([restored])
     session.head = restored
-    if session.status in (SessionStatus.FAILED, SessionStatus.HALTED, SessionStatus.COMPLETED):
+    if session_status in SessionStatus.values:
+        session.status = session_status
+    elif session.status in (SessionStatus.FAILED, SessionStatus.HALTED, SessionStatus.COMPLETED):
         session.status = SessionStatus.ACTIVE
     session.updated_at = now
     session.save(update_fields=["last_seq", "restore_generation", "head", "status", "updated_at"])
@@ -467,6 +488,10 @@ def restore_preview(checkpoint: Checkpoint) -> RestorePreview:
         else session.checkpoints.filter(pk=session.head_id).first()
     )
     changes = diff_checkpoints(head, checkpoint) if head else diff_states({}, {})
+    if head is not None and session.source_format == SourceFormat.LANGGRAPH:
+        forgotten = langgraph.discarded_tool_results(head, checkpoint)
+        dropped = discards(checkpoint)  # its calls counted from the AIMessages: the ToolMessages are the truth here
+        return RestorePreview(checkpoint, head, changes, forgotten, Discards(dropped.checkpoints, len(forgotten)))
     found: list[Any] = []
     for entry in changes.entries:
         if entry.op != "removed":

@@ -14,9 +14,12 @@ from typing import Any
 
 from django.db import transaction
 
+from checkpoint_console import typedjson
+
 from ..audit import Actor, InvalidInput, record_audit
 from ..models import AgentSession, Project, SourceFormat, refused_types
 from ..store import lgtuples
+from .checkpoints import check_json_field
 
 WHERE_TO_ALLOW = "a project operator can add it under Project settings in the console (or in the admin)"
 
@@ -29,6 +32,15 @@ class TypeNotAllowed(InvalidInput):
             field, f"names the type {name[:300]}, which project {project.slug} does not allow: {WHERE_TO_ALLOW}"
         )
         self.type_name = name
+
+
+def check_typed(name: str, value: Any) -> None:
+    """Typed JSON that LangGraph's serializer can read back: plain JSON whose `__lg__` tags are well formed."""
+    check_json_field(name, value)
+    try:
+        typedjson.to_typed(value)
+    except (ValueError, TypeError) as exc:
+        raise InvalidInput(name, f"not typed JSON: {exc}") from None
 
 
 def check_types(project: Project, fields: Iterable[tuple[str, Any]]) -> None:

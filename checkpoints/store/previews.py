@@ -85,6 +85,37 @@ def calls_of(state: Any) -> list[dict[str, Any]]:
     return calls
 
 
+def tool_results_of(state: Any) -> dict[str, dict[str, Any]]:
+    """Each tool result a state's messages keep (a LangChain ToolMessage, an OpenAI "tool" message) as a call
+    record like `calls_of`'s (`name` and `arguments` from the message that made the call), keyed by the
+    message's id (else its tool_call_id): what an agent that keeps messages remembers of its tool calls."""
+    messages = _messages(state)
+    made: dict[str, dict[str, Any]] = {}
+    for message in messages:
+        listed = message.get("tool_calls") if role_of(message) == "assistant" else None
+        for call in listed if isinstance(listed, list) else []:
+            if isinstance(call, dict) and call.get("id") is not None:
+                made[str(call["id"])] = call
+    results: dict[str, dict[str, Any]] = {}
+    for position, message in enumerate(messages):
+        if role_of(message) != "tool":
+            continue
+        call_id = message.get("tool_call_id")
+        call = made.get(str(call_id), {}) if call_id is not None else {}
+        entry = {
+            "id": call_id,
+            "name": call_name(call) or str(message.get("name") or ""),
+            "arguments": _call_arguments(call) if call else None,
+        }
+        if message.get("status") == "error":
+            entry.update(success=False, error=message.get("content"))
+        else:
+            entry.update(success=True, result=message.get("content"))
+        key = message.get("id") or call_id
+        results[str(key) if key is not None else f"#{position}"] = entry
+    return results
+
+
 def _call_arguments(call: dict[str, Any]) -> Any:
     """A message's call arguments: LangChain's `args`, OpenAI's JSON text under `function` read as JSON."""
     if "args" in call:

@@ -8,8 +8,9 @@ from typing import Any
 
 from checkpoint_console.typedjson import readable
 from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, Phase
-from checkpoints.store import diff_checkpoints
+from checkpoints.store import diff_checkpoints, lgnodes
 
+from .branches import is_langgraph
 from .diff import present_diff
 
 CHANGES_ROWS = 12  # rows of "what changed here"; Compare has the rest
@@ -59,6 +60,43 @@ class LangGraphView:
     source: str
     run_id: str
     parents: list[LangGraphParent] = field(default_factory=list)
+    nodes: Nodes | None = None
+
+    @property
+    def root_parent(self) -> LangGraphParent | None:
+        """The root graph's checkpoint a subgraph's ran under, when the thread has it: where a restore goes."""
+        return next((parent for parent in self.parents if not parent.namespace and parent.found), None)
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """The LangGraph nodes that wrote a checkpoint and those that run next, as labels ("work ×2" for two Sends).
+    `ran` is None when the console could not tell (its parent was not stored)."""
+
+    ran: list[str] | None
+    next: list[str]
+
+    @property
+    def wrote(self) -> str:
+        return ", ".join(self.ran or [])
+
+
+def _labels(nodes: list[Any]) -> list[str]:
+    counts: dict[str, int] = {}
+    for node in nodes:
+        counts[str(node)] = counts.get(str(node), 0) + 1
+    return [node if count == 1 else f"{node} ×{count}" for node, count in counts.items()]
+
+
+def nodes_view(kept: Any) -> Nodes | None:
+    """The nodes a LangGraph checkpoint's metadata keeps (`store.lgnodes.KEY`), None when it keeps none."""
+    if not isinstance(kept, dict):
+        return None
+    ran, following = kept.get("ran"), kept.get("next")
+    return Nodes(
+        ran=_labels(ran) if isinstance(ran, list) else None,
+        next=_labels(following) if isinstance(following, list) else [],
+    )
 
 
 def langgraph_view(checkpoint: Checkpoint) -> LangGraphView | None:
@@ -82,12 +120,23 @@ def langgraph_view(checkpoint: Checkpoint) -> LangGraphView | None:
         source=str(metadata.get("source") or ""),
         run_id=str(metadata.get("run_id") or ""),
         parents=[LangGraphParent(ns, cid, found.get((ns, cid))) for ns, cid in sorted(parents.items())],
+        nodes=nodes_view(checkpoint.metadata.get(lgnodes.KEY)),
     )
 
 
-def changed_here(checkpoint: Checkpoint) -> dict[str, Any]:
+def visible_state(state: Any, session: AgentSession, *, internal: bool) -> tuple[Any, int]:
+    """The state the tree draws: a LangGraph thread's without LangGraph's internal channels unless `internal`;
+    and how many channels were left out."""
+    if internal or not is_langgraph(session) or not isinstance(state, dict):
+        return state, 0
+    shown = {key: value for key, value in state.items() if not lgnodes.is_internal(key)}
+    return shown, len(state) - len(shown)
+
+
+def changed_here(checkpoint: Checkpoint, *, internal: bool = False) -> dict[str, Any]:
     """ "What changed here": the diff from the checkpoint this one continues (for a restore, from the head it
-    replaced: its parent has the same state), or why there is none (`changed_why`: root or fork)."""
+    replaced: its parent has the same state), or why there is none (`changed_why`: root or fork). A LangGraph
+    thread's internal channels are left out unless `internal`."""
     session = checkpoint.session
     before = checkpoint.parent
     if checkpoint.kind == CheckpointKind.RESTORE and isinstance(checkpoint.metadata.get("previous_head"), int):
@@ -97,9 +146,14 @@ def changed_here(checkpoint: Checkpoint) -> dict[str, Any]:
             "changed_from": None,
             "changed_why": "fork" if checkpoint.seq == 1 and session.forked_from_id else "root",
         }
-    query = {"a": before.pk, "b": checkpoint.pk, "base": "a"}
+    query: dict[str, Any] = {"a": before.pk, "b": checkpoint.pk, "base": "a", **({"internal": 1} if internal else {})}
     changes = present_diff(
-        diff_checkpoints(before, checkpoint), query=query, rows=CHANGES_ROWS, old_pk=before.pk, new_pk=checkpoint.pk
+        diff_checkpoints(before, checkpoint),
+        query=query,
+        rows=CHANGES_ROWS,
+        old_pk=before.pk,
+        new_pk=checkpoint.pk,
+        hide_internal=not internal and is_langgraph(session),
     )
     return {
         "changed_from": before,

@@ -8,18 +8,29 @@ from checkpoints.models import Checkpoint
 from checkpoints.store import diff_checkpoints
 from checkpoints.store.lineage import Relation, relate
 
+from .branches import is_langgraph
 from .diff import present_diff
 
 
 def comparison(
-    a: Checkpoint, b: Checkpoint, *, from_a: bool, path_filter: str = "", expand: str = "", offset: int = 0
+    a: Checkpoint,
+    b: Checkpoint,
+    *,
+    from_a: bool,
+    path_filter: str = "",
+    expand: str = "",
+    offset: int = 0,
+    internal: bool = False,
 ) -> dict[str, Any]:
     """What changed from A to B; for checkpoints on different branches, what changed on B's branch since their
-    common ancestor (as `git diff A...B` does), unless `from_a` asks for the direct diff."""
+    common ancestor (as `git diff A...B` does), unless `from_a` asks for the direct diff. LangGraph's internal
+    channels are left out of a thread's diff unless `internal`."""
     lineage = relate(a, b)
     direct = lineage.relation != Relation.DIVERGED or from_a
     base = a if direct or lineage.ancestor is None else lineage.ancestor
     query = {"a": a.pk, "b": b.pk, **({"base": "a"} if direct and lineage.relation == Relation.DIVERGED else {})}
+    if internal:
+        query["internal"] = 1
     diff = present_diff(
         diff_checkpoints(base, b),
         query=query,
@@ -28,6 +39,7 @@ def comparison(
         offset=offset,
         old_pk=base.pk,
         new_pk=b.pk,
+        hide_internal=not internal and is_langgraph(b.session),
     )
     same = b.session_id == a.session_id
     return {

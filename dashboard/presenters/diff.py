@@ -21,7 +21,7 @@ from django.urls import reverse
 
 from checkpoint_console.typedjson import readable
 from checkpoints.humanize import short_value
-from checkpoints.store import jsoncodec
+from checkpoints.store import jsoncodec, lgnodes
 from checkpoints.store.diff import Diff, DiffEntry, Group, Run, format_path, group_changes
 from checkpoints.store.previews import role_of
 
@@ -174,6 +174,7 @@ class DiffView:
     new_pk: int | None
     expanded: Page | None = None  # what ?expand= asked for: the htmx fragment
     expanded_run: RunRow | None = None  # the run it belongs to, when it is a run's items
+    internal_hidden: int = 0  # changes to LangGraph's own channels left out (see `present_diff`)
 
 
 @dataclass
@@ -197,11 +198,17 @@ def present_diff(
     rows: int = PAGE_ROWS,
     old_pk: int | None = None,
     new_pk: int | None = None,
+    hide_internal: bool = False,
 ) -> DiffView:
     """`query` names the two checkpoints on the compare page (a, b, base), for the links that open more;
-    `expand` and `offset` open one group or run a page at a time; `rows` bounds the first screen."""
+    `expand` and `offset` open one group or run a page at a time; `rows` bounds the first screen.
+    `hide_internal` leaves out LangGraph's own channels (`branch:to:*`, `__start__`, …): a thread's graph
+    bookkeeping, not its state."""
+    everything = diff.entries
+    if hide_internal:
+        everything = [entry for entry in diff.entries if not (entry.path and lgnodes.is_internal(entry.path[0]))]
     wanted = path_filter.strip().lower()
-    entries = [entry for entry in diff.entries if wanted in entry.path_text.lower()] if wanted else diff.entries
+    entries = [entry for entry in everything if wanted in entry.path_text.lower()] if wanted else everything
     groups = group_changes(entries)
     links = _Links({**query, **({"path": path_filter.strip()} if wanted else {})})
     budget = Budget()
@@ -216,11 +223,12 @@ def present_diff(
         total=len(entries),
         messages_appended=sum(1 for entry in entries if entry.list_op == "appended" and _in_message_list(entry)),
         path_filter=path_filter.strip(),
-        unfiltered_total=len(diff.entries),
+        unfiltered_total=len(everything),
         filter_url=reverse("dashboard:compare"),
         filter_fields={key: str(value) for key, value in query.items()},
         old_pk=old_pk,
         new_pk=new_pk,
+        internal_hidden=len(diff.entries) - len(everything),
     )
     left = rows
     for group in groups[:GROUPS_SHOWN]:

@@ -9,6 +9,7 @@ from typing import Any
 from django.db.models import OuterRef, Subquery
 from django_celery_beat.models import PeriodicTask
 
+from checkpoints import task_names
 from checkpoints.jobs import stale_after
 from checkpoints.models import AgentSession, JobRun, JobRunStatus
 from checkpoints.roles import VIEW_SESSIONS, in_every_project
@@ -17,15 +18,8 @@ from checkpoints.services.batches import ERRORS_KEPT
 from .evidence import evidence_summary
 
 # task → the JobRun.job name run_job records it under (checkpoints/tasks.py)
-JOB_FOR_TASK = {
-    "checkpoints.tasks.apply_retention": "retention",
-    "checkpoints.tasks.take_routine_checkpoints": "routine_checkpoints",
-    "checkpoints.tasks.detect_drift": "drift_detection",
-    "checkpoints.tasks.collect_garbage": "gc",
-    "checkpoints.tasks.scan_watched_sources": "watched_sources",
-    "checkpoints.tasks.delete_old_deliveries": "delivery_cleanup",
-}
-RETENTION_TASK, GC_TASK = "checkpoints.tasks.apply_retention", "checkpoints.tasks.collect_garbage"
+JOB_FOR_TASK = task_names.job_for_task()
+RETENTION_TASK, GC_TASK = task_names.APPLY_RETENTION.name, task_names.COLLECT_GARBAGE.name
 ASKS_FIRST = {RETENTION_TASK, GC_TASK}  # they delete: Run now first says what they remove
 # not among a run's counts: failures are listed apart; retention's preview ids and per-project figures mean
 # nothing here
@@ -42,6 +36,7 @@ class JobRow:
     name: str
     schedule: str
     run: JobRun | None  # its newest recorded run
+    recorded: bool  # the task records its runs (run_job); else only when beat last sent it is known
     summary: str  # the run's counts, for those who see every project
     failed: dict[str, Any] | None  # the run's failed sessions they may see
     silent: bool  # running, but its worker stopped sending heartbeats
@@ -64,6 +59,7 @@ def job_rows(user: Any, *, system_figures: bool, watched: tuple[int, datetime] |
                 name=PLAIN_NAMES.get(task.name, task.name),
                 schedule=_schedule_text(task),
                 run=run,
+                recorded=task.task in JOB_FOR_TASK,
                 summary=_summary(run) if run and system_figures else "",
                 failed=job_failures(run.result, user) if run else None,
                 silent=bool(run and run.status == JobRunStatus.RUNNING and run.last_sign_of_life < silent_since),

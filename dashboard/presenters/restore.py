@@ -9,6 +9,7 @@ from typing import Any
 from checkpoints.services import RestorePreview
 from checkpoints.store.previews import call_name
 
+from .branches import is_langgraph
 from .diff import DiffView, present_diff
 
 
@@ -22,6 +23,7 @@ class ForgottenCall:
     error: str
     success: Any
     step: Any
+    node: str = ""  # a LangGraph thread's: the node that ran the tool
 
 
 def forgotten_calls(calls: list[Any]) -> list[ForgottenCall]:
@@ -34,6 +36,7 @@ def forgotten_calls(calls: list[Any]) -> list[ForgottenCall]:
             error=_as_text(record.get("error")),
             success=record.get("success"),
             step=record.get("step"),
+            node=str(record.get("node") or ""),
         )
         for record in records
     ]
@@ -46,9 +49,13 @@ def _as_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
 
 
-def preview_diff(preview: RestorePreview) -> DiffView:
-    """The head-to-target diff; its "show more" links open the same direct diff on the compare page."""
+def preview_diff(preview: RestorePreview, *, internal: bool = False) -> DiffView:
+    """The head-to-target diff; its "show more" links open the same direct diff on the compare page. A
+    LangGraph thread's internal channels are left out unless `internal`."""
+    hide = not internal and is_langgraph(preview.target.session)
     if preview.head is None:
-        return present_diff(preview.diff, query={})
-    query = {"a": preview.head.pk, "b": preview.target.pk, "base": "a"}
-    return present_diff(preview.diff, query=query, old_pk=preview.head.pk, new_pk=preview.target.pk)
+        return present_diff(preview.diff, query={}, hide_internal=hide)
+    query: dict[str, Any] = {"a": preview.head.pk, "b": preview.target.pk, "base": "a"}
+    if internal:
+        query["internal"] = 1
+    return present_diff(preview.diff, query=query, old_pk=preview.head.pk, new_pk=preview.target.pk, hide_internal=hide)

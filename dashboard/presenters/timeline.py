@@ -16,13 +16,15 @@ from functools import cache, reduce
 from typing import Any, ClassVar
 
 from django.db.models import Case, Count, IntegerField, Max, Min, Q, Value, When
-from django.db.models.fields.json import KT
+from django.db.models.fields.json import KT, KeyTransform
 from django.urls import reverse
 from django.utils.http import urlencode
 
 from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, CheckpointQuerySet, CheckpointStatus
+from checkpoints.store import lgnodes
 
 from .branches import Branch, Cell, Folding, Layout, Start, Stretch, is_langgraph, short_namespace
+from .checkpoint import Nodes, nodes_view
 
 PAGE_SIZE = 100  # checkpoints per timeline page
 RUN_MIN = 3  # this many consecutive routine checkpoints collapse into one row
@@ -67,6 +69,11 @@ class CheckpointRow:
     def namespace(self) -> str:
         """The LangGraph subgraph namespace it was sent in (`_rows_of` reads it); empty for the root graph."""
         return getattr(self.checkpoint, "namespace", None) or ""
+
+    @property
+    def nodes(self) -> Nodes | None:
+        """A LangGraph checkpoint's nodes: those that wrote it and those that run next (`_rows_of` reads them)."""
+        return nodes_view(getattr(self.checkpoint, "lg_nodes", None))
 
     @property
     def namespace_label(self) -> str:
@@ -170,10 +177,13 @@ class Page:
 
 
 def _rows_of(session: AgentSession) -> CheckpointQuerySet:
-    """The checkpoints as rows read them; a LangGraph thread's with the namespace each was sent in (a key of
-    small metadata: other sessions' metadata can be large and stays behind)."""
+    """The checkpoints as rows read them; a LangGraph thread's with the namespace each was sent in and the nodes
+    that wrote it and run next (keys of small metadata, in the same query: other sessions' metadata can be large
+    and stays behind)."""
     queryset = Checkpoint.objects.for_session(session).for_timeline()
-    return queryset.annotate(namespace=KT("metadata__checkpoint_ns")) if is_langgraph(session) else queryset
+    if not is_langgraph(session):
+        return queryset
+    return queryset.annotate(namespace=KT("metadata__checkpoint_ns"), lg_nodes=KeyTransform(lgnodes.KEY, "metadata"))
 
 
 def _child_forks(session: AgentSession, user: Any) -> list[AgentSession]:

@@ -11,4 +11,4 @@ register = template.Library()
 
 @register.simple_tag
 def export_formats() -> tuple[str, ...]:
-    return formats.NAMES
+    return formats.names()

@@ -26,6 +26,7 @@ from checkpoints.services import (
 )
 
 from ..forms import ForkForm, PinForm, RestoreForm, UndoForm
+from ..presenters.checkpoint import langgraph_view
 from ..presenters.restore import forgotten_calls, preview_diff
 from ..undo import offer_undo
 from .common import (
@@ -50,10 +51,11 @@ def _restore_context(request: HtmxHttpRequest, checkpoint: Checkpoint, form: Res
         "checkpoint": checkpoint,
         "session": checkpoint.session,
         "preview": preview,
-        "diff": preview_diff(preview),
+        "diff": preview_diff(preview, internal=request.GET.get("internal") == "1"),
         "forgotten": forgotten[:FORGOTTEN_LIMIT],
         "forgotten_total": len(forgotten),
         "form": form,
+        "langgraph": langgraph_view(checkpoint),
         "as_modal": bool(request.htmx) and not (request.htmx.boosted or request.htmx.history_restore_request),
         "old_label": f"Now (head #{preview.head.seq})" if preview.head else "Now",
         "new_label": f"After restore (#{checkpoint.seq})",
@@ -65,8 +67,15 @@ def _restore_context(request: HtmxHttpRequest, checkpoint: Checkpoint, form: Res
 def restore(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     checkpoint = get_checkpoint_for_user(request, pk)
     form = RestoreForm(request.POST if request.method == "POST" else None)
+    session = checkpoint.session
+    if request.method == "POST" and checkpoint.pk == session.head_id:
+        # restoring the head discards nothing: the page offers no such restore (it says why), and a post made
+        # anyway changes nothing
+        context = _restore_context(request, checkpoint, form)
+        response = render_page(request, "dashboard/restore.html", context, partial="restore-dialog")
+        response.status_code = 409
+        return response
     if request.method == "POST" and form.is_valid():
-        session = checkpoint.session
         try:
             restored = restore_checkpoint(
                 checkpoint, actor=Actor.for_user(request.user), reason=form.cleaned_data["reason"]
@@ -120,7 +129,7 @@ def fork(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         else:
             messages.success(request, f"Forked {source.external_id} at #{checkpoint.seq} into {new.external_id}.")
             return navigate(request, reverse("dashboard:session_detail", args=[new.pk]))
-    context = {"checkpoint": checkpoint, "session": source, "form": form}
+    context = {"checkpoint": checkpoint, "session": source, "form": form, "langgraph": langgraph_view(checkpoint)}
     return render_page(request, "dashboard/fork.html", context, partial="fork-form")
 
 

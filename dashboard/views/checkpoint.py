@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET
 from checkpoints import store
 from checkpoints.store.diff import format_path
 
-from ..presenters.checkpoint import changed_here, related
+from ..presenters.checkpoint import changed_here, related, visible_state
 from ..presenters.state_tree import BadPath, parse_path, resolve, state_tree, subtree
 from ..presenters.transcript import Transcript
 from .common import HtmxHttpRequest, console, get_checkpoint_for_user, parse_int, render_page
@@ -31,13 +31,17 @@ def checkpoint_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if request.htmx and before is not None:
         context: dict[str, Any] = {"checkpoint": checkpoint, "transcript": Transcript.of(state, before=before)}
         return render(request, "dashboard/checkpoint_detail.html#earlier", context)
+    internal = request.GET.get("internal") == "1"
+    shown, hidden_channels = visible_state(state, checkpoint.session, internal=internal)
     context = {
         "checkpoint": checkpoint,
         "session": checkpoint.session,
-        "tree": state_tree(state),
+        "tree": state_tree(shown),
+        "hidden_channels": hidden_channels,
+        "internal": internal,
         "transcript": Transcript.of(state, before=before),
         **related(checkpoint, request.user),
-        **changed_here(checkpoint),
+        **changed_here(checkpoint, internal=internal),
     }
     return render_page(request, "dashboard/checkpoint_detail.html", context, "checkpoint")
 

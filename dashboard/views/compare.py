@@ -48,6 +48,7 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
         path_filter=request.GET.get("path", ""),
         expand=request.GET.get("expand", ""),
         offset=parse_int(request.GET.get("offset")) or 0,
+        internal=request.GET.get("internal") == "1",
     )
     if context["diff"].expanded is not None and request.htmx and not request.htmx.history_restore_request:
         # "show more": only the rows it adds

@@ -70,7 +70,7 @@ def import_upload(request: HtmxHttpRequest) -> HttpResponse:
         "max_bytes": max_bytes,
         "project_slugs": form.projects if may_create else [],
         "jobs": jobs.select_related("project", "created_by")[:RECENT_JOBS],
-        "format_names": formats.NAMES,
+        "format_names": formats.names(),
         "limits": Limits.from_settings(),
     }
     return render_page(request, "dashboard/import_upload.html", context)
@@ -92,8 +92,8 @@ def import_job(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def session_export(request: HtmxHttpRequest, pk: int) -> HttpResponseBase:
     session = get_session_for_user(request, pk)
     name = request.GET.get("format", "")
-    if name not in formats.NAMES:
-        message = f"Unknown format {name!r}: choose one of {', '.join(formats.NAMES)}."
+    if name not in formats.names():
+        message = f"Unknown format {name!r}: choose one of {', '.join(formats.names())}."
         return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
     try:
         archive = export_zip(session, name)

@@ -21,6 +21,7 @@ from django_htmx.http import HttpResponseStopPolling
 from checkpoints.models import JobRunStatus
 from checkpoints.roles import in_every_project
 from checkpoints.services import Actor, request_job_run
+from checkpoints.task_names import COLLECT_GARBAGE
 
 from ..presenters.jobs import GC_TASK, PLAIN_NAMES, RETENTION_TASK, job_rows, latest_runs
 from .common import OPERATE, VIEW, HtmxHttpRequest, console, parse_int, render_page, retention_confirmation
@@ -71,7 +72,7 @@ def _queue(name: str, kwargs: dict[str, Any]) -> None:
 
 
 def _gc_confirmation(request: HtmxHttpRequest, task: PeriodicTask, action: str) -> HttpResponse:
-    last = latest_runs({"gc"}).get("gc")
+    last = latest_runs({COLLECT_GARBAGE.job}).get(COLLECT_GARBAGE.job)
     figures = last.result if last and in_every_project(request.user, VIEW) else {}
     context = {
         "title": f"{task.name} now?",

@@ -33,6 +33,8 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
     attention = sessions.needing_attention(stale_before=now - STALE_AFTER, limit=ATTENTION_ROWS + 1, grouped=bursts)
     waiting = waiting_for_approval(Phase.objects.filter(session__in=sessions)).select_related("session__project")
     approvals = list(waiting.order_by("completed_at", "pk")[: APPROVAL_ROWS + 1])
+    asking = sessions.filter(status=SessionStatus.WAITING).select_related("project").order_by("updated_at", "pk")
+    inputs = list(asking[: APPROVAL_ROWS + 1])
     context = {
         "now": now,
         "refresh_seconds": REFRESH_SECONDS,
@@ -45,6 +47,8 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
         "more_attention": len(attention) > ATTENTION_ROWS,
         "approvals": approvals[:APPROVAL_ROWS],
         "more_approvals": len(approvals) > APPROVAL_ROWS,
+        "inputs": inputs[:APPROVAL_ROWS],  # LangGraph threads stopped at interrupt(), longest waiting first
+        "more_inputs": len(inputs) > APPROVAL_ROWS,
         "actions": list(
             AuditEvent.objects.visible_to(request.user)
             .select_related("session__project")

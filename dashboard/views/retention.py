@@ -20,6 +20,7 @@ from checkpoints.jobs.retention import describe, policies_in_force, recorded_pla
 from checkpoints.models import Checkpoint, JobRun, JobRunStatus, Project
 from checkpoints.roles import in_every_project
 from checkpoints.services import Actor, request_job_run
+from checkpoints.task_names import APPLY_RETENTION
 
 from ..presenters.jobs import job_failures
 from .common import OPERATE, VIEW, HtmxHttpRequest, console, render_page, retention_confirmation
@@ -36,8 +37,8 @@ def retention(request: HtmxHttpRequest) -> HttpResponse:
     if request.method == "POST":
         return _run_now(request)
     projects = Project.objects.allowing(request.user)
-    runs = list(JobRun.objects.for_job("retention")[:RUNS_SHOWN])
-    dry_run = JobRun.objects.for_job("retention").filter(dry_run=True).completed().first()
+    runs = list(JobRun.objects.for_job(APPLY_RETENTION.job)[:RUNS_SHOWN])
+    dry_run = JobRun.objects.for_job(APPLY_RETENTION.job).filter(dry_run=True).completed().first()
     plan = recorded_plan(dry_run.result, projects=projects.values_list("pk", flat=True)) if dry_run else None
     context = {
         "policies": [(policy, describe(policy)) for policy in policies_in_force(projects=projects)],

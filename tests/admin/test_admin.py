@@ -62,6 +62,20 @@ def test_every_changelist_loads(admin_client, session, model):
     assert response.status_code == 200
 
 
+def test_the_admin_index_names_every_model_in_plain_english_under_the_consoles_name(admin_client):
+    html = admin_client.get(reverse("admin:index")).content.decode()
+    names = [a.text_content().strip() for a in select(html, "#content-main table caption ~ tbody th a")]
+    names = names or [a.text_content().strip() for a in select(html, "#content-main th[scope=row] a")]
+    assert "Lang graph writess" not in names
+    for expected in ("LangGraph checkpoints", "LangGraph pending writes", "LangGraph tombstones", "API tokens"):
+        assert expected in names, names
+    assert "Phase feedback" in names and "Retention policies" in names and "Deliveries" in names
+    for name in names:  # no doubled plural, no split brand names
+        assert not name.endswith("ss") and "Lang graph" not in name and "Api " not in name, name
+    assert [h.text_content().strip() for h in select(html, "#site-name")] == ["Checkpoint Console administration"]
+    assert "<title>Records and settings | Checkpoint Console admin</title>" in html
+
+
 @pytest.mark.parametrize(
     "url",
     [

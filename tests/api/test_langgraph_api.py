@@ -59,6 +59,7 @@ def test_a_put_stores_a_thread_as_a_langgraph_session_whose_checkpoint_state_is_
         "parents": {},
         "checkpoint_id": lg_id(0),
         "checkpoint_ns": "",
+        "langgraph_nodes": {"ran": None, "next": []},  # a loop step whose parent is not stored: who wrote it is unknown
     }
     assert tuple_["checkpoint"]["channel_values"] == {"messages": messages(1)}
     assert tuple_["checkpoint"]["channel_versions"] == {"messages": f"{0:032}.0.5"}
@@ -471,6 +472,33 @@ def test_prune_keep_latest_keeps_each_namespaces_latest_with_its_writes(api):
     assert len(latest(api, "thread-1").json()["pending_writes"]) == 2
     assert ids(listed(api, thread_id="thread-2")) == [lg_id(0)]
     assert AgentSession.objects.get(external_id="thread-1").checkpoint_count == 2
+
+
+def test_a_deleted_thread_id_run_again_takes_writes_before_their_checkpoint_as_langgraph_async_durability_sends(api):
+    # durability="async": the new input checkpoint's writes may arrive before its put, and they name no parent
+    thread_with_writes(api, "thread-1", 3)
+    api.post("/langgraph/threads/delete", {"thread_id": "thread-1"})
+
+    assert write(api, lg_id(5), "task", [["messages", typed("new")]]).json() == {"stored": 1}
+    put(api, "thread-1", 5)
+    put(api, "thread-1", 6, parent=5)
+
+    found = latest(api, "thread-1", checkpoint_id=lg_id(5)).json()
+    assert [w[0] for w in found["pending_writes"]] == ["task"]
+    assert ids(listed(api, thread_id="thread-1")) == [lg_id(6), lg_id(5)]
+
+
+@pytest.mark.parametrize("late", [0, 1, 2])
+def test_after_a_delete_ids_at_or_below_the_newest_deleted_one_are_still_refused(api, late):
+    thread_with_writes(api, "thread-1", 3)
+    api.post("/langgraph/threads/delete", {"thread_id": "thread-1"})
+    put(api, "thread-1", 5)  # the thread runs again
+
+    assert write(api, lg_id(late), "task", [["messages", typed("late")]]).status_code == 410
+    assert write(api, lg_id(late).upper(), "task", [["messages", typed("late")]]).status_code == 410
+    assert api.post(PUT, put_body("thread-1", 9, parent=late)).status_code == 410
+    assert write(api, lg_id(3), "task", [["messages", typed("newer")]]).status_code == 200  # above: a new id
+    assert ids(listed(api, thread_id="thread-1")) == [lg_id(5)]
 
 
 def test_prune_delete_deletes_the_threads_and_leaves_tombstones(api):

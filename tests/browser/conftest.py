@@ -2,10 +2,15 @@
 
 Chromium comes from the distribution (`apt-get install chromium`, done by .ci/run); Playwright's own
 browser download cannot work on machines without internet. Screenshots land in test-results/screenshots/.
+
+The operator guide's pictures (docs/images/) are shots these tests take with `screenshot(name, guide=True)`:
+`UPDATE_SCREENSHOTS=1 make test-browser` (or pytest tests/browser) writes them into docs/images/; without it they
+only go to test-results/screenshots/guide/, so an ordinary run never changes the work tree.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 from collections.abc import Iterator
@@ -13,9 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
+from playwright.sync_api import Page
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-results" / "screenshots"
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "test-results" / "screenshots"
+GUIDE_IMAGES = ROOT / "docs" / "images"
+UPDATE_SCREENSHOTS = os.environ.get("UPDATE_SCREENSHOTS") == "1"
+GUIDE_HEIGHT = 800  # a laptop's window: the guide shows what an operator sees first, not a page 9,000 px long
 TEST_TOOLS = "/__browser-tests__"  # URLs Playwright answers with the tests' own tools (axe-core), never the console
 
 
@@ -73,15 +84,37 @@ def root(django_user_model):
 
 @pytest.fixture
 def screenshot(page):
-    """Save a full-page screenshot under test-results/screenshots/<name>.png (look at them)."""
+    """Save a full-page screenshot under test-results/screenshots/<name>.png (look at them).
+
+    `guide=True` also shoots the window at `width` (1280 unless told; 390 for a phone) for the operator guide:
+    into test-results/screenshots/guide/, and into docs/images/ when UPDATE_SCREENSHOTS=1."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
 
-    def take(name: str) -> Path:
+    def take(name: str, *, guide: bool = False, width: int = 1280) -> Path:
         path = SCREENSHOTS / f"{name}.png"
         page.screenshot(path=str(path), full_page=True)
+        if guide:
+            guide_shot(page, name, width)
         return path
 
     return take
+
+
+def guide_shot(page: Page, name: str, width: int) -> Path:
+    """The window at `width` px, as a 256-colour PNG (text and flat colours lose nothing a reader notices)."""
+    folder = GUIDE_IMAGES if UPDATE_SCREENSHOTS else SCREENSHOTS / "guide"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    viewport = page.viewport_size
+    page.set_viewport_size({"width": width, "height": GUIDE_HEIGHT})
+    page.evaluate("window.scrollTo(0, 0)")  # scrolled, the sticky top bar would be drawn over the page
+    shot = page.screenshot()
+    if viewport:
+        page.set_viewport_size(viewport)
+    with Image.open(io.BytesIO(shot)) as image:
+        small = image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+        small.save(path, optimize=True)
+    return path
 
 
 @pytest.fixture

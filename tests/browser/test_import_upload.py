@@ -52,6 +52,7 @@ def test_operator_uploads_an_archive_and_sees_the_report(
     expect(progress.locator(".import-counts")).to_contain_text(str(job.imported))
     expect(progress.get_by_role("link", name="sess-a")).to_be_visible()
     looks("import-job")
+    screenshot("import-job", guide=True)
 
     page.get_by_role("link", name="sess-a").click()
     expect(page.get_by_label("Download as")).to_have_value("ares")  # the format it came in

@@ -23,14 +23,14 @@ def test_operator_previews_retention_and_runs_a_job(page, live_server, sign_in, 
     sign_in(staff_operator)
     page.goto(f"{live_server.url}/retention/")
     expect(page.get_by_role("heading", name="Retention", exact=True)).to_be_visible()
-    screenshot("retention")
+    screenshot("retention", guide=True)
     page.goto(f"{live_server.url}/jobs/")
     expect(page.get_by_role("heading", name="Jobs")).to_be_visible()
     row = page.locator("tr", has_text="Detect drift")
     row.get_by_role("button", name="Run now").click()
     expect(page.get_by_role("status").first).to_be_visible()
     assert JobRun.objects.filter(job="drift_detection", triggered_by="console:olga").exists()
-    screenshot("jobs")
+    screenshot("jobs", guide=True)
 
 
 def test_retention_run_now_asks_first_with_the_counts_by_kind(page, live_server, sign_in, staff_operator, widths):

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
 from playwright.sync_api import expect
 
+from checkpoints.models import AgentSession
 from tests.browser.conftest import SCREENSHOTS
 from tests.browser.test_accessibility import AXE, AXE_PATH, SERIOUS, WIDTHS, sideways
-from tests.lg_states import langgraph_session, run_thread, store_thread
+from tests.lg_states import langgraph_session, put_thread, run_thread, store_thread
+from tests.services.test_langgraph_nodes import CONFIG, tool_calling_graph
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,6 +58,44 @@ def test_operator_reads_a_langgraph_thread_its_subgraph_runs_and_a_checkpoint(
     expect(page.locator("dl.meta")).to_contain_text("Ran under")
     widths("langgraph-checkpoint")
     readable_everywhere(page, live_server)
+
+
+def test_a_threads_rows_and_checkpoint_read_as_nodes_and_internal_channels_show_on_request(
+    page, live_server, sign_in, alice, project, widths
+):
+    saver = InMemorySaver()
+    tool_calling_graph(saver).invoke({"messages": [HumanMessage("Book me a flight to Oslo")]}, CONFIG)
+    stored = put_thread(project, saver)
+    session = AgentSession.objects.get(pk=stored[0].session_id)
+    sign_in(alice)
+
+    page.goto(f"{live_server.url}/sessions/{session.pk}/")
+    after_agent = page.locator(f"#cp-{stored[2].seq}")
+    expect(after_agent.locator(".cp-name")).to_have_text("agent")
+    expect(after_agent.locator(".what > .kind")).to_have_text("loop")
+    expect(after_agent.locator(".lg-next")).to_contain_text("tools")
+    expect(page.locator(f"#cp-{stored[-1].seq} .lg-next")).to_contain_text("end")
+    shoot_light_and_dark(page, widths, "langgraph-nodes-timeline")
+    readable_everywhere(page, live_server)
+
+    page.goto(f"{live_server.url}/checkpoints/{stored[2].pk}/")
+    expect(page.locator("h1")).to_contain_text("agent")
+    expect(page.locator("#state")).not_to_contain_text("branch:to:tools")
+    shoot_light_and_dark(page, widths, "langgraph-nodes-checkpoint")
+    readable_everywhere(page, live_server)
+    page.get_by_role("link", name="Show internal channels").first.click()
+    expect(page.locator("#state")).to_contain_text("branch:to:tools")
+
+    page.goto(f"{live_server.url}/checkpoints/{stored[2].pk}/restore/")
+    expect(page.locator(".forgotten-table tbody tr")).to_have_count(3)
+    widths("langgraph-nodes-restore")
+
+
+def shoot_light_and_dark(page, widths, name: str) -> None:
+    widths(name)
+    page.emulate_media(color_scheme="dark")
+    widths(f"{name}-dark")
+    page.emulate_media(color_scheme="light")
 
 
 def readable_everywhere(page, live_server) -> None:

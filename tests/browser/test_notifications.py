@@ -11,7 +11,9 @@ from checkpoints.models import Delivery, DeliveryStatus, Event, NotificationRule
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_operator_adds_a_rule_and_sends_it_a_test(page, live_server, sign_in, alice, project, receiver, widths):
+def test_operator_adds_a_rule_and_sends_it_a_test(
+    page, live_server, sign_in, alice, project, receiver, widths, screenshot
+):
     endpoint = WebhookEndpoint.objects.create(
         project=project,
         url="https://hooks.example.com/checkpoints",
@@ -48,9 +50,27 @@ def test_operator_adds_a_rule_and_sends_it_a_test(page, live_server, sign_in, al
     expect(page.locator("#delivery-log tbody tr")).to_have_count(2)  # refreshed by the test's delivery
     assert "Test notification" in receiver.received[-1].json["text"]
     widths("notifications")
+    screenshot("notifications", guide=True)
 
     page.get_by_role("link", name="Delete… on-call Slack").click()
     expect(page.locator("main")).to_contain_text("This removes the rule")
     page.get_by_role("button", name="Delete the rule").click()
     expect(page.locator("#messages")).to_contain_text("deleted")
     assert not NotificationRule.objects.exists()
+
+
+def test_operator_adds_a_type_to_the_projects_langgraph_allow_list(
+    page, live_server, sign_in, alice, project, screenshot
+):
+    sign_in(alice, everywhere=False)
+    page.goto(f"{live_server.url}/notifications/acme/")
+    page.get_by_role("link", name="Project settings").click()
+    expect(page.get_by_role("heading", name="Project settings of")).to_be_visible()
+    allowed = page.get_by_label("Types LangGraph values may name")
+    allowed.fill(f"{allowed.input_value()}\nmyapp.state.")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#messages")).to_contain_text("Settings of acme saved.")
+    expect(page.locator("#settings-form")).to_contain_text("Beyond the defaults: myapp.state.")
+    screenshot("project-settings", guide=True)
+    project.refresh_from_db()
+    assert project.type_allowlist[-1] == "myapp.state."

@@ -14,7 +14,7 @@ def test_overview_sessions_list_and_audit_log(page, live_server, sign_in, bob, d
     expect(page.get_by_role("heading", name="Needs attention")).to_be_visible()
     expect(page.get_by_text("active sessions")).to_be_visible()
     expect(page.locator("#overview-live")).to_have_attribute("hx-trigger", "every 30s")
-    screenshot("overview")
+    screenshot("overview", guide=True)
 
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Sessions").click()
     expect(page.get_by_role("heading", name="Sessions", level=1)).to_be_visible()
@@ -22,13 +22,15 @@ def test_overview_sessions_list_and_audit_log(page, live_server, sign_in, bob, d
     total = rows.count()
     assert total > 3
     expect(page.get_by_role("img", name=re.compile("State size over the last")).first).to_be_visible()
+    screenshot("sessions", guide=True)
+    screenshot("sessions-phone", guide=True, width=390)
 
     # htmx swaps only the results and pushes the filtered URL; the form stays as it was
     page.get_by_label("Status").select_option("active")
     expect(page).to_have_url(re.compile(r"status=active"))
+    expect(rows).not_to_have_count(total)  # the results were swapped, not only the URL pushed
     expect(rows.first.locator(".status-active")).to_be_visible()
-    assert 0 < rows.count() < total
-    assert all(row.locator(".badge").first.inner_text().endswith("active") for row in rows.all())
+    expect(rows.filter(has_not=page.locator(".status-active"))).to_have_count(0)
     page.get_by_label("Search").fill("nightly")
     expect(page).to_have_url(re.compile(r"q=nightly"))
     expect(rows).to_have_count(1)
@@ -49,13 +51,13 @@ def test_overview_sessions_list_and_audit_log(page, live_server, sign_in, bob, d
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Audit log").click()
     expect(page.get_by_role("heading", name="Audit log", level=1)).to_be_visible()
     entries = page.locator("#audit-results tbody tr")
-    assert entries.count() > 0
+    expect(entries.first).to_be_visible()
     page.get_by_label("Action").select_option("pin")
     expect(page).to_have_url(re.compile(r"action=pin"))
     expect(entries.first.locator(".action-name")).to_have_text("pin")
     page.get_by_label("Action").select_option("")
     expect(page).to_have_url(re.compile(r"action=(&|$)"))
-    screenshot("audit-log")
+    screenshot("audit-log", guide=True)
 
 
 def test_lists_fit_a_laptop_screen(page, live_server, sign_in, bob, demo, screenshot):
@@ -72,7 +74,7 @@ def test_lists_fit_a_laptop_screen(page, live_server, sign_in, bob, demo, screen
 def test_dark_mode_follows_the_system(page, live_server, sign_in, bob, demo, screenshot):
     page.emulate_media(color_scheme="dark")
     sign_in(bob)
-    screenshot("overview-dark")
+    screenshot("overview-dark", guide=True)
     page.goto(f"{live_server.url}/sessions/")
     background = page.evaluate("getComputedStyle(document.body).backgroundColor")
     assert background != "rgb(246, 247, 249)"

@@ -37,6 +37,8 @@ def test_approver_approves_a_phase(page, live_server, sign_in, carol, validation
     expect(page.locator(".agent-output").last).to_contain_text("<script>")  # shown as text, never run
     assert page.title() != "owned"
 
+    screenshot("phase-approval", guide=True)
+
     page.get_by_label("Request changes").check()
     page.get_by_role("button", name="Submit decision").click()
     expect(page.locator("#phase-review")).to_contain_text("List at least one change")

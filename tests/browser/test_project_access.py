@@ -59,7 +59,7 @@ def test_a_member_sees_only_their_projects_and_acts_only_where_they_operate(
     screenshot("access-viewed-session")
 
     page.goto(f"{live_server.url}/imports/")
-    assert page.locator("#id_project option").all_inner_texts() == ["Choose a project", "acme", "research-agents"]
+    expect(page.locator("#id_project option")).to_have_text(["Choose a project", "acme", "research-agents"])
     screenshot("access-import")
 
     page.goto(f"{live_server.url}/jobs/")

@@ -23,6 +23,7 @@ def test_operator_compares_two_checkpoints(looks, page, live_server, sign_in, al
     expect(page.locator(".compare-side-a")).to_contain_text(f"#{a.seq}")
     expect(page.locator("#diff-summary")).to_contain_text("changed")
     looks("compare")
+    screenshot("compare", guide=True)
     page.get_by_role("link", name="Swap A and B").click()
     expect(page).to_have_url(re.compile(rf"a={b.pk}&b={a.pk}"))
     expect(page.locator(".compare-side-a")).to_contain_text(f"#{b.seq}")
@@ -62,7 +63,7 @@ def test_restore_preview_opens_as_a_modal_over_a_page(page, live_server, sign_in
     expect(page.get_by_role("dialog")).to_be_focused()
     page.keyboard.press("Escape")
     expect(page.get_by_role("dialog")).to_have_count(0)
-    assert page.url.endswith("/alerts/")
+    expect(page).to_have_url(re.compile(r"/alerts/$"))
 
 
 def test_operator_restores_with_a_preview_then_undoes(
@@ -81,6 +82,7 @@ def test_operator_restores_with_a_preview_then_undoes(
     expect(page.get_by_text("tool calls the agent will no longer remember").first).to_be_visible()
     expect(page.get_by_text(re.compile(rf"Restoring #{target.seq} discards \d+ checkpoints"))).to_be_visible()
     looks("restore-preview")
+    screenshot("restore-preview", guide=True)
     widths("restore-preview")
     page.get_by_label("Reason").fill("looping on get_order")
     page.get_by_role("button", name="Restore", exact=True).click()
@@ -153,6 +155,7 @@ def test_operator_acknowledges_an_alert(looks, page, live_server, sign_in, alice
     page.goto(f"{live_server.url}/alerts/")
     expect(page.get_by_role("heading", name="Drift alerts")).to_be_visible()
     looks("alerts")
+    screenshot("alerts", guide=True)
     row = page.locator(f"#alert-{alert.pk}")
     row.get_by_role("button", name="Acknowledge").click()
     expect(page.locator(f"#alert-{alert.pk}")).to_contain_text("by alice")

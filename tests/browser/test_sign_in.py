@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import expect
 
@@ -20,4 +22,4 @@ def test_a_wrong_password_is_refused_with_a_message(page, live_server, bob):
     page.get_by_role("button", name="Sign in").click()
     # is_visible() does not wait: right after the click the form may still be on its way back
     expect(page.get_by_role("alert")).to_be_visible()
-    assert "/accounts/login/" in page.url
+    expect(page).to_have_url(re.compile(r"/accounts/login/"))

@@ -35,7 +35,8 @@ def test_operator_moves_through_the_timeline_with_the_keyboard_and_reads_a_check
     expect(page.get_by_role("heading", name="Timeline")).to_be_visible()
     expect(page.locator("tbody.branch").first).to_be_visible()  # the branch the restore left behind
     expect(page.locator("svg.chart-svg")).to_have_count(3)
-    screenshot("session-timeline")
+    screenshot("session-timeline", guide=True)
+    screenshot("session-timeline-phone", guide=True, width=390)
 
     page.keyboard.press("j")  # outside the timeline j is only a letter (WCAG 2.1.4)
     expect(page.locator("[data-keynav-item].is-selected")).to_have_count(0)
@@ -55,6 +56,7 @@ def test_operator_moves_through_the_timeline_with_the_keyboard_and_reads_a_check
 
     _open_lazy_subtree(page)
     screenshot("checkpoint-detail")
+    screenshot("checkpoint", guide=True)
 
 
 def test_a_run_of_routine_checkpoints_opens_in_place(page, live_server, sign_in, bob, demo):
@@ -67,7 +69,7 @@ def test_a_run_of_routine_checkpoints_opens_in_place(page, live_server, sign_in,
     toggle.focus()
     page.keyboard.press("Enter")
     expect(page.locator("tr[data-keynav-item]")).to_have_count(rows_before - 1 + count)
-    assert "/sessions/" in page.url and "expand" not in page.url  # swapped in place, no navigation
+    expect(page).to_have_url(re.compile(rf"/sessions/{session.pk}/$"))  # swapped in place, no navigation
     expect(page.locator("tbody.expanded tr").first).to_have_class(re.compile("is-selected"))  # j/k go on from here
 
 
@@ -134,13 +136,13 @@ def test_side_branches_fold_and_open_in_place(page, live_server, sign_in, alice,
     expect(page.locator("#cp-35")).to_be_visible()
     expect(page.locator("#branch-31")).to_have_class(re.compile("is-open"))
     expect(page.locator("#toggle-31")).to_be_focused()  # the same control, now folding it
-    assert "open=31" in page.url
+    expect(page).to_have_url(re.compile(r"open=31"))
     _shoot(page, screenshot, "timeline-branch-open-1280")
 
     page.keyboard.press("Enter")
     expect(page.locator("#cp-35")).to_have_count(0)
     expect(page.locator("#branch-31")).to_have_class(re.compile("is-folded"))
-    assert "open=31" not in page.url
+    expect(page).not_to_have_url(re.compile(r"open=31"))
 
     _set_width(page, 390)
     page.locator("#toggle-1").click()
@@ -209,7 +211,7 @@ def test_rows_say_what_happened_failures_stand_out_and_the_index_jumps(
 
     page.locator(".landmarks").get_by_role("link", name="#40 loop_detected").click()
     expect(page.locator("tr.is-target")).to_have_id("cp-40")
-    assert "at=40" in page.url
+    expect(page).to_have_url(re.compile(r"at=40"))
     expect(page.locator("#gap-10")).to_contain_text("#10–#14 removed: 5 checkpoints")
     _shoot(page, screenshot, "timeline-jumped-1280")
 

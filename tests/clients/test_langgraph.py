@@ -25,6 +25,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMes
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.report import ProgressCallbacks
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
@@ -253,6 +254,29 @@ def test_a_put_with_a_parent_from_a_deleted_thread_is_refused_with_410(live_serv
 
     put(saver, "t", {"n": 3})  # no parent: the thread starts afresh, though the saver's memory had a base
     assert latest(saver, "t").checkpoint["channel_values"] == {"n": 3}
+
+
+def rerun_after_delete(checkpointer: Any) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Run a chat graph on a thread, delete the thread, run it again under the same id, both times under
+    LangGraph's default durability ("async": a step's writes may reach the saver before its checkpoint does).
+    Returns the ids of the messages and the (source, step) of each checkpoint the thread then holds."""
+    config = {"configurable": {"thread_id": "again"}, "recursion_limit": 100}
+    graph = chat_graph(checkpointer, replies=3, size=10)
+    graph.invoke({"messages": [HumanMessage("first", id="h1")], "turns": 0}, config, durability="async")
+    checkpointer.delete_thread("again")
+    graph.invoke({"messages": [HumanMessage("second", id="h2")], "turns": 0}, config, durability="async")
+    state = graph.get_state(config)
+    history = [(t.metadata["source"], t.metadata["step"]) for t in graph.get_state_history(config)]
+    return [m.id for m in state.values["messages"]], history
+
+
+def test_a_deleted_thread_run_again_under_its_id_with_async_durability_works_as_with_in_memory_saver(saver):
+    expected = rerun_after_delete(InMemorySaver())
+
+    assert rerun_after_delete(saver) == expected
+    assert expected[0] == ["h2", "ai-1", "ai-2", "ai-3"]  # the deleted run left nothing behind
+    session = AgentSession.objects.get(external_id="again")
+    assert session.checkpoint_count == len(expected[1])  # not half written
 
 
 def test_list_fetches_pages_lazily_and_stops_at_the_limit(saver):

@@ -220,7 +220,10 @@ def test_a_tool_loop_restored_to_an_earlier_step_continues_from_it(saver, restor
     restored = history[3]  # newest first: the answer, the tool result, the second call, then the restore
     assert restored.metadata["source"] == "fork"
     assert restored.metadata["restored_from"] == first_result.config["configurable"]["checkpoint_id"]
+    assert restored.metadata["restore_reason"] == ("retry from here" if way == "console" else "retry")
     assert restored.values == first_result.values and restored.next == ("agent",)
+    # the console named the nodes as the graph does: tools wrote the first result, agent runs next
+    assert console_row("loop", first_result).metadata["langgraph_nodes"] == {"ran": ["tools"], "next": ["agent"]}
     restored_id = restored.config["configurable"]["checkpoint_id"]
     assert all(restored_id > s.config["configurable"]["checkpoint_id"] for s in before)
     assert history[2].parent_config["configurable"]["checkpoint_id"] == restored_id
@@ -300,17 +303,27 @@ def test_a_graph_with_a_subgraph_restored_to_a_root_checkpoint_runs_the_subgraph
     assert len([ns for ns in namespaces if ns.startswith("work:")]) == 2  # one subgraph run before, one after
 
 
-def test_a_subgraph_checkpoint_is_not_restored_or_forked_and_the_parent_graphs_is_named(saver, operator, token_secret):
+def test_a_subgraph_checkpoint_is_not_restored_or_forked_and_the_parent_graphs_is_named(
+    saver, operator, client, alice, token_secret
+):
     graph = nested_graph(saver)
     graph.invoke(QUESTION, config("deep"))
     rows = Checkpoint.objects.filter(session__external_id="deep")
     inside = rows.exclude(metadata__checkpoint_ns="").get(step=2)
     ran_from = rows.get(metadata__checkpoint_id=inside.metadata["parents"][""])
     before = (rows.count(), AuditEvent.objects.count())
+    restore_url = reverse("dashboard:checkpoint_restore", args=[inside.pk])
+    fork_url = reverse("dashboard:checkpoint_fork", args=[inside.pk])
+    for url in (restore_url, fork_url):  # the pages offer no form, only the root checkpoint it ran under
+        offered = lxml.html.fromstring(operator.get(url).content)
+        assert not [form for form in offered.forms if form.action == url]
+        [link] = offered.cssselect(".lg-no-restore a")
+        assert link.get("href") == reverse("dashboard:checkpoint_detail", args=[ran_from.pk])
 
-    page = submit_form(operator, reverse("dashboard:checkpoint_restore", args=[inside.pk]), reason="retry")
+    client.force_login(alice)  # a post made anyway (an old tab, a script) is refused as before
+    page = client.post(restore_url, {"reason": "retry"})
     refused = ApiClient(token_secret).post(f"/checkpoints/{inside.pk}/fork", {})
-    forked = submit_form(operator, reverse("dashboard:checkpoint_fork", args=[inside.pk]), title="deeper")
+    forked = client.post(fork_url, {"title": "deeper"})
 
     expected = f"LangGraph resumes a thread from its parent graph, so restore or fork #{ran_from.seq}"
     assert page.status_code == 200 and expected in page.content.decode()

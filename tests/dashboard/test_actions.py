@@ -134,6 +134,26 @@ def test_operator_posts_with_the_csrf_token_go_through(alice, run):
 # ---- restore --------------------------------------------------------------------------------------
 
 
+def test_no_restore_of_the_head_is_offered_and_one_posted_anyway_changes_nothing(client, alice, run):
+    """Restoring the head discards nothing: the timeline, the checkpoint page and the restore page offer it not."""
+    session, checkpoints = run
+    head = checkpoints[-1]
+    client.force_login(alice)
+    timeline = client.get(reverse("dashboard:session_detail", args=[session.pk]))
+    assert select(timeline, f'#cp-{checkpoints[0].seq} a[href$="/restore/"]')
+    assert not select(timeline, f'#cp-{head.seq} a[href$="/restore/"]')
+    assert select(timeline, f'#cp-{head.seq} a[href$="/fork/"]')  # a fork from the head still makes sense
+    page = client.get(reverse("dashboard:checkpoint_detail", args=[head.pk]))
+    assert not select(page, f'a[href="{restore_url(head)}"]') and select(page, f'a[href="{fork_url(head)}"]')
+    preview = client.get(restore_url(head))
+    assert "already the head" in preview.content.decode() and not select(preview, "form.restore-form")
+
+    refused = client.post(restore_url(head), {"reason": "again"})
+
+    assert refused.status_code == 409 and "already the head" in refused.content.decode()
+    assert unchanged(session, head.pk)
+
+
 def test_restore_preview_shows_what_changes(client, alice, run):
     session, checkpoints = run
     client.force_login(alice)

@@ -127,6 +127,16 @@ def test_restore_last_good_is_the_main_action_only_for_critical_alerts(client, a
     assert link.get("class") == "btn btn-small btn-primary"
 
 
+def test_no_restore_last_good_is_offered_when_last_good_is_the_head(client, alice, alert, make_checkpoint):
+    # the agent moved on past the alert's checkpoint and came back to its last good one: nothing to discard
+    head = make_checkpoint(alert.session, {"step": 1}, parent=alert.last_good_id)
+    DriftAlert.objects.filter(pk=alert.pk).update(last_good=head)
+    client.force_login(alice)
+    [row] = select(client.get(LIST), f"tr#alert-{alert.pk}")
+    assert "Restore last good" not in text(row) and "discards 0" not in text(row)
+    assert "Acknowledge" in text(row)  # the other actions stay
+
+
 def test_viewer_sees_alerts_but_no_actions(client, bob, alert):
     client.force_login(bob)
     html = client.get(LIST).content.decode()

@@ -101,6 +101,36 @@ def test_celerys_own_clean_up_task_is_named_plainly(client, alice):
     assert [text(name) for name in _row(client, task).cssselect("strong")] == ["Celery: clear expired task results"]
 
 
+def test_the_every_minute_delivery_sweep_shows_its_last_run_like_every_other_job(client, bob):
+    from checkpoints import tasks
+    from dashboard.presenters.jobs import JOB_FOR_TASK
+
+    task = PeriodicTask.objects.get(task="checkpoints.tasks.send_due_deliveries")
+    client.force_login(bob)
+    [cell] = _row(client, task).cssselect("td[data-label='Last run']")
+    assert text(cell) == "never"
+
+    tasks.send_due_deliveries()  # as beat sends it every minute
+
+    [cell] = _row(client, task).cssselect("td[data-label='Last run']")
+    assert "never" not in text(cell) and cell.cssselect(".status-succeeded") and "by beat" in text(cell)
+    # every job the migrations schedule records its runs where the page reads them
+    scheduled = set(PeriodicTask.objects.filter(task__startswith="checkpoints.").values_list("task", flat=True))
+    assert scheduled and scheduled <= set(JOB_FOR_TASK)
+
+
+def test_a_task_whose_runs_are_not_recorded_says_so_and_when_beat_last_sent_it(client, alice):
+    task = PeriodicTask.objects.create(
+        name="celery.backend_cleanup",
+        task="celery.backend_cleanup",
+        crontab=CrontabSchedule.objects.get_or_create(minute="0", hour="4")[0],
+        last_run_at=timezone.now() - timedelta(hours=3),
+    )
+    client.force_login(alice)
+    [cell] = _row(client, task).cssselect("td[data-label='Last run']")
+    assert "sent 3 h ago" in text(cell) and "not recorded" in text(cell)
+
+
 def test_run_now_of_a_job_that_deletes_asks_first(client, staff_operator, django_capture_on_commit_callbacks):
     _gc_run()
     client.force_login(staff_operator)

@@ -65,7 +65,24 @@ def test_counts_totals_attention_and_actions_cover_only_the_users_projects(
     assert "their alert" not in html and "their action" not in html and "globex" not in html
 
 
-def test_sessions_needing_attention_come_first_alerts_then_failures_then_silence(client, bob, make_session):
+def test_needs_attention_lists_the_most_severe_first_then_the_newest(client, bob, make_session):
+    now = timezone.now()
+    critical, warned, newest_warning, info = (make_session(name) for name in ("critical", "warned", "newer", "info"))
+    AgentSession.objects.update(last_seen_at=now)
+    DriftAlert.objects.create(
+        session=critical, kind="failed", severity="critical", message="failed", opened_at=now - timedelta(hours=2)
+    )
+    DriftAlert.objects.create(session=critical, kind="stalled", message="stuck", opened_at=now)  # its warning
+    DriftAlert.objects.create(session=warned, kind="repetition", message="m", opened_at=now - timedelta(minutes=5))
+    DriftAlert.objects.create(session=newest_warning, kind="stalled", message="m", opened_at=now - timedelta(minutes=1))
+    DriftAlert.objects.create(session=info, kind="cycle_count", severity="info", message="m", opened_at=now)
+    client.force_login(bob)
+    response = client.get(URL)
+    assert attention(response) == ["critical", "newer", "warned", "info"]
+    assert [(s.alert_kind, s.alert_message) for s in response.context["attention"]][0] == ("failed", "failed")
+
+
+def test_sessions_needing_attention_come_first_by_severity_failures_then_alerts_then_silence(client, bob, make_session):
     now = timezone.now()
     alerting, failed, halted, silent, healthy, done = (
         make_session(name) for name in ("alerting", "failed", "halted", "silent", "healthy", "done")
@@ -78,7 +95,7 @@ def test_sessions_needing_attention_come_first_alerts_then_failures_then_silence
     DriftAlert.objects.create(session=alerting, kind="repetition", message="web_search('same query') 5 times")
     client.force_login(bob)
     response = client.get(URL)
-    assert attention(response) == ["alerting", "halted", "failed", "silent"]
+    assert attention(response) == ["halted", "failed", "alerting", "silent"]  # a failed run is critical
     html = response.content.decode()
     assert "web_search(&#x27;same query&#x27;) 5 times" in html and "repetition" in html
     assert "silent for more than 30 min" in html
@@ -114,7 +131,7 @@ def test_attention_lists_the_most_urgent_few_of_many(client, bob, make_session):
     AgentSession.objects.filter(pk=failed.pk).update(status="failed")
     client.force_login(bob)
     response = client.get(URL)
-    assert attention(response) == alerting[:10]  # the newest alerts first
+    assert attention(response) == ["failed", *alerting[:9]]  # the failed run (critical), then the newest warnings
     assert response.context["more_attention"]
 
 
@@ -173,11 +190,13 @@ def test_query_count_is_bounded_on_thousands_of_checkpoints(
         DriftAlert.objects.create(session=session, kind="stalled", message="flat")
         record_audit(Actor.for_user(alice), "acknowledge", session=session, reason="looking")
     AgentSession.objects.filter(pk__in=[s.pk for s in sessions[1::5]]).update(status="failed")
+    AgentSession.objects.filter(pk__in=[s.pk for s in sessions[2::5]]).update(status="waiting")
     client.force_login(bob)
-    # 13: the "Waiting for approval" queue is one query; "Needs attention" five (bursts, then each class
-    # cut at ten rows by an index, then the sessions shown)
-    with django_assert_max_num_queries(13):
+    # 14: the "Waiting for approval" and "Waiting for input" queues are one query each; "Needs attention" five
+    # (bursts, then each class cut at ten rows by an index, then the sessions shown)
+    with django_assert_max_num_queries(14):
         response = client.get(URL)
     assert len(response.context["attention"]) == 10 and response.context["more_attention"]
-    with django_assert_max_num_queries(13):
+    assert len(response.context["inputs"]) == 8 and response.context["more_inputs"]
+    with django_assert_max_num_queries(14):
         client.get(URL, headers=HTMX)

@@ -103,6 +103,13 @@ def token(world: World) -> list[Any]:
 TOKEN_FORM = {"name": "walk", "access": "read", "expiry": "30", "expires_on": ""}
 
 
+def waiting(world: World) -> list[Any]:
+    """A LangGraph thread of the world's project stopped at an interrupt ("i-1")."""
+    from tests.kits.interrupts import waiting_thread
+
+    return [waiting_thread(world.session.project).pk]
+
+
 def gc_task(world: World) -> list[Any]:
     return [PeriodicTask.objects.get(task="checkpoints.tasks.collect_garbage").pk]
 
@@ -114,6 +121,9 @@ MATRIX: dict[str, Row] = {
     "session_detail":      Row({"GET": (MEMBERS, 200)}, at=session),
     "session_undo":        Row({"POST": (OPERATORS, 302)}, at=session),
     "session_export":      Row({"GET": (MEMBERS, 200)}, at=session, query=lambda w: "?format=ares"),
+    "session_interrupts":  Row({"GET": (MEMBERS, 200)}, at=waiting),
+    "interrupt_answer":    Row({"POST": (APPROVERS, 302)}, at=waiting,
+                               data=lambda: {"interrupt_id": "i-1", "decision": "approve"}),
     "phase_detail":        Row({"GET": (MEMBERS, 200)}, at=phase),
     "phase_feedback":      Row({"POST": (APPROVERS, 302)}, at=phase, data=lambda: {"action": "skip_phase"}),
     "checkpoint_detail":   Row({"GET": (MEMBERS, 200)}, at=checkpoint),

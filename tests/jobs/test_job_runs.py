@@ -97,3 +97,25 @@ def test_a_running_job_refreshes_its_heartbeat_and_its_lock(settings):
     assert run.status == JobRunStatus.SUCCEEDED
     assert seen["heartbeat"] >= timedelta(seconds=0.5) and seen["lock"] >= timedelta(seconds=0.5)
     assert run.worker.count(":") == 2 and JobLock.objects.get(name="gc").holder == ""
+
+
+@pytest.mark.django_db
+def test_the_every_minute_sweeps_old_runs_go_with_old_deliveries_and_its_newest_stays(settings):
+    from checkpoints import tasks
+
+    now = timezone.now()
+    old = now - timedelta(days=settings.DELIVERY_KEEP_DAYS + 1)
+    for minutes in range(3):
+        JobRun.objects.create(
+            job="delivery_sweep", status=JobRunStatus.SUCCEEDED, started_at=old + timedelta(minutes=minutes)
+        )
+    kept_gc = JobRun.objects.create(job="gc", status=JobRunStatus.SUCCEEDED, started_at=old)
+
+    result = tasks.delete_old_deliveries()
+
+    assert result["sweep_runs"] == 2  # the newest of the sweep's runs stays, however old: the Jobs page shows it
+    assert JobRun.objects.filter(job="delivery_sweep").count() == 1
+    assert JobRun.objects.filter(pk=kept_gc.pk).exists()  # other jobs' runs are not its business
+    tasks.send_due_deliveries()
+    assert tasks.delete_old_deliveries()["sweep_runs"] == 1
+    assert JobRun.objects.filter(job="delivery_sweep").get().started_at >= now

@@ -26,7 +26,7 @@ def test_create_api_token_read_only(db):
 def test_bootstrap_creates_an_admin_once_and_prints_the_login(db):
     out, _ = command("bootstrap", "--no-demo", "--port", "8123")
     assert "http://127.0.0.1:8123/" in out
-    password = out.split("admin / ")[1].split()[0]
+    password = out.split("user admin, password ")[1].split()[0]
     admin = get_user_model().objects.get(username="admin")
     assert admin.is_superuser and admin.check_password(password)
     again, _ = command("bootstrap", "--no-demo")
@@ -36,7 +36,7 @@ def test_bootstrap_creates_an_admin_once_and_prints_the_login(db):
 
 def test_the_printed_login_sees_every_demo_project(client, demo):
     out, _ = command("bootstrap", "--no-demo")
-    password = out.split("admin / ")[1].split()[0]
+    password = out.split("user admin, password ")[1].split()[0]
     assert "sees every project" in out and "members" in out
     signed_in = client.post("/accounts/login/", {"username": "admin", "password": password})
     assert signed_in.status_code == 302

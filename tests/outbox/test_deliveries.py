@@ -11,7 +11,7 @@ from checkpoints import tasks
 from checkpoints.audit import Actor
 from checkpoints.models import Delivery, DeliveryStatus, Event, EventType
 from checkpoints.outbox import deliveries, events
-from checkpoints.outbox.deliveries import body_of, signature_header
+from checkpoints.outbox.channels.webhook import body_of, signature_header
 from checkpoints.outbox.safe_http import UnsafeTarget, check_target
 from checkpoints.outbox.webhooks import create_webhook, delete_webhook
 from tests.kits.webhook_kit import verify

@@ -25,7 +25,9 @@ from checkpoints.models import (
     PhaseStatus,
 )
 from checkpoints.outbox.apprise_urls import requests_for
-from checkpoints.outbox.channels import message_of, send_email, slack_lines
+from checkpoints.outbox.channels.common import message_of
+from checkpoints.outbox.channels.email import send_email
+from checkpoints.outbox.channels.slack import slack_lines
 from checkpoints.outbox.deliveries import attempt
 from checkpoints.outbox.events import publish
 from checkpoints.outbox.notifications import (

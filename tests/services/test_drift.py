@@ -1,17 +1,31 @@
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.http import QueryDict
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from checkpoints.metrics import record_ingest
 from checkpoints.models import AgentSession, AlertKind, AlertState, AuditEvent, DriftAlert, JobRun
-from checkpoints.services import Actor, CheckpointInput, drift, ingest_checkpoints, loops, restore_checkpoint
+from checkpoints.registry.detectors import DETECTORS, DetectorSpec, Threshold, thresholds
+from checkpoints.services import (
+    Actor,
+    CheckpointInput,
+    drift,
+    findings,
+    ingest_checkpoints,
+    loops,
+    restore_checkpoint,
+    undo_restore,
+)
+from dashboard.forms import AlertFilterForm, RuleForm
 from tests.lg_states import langgraph_session, put
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -489,6 +503,20 @@ def test_an_alert_opened_right_after_ingest_is_audited(make_session, django_capt
     assert event.details["alert_id"] == alert.pk and "boom" in event.reason
 
 
+def test_a_state_above_the_setting_opens_its_alert_right_after_ingest(
+    make_session, settings, django_capture_on_commit_callbacks
+):
+    """Ingest reads DRIFT_STATE_MAX_BYTES (declared in the registry) to decide whether the detectors run at once."""
+    settings.DRIFT_STATE_MAX_BYTES = 100
+    session = make_session()
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest_checkpoints([(session, [CheckpointInput(state={"x": 1})])])
+    assert not DriftAlert.objects.exists()
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest_checkpoints([(session, [CheckpointInput(state={"x": "y" * 200})])])
+    assert DriftAlert.objects.get(session=session).kind == AlertKind.STATE_GROWTH
+
+
 def test_acknowledged_alert_is_updated_not_reopened(make_session):
     agent = Agent(make_session())
     halted_fires(agent)
@@ -554,7 +582,7 @@ def test_a_failing_detector_does_not_fail_the_ingest(
     def broken(*args, **kwargs):
         raise RuntimeError("detector bug")
 
-    monkeypatch.setitem(drift.DETECTORS, AlertKind.FAILED, broken)
+    monkeypatch.setattr(drift, "detect_failed", broken)
     session = make_session()
     failed = CheckpointInput(state={"step": 1}, name="tests_failed", status="failed", step=1)
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
@@ -697,6 +725,48 @@ def test_a_restore_clears_a_failed_alert_at_once(make_session, django_capture_on
         restore_checkpoint(good[0], actor=Actor.system("test"))
     alert.refresh_from_db()
     assert alert.state == AlertState.RESOLVED
+
+
+def test_undoing_a_restore_reopens_the_failed_alert_it_resolved_and_the_failed_status(
+    make_session, django_capture_on_commit_callbacks
+):
+    session = make_session()
+    with django_capture_on_commit_callbacks(execute=True):
+        good = ingest_now(session, step(1), step(2, status="failed", status_reason="tool crashed"))
+    alert = unresolved(session)
+    session.refresh_from_db()
+    assert session.status == "failed"
+    with django_capture_on_commit_callbacks(execute=True):
+        restore_checkpoint(good[0], actor=Actor.system("test"))
+    session.refresh_from_db()
+    assert session.status == "active" and unresolved(session) is None
+
+    with django_capture_on_commit_callbacks(execute=True):
+        undone = undo_restore(session, actor=Actor.system("alice"))
+
+    session.refresh_from_db()
+    assert session.status == "failed"
+    assert (undone.status, undone.status_reason) == ("failed", "tool crashed")  # the head is #2 again
+    reopened = unresolved(session)
+    assert reopened is not None and reopened.pk == alert.pk  # the same incident, not a second one
+    assert reopened.severity == "critical" and reopened.checkpoint_id == undone.pk
+    assert DriftAlert.objects.filter(session=session).count() == 1
+    [event] = AuditEvent.objects.filter(action="alert_reopened")
+    assert event.actor == "alice" and "undo" in event.reason
+
+
+def test_undoing_a_restore_of_a_healthy_session_leaves_its_alerts_and_status_alone(
+    make_session, django_capture_on_commit_callbacks
+):
+    session = make_session()
+    with django_capture_on_commit_callbacks(execute=True):
+        made = ingest_now(session, step(1), step(2), step(3))
+        restore_checkpoint(made[0], actor=Actor.system("test"))
+        session.refresh_from_db()
+        undone = undo_restore(session, actor=Actor.system("alice"))
+    session.refresh_from_db()
+    assert (session.status, undone.status) == ("active", "completed")
+    assert not DriftAlert.objects.filter(session=session).exists()
 
 
 def test_the_failed_alert_follows_the_heads_branch(make_session, django_capture_on_commit_callbacks):
@@ -912,3 +982,93 @@ def test_gemini_content_rule_needs_close_repeats_of_few_periods():
     assert loops.repeated_chunk(chant * 8, 50, 10) is None
     spread = "".join(chant + f"then step {i} went on with unrelated prose about item {i} " * 6 for i in range(12))
     assert loops.repeated_chunk(spread, 50, 10) is None  # far apart: a recurring phrase, not a loop
+
+
+# ---- the registry ------------------------------------------------------------------------------------
+
+
+def detect_toy_rule(recent, now, limits):
+    """A detector that exists only in tests: fires when the head's step reaches `limits.toy_limit`."""
+    head = recent.head
+    if head is None or (head.step or 0) < limits.toy_limit:
+        return []
+    return [drift.Finding("toy_rule", "warning", f"step {head.step}", {"step": head.step}, head, None)]
+
+
+TOY_RULE = DetectorSpec(
+    "toy_rule",
+    "Toy Rule",
+    "job",
+    (Threshold("DRIFT_TOY_LIMIT", "toy_limit", 7, "steps a toy agent may take"),),
+    module=__name__,
+)
+
+
+@pytest.fixture
+def toy_rule(settings):
+    settings.DRIFT_TOY_LIMIT = 3  # config/settings.py defines the declared ones; this one is declared late
+    with DETECTORS.registered(TOY_RULE) as spec:
+        yield spec
+
+
+@pytest.mark.parametrize("spec", list(DETECTORS), ids=DETECTORS.names())
+def test_every_detector_has_its_function_kind_limits_and_settings(spec, settings):
+    if spec.runs == "raised":  # not a drift rule: the module it names raises it
+        assert f"AlertKind.{spec.name.upper()}" in Path(importlib.import_module(spec.module).__file__).read_text()
+    else:
+        assert callable(drift.detector(spec.name))
+        assert spec.name in drift.every_kind()
+    assert AlertKind(spec.name).label == spec.label
+    for threshold in spec.thresholds:
+        assert getattr(drift.Limits(), threshold.field) == threshold.default
+        assert isinstance(getattr(settings, threshold.setting), int)
+
+
+def test_the_code_names_only_registered_kinds_with_their_labels():
+    assert [(member.value, member.label) for member in AlertKind] == DETECTORS.choices()
+    assert set(drift.on_ingest_kinds()) <= set(drift.cheap_kinds())
+    assert set(drift.cheap_kinds()).isdisjoint(drift.timed_kinds())
+
+
+def test_limits_read_every_declared_setting(settings):
+    settings.DRIFT_MONOLOGUE_LIMIT = 9
+    settings.ROUTINE_INTERVAL_MINUTES = 10
+    limits = drift.Limits.from_settings()
+    assert limits.monologue == 9
+    assert limits.routine_interval == timedelta(minutes=10)
+    assert limits == drift.Limits(**{**vars_of(drift.Limits.from_settings())})
+    with pytest.raises(TypeError, match="no drift threshold is called nonsense"):
+        drift.Limits(nonsense=1)
+    with pytest.raises(AttributeError):
+        limits.nonsense  # noqa: B018 - the attribute read is the test
+
+
+def vars_of(limits):
+    return {threshold.field: getattr(limits, threshold.field) for _, threshold in thresholds()}
+
+
+def test_a_declared_detector_runs_and_is_a_choice_everywhere_without_other_edits(toy_rule, make_session):
+    assert ("toy_rule", "Toy Rule") in DriftAlert._meta.get_field("kind").choices
+    filters = AlertFilterForm(QueryDict("kind=toy_rule"), projects=[])
+    assert ("toy_rule", "Toy Rule") in filters.fields["kind"].choices and filters.is_valid()
+    assert ("toy_rule", "Toy Rule") in RuleForm().fields["alert_kinds"].choices
+    assert drift.Limits().toy_limit == 7 and drift.Limits.from_settings().toy_limit == 3
+    assert "toy_rule" in drift.every_kind() and "toy_rule" not in drift.on_ingest_kinds()
+    agent = Agent(make_session()).steps(2).flush()
+    assert drift.detect_session(agent.session, kinds=["toy_rule"], now=agent.now) == (0, 0)
+    agent.steps(2).flush()
+    assert drift.detect_session(agent.session, kinds=["toy_rule"], now=agent.now) == (1, 0)
+    alert = DriftAlert.objects.get(kind="toy_rule")
+    assert alert.get_kind_display() == "Toy Rule" and alert.message == "step 4"
+    assert "toy_rule" in detect(agent)  # and with every other detector, as the drift job runs them
+
+
+def test_a_detector_whose_function_is_missing_is_named(toy_rule, monkeypatch):
+    monkeypatch.delitem(globals(), "detect_toy_rule")
+    with pytest.raises(LookupError, match="has no detect_toy_rule"):
+        drift.detector("toy_rule")
+
+
+def test_one_threshold_reads_its_setting(settings):
+    settings.DRIFT_STATE_MAX_BYTES = 1234
+    assert findings.threshold("state_max_bytes") == 1234 == drift.Limits.from_settings().state_max_bytes

@@ -128,7 +128,13 @@ def test_a_console_restore_makes_the_restored_state_langgraphs_latest_under_a_la
     assert uuid.UUID(now_latest["checkpoint_id"]).version == 6
     assert now_latest["checkpoint"]["channel_values"] == {"messages": messages(2)}
     assert now_latest["parent_checkpoint_id"] == ids[1]
-    assert now_latest["metadata"] == {"source": "fork", "step": 1, "parents": {}, "restored_from": ids[1]}
+    assert now_latest["metadata"] == {
+        "source": "fork",
+        "step": 1,
+        "parents": {},
+        "restored_from": ids[1],
+        "restore_reason": "back",
+    }
     assert (
         now_latest["checkpoint"]["channel_versions"]
         == latest(project, "thread-1", checkpoint_id=ids[1])["checkpoint"]["channel_versions"]

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from checkpoints.jobs import run_job
 from checkpoints.jobs.retention import apply_retention
 from checkpoints.models import JobRunStatus
+from checkpoints.task_names import APPLY_RETENTION
 
 JSON_KEYS = ("deleted", "kept", "by_kind", "sessions_done", "error_count", "errors")
 
@@ -28,7 +29,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         dry_run = options["dry_run"]
-        run = run_job("retention", lambda: apply_retention(dry_run=dry_run), triggered_by="command", dry_run=dry_run)
+        run = run_job(
+            APPLY_RETENTION.job, lambda: apply_retention(dry_run=dry_run), triggered_by="command", dry_run=dry_run
+        )
         if run.status == JobRunStatus.SKIPPED:
             raise CommandError("Another retention run holds the lock; nothing was done.")
         result = run.result

@@ -9,6 +9,8 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from checkpoints.models import AgentSession
 
+RESET_COMMAND = 'make manage ARGS="changepassword admin"'
+
 
 class Command(BaseCommand):
     help = "First-run set-up for `make run`: an admin account (password printed once) and demo data."
@@ -22,16 +24,14 @@ class Command(BaseCommand):
         if not users.objects.filter(is_superuser=True).exists():
             password = secrets.token_urlsafe(12)
             users.objects.create_superuser("admin", "admin@localhost", password)
-            login = f"admin / {password}   (shown once; change it with: python manage.py changepassword admin)"
+            login = f"user admin, password {password}   (shown once; to change it: {RESET_COMMAND})"
         else:
-            login = "your existing account (reset with: python manage.py changepassword admin)"
+            login = f"your existing account (to reset it: {RESET_COMMAND})"
         if not options["no_demo"] and not AgentSession.objects.exists():
-            self.stdout.write("First run: seeding demo data…")
-            call_command("seed_demo")
-        self.stdout.write(
-            self.style.SUCCESS(f"\nCheckpoint Console: http://127.0.0.1:{options['port']}/\nSign in: {login}\n")
-        )
+            self.stderr.write("First run: seeding demo data…")  # stdout is the sign-in, which `serve` frames
+            call_command("seed_demo", stdout=self.stderr)
+        self.stdout.write(f"Checkpoint Console: http://127.0.0.1:{options['port']}/\nSign in: {login}")
         self.stdout.write(
             "This login is a superuser: it sees every project. Others see only the projects they are members of:\n"
-            "add them under Projects (or Users) in /admin/, with a role per project.\n"
+            "add them under Projects (or Users) in /admin/, with a role per project."
         )

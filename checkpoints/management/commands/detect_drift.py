@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from checkpoints.jobs import run_job
 from checkpoints.models import JobRunStatus
 from checkpoints.services.drift import detect_all
+from checkpoints.task_names import DETECT_DRIFT
 
 
 class Command(BaseCommand):
@@ -16,7 +17,7 @@ class Command(BaseCommand):
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        run = run_job("drift_detection", detect_all, triggered_by="command")
+        run = run_job(DETECT_DRIFT.job, detect_all, triggered_by="command")
         if run.status == JobRunStatus.SKIPPED:
             self.stdout.write(self.style.WARNING(f"Skipped: {run.result.get('reason', 'another run is active')}"))
             return

@@ -15,7 +15,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("session", help="the session's external id")
-        parser.add_argument("--format", required=True, choices=formats.NAMES)
+        parser.add_argument("--format", required=True, choices=formats.names())
         parser.add_argument(
             "--out",
             required=True,

@@ -22,7 +22,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("path", help="a file or folder, or a PostgresSaver database's postgres:// URL")
-        parser.add_argument("--format", default="auto", choices=["auto", *formats.NAMES])
+        parser.add_argument("--format", default="auto", choices=["auto", *formats.names()])
         parser.add_argument(
             "--project",
             default="imported",

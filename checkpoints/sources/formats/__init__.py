@@ -1,5 +1,6 @@
-"""The source formats (docs/formats.md). Each module follows `formats.base.Format`; LangGraph's databases are
-read into threads instead of records (`langgraph.threads`), which the LangGraph service stores."""
+"""The source formats (docs/formats.md). Each is declared in `checkpoints.registry.formats` (its name, label and
+module) and its module follows `formats.base.Format`; LangGraph's databases are read into threads instead of
+records (`langgraph.threads`), which the LangGraph service stores."""
 
 from __future__ import annotations
 
@@ -7,20 +8,24 @@ import importlib
 from pathlib import Path
 from typing import cast
 
+from ...registry.formats import FORMATS
 from .base import Format
 
-NAMES = ("dreamos", "breakpilot", "ares", "kaizen", "haytham", "langgraph")
+
+def names() -> tuple[str, ...]:
+    """Every registered format, in the order auto-detection tries them."""
+    return FORMATS.names()
 
 
 def get(name: str) -> Format:
-    if name not in NAMES:
-        raise ValueError(f"unknown format {name!r}; one of: {', '.join(NAMES)}")
-    return cast(Format, importlib.import_module(f"{__name__}.{name}"))
+    """The module that reads and writes `name` (imported by the name its declaration gives: the declaration sits
+    below the models, which take their choices from it)."""
+    return cast(Format, importlib.import_module(FORMATS.get(name).module_path))
 
 
 def detect(path: Path) -> str | None:
     """The format of a file or folder, or None."""
-    for name in NAMES:
+    for name in names():
         if get(name).detect(path):
             return name
     return None

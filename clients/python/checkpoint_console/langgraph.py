@@ -38,6 +38,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.types import Command
 
 from . import typedjson
 from .client import CheckpointAPIError
@@ -283,6 +284,23 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
             for item in page["items"]:
                 yield self._tuple(item)
             body = {**body, "cursor": page["next_cursor"]} if page.get("next_cursor") else None
+
+    def pending_resume(self, thread_id: str) -> Command | None:
+        """The answers people gave in the console to the thread's interrupts, not yet taken by the graph, as
+        `Command(resume={interrupt_id: value, …})`; None when there are none. A runner's loop:
+        `graph.invoke(saver.pending_resume(thread_id), config)` once answers are in. The console counts an
+        answer taken once the graph writes its resume (or the thread moves past the checkpoint it waited at)."""
+        return self._resume_command(_answer(self._call("POST", "/resume", json={"thread_id": str(thread_id)})))
+
+    async def apending_resume(self, thread_id: str) -> Command | None:
+        response = await self._acall("POST", "/resume", json={"thread_id": str(thread_id)})
+        return self._resume_command(_answer(response))
+
+    def _resume_command(self, answer: Any) -> Command | None:
+        resume = answer.get("resume") if isinstance(answer, dict) else None
+        if not resume:
+            return None
+        return Command(resume={key: self._decode(value) for key, value in resume.items()})
 
     def delete_thread(self, thread_id: str) -> None:
         self.memory.forget([str(thread_id)])

@@ -1,0 +1,63 @@
+"""A LangGraph put on the stack `make run` serves: `manage.py serve` (runserver, DEBUG=1, SQLite under a fresh
+VAR_DIR, the filesystem broker), and ConsoleSaver over HTTP running bench/savers.py's growing graph.
+
+    python bench/firstrun_put.py [--steps 100] [--port 8792]
+
+Prints put p50/p95 over the run's puts (the target: p50 ≤ 20 ms at step 100) as one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from broker_stress import environment, wait_for
+from savers import run_graph
+
+from checkpoint_console.langgraph import ConsoleSaver
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--port", type=int, default=8792)
+    args = parser.parse_args(argv)
+    var_dir = Path(tempfile.mkdtemp(prefix="cc-firstrun-"))
+    env = environment(var_dir)
+    manage = [sys.executable, "manage.py"]
+    subprocess.run([*manage, "migrate", "--no-input", "-v", "0"], cwd=ROOT, env=env, check=True)  # noqa: S603
+    token = subprocess.run(  # noqa: S603
+        [*manage, "create_api_token", "--project", "bench", "--name", "firstrun"],
+        cwd=ROOT, env=env, check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    log = var_dir / "serve.log"
+    with log.open("w") as out:
+        serve = subprocess.Popen(  # noqa: S603
+            [*manage, "serve", "--port", str(args.port)], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        wait_for(log, "Ctrl-C stops it.", 180)
+        database = var_dir / "db.sqlite3"
+
+        def size() -> int:
+            return sum(p.stat().st_size for p in var_dir.iterdir() if p.name.startswith(database.name))
+
+        with ConsoleSaver(f"http://127.0.0.1:{args.port}", token) as saver:
+            result = run_graph("firstrun", saver, args.steps, 1, size)
+    finally:
+        serve.send_signal(signal.SIGINT)
+        serve.wait(timeout=60)
+    print(json.dumps({"steps": args.steps, "debug": os.environ.get("DEBUG", "1"), **result}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
