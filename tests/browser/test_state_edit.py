@@ -15,7 +15,9 @@ from .test_tokens import shoot_everywhere
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_operator_edits_a_value_previews_the_diff_and_saves_a_new_head(page, live_server, sign_in, alice, project):
+def test_operator_edits_a_value_previews_the_diff_and_saves_a_new_head(
+    page, live_server, sign_in, screenshot, alice, project
+):
     session, _ = upsert_session(project, external_id="planner-7", agent="planner")
     state = {
         "memory": {"goal": "delete every stale branch", "budget": 40, "notes": ["asked twice", "<b>not bold</b>"]},
@@ -44,8 +46,11 @@ def test_operator_edits_a_value_previews_the_diff_and_saves_a_new_head(page, liv
     expect(page.get_by_role("heading", name="What the edit changes")).to_be_visible()
     expect(page.locator("#diff-summary")).to_contain_text("2 changes")
     shoot_everywhere(page, "state-edit-preview")
+    page.get_by_label("Reason").fill("the goal it inferred deletes work; archive instead")
+    screenshot("state-edit", guide=True)  # the operator guide's picture (docs/images/state-edit.png)
     assert Checkpoint.objects.count() == 1
 
+    page.get_by_label("Reason").fill("")
     page.get_by_role("button", name="Save as new head").click()
     expect(page.locator("#id_reason_error")).to_contain_text("Say why")
     page.get_by_label("Reason").fill("the goal it inferred deletes work; archive instead")
