@@ -86,11 +86,12 @@ def undo_restore(session: AgentSession, *, actor: Actor, reason: str = "", now: 
     previous = Checkpoint.objects.filter(pk=previous_pk, session=locked).first() if previous_pk else None
     if restore is None or previous is None:
         raise NothingToUndo("the session's head is not a restore that can be undone")
+    undone_what = f"{restore.kind} #{restore.seq}"  # "restore #N", or "edit #N" for an edit of the state
     undone = _new_head(
         locked,
         previous,
-        name=f"undo of restore #{restore.seq}",
-        reason=reason or f"undo restore #{restore.seq}",
+        name=f"undo of {undone_what}",
+        reason=reason or f"undo {undone_what}",
         now=now,
         undo_of={"undo_of": restore.pk, "undo_of_seq": restore.seq},
         # U stands for H: a failed or halted H is failed or halted again, and so is the session
@@ -110,8 +111,8 @@ def undo_restore(session: AgentSession, *, actor: Actor, reason: str = "", now: 
         "undo",
         session=locked,
         checkpoint=undone,
-        target=f"{locked} restore #{restore.seq}",
-        reason=reason or f"undo restore #{restore.seq}",
+        target=f"{locked} {undone_what}",
+        reason=reason or f"undo {undone_what}",
         details={
             "undone_seq": restore.seq,
             "undone_target_seq": restore.metadata.get("restored_from_seq"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.contrib.messages import get_messages
 from django.test import Client
 from django.urls import reverse
 
@@ -82,6 +83,10 @@ def test_save_stores_a_new_head_and_offers_undo(client, alice, run):
     assert "An operator's edit of #2 (wrong goal): its state with /memory/goal set" in text(select(page, ".related")[0])
     undo = client.post(reverse("dashboard:session_undo", args=[session.pk]))
     assert undo.status_code == 302
+    said = [str(message) for message in get_messages(undo.wsgi_request)]
+    assert said == [
+        f"Edit #{edited.seq} undone: the agent resumes from new checkpoint #5 with the state of #3, as before the edit."
+    ]
     assert AgentSession.objects.get(pk=session.pk).head.parent_id == made[2].pk
 
 

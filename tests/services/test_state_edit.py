@@ -88,6 +88,8 @@ def test_undo_of_an_edit_gives_back_the_head_before_it(make_session, make_checkp
     assert session.head_id == undone.pk and undone.parent_id == made[2].pk
     assert store.load_state(bytes(undone.root)) == {"n": 2}
     assert undone.metadata["undo_of"] == edited.pk and session.restore_generation == 2
+    assert undone.name == f"undo of edit #{edited.seq}"
+    assert AuditEvent.objects.get(action="undo").reason == f"undo edit #{edited.seq}"
 
 
 def test_the_whole_state_can_be_replaced_with_the_empty_pointer(make_session, make_checkpoint):
