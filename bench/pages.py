@@ -213,6 +213,7 @@ ROUTES: dict[str, Callable[[World], list[Page]]] = {
     "checkpoint_restore": _one_checkpoint,
     "checkpoint_fork": _one_checkpoint,
     "checkpoint_pin": _one_checkpoint,
+    "checkpoint_edit": _one_checkpoint,
     "compare": _compare,
     "alert_list": lambda world: [Page(), Page(query="?state=resolved")],
     "alert_acknowledge": _one_alert,

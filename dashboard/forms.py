@@ -20,6 +20,8 @@ from checkpoints.registry.detectors import DETECTORS
 from checkpoints.services import InvalidInput
 from checkpoints.services.typeguard import parse_allowlist
 from checkpoints.sources.archives import ARCHIVE_SUFFIXES, archive_suffix
+from checkpoints.store import jsoncodec
+from checkpoints.store.jsoncodec import InvalidJSON
 
 REASON_MAX = 500
 
@@ -42,6 +44,49 @@ class RestoreForm(forms.Form):
         ),
         help_text="Optional. Recorded in the audit log and shown to the agent with the restore.",
     )
+
+
+class EditStateForm(forms.Form):
+    """One value of a checkpoint's state to set: where (a JSON pointer), what (JSON text), why; Preview shows the
+    diff, Save stores it as the new head."""
+
+    VALUE_MAX = 1_000_000  # characters: a pasted value, not a state upload (the API takes those)
+
+    path = forms.CharField(
+        required=False,
+        max_length=2000,
+        strip=False,  # a key may begin or end with a space
+        label="Path",
+        help_text="A JSON pointer: /memory/goal, /messages/3/content, /plan/- to append to a list; empty for the "
+        "whole state.",
+    )
+    value = forms.CharField(
+        max_length=VALUE_MAX,
+        strip=False,
+        label="New value (JSON)",
+        widget=forms.Textarea(attrs={"rows": 12, "spellcheck": "false", "class": "mono json-editor"}),
+        help_text='JSON: a string is quoted ("text"); numbers, true, false, null, objects and lists as they are.',
+    )
+    reason = forms.CharField(
+        required=False,
+        max_length=REASON_MAX,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "e.g. the goal it inferred was wrong; set it right"}),
+        help_text="Required to save. Recorded in the audit log and in the new checkpoint.",
+    )
+    action = forms.ChoiceField(choices=[("preview", "Preview"), ("save", "Save")], required=False)
+
+    def clean_value(self) -> Any:
+        try:
+            return jsoncodec.loads(self.cleaned_data["value"])
+        except InvalidJSON as exc:
+            raise forms.ValidationError(f"Not JSON: {str(exc)[:300]}") from None
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if cleaned.get("action") == "save" and not cleaned.get("reason"):
+            self.add_error("reason", "Say why the state is edited: the audit log and the agent's history keep it.")
+        return cleaned
 
 
 class UndoForm(forms.Form):

@@ -17,6 +17,7 @@ from .views import (
     project_settings,
     retention,
     sessions,
+    state_edit,
     timeline,
     tokens,
 )
@@ -58,6 +59,7 @@ urlpatterns = [
     path("checkpoints/<id:pk>/restore/", actions.restore, name="checkpoint_restore"),
     path("checkpoints/<id:pk>/fork/", actions.fork, name="checkpoint_fork"),
     path("checkpoints/<id:pk>/pin/", actions.pin, name="checkpoint_pin"),
+    path("checkpoints/<id:pk>/edit/", state_edit.edit_state, name="checkpoint_edit"),
     path("compare/", compare.compare, name="compare"),
     path("alerts/", alerts.alert_list, name="alert_list"),
     path("alerts/<id:pk>/acknowledge/", alerts.acknowledge, name="alert_acknowledge"),

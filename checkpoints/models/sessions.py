@@ -241,6 +241,7 @@ class CheckpointKind(models.TextChoices):
     RESTORE = "restore"
     FORK = "fork"
     IMPORTED = "imported"
+    EDIT = "edit"  # an operator's edit of a checkpoint's state, made the head (services.recovery.edit_state)
 
 
 class CheckpointStatus(models.TextChoices):

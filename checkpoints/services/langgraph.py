@@ -940,7 +940,7 @@ def _largest_id(session: AgentSession) -> str | None:
     return rows.values_list("checkpoint_id", flat=True).first()
 
 
-def check_resumable(checkpoint: Checkpoint) -> None:
+def check_resumable(checkpoint: Checkpoint, *, action: str = "restore or fork") -> None:
     """Refuse a restore or fork of a subgraph's checkpoint: LangGraph resumes a thread from its root namespace,
     and a subgraph's namespace is named after the task that ran it, whose id derives from the parent graph's
     checkpoint id; so the agent could not take it up. The parent graph's checkpoint it ran from is named instead."""
@@ -953,7 +953,7 @@ def check_resumable(checkpoint: Checkpoint) -> None:
     instead = f"#{root.console.seq}, the parent graph's checkpoint it ran from" if root else "a root checkpoint"
     raise CheckpointError(
         f"#{checkpoint.seq} is a checkpoint of subgraph {row.checkpoint_ns.split(':')[0]!r}: LangGraph resumes a "
-        f"thread from its parent graph, so restore or fork {instead}"
+        f"thread from its parent graph, so {action} {instead}"
     )
 
 
@@ -1021,6 +1021,87 @@ def _decoded(external_id: str) -> str:
     """The thread id `thread_external_id` maps to `external_id`, when it is one of its encodings."""
     codes = {"%25": "%", "%2F": "/", "%00": "\x00"}
     return re.sub("%25|%2F|%00", lambda match: codes[match.group(0)], external_id)
+
+
+def check_channel_values(project: Project, values: dict[str, Any]) -> None:
+    """Channel values an operator typed (a state edit): typed JSON LangGraph's serializer reads back, naming only
+    callables the project's allow-list holds, as a put's values must."""
+    for channel, value in values.items():
+        check_typed(f"values.{channel}", value)
+    check_types(project, ((f"values.{channel}", value) for channel, value in values.items()))
+
+
+def record_edit(checkpoint: Checkpoint, edited: Checkpoint, channels: list[str], *, now: datetime) -> None:
+    """Give a console edit of a LangGraph checkpoint its LangGraph side, in the edit's transaction, written as
+    LangGraph's `update_state` writes a checkpoint, less what needs the graph (the console has none: no reducer
+    applies, no `as_node`): metadata source "update" and step + 1; an id larger than every id in the thread, so
+    the next `invoke(None, config)` continues from it; the edited checkpoint as parent; its header, with the
+    changed channels' versions bumped past every version in it, `versions_seen` kept so that the tasks that were
+    to run next (`branch:to:*`, sends) still run, `updated_channels` None. Pending writes stay with the old id,
+    as for a restore."""
+    source = LangGraphCheckpoint.objects.filter(console=checkpoint).first()
+    if source is None:
+        return
+    session = edited.session
+    checkpoint_id = next_checkpoint_id(_largest_id(session) or source.checkpoint_id)
+    header = jsoncodec.unpack(source.header)
+    versions = dict(header.get("channel_versions") or {})
+    bumped = _next_version(list(versions.values()))
+    header = {
+        **header,
+        "ts": now.isoformat(),
+        "channel_versions": {**versions, **dict.fromkeys(channels, bumped)},
+        # None, as update_state leaves it: a resume then considers every node, where a list would limit it to the
+        # nodes those channels trigger (and a node waiting on `branch:to:*` would never run)
+        "updated_channels": None,
+    }
+    step = _step(source.metadata)
+    metadata: dict[str, Any] = {
+        "source": "update",
+        "step": (step if step is not None else -1) + 1,
+        "parents": source.metadata.get("parents", {}),
+        "edited_from": source.checkpoint_id,
+        "edited": edited.metadata.get("edited", []),
+    }
+    reason = edited.metadata.get("reason")
+    if isinstance(reason, str) and reason:
+        metadata["edit_reason"] = reason  # the runner's get_state_history says why, as the console does
+    LangGraphCheckpoint.objects.create(
+        console=edited,
+        session=session,
+        checkpoint_ns=source.checkpoint_ns,
+        checkpoint_id=checkpoint_id,
+        parent_checkpoint_id=source.checkpoint_id,
+        header=jsoncodec.pack(header),
+        metadata=metadata,
+    )
+    nodes = checkpoint.metadata.get(lgnodes.KEY)
+    edited.metadata = {
+        **edited.metadata,
+        "checkpoint_id": checkpoint_id,
+        "checkpoint_ns": source.checkpoint_ns,
+        # no node wrote it (as for a restore); what the edited checkpoint had next runs next
+        lgnodes.KEY: {"ran": [], "next": nodes.get("next", []) if isinstance(nodes, dict) else []},
+    }
+    Checkpoint.objects.filter(pk=edited.pk).update(metadata=edited.metadata, step=metadata["step"])
+    set_head(session)
+
+
+def _next_version(versions: list[Any]) -> Any:
+    """A channel version above every one of `versions`, in their form: LangGraph compares versions with `>` to
+    find what changed; integers (InMemorySaver's early form) count on, strings (ConsoleSaver's, the other savers')
+    are a zero-padded counter and a fraction, as `ConsoleSaver.get_next_version` makes them."""
+    numbers = [v if isinstance(v, int) else int(str(v).split(".")[0] or 0) for v in versions if _counter(v)]
+    top = max(numbers, default=0)
+    if versions and all(isinstance(v, int) and not isinstance(v, bool) for v in versions):
+        return top + 1
+    return f"{top + 1:032}.{0:016}"
+
+
+def _counter(version: Any) -> bool:
+    if isinstance(version, bool):
+        return False
+    return isinstance(version, int) or (isinstance(version, str) and str(version).split(".")[0].isdigit())
 
 
 def _add_row(

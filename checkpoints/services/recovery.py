@@ -13,17 +13,20 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from jsonpointer import JsonPointer, JsonPointerException
 
-from ..audit import Actor, CheckpointError, NothingToUndo, max_length, record_audit
+from .. import store
+from ..audit import Actor, CheckpointError, InvalidInput, NothingToUndo, max_length, record_audit
 from ..humanize import short_value
 from ..models import AgentSession, Checkpoint, CheckpointKind, CheckpointStatus, SessionStatus, SourceFormat
 from ..outbox import events
 from ..sources import formats
-from ..store import diff_checkpoints, tallies
+from ..store import diff_checkpoints, jsoncodec, tallies
 from ..store.diff import Diff, diff_states
 from ..store.history import Discards, discards
 from . import langgraph
 from .alerts import reopen_resolved_since
+from .checkpoints import CheckpointInput, check_json_field, ingest_checkpoints
 from .drift import STATUS_KINDS, detect_after_ingest
 
 log = logging.getLogger(__name__)
@@ -60,6 +63,9 @@ def restore_checkpoint(
     return restored
 
 
+UNDOABLE = (CheckpointKind.RESTORE, CheckpointKind.EDIT)  # heads that record the head they replaced
+
+
 @transaction.atomic
 def undo_restore(session: AgentSession, *, actor: Actor, reason: str = "", now: datetime | None = None) -> Checkpoint:
     """Give the agent back exactly the state it had before the latest restore.
@@ -75,16 +81,17 @@ def undo_restore(session: AgentSession, *, actor: Actor, reason: str = "", now: 
     """
     now = now or timezone.now()
     locked = AgentSession.objects.select_for_update().get(pk=session.pk)
-    restore = Checkpoint.objects.filter(pk=locked.head_id, kind=CheckpointKind.RESTORE).first()
+    restore = Checkpoint.objects.filter(pk=locked.head_id, kind__in=UNDOABLE).first()
     previous_pk = restore.metadata.get("previous_head") if restore and "undo_of" not in restore.metadata else None
     previous = Checkpoint.objects.filter(pk=previous_pk, session=locked).first() if previous_pk else None
     if restore is None or previous is None:
         raise NothingToUndo("the session's head is not a restore that can be undone")
+    undone_what = f"{restore.kind} #{restore.seq}"  # "restore #N", or "edit #N" for an edit of the state
     undone = _new_head(
         locked,
         previous,
-        name=f"undo of restore #{restore.seq}",
-        reason=reason or f"undo restore #{restore.seq}",
+        name=f"undo of {undone_what}",
+        reason=reason or f"undo {undone_what}",
         now=now,
         undo_of={"undo_of": restore.pk, "undo_of_seq": restore.seq},
         # U stands for H: a failed or halted H is failed or halted again, and so is the session
@@ -104,8 +111,8 @@ def undo_restore(session: AgentSession, *, actor: Actor, reason: str = "", now: 
         "undo",
         session=locked,
         checkpoint=undone,
-        target=f"{locked} restore #{restore.seq}",
-        reason=reason or f"undo restore #{restore.seq}",
+        target=f"{locked} {undone_what}",
+        reason=reason or f"undo {undone_what}",
         details={
             "undone_seq": restore.seq,
             "undone_target_seq": restore.metadata.get("restored_from_seq"),
@@ -171,6 +178,148 @@ def _new_head(
         transaction.on_commit(lambda: write_back_restore(restored.pk))
     transaction.on_commit(lambda: detect_after_ingest([session.pk]))  # a failed or halted alert clears now
     return restored
+
+
+@dataclass(frozen=True)
+class StateEdit:
+    """One value an operator sets: `pointer` (RFC 6901: "/memory/goal", "/messages/3/content", "" for the whole
+    state) names where in the state, `value` what it becomes. An object may gain a key, a list an item ("/-")."""
+
+    pointer: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class EditPreview:
+    """What an edit would store, shown before the operator saves it; nothing is stored to make it."""
+
+    checkpoint: Checkpoint
+    after: Any
+    paths: list[str]  # the pointers edited, in the order given
+    channels: list[str]  # the top-level keys whose value changes (a LangGraph thread's channels)
+    diff: Diff  # from the checkpoint's state to the edited one
+
+
+def check_editable(checkpoint: Checkpoint, *, session: AgentSession | None = None) -> None:
+    """CheckpointError for a checkpoint whose state cannot be edited into a head (a LangGraph subgraph's)."""
+    if (session or checkpoint.session).source_format == SourceFormat.LANGGRAPH:
+        langgraph.check_resumable(checkpoint, action="edit")
+
+
+def preview_edit(checkpoint: Checkpoint, edits: list[StateEdit], *, session: AgentSession | None = None) -> EditPreview:
+    """The state `edits` make of `checkpoint`'s, checked as `edit_state` checks it: InvalidInput naming the
+    edit at fault, or CheckpointError for a checkpoint that cannot be edited."""
+    session = session or checkpoint.session
+    is_thread = session.source_format == SourceFormat.LANGGRAPH
+    check_editable(checkpoint, session=session)
+    if not edits:
+        raise InvalidInput("edits", "name at least one value to change")
+    before = store.load_shared(bytes(checkpoint.root))
+    after = before
+    for number, edit in enumerate(edits):
+        field = f"edits.{number}"
+        check_json_field(field, edit.value)
+        try:
+            pointer = JsonPointer(edit.pointer)
+        except (JsonPointerException, TypeError) as exc:
+            raise InvalidInput(field, f"{short_value(edit.pointer, 80)!r} is not a JSON pointer ({exc})") from None
+        if is_thread and not pointer.parts:
+            raise InvalidInput(field, "name a channel: a LangGraph state is its channels' values (/messages/0/content)")
+        try:
+            after = pointer.set(after, edit.value, inplace=False)  # a copy: `before` is the store's shared object
+        except (JsonPointerException, LookupError, TypeError) as exc:
+            raise InvalidInput(
+                field, f"{short_value(edit.pointer, 80)!r} names no place in the state ({exc})"
+            ) from None
+    check_json_field("state", after)
+    if store.state_digest(after) == bytes(checkpoint.state_hash):
+        raise InvalidInput("edits", f"the edit changes nothing: #{checkpoint.seq} already holds these values")
+    channels = _changed_keys(before, after, [JsonPointer(edit.pointer).parts[:1] for edit in edits])
+    if is_thread:
+        langgraph.check_channel_values(session.project, {channel: after[channel] for channel in channels})
+    return EditPreview(checkpoint, after, [edit.pointer for edit in edits], channels, diff_states(before, after))
+
+
+def _changed_keys(before: Any, after: Any, firsts: list[list[str]]) -> list[str]:
+    """The top-level keys among those the edits name whose value changes, compared as stored (canonical JSON:
+    Python's 1 == 1.0 == True would hide a change of type)."""
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return []
+    named = dict.fromkeys(key for first in firsts for key in first)
+    return [
+        key
+        for key in named
+        if key in after and (key not in before or jsoncodec.canonical(before[key]) != jsoncodec.canonical(after[key]))
+    ]
+
+
+@transaction.atomic
+def edit_state(
+    checkpoint: Checkpoint, edits: list[StateEdit], *, actor: Actor, reason: str, now: datetime | None = None
+) -> Checkpoint:
+    """Save `checkpoint`'s state with `edits` applied as the session's new head, undoable like a restore.
+
+    1. Under the session's lock, the edited state is checked (`preview_edit`) and stored through the store as
+       a new `edit` checkpoint E, child of the checkpoint edited; no reducer or node runs: values are replaced.
+    2. E becomes the head and the restore generation increments, so a polling agent reloads; E records the
+       previous head, so Undo (`undo_restore`) goes back to it. A LangGraph thread gets E as a checkpoint
+       written as LangGraph's `update_state` writes one (`langgraph.record_edit`).
+    3. An `edit_state` audit row (who, why, which paths) and the `session.restored` event a restore publishes.
+    """
+    now = now or timezone.now()
+    reason = reason.strip()
+    if not reason:
+        raise InvalidInput("reason", "say why the state is edited: the audit log and the agent's history keep it")
+    session = AgentSession.objects.locked_for_ingest().get(pk=checkpoint.session_id)
+    preview = preview_edit(checkpoint, edits, session=session)
+    previous_head, previous_status = session.head_id, session.status
+    session.restore_generation += 1
+    item = CheckpointInput(
+        state=preview.after,
+        name=f"edit of #{checkpoint.seq}",
+        kind=CheckpointKind.EDIT,
+        step=checkpoint.step,
+        phase=checkpoint.phase,
+        created_at=now,
+        metadata={
+            "edited_from": checkpoint.pk,
+            "edited_from_seq": checkpoint.seq,
+            "edited": preview.paths,
+            "previous_head": previous_head,
+            "previous_status": previous_status,
+            "restore_generation": session.restore_generation,
+            "reason": reason,
+        },
+        parent=checkpoint.pk,
+    )
+    [(edited, _)] = ingest_checkpoints([(session, [item])], now=now, savepoint=False, locked=True)
+    if session.status in (SessionStatus.FAILED, SessionStatus.HALTED, SessionStatus.COMPLETED):
+        session.status = SessionStatus.ACTIVE
+    session.updated_at = now
+    session.save(update_fields=["restore_generation", "status", "updated_at"])
+    if session.source_format == SourceFormat.LANGGRAPH:
+        langgraph.record_edit(checkpoint, edited, preview.channels, now=now)
+    if session.write_back and session.source_path and session.source_format:
+        transaction.on_commit(lambda: write_back_restore(edited.pk))
+    transaction.on_commit(lambda: detect_after_ingest([session.pk]))  # a failed or halted alert clears now
+    record_audit(
+        actor,
+        "edit_state",
+        session=session,
+        checkpoint=edited,
+        target=f"{session} #{checkpoint.seq}",
+        reason=reason,
+        details={
+            "edited_seq": checkpoint.seq,
+            "paths": preview.paths,
+            "changes": len(preview.diff.entries),
+            "previous_head": previous_head,
+            "new_seq": edited.seq,
+        },
+        now=now,
+    )
+    events.publish_restored(session, edited, checkpoint, actor=actor.label)
+    return edited
 
 
 def _sharing_state(checkpoint: Checkpoint, *, now: datetime) -> dict[str, Any]:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
+from jsonpointer import JsonPointer
+
 from checkpoint_console.typedjson import TAG, readable
 from checkpoints.humanize import short_value
 from checkpoints.store.diff import format_path
@@ -108,6 +110,11 @@ class Node:
     @property
     def truncated(self) -> bool:
         return self.full is not None and len(self.full) < self.length
+
+    @property
+    def pointer(self) -> str:
+        """The node's place as a JSON pointer (/messages/3), as the state editor takes it."""
+        return str(JsonPointer.from_parts(self.path).path)
 
     @property
     def path_json(self) -> str:

@@ -106,10 +106,11 @@ def undo_restore(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         messages.error(request, "Nothing to undo: the session's head is not a restore.")
     else:
         undone, before = restored.metadata["undo_of_seq"], restored.metadata["restored_from_seq"]
+        what = "Edit" if restored.name.startswith("undo of edit") else "Restore"
         messages.success(
             request,
-            f"Restore #{undone} undone: the agent resumes from new checkpoint #{restored.seq} with the state of "
-            f"#{before}, as before the restore.",
+            f"{what} #{undone} undone: the agent resumes from new checkpoint #{restored.seq} with the state of "
+            f"#{before}, as before the {what.lower()}.",
         )
     return navigate(request, safe_next(request, reverse("dashboard:session_detail", args=[session.pk])))
 

@@ -134,6 +134,8 @@ MATRIX: dict[str, Row] = {
     "checkpoint_fork":     Row({"GET": (OPERATORS, 200), "POST": (OPERATORS, 302)}, at=checkpoint,
                                data=lambda: {"title": "walk"}),
     "checkpoint_pin":      Row({"POST": (OPERATORS, 302)}, at=checkpoint, data=lambda: {"pinned": "1"}),
+    "checkpoint_edit":     Row({"GET": (OPERATORS, 200), "POST": (OPERATORS, 302)}, at=checkpoint,
+                               data=lambda: {"path": "/walk", "value": '"walk"', "reason": "walk", "action": "save"}),
     "compare":             Row({"GET": (MEMBERS, 200)},
                                query=lambda w: f"?a={w.session.head_id}&b={w.checkpoint.pk}"),
     "alert_list":          Row({"GET": (MEMBERS, 200)}),

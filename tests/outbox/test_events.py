@@ -16,7 +16,15 @@ from checkpoints.models import (
     PhaseStatus,
 )
 from checkpoints.outbox.webhooks import create_webhook
-from checkpoints.services import Actor, fork_session, resolve_alert, restore_checkpoint, undo_restore
+from checkpoints.services import (
+    Actor,
+    StateEdit,
+    edit_state,
+    fork_session,
+    resolve_alert,
+    restore_checkpoint,
+    undo_restore,
+)
 from checkpoints.services.drift import Finding, sync_alerts
 from checkpoints.services.phases import record_feedback, report_phase
 from checkpoints.services.uploads import run_import_job
@@ -70,6 +78,18 @@ def test_restoring_announces_session_restored_with_the_target_and_who(everything
     with sent() as got:
         undo_restore(session, actor=ALICE)
     assert got.of("session.restored")["target"]["seq"] == 2
+
+
+def test_an_edit_announces_session_restored_as_a_restore_does(everything, make_session, make_checkpoint, sent):
+    session = make_session()
+    first = make_checkpoint(session, {"n": 1}, name="one")
+    make_checkpoint(session, {"n": 2})
+    with sent() as got:
+        edited = edit_state(first, [StateEdit("/n", 5)], actor=ALICE, reason="wrong count")
+    data = got.of("session.restored")
+    assert (data["checkpoint"]["id"], data["checkpoint"]["kind"]) == (edited.pk, "edit")
+    assert (data["target"]["id"], data["actor"]) == (first.pk, "alice")
+    assert data["session"]["id"] == "run-1"
 
 
 def test_forking_announces_the_new_session_and_its_source(everything, make_session, make_checkpoint, sent):
