@@ -1085,6 +1085,10 @@ def record_edit(checkpoint: Checkpoint, edited: Checkpoint, channels: list[str],
     }
     Checkpoint.objects.filter(pk=edited.pk).update(metadata=edited.metadata, step=metadata["step"])
     set_head(session)
+    # as after a restore: the edit's head has no writes yet, so a failed or waiting thread is active again and
+    # its node_error alert resolves (the end-to-end story found it left open)
+    session.refresh_from_db(fields=["head", "status"])
+    lginterrupts.after_head_moved(session, lginterrupts.head_row(session), resync=True)
 
 
 def _next_version(versions: list[Any]) -> Any:
