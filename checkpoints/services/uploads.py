@@ -70,14 +70,17 @@ def queue_import(
     return job
 
 
-def _send(job_id: int, start: Callable[[int], object]) -> None:
-    """Queue the job's import; when the broker refuses, mark the job for `resend_unsent` instead of failing."""
+def _send(job_id: int, start: Callable[[int], object]) -> bool:
+    """Queue the job's import; when the broker refuses, mark the job for `resend_unsent` instead of failing.
+    Whether it was queued."""
     try:
         start(job_id)
     except BrokerUnreachable as exc:
         logger.warning("import job %s not queued, the broker is unreachable (the sweep resends it): %s", job_id, exc)
         report = ImportJob.objects.values_list("report", flat=True).get(pk=job_id)
         _update_job(job_id, report={**report, UNSENT: True})
+        return False
+    return True
 
 
 def resend_unsent(start: Callable[[int], object], *, limit: int = 100) -> int:
@@ -88,9 +91,8 @@ def resend_unsent(start: Callable[[int], object], *, limit: int = 100) -> int:
     for job in ImportJob.objects.filter(status=ImportJobStatus.QUEUED, report__has_key=UNSENT)[:limit]:
         report = {key: value for key, value in job.report.items() if key != UNSENT}
         claimed = ImportJob.objects.filter(pk=job.pk, status=ImportJobStatus.QUEUED, report=job.report)
-        if claimed.update(report=report):
-            _send(job.pk, start)
-            sent += 1
+        if claimed.update(report=report) and _send(job.pk, start):
+            sent += 1  # a job the broker still refuses is marked again and not counted
     return sent
 
 

@@ -64,6 +64,9 @@ ADDRESSED = {
     "notification_rule_test": "rule",
     "tokens": "project",
     "token_revoke": "token",
+    "session_interrupts": "session",
+    "interrupt_answer": "session",
+    "checkpoint_edit": "checkpoint",
 }
 SYSTEM_WIDE = {"job_run"}  # addresses a schedule, which belongs to no project: staff only
 # plans every project, and each user sees only their projects' share (tests/dashboard/test_retention_page.py)
@@ -78,6 +81,8 @@ POSTED = {
     "phase_feedback": {"action": "approved"},
     "alert_resolve": {"reason": "stolen"},
     "tokens": {"name": "stolen", "access": "write", "expiry": "never"},
+    "interrupt_answer": {"interrupt_id": "i-1", "decision": "approve", "comment": "stolen"},
+    "checkpoint_edit": {"path": "/step", "value": "7", "reason": "stolen", "action": "save"},
 }
 QUERY = {"session_export": "?format=ares", "checkpoint_subtree": "?path=[]"}
 

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from checkpoints.models import NotificationRule
+from checkpoints.services import create_api_token
 from tests.dashboard.conftest import World
 
 EXAMPLES = 300  # requests over all views; with the path test below, some seconds
@@ -50,6 +51,11 @@ GET_VIEWS = {
     "notification_rule_create": ("project", []),
     "notification_rule_edit": ("rule", []),
     "notification_rule_delete": ("rule", []),
+    "token_projects": (None, []),
+    "tokens": ("project", []),
+    "token_revoke": ("token", []),
+    "session_interrupts": ("session", []),
+    "checkpoint_edit": ("checkpoint", ["path"]),
 }
 
 WEIGHTED = [name for name, (_, params) in sorted(GET_VIEWS.items()) for _ in range(1 + len(params))]  # more to read
@@ -142,10 +148,12 @@ def _path(name: str, world: World) -> str:
         return reverse(f"dashboard:{name}")
     if target == "phase":
         return reverse(f"dashboard:{name}", args=[world.phase.session_id, world.phase.number])
-    if target in ("project", "rule"):
+    if target in ("project", "rule", "token"):
         project = world.session.project
         if target == "project":
             return reverse(f"dashboard:{name}", args=[project.slug])
+        if target == "token":
+            return reverse(f"dashboard:{name}", args=[project.slug, create_api_token(project, name="walk")[0].pk])
         rule, _ = NotificationRule.objects.get_or_create(
             project=project, name="pager", defaults={"channel": "email", "target": "ops@example.com"}
         )
@@ -177,7 +185,7 @@ def test_the_hostile_input_covers_every_console_get_view():
 
     posts_only = {
         "session_undo", "phase_feedback", "checkpoint_pin", "alert_acknowledge", "alert_resolve", "job_run",
-        "retention_dry_run", "notification_rule_test",
+        "retention_dry_run", "notification_rule_test", "interrupt_answer",
     }  # fmt: skip
     assert {p.name for p in urlpatterns} - posts_only == set(GET_VIEWS)
 
@@ -193,5 +201,6 @@ def test_the_hostile_input_covers_every_console_get_view():
 @example(name="phase_detail", ids=[1, 2**63])  # a phase number beyond 64 bits: the same
 def test_no_id_in_a_path_makes_a_console_page_fail(client_of_alice, world, name, ids):
     target = GET_VIEWS[name][0]
-    args = {"phase": ids, "rule": [world.session.project.slug, ids[0]]}.get(target, ids[:1])
+    slug = world.session.project.slug
+    args = {"phase": ids, "rule": [slug, ids[0]], "token": [slug, ids[0]]}.get(target, ids[:1])
     assert client_of_alice.get(reverse(f"dashboard:{name}", args=args)).status_code in (200, 404)

@@ -107,6 +107,7 @@ def test_the_jobs_page_pairs_each_scheduled_task_with_the_job_its_runs_are_recor
         "checkpoints.tasks.collect_garbage": "gc",
         "checkpoints.tasks.scan_watched_sources": "watched_sources",
         "checkpoints.tasks.delete_old_deliveries": "delivery_cleanup",
+        "checkpoints.tasks.send_due_deliveries": "delivery_sweep",
     }
 
 
