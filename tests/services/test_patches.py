@@ -75,6 +75,11 @@ def test_applying_a_patch_never_changes_its_base(db, before, after):
     assert canonical(base) == canonical(before)
 
 
+@pytest.mark.parametrize(("before", "after"), [(0.0, -0.0), ({"a": 1}, {"a": True}), ([1], [1.0]), ({"a/b~": 1}, {})])
+def test_values_python_calls_equal_and_json_does_not_are_patched(before, after):
+    assert canonical(apply_patch(before, json_patch(before, after))) == canonical(after)
+
+
 def test_a_failing_patch_names_its_operation_and_leaves_the_base_alone():
     base = {"a": [1, 2], "b": {"c": 1}}
     with pytest.raises(PatchFailed, match=r"operation 2 \(remove '/b/x'\)"):

@@ -569,7 +569,7 @@ def _diff(old: Any, new: Any, path: str, out: builtins.list[JSONDict]) -> None:
             _diff(old[index], new[index], f"{path}/{index}", out)
         out.extend({"op": "add", "path": f"{path}/-", "value": value} for value in new[common:])
         out.extend({"op": "remove", "path": f"{path}/{index}"} for index in range(len(old) - 1, common - 1, -1))
-    elif old != new:
+    elif old != new or (type(old) is float and repr(old) != repr(new)):  # -0.0 == 0.0, but not in JSON
         out.append({"op": "replace", "path": path, "value": new})
 
 
