@@ -98,3 +98,22 @@ def test_a_patch_that_does_not_apply_stores_nothing_and_a_stale_generation_is_ba
         create_checkpoint(session, stale)
     assert (moved.value.head_seq, moved.value.restore_generation) == (1, 0)
     assert session.checkpoints.count() == 1
+
+
+def test_a_restore_landing_while_a_patch_is_applied_wins_and_the_patch_stores_nothing(project):
+    """The API read the session (head and generation) before an operator's restore committed: the check under the
+    session's lock sees the restore, and the patch's transaction stores nothing."""
+    from checkpoints.models import AgentSession
+    from checkpoints.services import Actor, restore_checkpoint
+
+    session, _ = upsert_session(project, external_id="race", agent="a")
+    first, _ = create_checkpoint(session, CheckpointInput(state={"n": 1}))
+    create_checkpoint(session, CheckpointInput(state={"n": 2}))
+    read_before = AgentSession.objects.select_related("head").get(pk=session.pk)  # what the API request holds
+    restored = restore_checkpoint(first, actor=Actor.system())
+    patch = CheckpointInput(state=None, state_patch=[{"op": "replace", "path": "/n", "value": 3}], restore_generation=0)
+    with pytest.raises(BaseMoved) as moved:
+        create_checkpoint(read_before, patch)
+    assert (moved.value.head_id, moved.value.restore_generation) == (restored.pk, 1)
+    assert AgentSession.objects.get(pk=session.pk).head_id == restored.pk
+    assert session.checkpoints.count() == 3
