@@ -380,7 +380,7 @@ def gunicorn(url: str, workers: int = 2) -> Iterator[str]:
         deadline = time.monotonic() + 60
         while True:
             try:
-                urllib.request.urlopen(f"{base}/api/v1/openapi.json", timeout=5).read()  # noqa: S310 - base is the local gunicorn's http:// URL
+                urllib.request.urlopen(f"{base}/api/v1/openapi.json", timeout=60).read()  # noqa: S310 - base is the local gunicorn's http:// URL
                 break
             except (urllib.error.URLError, ConnectionError):
                 if process.poll() is not None or time.monotonic() > deadline:
@@ -388,7 +388,7 @@ def gunicorn(url: str, workers: int = 2) -> Iterator[str]:
                 time.sleep(0.2)
         # one request per worker so every process has imported and connected before timing
         for _ in range(workers * 2):
-            urllib.request.urlopen(f"{base}/api/v1/openapi.json", timeout=5).read()  # noqa: S310 - base is the local gunicorn's http:// URL
+            urllib.request.urlopen(f"{base}/api/v1/openapi.json", timeout=60).read()  # noqa: S310 - base is the local gunicorn's http:// URL
         yield base
     finally:
         process.send_signal(signal.SIGTERM)

@@ -46,6 +46,21 @@ class NothingToUndo(CheckpointError):
     pass
 
 
+class BaseMoved(CheckpointError):
+    """A patch was made against a head that is no longer the session's (an operator restored, undid, or another
+    writer went on): applying it would overwrite what happened since. Names the head to resume from."""
+
+    def __init__(self, *, head_id: int | None, head_seq: int | None, restore_generation: int) -> None:
+        where = f"checkpoint {head_id} (#{head_seq})" if head_id is not None else "no checkpoint"
+        super().__init__(
+            f"base_moved: the session's head is now {where} at restore generation {restore_generation}, not the "
+            "base this patch was made against; resume from the head and send the next checkpoint against it"
+        )
+        self.head_id = head_id
+        self.head_seq = head_seq
+        self.restore_generation = restore_generation
+
+
 @dataclass(frozen=True)
 class Actor:
     """Who acts: a console user, an API token, or the system (jobs and commands)."""

@@ -1,5 +1,5 @@
 """The API client now lives in the `checkpoint-console-client` distribution (`clients/python/`)."""
 
-from checkpoint_console.client import CheckpointAPIError, CheckpointClient
+from checkpoint_console.client import CheckpointAPIError, CheckpointClient, HeadMoved
 
-__all__ = ["CheckpointAPIError", "CheckpointClient"]
+__all__ = ["CheckpointAPIError", "CheckpointClient", "HeadMoved"]

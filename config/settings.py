@@ -272,7 +272,7 @@ API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "")
 CHECKPOINT_MAX_DEPTH = env_int("CHECKPOINT_MAX_DEPTH", 200)
 CHECKPOINT_MAX_BODY_BYTES = env_int("CHECKPOINT_MAX_BODY_BYTES", 16 * 1024 * 1024)
 CHECKPOINT_KEYFRAME_INTERVAL = env_int("CHECKPOINT_KEYFRAME_INTERVAL", 48)
-CHECKPOINT_CACHE_STATES = env_int("CHECKPOINT_CACHE_STATES", 16)
+CHECKPOINT_CACHE_STATES = env_int("CHECKPOINT_CACHE_STATES", 64)  # 32 agents in flight, two states each
 
 # Drift detection (docs/drift.md) and routine checkpoints: the thresholds each detector declares, with their defaults
 # (DRIFT_WINDOW, DRIFT_CYCLE_LIMIT, …, ROUTINE_INTERVAL_MINUTES: checkpoints/registry/detectors.py; the meaning of

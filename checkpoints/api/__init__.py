@@ -101,6 +101,14 @@ def _invalid_input(request: HttpRequest, exc: services.InvalidInput) -> HttpResp
     return api.create_response(request, {"detail": [error]}, status=422)
 
 
+@api.exception_handler(services.BaseMoved)
+def _base_moved(request: HttpRequest, exc: services.BaseMoved) -> HttpResponse:
+    """409 with `code` (a reused idempotency key's 409 has none) and the head to resume from."""
+    head = {"id": exc.head_id, "seq": exc.head_seq} if exc.head_id is not None else None
+    body = {"detail": str(exc), "code": "base_moved", "head": head, "restore_generation": exc.restore_generation}
+    return api.create_response(request, body, status=409)
+
+
 @api.exception_handler(services.CheckpointError)
 def _domain_error(request: HttpRequest, exc: services.CheckpointError) -> HttpResponse:
     return api.create_response(request, {"detail": str(exc)}, status=409)

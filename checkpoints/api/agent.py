@@ -11,6 +11,7 @@ from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, Path, Query, Router, Schema
 from ninja.errors import HttpError
+from pydantic import model_validator
 
 from .. import limits, services, store
 from ..models import (
@@ -57,10 +58,54 @@ class SessionIn(Strict):
     metadata: JSONObject | None = None
 
 
+class PatchOperation(Strict):
+    """One RFC 6902 operation; `value` for add, replace and test, `from` for move and copy."""
+
+    op: Literal["add", "remove", "replace", "move", "copy", "test"]
+    path: str = Field(max_length=10_000, description='A JSON Pointer (RFC 6901) into the state; "" is the whole state.')
+    value: Any = None
+    from_: str | None = Field(default=None, alias="from", max_length=10_000)
+
+    def as_operation(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_unset=True)
+
+
+class Base(Strict):
+    """The checkpoint a patch was made against, by id or by seq: it must be the session's head."""
+
+    id: Annotated[int, Field(ge=1, le=limits.INT64_MAX)] | None = None
+    seq: Annotated[int, Field(ge=1, le=limits.INT64_MAX)] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> Base:
+        if (self.id is None) == (self.seq is None):
+            raise ValueError("name the base by id or by seq (one of them)")
+        return self
+
+
 class CheckpointIn(Strict):
     name: str = Field(default="", max_length=200)
     kind: CheckpointKind = CheckpointKind.STEP
-    state: Any = Field(description="Any JSON document: the agent's state at this point.")
+    state: Any = Field(
+        default=None,
+        description="Any JSON document: the agent's state at this point. Give it or `state_patch`, not both.",
+    )
+    state_patch: list[PatchOperation] | None = Field(
+        default=None,
+        max_length=100_000,
+        description="Instead of `state`: an RFC 6902 JSON Patch turning the state of `base` (by default the head) "
+        "into this checkpoint's. 409 `base_moved` (nothing stored) when `base` or `restore_generation` is no "
+        "longer the session's; 422 naming the operation when the patch does not apply.",
+    )
+    base: Base | None = Field(
+        default=None,
+        description="With `state_patch`: the checkpoint the patch was made against; it must be the session's head.",
+    )
+    restore_generation: Count64 | None = Field(
+        default=None,
+        description="With `state_patch`: the session's restore generation the agent last saw (from resume or the "
+        "last create); a restore or undo since makes it 409 `base_moved`.",
+    )
     status: CheckpointStatus = CheckpointStatus.COMPLETED
     status_reason: LongText = ""
     step: Int32 | None = Field(default=None, description="May be negative (LangGraph's input checkpoint is -1).")
@@ -75,8 +120,21 @@ class CheckpointIn(Strict):
         "by default the session's head.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _state_or_patch(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            if ("state" in data) == ("state_patch" in data):
+                raise ValueError("give `state` (a whole state) or `state_patch` (a JSON Patch), exactly one of them")
+            if "state" in data and ("base" in data or "restore_generation" in data):
+                raise ValueError("`base` and `restore_generation` go with a `state_patch`")
+        return data
+
     def to_input(self) -> services.CheckpointInput:
-        return services.CheckpointInput(**self.model_dump(exclude={"session"}))
+        fields = self.model_dump(exclude={"session", "state_patch", "base"})
+        patch = [operation.as_operation() for operation in self.state_patch] if self.state_patch is not None else None
+        base_id, base_seq = (self.base.id, self.base.seq) if self.base else (None, None)
+        return services.CheckpointInput(**fields, state_patch=patch, base=base_id, base_seq=base_seq)
 
 
 class BatchCheckpointIn(CheckpointIn):
@@ -127,6 +185,10 @@ class CheckpointOut(Schema):
     operation_id: str
     idempotency_key: str
     metadata: dict[str, Any]
+
+
+class CheckpointCreatedOut(CheckpointOut):
+    restore_generation: int = Field(description="The session's, when this was stored: send it with the next patch.")
 
 
 class CheckpointDetailOut(CheckpointOut):
@@ -313,15 +375,19 @@ def put_live_state(request: HttpRequest, external_id: str, payload: LiveStateIn)
 
 @router.post(
     "/sessions/{external_id}/checkpoints",
-    response={200: CheckpointOut, 201: CheckpointOut, **ERRORS},
+    response={200: CheckpointCreatedOut, 201: CheckpointCreatedOut, **ERRORS},
     tags=["checkpoints"],
     auth=WRITE,
 )
 def create_checkpoint(request: HttpRequest, external_id: str, payload: CheckpointIn) -> Any:
-    """201 with the new checkpoint; 200 with the original when the idempotency key was seen before."""
+    """201 with the new checkpoint; 200 with the original when the idempotency key was seen before (matched
+    before a patch's base is looked at: a retried patch returns what it stored). With `state_patch`: 409
+    `base_moved` naming the head when the base is not the head any more, 422 naming the operation that does not
+    apply; nothing is stored on either."""
     session = _session(request, external_id)
     checkpoint, created = services.create_checkpoint(session, payload.to_input())
-    return _json(checkpoint_dict(checkpoint, external_id), status=201 if created else 200)
+    data = checkpoint_dict(checkpoint, external_id)
+    return _json({**data, "restore_generation": session.restore_generation}, status=201 if created else 200)
 
 
 @router.post("/checkpoints/batch", response={201: BatchOut, **ERRORS}, tags=["checkpoints"], auth=WRITE)

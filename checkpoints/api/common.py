@@ -266,7 +266,8 @@ class Strict(Schema):
     @classmethod
     def _known_fields(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            unknown = [key for key in data if key not in cls.model_fields]
+            known = {field.alias or name for name, field in cls.model_fields.items()}
+            unknown = [key for key in data if key not in known]
             if unknown:
                 named = ", ".join(repr(key[:50]) for key in unknown[:10])
                 more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""

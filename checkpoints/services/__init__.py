@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..audit import (
     Actor,
+    BaseMoved,
     CheckpointError,
     IdempotencyConflict,
     InvalidInput,
@@ -45,6 +46,7 @@ from .tokens import authenticate_token, create_api_token, hash_token, revoke_tok
 
 __all__ = [
     "Actor",
+    "BaseMoved",
     "CheckpointError",
     "CheckpointInput",
     "EditPreview",

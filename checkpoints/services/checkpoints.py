@@ -19,12 +19,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .. import limits, store
-from ..audit import IdempotencyConflict, InvalidInput, InvalidState
+from ..audit import BaseMoved, IdempotencyConflict, InvalidInput, InvalidState
 from ..metrics import record_ingest
 from ..models import AgentSession, Checkpoint, CheckpointKind, CheckpointStatus, Project, SessionStatus
 from ..outbox import events
 from ..store import jsoncodec, tallies
 from ..store.jsoncodec import InvalidJSON
+from ..store.patching import PatchFailed, apply_patch
 from ..store.previews import Preview, preview_of
 from .drift import detect_after_ingest
 from .findings import threshold
@@ -90,6 +91,14 @@ class CheckpointInput:
     # The state what this checkpoint added is told from, when not its parent's: a LangGraph subgraph's first step
     # holds the conversation its input carried in (in the parent's "__start__"), which it did not add.
     previous: Any = None
+    # Instead of `state`: an RFC 6902 patch against the session's head (or the item before it in the same call),
+    # which `base` (a checkpoint id) or `base_seq` and `restore_generation` say the agent last saw (else BaseMoved).
+    state_patch: list[dict[str, Any]] | None = None
+    base: int | None = None
+    base_seq: int | None = None
+    restore_generation: int | None = None
+    # Set by ingest: the head (pk) and restore generation the patch was applied to, checked again under the lock.
+    expected_head: tuple[int, int] | None = None
 
 
 _New = tuple[int, CheckpointInput, store.Saved, Preview]  # a checkpoint to insert: its place in the results
@@ -147,7 +156,7 @@ def ingest_checkpoints(
             first_with_key: dict[str, int] = {}
             for item in items:
                 position += 1
-                if item.idempotency_key in existing:
+                if item.idempotency_key in existing:  # matched before any base is resolved: a retry never reapplies
                     _check_same_checkpoint(existing[item.idempotency_key], item)
                     results[position] = (existing[item.idempotency_key], False)
                     continue
@@ -159,7 +168,11 @@ def ingest_checkpoints(
                 if item.idempotency_key:
                     first_with_key[item.idempotency_key] = position
                     inputs[position] = item
-                parent_root = session_parents.base_for(item, base)
+                parent_root = (
+                    session_parents.base_for(item, base)
+                    if item.state_patch is None
+                    else _apply_item_patch(session, item, item.state_patch, base, after_new=bool(new))
+                )
                 try:
                     saved = store.save_state(item.state, base=parent_root, batch=batch)
                 except InvalidJSON as exc:
@@ -243,8 +256,93 @@ def _check_input(item: CheckpointInput) -> None:
         except limits.OutOfRange as exc:
             raise InvalidInput(name, str(exc)) from None
     check_json_field("metadata", item.metadata)
+    if item.state_patch is not None and (item.parent is not None or item.parent_key or item.new_root):
+        raise InvalidInput("state_patch", "a patch applies to the head (or to `base`): give no parent with it")
+    if item.state_patch is None and (item.base is not None or item.base_seq is not None):
+        raise InvalidInput("base", "base goes with a state_patch")
+    if item.base is not None and item.base_seq is not None:
+        raise InvalidInput("base", "name the base by id or by seq, not both")
     if sum((item.parent is not None, bool(item.parent_key), item.new_root)) > 1:
         raise InvalidInput("parent", "give a parent id, a parent key or a new root, not several")
+
+
+def _apply_item_patch(
+    session: AgentSession,
+    item: CheckpointInput,
+    operations: list[dict[str, Any]],
+    previous: bytes | None | Callable[[], bytes | None],
+    *,
+    after_new: bool,
+) -> bytes:
+    """Resolve the patch's base, check it is what the agent last saw, and set `item.state` to the patched state;
+    returns the base's root (the new state is stored against it). An item after a new one of the same session in
+    the same call patches that one (`previous`); the first patches the head."""
+    if after_new:
+        if item.base is not None or item.base_seq is not None:
+            raise InvalidInput("base", "an item after another of its session in one call patches that one: no base")
+        root = previous() if callable(previous) else previous
+        if root is None:  # not reached: the item before it was stored against something
+            raise InvalidInput("state_patch", "no state to patch")
+    else:
+        head = _head_for_patch(session)
+        generation = session.restore_generation
+        if item.base is not None or item.base_seq is not None:
+            _check_base_named(session, item, head)
+        if head is None:
+            raise InvalidInput("state_patch", "the session has no checkpoint to patch yet: send a full state first")
+        if item.restore_generation is not None and item.restore_generation != generation:
+            raise BaseMoved(head_id=head.pk, head_seq=head.seq, restore_generation=generation)
+        item.expected_head = (head.pk, generation)
+        root = bytes(head.root)
+    try:
+        item.state = apply_patch(store.load_shared(root), operations)
+    except PatchFailed as exc:
+        raise InvalidInput("state_patch", str(exc)) from None
+    except store.StateNotFound as exc:
+        raise InvalidState(f"the base's state cannot be read: {exc}") from exc
+    return root
+
+
+def _head_for_patch(session: AgentSession) -> Checkpoint | None:
+    if not AgentSession.head.is_cached(session):
+        found = Checkpoint.objects.filter(pk=session.head_id).only("pk", "seq", "root") if session.head_id else None
+        session.head = found.first() if found is not None else None
+    return session.head
+
+
+def _check_base_named(session: AgentSession, item: CheckpointInput, head: Checkpoint | None) -> None:
+    """The base the agent names must be the head: another checkpoint of the session means the head moved (409),
+    one that is not the session's is a bad request (422)."""
+    if head is not None and (item.base == head.pk or item.base_seq == head.seq):
+        return
+    named = Q(pk=item.base) if item.base is not None else Q(seq=item.base_seq)
+    if not Checkpoint.objects.filter(named, session=session).exists():
+        which = f"checkpoint {item.base}" if item.base is not None else f"seq {item.base_seq}"
+        raise InvalidInput("base", f"{which} is not a checkpoint of this session")
+    raise BaseMoved(
+        head_id=head.pk if head else None, head_seq=head.seq if head else None,
+        restore_generation=session.restore_generation,
+    )  # fmt: skip
+
+
+def _patched_like(existing: Checkpoint, item: CheckpointInput) -> Any:
+    """The state a retried patch stood for: applied to the base it names, else to the parent of the checkpoint its
+    key stored (a retry after a lost answer then matches it, whatever the head is now; a repeat sent against the
+    checkpoint it made, too); None when it does not apply (a different one)."""
+    if item.base is not None or item.base_seq is not None:
+        named = Q(pk=item.base) if item.base is not None else Q(seq=item.base_seq)
+        base = Checkpoint.objects.filter(named, session_id=existing.session_id)
+    elif existing.parent_id is not None:
+        base = Checkpoint.objects.filter(pk=existing.parent_id)
+    else:
+        return None
+    root = base.values_list("root", flat=True).first()
+    if root is None or item.state_patch is None:
+        return None
+    try:
+        return apply_patch(store.load_shared(bytes(root)), item.state_patch)
+    except (PatchFailed, store.StateNotFound):
+        return None
 
 
 class ParentRow(NamedTuple):
@@ -333,6 +431,8 @@ def checkpoint_differences(existing: Checkpoint, item: CheckpointInput) -> list[
 
 def _check_same_checkpoint(existing: Checkpoint, item: CheckpointInput) -> None:
     """A retry must repeat its request: a different checkpoint under a used key is refused, not dropped."""
+    if item.state_patch is not None and item.expected_head is None:  # a retried patch: what it stood for then
+        item.state = _patched_like(existing, item)
     if differ := checkpoint_differences(existing, item):
         raise IdempotencyConflict(
             f"idempotency key {item.idempotency_key!r} was used for checkpoint #{existing.seq} with a different "
@@ -346,7 +446,11 @@ def _check_same_input(first: CheckpointInput, item: CheckpointInput) -> None:
     differ = [name for name in (*_COMPARED, "created_at") if getattr(first, name) != getattr(item, name)]
     if _located(first.metadata) != _located(item.metadata):
         differ.append("metadata")
-    if _state_digest(first.state) != _state_digest(item.state):
+    if first.state_patch is not None or item.state_patch is not None:
+        patches = [(i.state_patch, i.base, i.base_seq, i.restore_generation) for i in (first, item)]
+        if patches[0] != patches[1]:
+            differ.append("state")
+    elif _state_digest(first.state) != _state_digest(item.state):
         differ.append("state")
     if differ:
         raise IdempotencyConflict(
@@ -408,6 +512,9 @@ def _insert_checkpoints(
             _check_same_checkpoint(taken[item.idempotency_key], item)
             results.append((position, taken[item.idempotency_key], False))
             continue
+        if item.expected_head is not None and item.expected_head != (locked.head_id, locked.restore_generation):
+            # moved while the state was stored (a restore or another writer): the transaction undoes it all
+            raise BaseMoved(head_id=locked.head_id, head_seq=head.seq, restore_generation=locked.restore_generation)
         seq += 1
         parent = _parent_of(item, head, parents, taken, rows, row_of_key)
         if parent.row is not None:
@@ -447,6 +554,7 @@ def _insert_checkpoints(
     _bulk_insert(rows, parent_rows)
     tallies.count_in(rows, last_seq=seq, head=rows[-1], status=status, updated_at=now, last_seen_at=now)
     session.last_seq, session.head, session.status = seq, rows[-1], status
+    session.restore_generation = locked.restore_generation
     if locked.status in _STOPPED and status not in _STOPPED:
         recovered.add(locked.pk)
     return results + [(position, row, True) for position, row in zip(positions, rows, strict=True)]

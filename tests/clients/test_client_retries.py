@@ -15,14 +15,9 @@ from hypothesis import strategies as st
 from checkpoint_console import client as client_module
 from checkpoints.client import CheckpointAPIError, CheckpointClient
 from checkpoints.models import AgentSession, Checkpoint
-from tests.kits.fault_proxy import LOSE_ANSWER, UNAVAILABLE, FaultProxy, serve
+from tests.kits.fault_proxy import LOSE_ANSWER, UNAVAILABLE, FaultProxy
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def proxy(live_server) -> Any:
-    yield from serve(live_server.url)
 
 
 @pytest.fixture

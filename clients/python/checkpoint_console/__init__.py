@@ -4,6 +4,6 @@
 LangGraph checkpoint saver (install the `langgraph` extra).
 """
 
-from .client import CheckpointAPIError, CheckpointClient
+from .client import CheckpointAPIError, CheckpointClient, HeadMoved
 
-__all__ = ["CheckpointAPIError", "CheckpointClient"]
+__all__ = ["CheckpointAPIError", "CheckpointClient", "HeadMoved"]

@@ -8,6 +8,11 @@ Method names follow the source systems (`create`, `get_latest`, `rollback_to`, `
     client.create("run-42", {"messages": []}, name="task_started")
     state = client.resume("run-42")["state"]
 
+Patches: `create` remembers the last state it wrote to each session and sends only what changed (an RFC 6902
+JSON Patch against that checkpoint), or the whole state when it holds none or the patch would not be smaller.
+When an operator restored or undid meanwhile, the server refuses the patch and `create` raises `HeadMoved`:
+the agent calls `resume()` and goes on from the state it returns (never over the operator's restore).
+
 Retries: reads and the writes that are safe to repeat are sent again after a 503 (also 429, 502, 504) or a
 lost connection, up to `retries` times, waiting the server's Retry-After or an exponential backoff with jitter.
 Every checkpoint write carries an idempotency key (one is made when none is given), the same on each retry,
@@ -31,7 +36,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["CheckpointAPIError", "CheckpointClient"]
+__all__ = ["CheckpointAPIError", "CheckpointClient", "HeadMoved", "json_patch"]
 
 JSONDict = dict[str, Any]
 JSONList = list[JSONDict]
@@ -70,6 +75,28 @@ class CheckpointAPIError(Exception):
         self.retry_after = retry_after  # seconds, from the answer's Retry-After header
 
 
+class HeadMoved(CheckpointAPIError):
+    """409 `base_moved`: the session's head is no longer the checkpoint this client last wrote (an operator
+    restored or undid, or another writer went on). Nothing was stored. `head` is `{id, seq}` of the new head;
+    call `resume()` and continue from its state."""
+
+    def __init__(self, detail: Any, head: JSONDict | None, restore_generation: int | None) -> None:
+        super().__init__(409, detail)
+        self.head = head
+        self.restore_generation = restore_generation
+
+
+class _Written:
+    """What a client last wrote to (or resumed from in) a session: the base of its next patch."""
+
+    __slots__ = ("checkpoint_id", "restore_generation", "state")
+
+    def __init__(self, checkpoint_id: int, restore_generation: int | None, state: Any) -> None:
+        self.checkpoint_id = checkpoint_id
+        self.restore_generation = restore_generation
+        self.state = state  # a private copy: the caller goes on changing its own
+
+
 class CheckpointClient:
     """One project's sessions and checkpoints, through its bearer token."""
 
@@ -82,9 +109,11 @@ class CheckpointClient:
         retries: int = 4,
         backoff: float = 0.5,
         max_wait: float = 30,
+        patches: bool = True,
     ) -> None:
         """`retries`: how many times a request is sent again (0: never); `backoff`: the first wait in seconds,
-        doubled at each retry, with jitter; `max_wait`: the longest wait, Retry-After included."""
+        doubled at each retry, with jitter; `max_wait`: the longest wait, Retry-After included; `patches`: send
+        what changed since the last state written to a session (False: always the whole state)."""
         if urllib.parse.urlsplit(base_url).scheme.lower() not in ("http", "https"):
             # urllib would open file: and ftp: URLs too, and a mistyped scheme failed each call as "cannot reach",
             # retried with backoff; the scheme alone is named: the rest of the URL may hold credentials
@@ -95,6 +124,8 @@ class CheckpointClient:
         self.retries = retries
         self.backoff = backoff
         self.max_wait = max_wait
+        self.patches = patches
+        self._written: dict[str, _Written] = {}
 
     def __repr__(self) -> str:
         return f"CheckpointClient({self.base_url!r})"  # never the token: reprs end up in logs
@@ -129,8 +160,13 @@ class CheckpointClient:
         """What to resume from: `{session, restore_generation, checkpoint, state}`.
 
         An agent that remembers `restore_generation` knows an operator restored it when the number grows.
+        The next `create` patches this state.
         """
-        return self._request("GET", _path("sessions", session, "resume"))
+        resumed = self._request("GET", _path("sessions", session, "resume"))
+        if self.patches:
+            copy = _copy(resumed["state"])
+            self._written[session] = _Written(resumed["checkpoint"]["id"], resumed["restore_generation"], copy)
+        return resumed
 
     def put_live_state(self, session: str, state: Any) -> JSONDict:
         """Heartbeat with the current state (routine checkpoints are taken from it); returns when it was received."""
@@ -158,7 +194,11 @@ class CheckpointClient:
         without one, a new key is made for this call and sent again with each retry.
 
         `parent` (a checkpoint id of the session) branches from an earlier checkpoint instead of the head.
+        After a state written or resumed in this session, only what changed is sent (a JSON Patch); raises
+        `HeadMoved` (nothing stored) when the head moved since: `resume()` and go on from its state.
         """
+        written = self._written.get(session) if self.patches and parent is None else None
+        copy = _copy(state) if self.patches else None
         body = _checkpoint_body(
             state,
             name=name,
@@ -173,7 +213,29 @@ class CheckpointClient:
             metadata=metadata,
             parent=parent,
         )
-        return self._request("POST", _path("sessions", session, "checkpoints"), body, retry=True)
+        if written is not None:
+            body = _as_patch(body, written)
+        try:
+            stored = self._request("POST", _path("sessions", session, "checkpoints"), body, retry=True)
+        except CheckpointAPIError as exc:
+            if exc.status == 409 and isinstance(exc.detail, dict) and exc.detail.get("code") == "base_moved":
+                self._written.pop(session, None)
+                moved = HeadMoved(
+                    exc.detail.get("detail"), exc.detail.get("head"), exc.detail.get("restore_generation")
+                )
+                raise moved from exc
+            raise
+        if self.patches:
+            if parent is None:
+                generation = stored.get("restore_generation")
+                self._written[session] = _Written(stored["id"], generation, copy)
+            else:  # a branch: the head may now be elsewhere; the next write sends its whole state
+                self._written.pop(session, None)
+        return stored
+
+    def forget(self, session: str) -> None:
+        """Drop the state remembered for `session`: its next `create` sends the whole state."""
+        self._written.pop(session, None)
 
     def create_batch(self, items: Iterable[JSONDict]) -> JSONDict:
         """Many checkpoints in one request, all stored or none: each item is `{session, state, …}`; an item
@@ -468,6 +530,62 @@ def _checkpoint_body(state: Any, **fields: Any) -> JSONDict:
     return _encode_times({"state": state, **_without_none(fields)})
 
 
+def _as_patch(body: JSONDict, written: _Written) -> JSONDict:
+    """`body` with its state as a patch against what was last written, when that is smaller."""
+    operations = json_patch(written.state, body["state"])
+    if len(_dumps(operations)) >= len(_dumps(body["state"])):
+        return body
+    patched = {key: value for key, value in body.items() if key != "state"}
+    patched.update(state_patch=operations, base={"id": written.checkpoint_id})
+    if written.restore_generation is not None:
+        patched["restore_generation"] = written.restore_generation
+    return patched
+
+
+def json_patch(old: Any, new: Any) -> builtins.list[JSONDict]:
+    """RFC 6902 operations turning `old` into `new`: changed keys replaced (or patched inside), missing keys
+    removed, new keys added, list items appended with `/-` and trailing ones removed. Not minimal for an insertion
+    at the front of a list (every item after it is replaced): the caller compares sizes and may send the whole."""
+    operations: builtins.list[JSONDict] = []
+    _diff(old, new, "", operations)
+    return operations
+
+
+def _diff(old: Any, new: Any, path: str, out: builtins.list[JSONDict]) -> None:
+    if type(old) is not type(new):  # 1, 1.0 and true are equal in Python, not in JSON
+        out.append({"op": "replace", "path": path, "value": new})
+    elif isinstance(old, dict):
+        for key in old:
+            if key not in new:
+                out.append({"op": "remove", "path": f"{path}/{_escape(key)}"})
+        for key, value in new.items():
+            if key in old:
+                _diff(old[key], value, f"{path}/{_escape(key)}", out)
+            else:
+                out.append({"op": "add", "path": f"{path}/{_escape(key)}", "value": value})
+    elif isinstance(old, list):
+        common = min(len(old), len(new))
+        for index in range(common):
+            _diff(old[index], new[index], f"{path}/{index}", out)
+        out.extend({"op": "add", "path": f"{path}/-", "value": value} for value in new[common:])
+        out.extend({"op": "remove", "path": f"{path}/{index}"} for index in range(len(old) - 1, common - 1, -1))
+    elif old != new or (type(old) is float and repr(old) != repr(new)):  # -0.0 == 0.0, but not in JSON
+        out.append({"op": "replace", "path": path, "value": new})
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+def _copy(state: Any) -> Any:
+    """A deep copy of JSON, as fast as the standard library makes one (and a check it is JSON)."""
+    return json.loads(_dumps(state))
+
+
 def _iso(value: When) -> str:
     """Datetimes as ISO 8601; a naive datetime is taken as UTC, the API's clock."""
     if isinstance(value, datetime):
@@ -511,4 +629,6 @@ def _error_detail(exc: urllib.error.HTTPError) -> Any:
     except ValueError:
         text = body.decode("utf-8", "replace").strip()
         return text[:500] or exc.reason
+    if isinstance(data, dict) and "code" in data:  # a refusal that says more than a message (base_moved: the head)
+        return data
     return data.get("detail", data) if isinstance(data, dict) else data

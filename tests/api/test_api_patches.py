@@ -1,0 +1,224 @@
+"""`state_patch`: a checkpoint sent as an RFC 6902 patch against the head, refused (409 `base_moved`) when an
+operator restored or undid since, 422 naming the operation that does not apply; nothing stored on either."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from checkpoints.models import AgentSession, Checkpoint
+from checkpoints.services import Actor, CheckpointInput, create_api_token, create_checkpoint, undo_restore
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def session(api) -> AgentSession:
+    assert api.post("/sessions", {"external_id": "run-1", "agent": "agent-7"}).status_code == 201
+    return AgentSession.objects.get(external_id="run-1")
+
+
+def post(api: Any, body: dict[str, Any], session: str = "run-1") -> Any:
+    return api.post(f"/sessions/{session}/checkpoints", body)
+
+
+def state_of(api: Any, checkpoint_id: int) -> Any:
+    return api.get(f"/checkpoints/{checkpoint_id}").json()["state"]
+
+
+@pytest.fixture
+def first(session, api) -> dict[str, Any]:
+    response = post(api, {"state": {"messages": ["hi"], "step": 1, "scratch": {"a": 1}}})
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def test_a_patch_against_the_head_stores_the_patched_state(first, api):
+    patch = [
+        {"op": "add", "path": "/messages/-", "value": "hello"},
+        {"op": "replace", "path": "/step", "value": 2},
+        {"op": "remove", "path": "/scratch"},
+    ]
+    response = post(api, {"state_patch": patch, "base": {"id": first["id"]}, "restore_generation": 0, "name": "s2"})
+    assert response.status_code == 201, response.content
+    created = response.json()
+    assert created["parent"] == first["id"] and created["seq"] == 2 and created["restore_generation"] == 0
+    assert state_of(api, created["id"]) == {"messages": ["hi", "hello"], "step": 2}
+    assert state_of(api, first["id"]) == {"messages": ["hi"], "step": 1, "scratch": {"a": 1}}  # the base unchanged
+
+
+def test_a_patch_without_a_base_applies_to_the_head_and_a_base_may_be_named_by_seq(first, api):
+    assert post(api, {"state_patch": [{"op": "replace", "path": "/step", "value": 2}]}).status_code == 201
+    response = post(api, {"state_patch": [{"op": "replace", "path": "/step", "value": 3}], "base": {"seq": 2}})
+    assert response.status_code == 201, response.content
+    assert state_of(api, response.json()["id"])["step"] == 3
+
+
+def assert_base_moved(response: Any, head: Checkpoint, generation: int) -> None:
+    assert response.status_code == 409, response.content
+    body = response.json()
+    assert body["code"] == "base_moved"
+    assert body["head"] == {"id": head.pk, "seq": head.seq}
+    assert body["restore_generation"] == generation
+    assert "base_moved" in body["detail"]
+
+
+def test_a_patch_after_an_operator_restored_gets_base_moved_and_stores_nothing(first, api):
+    second = post(api, {"state_patch": [{"op": "replace", "path": "/step", "value": 2}]}).json()
+    assert api.post(f"/checkpoints/{first['id']}/restore", {"reason": "bad turn"}).status_code == 201
+    head = AgentSession.objects.get().head
+    count = Checkpoint.objects.count()
+    patch = {"state_patch": [{"op": "replace", "path": "/step", "value": 3}], "base": {"id": second["id"]}}
+    assert_base_moved(post(api, patch), head, 1)
+    # the generation alone tells it too, for an agent that sends no base
+    stale = {"state_patch": [{"op": "replace", "path": "/step", "value": 3}], "restore_generation": 0}
+    assert_base_moved(post(api, stale), head, 1)
+    assert Checkpoint.objects.count() == count
+    assert state_of(api, head.pk) == state_of(api, first["id"])
+
+
+def test_a_patch_after_an_undo_gets_base_moved_though_the_state_is_its_base_again(first, api):
+    second = post(api, {"state_patch": [{"op": "replace", "path": "/step", "value": 2}]}).json()
+    api.post(f"/checkpoints/{first['id']}/restore", {})
+    session = AgentSession.objects.get()
+    undo_restore(session, actor=Actor.system())
+    session.refresh_from_db()
+    assert state_of(api, session.head_id) == state_of(api, second["id"])
+    patch = {
+        "state_patch": [{"op": "replace", "path": "/step", "value": 3}],
+        "base": {"id": second["id"]},
+        "restore_generation": 0,
+    }
+    assert_base_moved(post(api, patch), session.head, 2)
+    current = {**patch, "base": {"id": session.head_id}, "restore_generation": 2}
+    assert post(api, current).status_code == 201
+
+
+def test_a_retried_patch_returns_what_it_stored_even_after_the_head_moved(first, api):
+    body = {"state_patch": [{"op": "add", "path": "/messages/-", "value": "x"}], "idempotency_key": "k-2"}
+    stored = post(api, {**body, "base": {"id": first["id"]}})
+    assert stored.status_code == 201
+    post(api, {"state": {"other": True}})  # the head moves on
+    again = post(api, {**body, "base": {"id": first["id"]}})
+    assert again.status_code == 200, again.content
+    assert again.json()["id"] == stored.json()["id"]
+    assert Checkpoint.objects.count() == 3
+    changed = post(api, {**body, "state_patch": [{"op": "add", "path": "/messages/-", "value": "y"}]})
+    assert changed.status_code == 409 and "code" not in changed.json()  # the reused key's 409, not base_moved
+    assert "idempotency key" in changed.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("operation", "named"),
+    [
+        ({"op": "remove", "path": "/nothing"}, "operation 1 (remove '/nothing')"),
+        ({"op": "replace", "path": "/messages/7", "value": 1}, "operation 1 (replace '/messages/7')"),
+        ({"op": "test", "path": "/step", "value": 99}, "operation 1 (test '/step')"),
+        ({"op": "add", "path": "/step/x", "value": 1}, "operation 1 (add '/step/x')"),
+        ({"op": "move", "from": "/nope", "path": "/x"}, "operation 1 (move '/x')"),
+        ({"op": "add", "path": "no-slash", "value": 1}, "operation 1 (add 'no-slash')"),
+    ],
+)
+def test_a_patch_that_does_not_apply_gets_422_naming_the_operation_and_stores_nothing(first, api, operation, named):
+    patch = [{"op": "replace", "path": "/step", "value": 5}, operation]
+    response = post(api, {"state_patch": patch})
+    assert response.status_code == 422, response.content
+    assert named in str(response.json()["detail"])
+    assert Checkpoint.objects.count() == 1
+    assert state_of(api, first["id"])["step"] == 1  # the first operation touched no stored state
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"state": {"a": 1}, "state_patch": []},
+        {},
+        {"state_patch": [{"op": "jump", "path": "/a"}]},
+        {"state_patch": [{"op": "add", "path": "/a", "value": 1, "extra": 2}]},
+        {"state_patch": [], "base": {"id": 1, "seq": 1}},
+        {"state_patch": [], "base": {}},
+        {"state": {"a": 1}, "base": {"id": 1}},
+        {"state_patch": [], "parent": 1},
+        {"state_patch": {"op": "add"}},
+    ],
+)
+def test_malformed_patch_requests_get_422_and_store_nothing(first, api, body):
+    response = post(api, body)
+    assert response.status_code == 422, response.content
+    assert Checkpoint.objects.count() == 1
+
+
+def test_a_base_from_another_session_or_project_gets_422(first, api, other_project, make_session):
+    post(api, {"state": {"n": 1}}, session="run-1")
+    assert api.post("/sessions", {"external_id": "run-2", "agent": "a"}).status_code == 201
+    elsewhere = post(api, {"state": {"n": 2}}, session="run-2").json()
+    response = post(api, {"state_patch": [], "base": {"id": elsewhere["id"]}})
+    assert response.status_code == 422 and "not a checkpoint of this session" in str(response.json())
+    stranger = make_session("run-1", in_project=other_project)
+    foreign, _ = create_checkpoint(stranger, CheckpointInput(state={"secret": 1}))
+    response = post(api, {"state_patch": [], "base": {"id": foreign.pk}})
+    assert response.status_code == 422 and "secret" not in response.content.decode()
+
+
+def test_a_patch_to_a_session_without_checkpoints_gets_422(session, api):
+    response = post(api, {"state_patch": [{"op": "add", "path": "/a", "value": 1}]})
+    assert response.status_code == 422 and "send a full state first" in str(response.json())
+
+
+def test_a_patch_of_another_project_session_gets_404(first, api_as, other_project):
+    stranger = api_as(create_api_token(other_project, name="other")[1])
+    response = post(stranger, {"state_patch": []})
+    assert response.status_code == 404
+
+
+def test_a_patch_nesting_deeper_than_the_limit_gets_422(first, api, settings):
+    settings.CHECKPOINT_MAX_DEPTH = 10
+    deep: Any = 0
+    for _ in range(12):
+        deep = [deep]
+    response = post(api, {"state_patch": [{"op": "add", "path": "/deep", "value": deep}]})
+    assert response.status_code == 422
+    inside = {"state_patch": [{"op": "add", "path": "/scratch/x", "value": [[[[[[[[[0]]]]]]]]]}]}
+    assert post(api, inside).status_code == 422  # 9 levels below 2: too deep where it lands
+    assert Checkpoint.objects.count() == 1
+
+
+def test_a_patch_over_the_body_limit_gets_413(first, api, settings):
+    settings.CHECKPOINT_MAX_BODY_BYTES = 10_000
+    patch = [{"op": "add", "path": "/messages/-", "value": "x" * 100} for _ in range(200)]
+    assert post(api, {"state_patch": patch}).status_code == 413
+    assert Checkpoint.objects.count() == 1
+
+
+def test_batch_items_patch_the_head_then_each_the_one_before(first, api):
+    items = [
+        {"session": "run-1", "state_patch": [{"op": "add", "path": "/messages/-", "value": "a"}], "base": {"id": first["id"]}},
+        {"session": "run-1", "state_patch": [{"op": "add", "path": "/messages/-", "value": "b"}]},
+    ]  # fmt: skip
+    response = api.post("/checkpoints/batch", {"checkpoints": items})
+    assert response.status_code == 201, response.content
+    last = response.json()["checkpoints"][-1]["id"]
+    assert state_of(api, last)["messages"] == ["hi", "a", "b"]
+    moved = [{"session": "run-1", "state_patch": [], "base": {"id": first["id"]}}]
+    assert api.post("/checkpoints/batch", {"checkpoints": moved}).status_code == 409
+    named = [items[0] | {"idempotency_key": "n1"}, items[1] | {"base": {"id": first["id"]}}]
+    assert api.post("/checkpoints/batch", {"checkpoints": named}).status_code == 409  # the first: head moved
+    assert Checkpoint.objects.count() == 3
+
+
+def test_the_schema_describes_state_patch_base_and_base_moved(client):
+    schema = client.get("/api/v1/openapi.json").json()
+    fields = schema["components"]["schemas"]["CheckpointIn"]["properties"]
+    assert {"state", "state_patch", "base", "restore_generation"} <= fields.keys()
+    assert "base_moved" in fields["state_patch"]["description"]
+    operation = schema["paths"]["/api/v1/sessions/{external_id}/checkpoints"]["post"]
+    assert "base_moved" in operation["description"] and "409" in operation["responses"]
+
+
+def test_a_patch_repeated_against_the_checkpoint_its_key_made_returns_it(first, api):
+    """An agent replaying its last step after a restart: its client diffs the state against what it wrote."""
+    body = {"state_patch": [], "base": {"id": first["id"]}, "idempotency_key": "k-1"}
+    made = post(api, body)
+    again = post(api, {**body, "base": {"id": made.json()["id"]}})
+    assert again.status_code == 200 and again.json()["id"] == made.json()["id"]
