@@ -26,7 +26,7 @@ from checkpoints.store import lgnodes
 from .branches import Branch, Cell, Folding, Layout, Start, Stretch, is_langgraph, short_namespace
 from .checkpoint import Nodes, nodes_view
 
-PAGE_SIZE = 100  # checkpoints per timeline page
+PAGE_SIZE = 60  # checkpoints per timeline page: at ~1.1 kB a row, a first view stays under 100 kB (docs/benchmarks.md)
 RUN_MIN = 3  # this many consecutive routine checkpoints collapse into one row
 EXPAND_MAX = 500  # most rows one expanded run shows
 WINDOW = 2 * PAGE_SIZE  # a page's fetch takes stretches of seqs until they hold this many (a folded branch: one)…

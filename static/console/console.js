@@ -1,3 +1,46 @@
+// The timeline's row actions: a page holds one <template id="row-menu">, copied into a row's menu when it opens
+// (or when `c` asks for its compare link) and filled from the row's data-* attributes, instead of every row
+// carrying its own links and pin form. Subgraph rows offer no restore or fork, as on their own page, and the head
+// offers no restore (it would discard nothing).
+function fillRowMenu(menu) {
+  const template = document.getElementById("row-menu");
+  if (!template || menu.querySelector(".row-menu-items")) return;
+  const items = document.createElement("div");
+  items.className = "row-menu-items";
+  const data = menu.dataset;
+  const url = template.dataset.checkpoint.replace("/0/", `/${data.id}/`);
+  const copy = template.content.cloneNode(true);
+  copy.querySelectorAll("[data-seq]").forEach((el) => { el.textContent = data.seq; });
+  const compare = copy.querySelector("a[data-compare]");
+  if (data.previous) compare.href = `${compare.getAttribute("href")}?a=${data.previous}&b=${data.id}`;
+  else compare.remove();
+  copy.querySelectorAll("[data-action]").forEach((el) => {
+    if (el.tagName === "A" && "subgraph" in data) el.remove();
+    else if (el.dataset.action === "restore/" && "head" in data) el.remove();
+    else el.setAttribute(el.tagName === "FORM" ? "action" : "href", url + el.dataset.action);
+  });
+  const pin = copy.querySelector("form[data-action]");
+  if (pin) {
+    const pinned = "pinned" in data;
+    pin.elements.pinned.value = pinned ? "0" : "1";
+    pin.elements.next.value = `${location.pathname}${location.search}#cp-${data.seq}`;
+    pin.querySelector("[data-pin]").textContent = pinned ? "Unpin" : "Pin";
+  }
+  items.append(copy);
+  menu.append(items);
+}
+document.addEventListener("toggle", function (event) {
+  const menu = event.target;
+  if (menu.open && menu.matches && menu.matches("details.row-menu")) fillRowMenu(menu);
+}, true);
+
+// A preview cut short by its width shows its whole text as a tooltip (set when the pointer or focus reaches it,
+// so a page does not carry every preview twice).
+document.addEventListener("pointerover", function (event) {
+  const preview = event.target.closest && event.target.closest(".timeline .preview");
+  if (preview && !preview.title && (preview.scrollWidth > preview.clientWidth + 1 || preview.scrollHeight > preview.clientHeight + 1)) preview.title = preview.textContent;
+});
+
 // Keyboard navigation for lists and timelines marked with data-keynav:
 // j / k move between [data-keynav-item] rows, Enter opens the row's link, c compares with the previous row.
 // The keys act only while focus is inside that list (WCAG 2.1.4): elsewhere j, k and c are just letters.
@@ -28,6 +71,8 @@
       const link = list[at].querySelector("a[data-open]") || list[at].querySelector("a");
       if (link) { link.click(); event.preventDefault(); }
     } else if (event.key === "c" && at >= 0) {
+      const menu = list[at].querySelector("details.row-menu");
+      if (menu) fillRowMenu(menu);
       const link = list[at].querySelector("a[data-compare]");
       if (link) { link.click(); event.preventDefault(); }
     }

@@ -205,6 +205,15 @@ def test_rows_say_what_happened_failures_stand_out_and_the_index_jumps(
     expect(menu.get_by_role("link", name="Restore #59")).to_be_hidden()
     menu.locator("summary").click()
     expect(menu.get_by_role("link", name="Restore #59")).to_be_visible()
+    # filled on opening from the page's one template: the links and the pin form name this row
+    expect(menu.get_by_role("link", name="Fork from #59")).to_have_attribute("href", re.compile(r"/fork/$"))
+    expect(menu.get_by_role("button", name="Pin #59")).to_be_visible()
+    expect(page.locator("#cp-58 .row-menu-items")).to_have_count(0)  # a closed menu stays empty
+    head = page.locator("tr.is-head details.row-menu")
+    head.locator("summary").click()
+    expect(head.get_by_role("link", name=re.compile("^Fork from"))).to_be_visible()
+    expect(head.get_by_role("link", name=re.compile("^Restore"))).to_have_count(0)  # it would discard nothing
+    head.locator("summary").click()
     _shoot(page, screenshot, "timeline-rows-1280")
     page.evaluate("document.getElementById('cp-61').scrollIntoView()")
     page.screenshot(path=str(SCREENSHOTS / "timeline-rows-menu-1280.png"))  # the screen a reader sees, unscaled
