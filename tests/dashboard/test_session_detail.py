@@ -661,7 +661,7 @@ def test_row_actions_sit_in_one_menu_per_row(client, alice, session):
     [row] = select(client.get(url(session)), "tr#cp-5")
 
     [menu] = row.cssselect("details")
-    assert text(menu.cssselect("summary")[0]) == "Actions for #6"
+    assert text(menu.cssselect("summary")[0]) == "Actions for #5"
     assert not menu.cssselect("a, button, form")  # filled when it opens, from the page's one template
 
 
