@@ -138,7 +138,7 @@ def test_with_the_broker_down_a_checkpoint_is_answered_201_and_its_delivery_wait
     from config.celery import app
 
     app.conf.task_always_eager = True  # the broker is back (tasks run inline again)
-    assert tasks.send_due_deliveries() == 1
+    assert tasks.send_due_deliveries()["deliveries"] == 1
     delivery.refresh_from_db()
     assert delivery.status == DeliveryStatus.SUCCEEDED
     [got] = receiver.received

@@ -276,7 +276,9 @@ def test_a_viewer_of_this_project_sees_no_operator_buttons_here(worlds, alice, g
         detail = client.get(reverse("dashboard:checkpoint_detail", args=[world.checkpoint.pk])).content.decode()
         restore = reverse("dashboard:checkpoint_restore", args=[world.checkpoint.pk])
         pin = reverse("dashboard:checkpoint_pin", args=[world.checkpoint.pk])
-        assert (restore in timeline, restore in detail, pin in detail) == (shown, shown, shown)
+        # the timeline's row menus are filled from one template, which holds the operator's actions only for them
+        operates = 'data-action="restore/"' in timeline
+        assert (operates, restore in detail, pin in detail) == (shown, shown, shown)
     alerts = client.get(reverse("dashboard:alert_list")).content.decode()
     assert reverse("dashboard:alert_acknowledge", args=[ours.alert.pk]) in alerts
     assert reverse("dashboard:alert_acknowledge", args=[theirs.alert.pk]) not in alerts
