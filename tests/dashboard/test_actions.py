@@ -142,8 +142,8 @@ def test_no_restore_of_the_head_is_offered_and_one_posted_anyway_changes_nothing
     timeline = client.get(reverse("dashboard:session_detail", args=[session.pk]))
     # the row menus are filled from the page's one template (console.js), which leaves out Restore for the head
     # row (data-head) and keeps Fork: a fork from the head still makes sense (tests/browser/test_timeline.py)
-    assert not select(timeline, f'#cp-{checkpoints[0].seq} details.row-menu')[0].get("data-head")
-    assert select(timeline, f'#cp-{head.seq} details.row-menu')[0].get("data-head") is not None
+    assert not select(timeline, f"#cp-{checkpoints[0].seq} details.row-menu")[0].get("data-head")
+    assert select(timeline, f"#cp-{head.seq} details.row-menu")[0].get("data-head") is not None
     page = client.get(reverse("dashboard:checkpoint_detail", args=[head.pk]))
     assert not select(page, f'a[href="{restore_url(head)}"]') and select(page, f'a[href="{fork_url(head)}"]')
     preview = client.get(restore_url(head))
