@@ -30,10 +30,37 @@ def pytest_configure(config: pytest.Config) -> None:
     database = settings.DATABASES["default"]
     if database["ENGINE"].endswith(".sqlite3") and not database.get("TEST", {}).get("NAME"):
         database["TEST"] = {**database.get("TEST", {}), "NAME": ":memory:"}
+    _emptying_by_delete()
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     cache = settings.CACHES["default"]
     if worker and cache["BACKEND"].endswith(".FileBasedCache"):
         cache["LOCATION"] = f"{cache['LOCATION']}-{worker}"
+
+
+KEPT_BY_FLUSH = {"django_content_type", "auth_permission"}
+
+
+def _emptying_by_delete() -> None:
+    """After each transactional test (live_server, transaction=True) Django empties every table with one TRUNCATE,
+    which on PostgreSQL makes a new file for each of the ~250 tables and indexes and syncs them: 0.4–2 s a test,
+    most of the suite's time in the browser and client tests. A DELETE of the few rows a test wrote costs
+    milliseconds; the foreign keys Django makes on PostgreSQL are checked at commit, so the order does not matter.
+    Content types and permissions stay: the flush's post_migrate would only write the same rows again.
+    Only the tests' flush is changed (`manage.py flush` is the only other caller); sequence resets keep TRUNCATE."""
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    truncating = DatabaseOperations.sql_flush
+
+    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):  # type: ignore[no-untyped-def]
+        if reset_sequences or allow_cascade:
+            return truncating(self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
+        return [
+            f"{style.SQL_KEYWORD('DELETE FROM')} {style.SQL_FIELD(self.quote_name(table))};"
+            for table in tables
+            if table not in KEPT_BY_FLUSH
+        ]
+
+    DatabaseOperations.sql_flush = sql_flush  # type: ignore[method-assign]
 
 
 def _unique_node_ids(items: list[pytest.Item]) -> None:
