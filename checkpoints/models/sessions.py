@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -158,6 +159,7 @@ class AgentSessionQuerySet(ProjectScopedQuerySet):
         for pk in chosen:
             if pk in shown:
                 shown[pk].attention = keys[pk][1]
+                shown[pk].severity_rank = -keys[pk][0]  # a silent session's -1 ranks below every alert
                 shown[pk].alert_kind, shown[pk].alert_message = worst.get(pk, (0, "", ""))[1:]
         return [shown[pk] for pk in chosen if pk in shown]
 
@@ -540,6 +542,16 @@ SEVERITY_RANK = models.Case(  # the same text as in the index: PostgreSQL matche
 UNRESOLVED = ~Q(state=AlertState.RESOLVED)
 
 
+@dataclass(frozen=True)
+class AlertBurst:
+    """Open alerts of one kind in many sessions, shown as one line."""
+
+    kind: str
+    sessions: int
+    severity_rank: int  # of the most severe of them (SEVERITY_RANK)
+    is_burst: bool = True
+
+
 class DriftAlertQuerySet(ProjectScopedQuerySet):
     project_path = "session__project"
 
@@ -549,11 +561,18 @@ class DriftAlertQuerySet(ProjectScopedQuerySet):
     def open(self) -> DriftAlertQuerySet:
         return self.filter(state=AlertState.OPEN)
 
-    def open_kinds_at_least(self, sessions: int) -> dict[str, int]:
-        """The kinds that `sessions` or more sessions have an open alert of, with how many: a burst the
-        overview shows as one line rather than one row a session (a session has one open alert of a kind)."""
-        counts = self.open().order_by().values("kind").annotate(n=models.Count("pk")).filter(n__gte=sessions)
-        return {row["kind"]: row["n"] for row in counts.order_by("-n", "kind")}
+    def open_kinds_at_least(self, sessions: int) -> dict[str, AlertBurst]:
+        """The kinds that `sessions` or more sessions have an open alert of, with how many and the most severe:
+        a burst the overview shows as one line rather than one row a session (a session has one open alert of a
+        kind), placed among the sessions by that severity."""
+        counts = (
+            self.open()
+            .order_by()
+            .values("kind")
+            .annotate(n=models.Count("pk"), rank=models.Max(SEVERITY_RANK))
+            .filter(n__gte=sessions)
+        )
+        return {row["kind"]: AlertBurst(row["kind"], row["n"], row["rank"]) for row in counts.order_by("-n", "kind")}
 
     def most_severe_first(self, *, after: tuple[int, datetime, int] | None = None) -> DriftAlertQuerySet:
         """Most severe first, then newest first, from after the (`severity_rank`, opened_at, id) of the last

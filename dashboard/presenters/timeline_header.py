@@ -18,6 +18,7 @@ from checkpoints.models import (
     CheckpointKind,
     DriftAlert,
     SessionRollup,
+    SessionStatus,
 )
 
 from .branches import is_langgraph, short_namespace
@@ -44,9 +45,18 @@ def session_overview(session: AgentSession) -> dict[str, Any]:
     return {
         "stats": stats,
         "open_alerts": DriftAlert.objects.filter(session=session).open().count(),
+        "failure": _why_it_failed(session),
         "phases": list(session.phases.order_by("number")),
         "charts": session_charts(session, stats) if stats["count"] else None,
     }
+
+
+def _why_it_failed(session: AgentSession) -> DriftAlert | None:
+    """A failed or halted session's most severe open alert (a node error names the node and what it raised): the
+    head's own row may read "completed" when a node raised after it, so the page says what went wrong."""
+    if session.status not in (SessionStatus.FAILED, SessionStatus.HALTED):
+        return None
+    return DriftAlert.objects.filter(session=session).open().most_severe_first().only("kind", "message").first()
 
 
 def _size_buckets(session: AgentSession) -> QuerySet[Any]:

@@ -44,6 +44,8 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
         "ratio": totals["raw_bytes"] / totals["stored_bytes"] if totals["stored_bytes"] else None,
         "bursts": bursts,
         "attention": attention[:ATTENTION_ROWS],
+        # most severe first, a burst before the single sessions of its severity (sorted() keeps that order)
+        "attention_rows": sorted([*bursts.values(), *attention[:ATTENTION_ROWS]], key=lambda row: -row.severity_rank),
         "more_attention": len(attention) > ATTENTION_ROWS,
         "approvals": approvals[:APPROVAL_ROWS],
         "more_approvals": len(approvals) > APPROVAL_ROWS,

@@ -59,6 +59,6 @@ def test_an_approver_answers_a_waiting_thread(page, live_server, sign_in, carol,
     assert values == {"i-1": True, "i-2": {"choice": "edit", "note": "shorter"}}
 
     page.get_by_role("link", name="email-ceo").click()
-    expect(page.locator(".interrupt-notice")).to_contain_text("Waiting for input")
+    expect(page.locator(".interrupt-notice")).to_contain_text("Answered; waiting for the runner")  # both answered
     assert axe() == []
     shots(page, screenshot, "interrupt-session")

@@ -89,6 +89,28 @@ def test_a_threads_rows_and_checkpoint_read_as_nodes_and_internal_channels_show_
     page.goto(f"{live_server.url}/checkpoints/{stored[2].pk}/restore/")
     expect(page.locator(".forgotten-table tbody tr")).to_have_count(3)
     widths("langgraph-nodes-restore")
+    page.set_viewport_size(WIDTHS["390"])
+    wrap = page.locator(".table-wrap:has(.forgotten-table)")
+    assert wrap.evaluate("el => el.scrollWidth - el.clientWidth") <= 0  # each call a card: its outcome in view
+    expect(page.locator(".forgotten-table tbody tr").nth(1)).to_contain_text("failed")
+    page.set_viewport_size({"width": 1366, "height": 860})
+
+    page.goto(f"{live_server.url}/checkpoints/{stored[2].pk}/edit/")
+    note = page.locator(".lg-edit-note")
+    for size in WIDTHS.values():
+        page.set_viewport_size(size)
+        assert note.evaluate(FLOWS) < 4, "the note's text breaks into a line per word and code"
+    page.set_viewport_size({"width": 1366, "height": 860})
+
+
+# how far the full stop after the note's last <code> sits from that code's last line: 0 when the note reads as
+# one paragraph, a line or more when each piece of text and code is a flex item of its own
+FLOWS = """note => {
+  const codes = note.querySelectorAll("code"), last = codes[codes.length - 1], range = document.createRange();
+  range.selectNodeContents(last.nextSibling);
+  const lines = last.getClientRects();
+  return Math.abs(range.getBoundingClientRect().top - lines[lines.length - 1].top);
+}"""
 
 
 def shoot_light_and_dark(page, widths, name: str) -> None:

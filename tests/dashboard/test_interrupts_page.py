@@ -104,3 +104,16 @@ def test_waiting_threads_have_their_badge_filter_and_overview_section(client, pr
     assert reverse("dashboard:session_interrupts", args=[session.pk]) in overview
     detail = client.get(reverse("dashboard:session_detail", args=[session.pk])).content.decode()
     assert "See the question and answer it" in detail
+
+
+def test_once_every_question_is_answered_the_session_page_says_it_waits_for_the_runner(client, project, carol):
+    session = waiting_thread(project, asks={"i-1": "Send the email?", "i-2": "To whom?"})
+    client.force_login(carol)
+    detail = reverse("dashboard:session_detail", args=[session.pk])
+    _answer(client, session, decision="approve")
+    page = client.get(detail).content.decode()
+    assert "See the question and answer it" in page  # i-2 still asks
+    client.post(reverse("dashboard:interrupt_answer", args=[session.pk]), {"interrupt_id": "i-2", "answer": "Ann"})
+    page = client.get(detail).content.decode()
+    assert "See the question and answer it" not in page and "asks a person" not in page
+    assert "Answered; waiting for the runner." in page and "See the answers" in page

@@ -112,10 +112,25 @@ def test_a_burst_of_alerts_of_one_kind_is_one_line_linking_to_the_filtered_alert
     client.force_login(bob)
     response = client.get(URL)
     assert attention(response) == ["looping"]
-    assert response.context["bursts"] == {"long_running": 6}
+    assert {kind: burst.sessions for kind, burst in response.context["bursts"].items()} == {"long_running": 6}
     link = reverse("dashboard:alert_list") + "?kind=long_running&state=open"
     assert [text(a) for a in select(response, f'a[data-open][href="{link}"]')] == ["6 sessions: long running"]
     assert "long-0" not in response.content.decode()
+
+
+def test_a_burst_of_warnings_comes_after_a_critical_session_and_before_lesser_ones(client, bob, make_session):
+    for i in range(5):
+        DriftAlert.objects.create(
+            session=make_session(f"slow-{i}"), kind="error_rate", message="errors", severity="warning"
+        )
+    failing = make_session("node-failed")
+    DriftAlert.objects.create(session=failing, kind="node_error", message="Node 'deploy' raised", severity="critical")
+    silent = make_session("silent")
+    AgentSession.objects.exclude(pk=silent.pk).update(last_seen_at=timezone.now())
+    AgentSession.objects.filter(pk=silent.pk).update(last_seen_at=timezone.now() - timedelta(hours=2))
+    client.force_login(bob)
+    rows = [text(a) for a in select(client.get(URL), ".attention-table a[data-open]")]
+    assert rows == ["node-failed", "5 sessions: error rate", "silent"]
 
 
 def test_attention_lists_the_most_urgent_few_of_many(client, bob, make_session):

@@ -8,7 +8,7 @@ from django.urls import reverse
 from lxml import html as lxml_html
 from lxml.html import HtmlElement
 
-from checkpoints.models import AgentSession, Phase
+from checkpoints.models import AgentSession, DriftAlert, Phase
 from checkpoints.services import (
     Actor,
     fork_session,
@@ -715,3 +715,16 @@ def test_a_routine_checkpoint_whose_tool_call_failed_stays_out_of_runs(client, b
     html = client.get(url(session)).content.decode()
 
     assert "tool failed" in text(row(html, 3))
+
+
+def test_a_failed_thread_says_at_the_top_which_node_raised_what(client, bob, make_session):
+    session = make_session("deploy-eu-7")
+    message = "Node 'deploy' raised RuntimeError('no such cluster: prod-eu')"
+    DriftAlert.objects.create(session=session, kind="node_error", message=message, severity="critical")
+    url = reverse("dashboard:session_detail", args=[session.pk])
+    client.force_login(bob)
+    assert not select(client.get(url), ".failure-notice")  # an alert on a live run stays in the alerts list
+    AgentSession.objects.filter(pk=session.pk).update(status="failed")
+    notice = select(client.get(url), ".failure-notice")[0]
+    assert "Failed." in text(notice) and message in text(notice)
+    assert notice.cssselect(f'a[href="{reverse("dashboard:alert_list")}?session={session.pk}"]')
