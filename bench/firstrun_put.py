@@ -1,9 +1,12 @@
-"""A LangGraph put on the stack `make run` serves: `manage.py serve` (runserver, DEBUG=1, SQLite under a fresh
+"""A LangGraph put on the stack `make run` serves: `manage.py serve` (gunicorn, DEBUG=1, SQLite under a fresh
 VAR_DIR, the filesystem broker), and ConsoleSaver over HTTP running bench/savers.py's growing graph.
 
-    python bench/firstrun_put.py [--steps 100] [--port 8792]
+    python bench/firstrun_put.py [--steps 100] [--port 8792] [--web gunicorn|runserver] [--compare]
 
-Prints put p50/p95 over the run's puts (the target: p50 ≤ 20 ms at step 100) as one JSON line.
+Prints put p50/p95 over the run's puts (the target: p50 ≤ 20 ms at step 100) as one JSON line with the load
+average. --compare runs the stack twice, `serve --web runserver` (the web server `make run` had before) and then
+the default, each in its own fresh VAR_DIR, one line each: the machine is shared, so only figures from the same
+run compare.
 """
 
 from __future__ import annotations
@@ -29,7 +32,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--port", type=int, default=8792)
+    parser.add_argument("--web", choices=("gunicorn", "runserver"), default="gunicorn")
+    parser.add_argument("--compare", action="store_true", help="runserver first, then gunicorn")
     args = parser.parse_args(argv)
+    for web in ("runserver", "gunicorn") if args.compare else (args.web,):
+        result = measure(web, args.steps, args.port)
+        print(json.dumps({"web": web, "steps": args.steps, "debug": os.environ.get("DEBUG", "1"), **result}))
+    return 0
+
+
+def measure(web: str, steps: int, port: int) -> dict[str, object]:
     var_dir = Path(tempfile.mkdtemp(prefix="cc-firstrun-"))
     env = environment(var_dir)
     manage = [sys.executable, "manage.py"]
@@ -41,7 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     log = var_dir / "serve.log"
     with log.open("w") as out:
         serve = subprocess.Popen(  # noqa: S603
-            [*manage, "serve", "--port", str(args.port)], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+            [*manage, "serve", "--port", str(port), "--web", web],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     try:
         wait_for(log, "Ctrl-C stops it.", 180)
@@ -50,13 +66,12 @@ def main(argv: list[str] | None = None) -> int:
         def size() -> int:
             return sum(p.stat().st_size for p in var_dir.iterdir() if p.name.startswith(database.name))
 
-        with ConsoleSaver(f"http://127.0.0.1:{args.port}", token) as saver:
-            result = run_graph("firstrun", saver, args.steps, 1, size)
+        with ConsoleSaver(f"http://127.0.0.1:{port}", token) as saver:
+            result = run_graph(f"firstrun-{web}", saver, steps, 1, size)
     finally:
         serve.send_signal(signal.SIGINT)
         serve.wait(timeout=60)
-    print(json.dumps({"steps": args.steps, "debug": os.environ.get("DEBUG", "1"), **result}))
-    return 0
+    return {**result, "load_average": [round(load, 1) for load in os.getloadavg()]}
 
 
 if __name__ == "__main__":
