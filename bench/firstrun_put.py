@@ -1,12 +1,12 @@
 """A LangGraph put on the stack `make run` serves: `manage.py serve` (gunicorn, DEBUG=1, SQLite under a fresh
 VAR_DIR, the filesystem broker), and ConsoleSaver over HTTP running bench/savers.py's growing graph.
 
-    python bench/firstrun_put.py [--steps 100] [--port 8792] [--web gunicorn|runserver] [--compare]
+    python bench/firstrun_put.py [--steps 100] [--port 8792] [--web gunicorn|runserver] [--compare [--rounds 3]]
 
 Prints put p50/p95 over the run's puts (the target: p50 ≤ 20 ms at step 100) as one JSON line with the load
-average. --compare runs the stack twice, `serve --web runserver` (the web server `make run` had before) and then
-the default, each in its own fresh VAR_DIR, one line each: the machine is shared, so only figures from the same
-run compare.
+average. --compare runs the stack under `serve --web runserver` (the web server `make run` had before) and under
+the default, each in its own fresh VAR_DIR, one line each, --rounds times in alternating order, then one line of
+each server's median put p50 over the rounds: the machine is shared, so only figures from the same run compare.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,11 +34,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--port", type=int, default=8792)
     parser.add_argument("--web", choices=("gunicorn", "runserver"), default="gunicorn")
-    parser.add_argument("--compare", action="store_true", help="runserver first, then gunicorn")
+    parser.add_argument("--compare", action="store_true", help="runserver and gunicorn, alternating")
+    parser.add_argument("--rounds", type=int, default=1, help="with --compare: how many times each")
     args = parser.parse_args(argv)
-    for web in ("runserver", "gunicorn") if args.compare else (args.web,):
+    order = ("runserver", "gunicorn")
+    runs = [order if n % 2 == 0 else order[::-1] for n in range(args.rounds)] if args.compare else [(args.web,)]
+    p50s: dict[str, list[float]] = {}
+    for web in (web for run in runs for web in run):
         result = measure(web, args.steps, args.port)
+        p50s.setdefault(web, []).append(float(result["put_p50_ms"]))  # type: ignore[arg-type]
         print(json.dumps({"web": web, "steps": args.steps, "debug": os.environ.get("DEBUG", "1"), **result}))
+    if args.compare:
+        print(json.dumps({f"{web}_put_p50_ms_median": statistics.median(p50s[web]) for web in order}))
     return 0
 
 
