@@ -6,10 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -35,6 +33,7 @@ from checkpoint_console.client import CheckpointAPIError
 from checkpoint_console.langgraph import ConsoleSaver
 from checkpoints.models import AgentSession, Project, default_type_allowlist
 from checkpoints.services import create_api_token, get_or_create_project
+from tests.kits.servers import free_port, wait_until_answers
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -404,9 +403,7 @@ def shipped_gunicorn_command() -> list[str]:
 @pytest.fixture
 def gunicorn_url(transactional_db, tmp_path) -> Iterator[str]:
     """The shipped gunicorn command, bound to a free loopback port, on the test database."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     command = shipped_gunicorn_command()
     command[command.index("--bind") + 1] = f"127.0.0.1:{port}"
     database = connection.settings_dict
@@ -421,15 +418,7 @@ def gunicorn_url(transactional_db, tmp_path) -> Iterator[str]:
         server = subprocess.Popen([sys.executable, "-m", *command], cwd=REPO, env=env, stdout=output, stderr=output)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.poll() is None, log.read_text()
-            try:
-                httpx.get(f"{url}/api/v1/openapi.json", timeout=2)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "gunicorn did not answer within 60 s"
-                time.sleep(0.2)
+        wait_until_answers(server, f"{url}/api/v1/openapi.json", log)
         yield url
     finally:
         server.terminate()

@@ -87,3 +87,23 @@ def test_serve_runs_the_worker_on_every_routed_queue_and_quiets_celery_unless_ve
     commands = Command().commands("127.0.0.1", 8000, verbose)
     assert "-Q" not in commands["worker"]  # settings.CELERY_TASK_QUEUES: every queue a task is routed to
     assert ("--quiet" in commands["worker"]) is not verbose and ("--quiet" in commands["beat"]) is not verbose
+
+
+@pytest.mark.parametrize("web", ["gunicorn", "runserver"])
+def test_serve_binds_its_web_server_to_loopback_by_default(web):
+    """DEBUG is on under `make run`: its debug pages and open /metrics must not reach the network unasked."""
+    command = Command()
+    parser = command.create_parser("manage.py", "serve")
+    options = parser.parse_args(["--web", web])
+    assert options.host == "127.0.0.1"
+    web_command = command.commands(options.host, options.port, False, options.web)["web"]
+    assert "127.0.0.1:8000" in web_command
+    assert ("gunicorn" in web_command) is (web == "gunicorn")
+
+
+def test_serve_runs_gunicorn_by_default_in_one_process_whose_threads_keep_their_connections():
+    options = Command().create_parser("manage.py", "serve").parse_args([])
+    web = Command().commands(options.host, options.port, False, options.web)["web"]
+    assert web[1:4] == ["-m", "gunicorn", "config.wsgi"]
+    assert web[web.index("--workers") + 1] == "1" and web[web.index("--worker-class") + 1] == "gthread"
+    assert "--access-logfile" not in web  # ACCESS_LOG is off: one line a minute of counts instead

@@ -20,6 +20,11 @@ from django.core.management.base import BaseCommand, CommandParser
 RESTARTS = 5  # a child that dies more often than this within WINDOW seconds is not coming back by itself
 WINDOW = 60.0
 READY_SECONDS = 90.0  # how long the sign-in box waits for the web to answer and a worker to ping back
+# One gunicorn process whose threads live as long as it does, so each keeps its SQLite connection (CONN_MAX_AGE)
+# from one request to the next; runserver starts a thread, and so a connection, per request. A few threads:
+# LangGraph sends a step's put and put_writes at once, and a slow console page must not hold up an agent.
+WEB_THREADS = 4
+WEB_SERVERS = ("gunicorn", "runserver")
 Say = Callable[[str], None]
 
 
@@ -130,16 +135,40 @@ class Command(BaseCommand):
         parser.add_argument("--verbose", action="store_true", help="the worker's and beat's banners and info logs")
         parser.add_argument("--restarts", type=int, default=RESTARTS, help=f"in --window seconds (default {RESTARTS})")
         parser.add_argument("--window", type=float, default=WINDOW)
+        parser.add_argument(
+            "--web",
+            choices=WEB_SERVERS,
+            default="gunicorn",
+            help="gunicorn (default: one process, kept threads and connections) or Django's runserver (reloads "
+            "on code changes, opens a database connection per request)",
+        )
 
-    def commands(self, host: str, port: int, verbose: bool) -> dict[str, list[str]]:
+    def commands(self, host: str, port: int, verbose: bool, web: str = "gunicorn") -> dict[str, list[str]]:
         python = sys.executable
         celery = [python, "-m", "celery", "-A", "config", *([] if verbose else ["--quiet"])]
         level = ["-l", "info" if verbose else "warning"]
         return {
-            "web": [python, str(settings.BASE_DIR / "manage.py"), "runserver", f"{host}:{port}"],
+            "web": self.web_command(web, host, port, verbose),
             "worker": [*celery, "worker", *level, "--concurrency", "2"],
             "beat": [*celery, "beat", *level, "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"],
         }
+
+    def web_command(self, web: str, host: str, port: int, verbose: bool) -> list[str]:
+        python = sys.executable
+        if web == "runserver":
+            return [python, str(settings.BASE_DIR / "manage.py"), "runserver", f"{host}:{port}"]
+        bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return [
+            python, "-m", "gunicorn", "config.wsgi",
+            "--bind", bind,
+            "--workers", "1", "--worker-class", "gthread", "--threads", str(WEB_THREADS),
+            # gthread's timeout watches the worker's loop, not a request: a long import or export is not cut off.
+            "--graceful-timeout", "5",
+            "--log-level", "info" if verbose else "warning",
+            # no control socket in ~/.gunicorn/: serve is the only thing that manages this process
+            "--no-control-socket",
+            *(["--access-logfile", "-"] if settings.ACCESS_LOG else []),
+        ]  # fmt: skip
 
     def handle(self, *args: Any, **options: Any) -> None:
         host, port = options["host"], options["port"]
@@ -160,7 +189,7 @@ class Command(BaseCommand):
             return True
 
         code = supervise(
-            self.commands(host, port, options["verbose"]),
+            self.commands(host, port, options["verbose"], options["web"]),
             cwd=settings.BASE_DIR,
             say=self.stdout.write,
             warn=self.stderr.write,
