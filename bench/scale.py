@@ -571,7 +571,6 @@ def record_dry_run(context: dict[str, Any]) -> None:
 def measure_pages(requests: Requests, context: dict[str, Any]) -> None:
     from django.utils.http import urlencode
 
-    big, small, first, middle, last = (context[k] for k in ("big", "small", "first", "middle", "last"))
     r = requests.measure
     say("console pages")
     r("overview", "/")
@@ -582,15 +581,8 @@ def measure_pages(requests: Requests, context: dict[str, Any]) -> None:
     r("sessions: has open alert", "/sessions/?alert=on")
     r("sessions: search", "/sessions/?q=run-0423")
     r("sessions: most checkpoints", "/sessions/?sort=checkpoints")
-    r("timeline 100k: first page", f"/sessions/{big}/")
-    r("timeline 100k: first page (htmx)", f"/sessions/{big}/", htmx=True)
-    r("timeline 100k: middle page", f"/sessions/{big}/?before={middle['seq']}")
-    r("timeline 100k: last page", f"/sessions/{big}/?before=101")
-    r("timeline: a 90-checkpoint session", f"/sessions/{small}/")
-    r("checkpoint 100k: head", f"/checkpoints/{last['pk']}/")
-    r("checkpoint 100k: middle", f"/checkpoints/{middle['pk']}/")
-    r("compare 100k: #1 vs last", f"/compare/?a={first['pk']}&b={last['pk']}", target_ms=300)
-    r("compare 100k: neighbours", f"/compare/?a={context['before_last']}&b={last['pk']}", target_ms=300)
+    for session in ("big", "small"):
+        pairs(requests, context, session)
     r("alerts: first page", "/alerts/")
     r("alerts: deep page", f"/alerts/?{urlencode({'after': context['alerts_deep']})}")
     r("alerts: filtered (kind)", "/alerts/?kind=error_rate")
@@ -610,24 +602,72 @@ def measure_pages(requests: Requests, context: dict[str, Any]) -> None:
     r("admin: audit events", "/admin/checkpoints/auditevent/")
 
 
+# Pages of one session, measured on the big session (100,000 checkpoints) and on the small one (80–100) of the same
+# run: issue #23 asks each to cost at most 1.5× as much on the big one (PAIR_LIMIT), in server time and in bytes.
+PAIR_LIMIT = 1.5
+SESSION_PAGES: list[tuple[str, str, bool]] = [  # name, URL (formatted with the session's ids), htmx
+    ("timeline: first page", "/sessions/{pk}/", False),
+    ("timeline: first page (htmx)", "/sessions/{pk}/", True),
+    ("timeline: middle page", "/sessions/{pk}/?before={middle[seq]}", False),
+    ("timeline: oldest page", "/sessions/{pk}/?before={oldest}", False),
+    ("checkpoint: head", "/checkpoints/{last[pk]}/", False),
+    ("checkpoint: middle", "/checkpoints/{middle[pk]}/", False),
+    ("compare: first vs head", "/compare/?a={first[pk]}&b={last[pk]}", False),
+    ("compare: neighbours", "/compare/?a={before_last}&b={last[pk]}", False),
+    ("API session", "/api/v1/sessions/{external_id}", False),
+    ("API summary", "/api/v1/sessions/{external_id}/summary", False),
+    ("API resume", "/api/v1/sessions/{external_id}/resume", False),
+    ("API checkpoints: first page", "/api/v1/sessions/{external_id}/checkpoints", False),
+    ("API checkpoints: middle page", "/api/v1/sessions/{external_id}/checkpoints?cursor={middle[seq]}", False),
+    ("API checkpoints: newest first", "/api/v1/sessions/{external_id}/checkpoints?order=desc", False),
+    ("API checkpoint (with state)", "/api/v1/checkpoints/{middle[pk]}", False),
+]
+SLOWER_TARGETS = {"compare: first vs head": 300, "compare: neighbours": 300}
+
+
+def pairs(requests: Requests, context: dict[str, Any], which: str) -> None:
+    ids = context[which]
+    for name, url, htmx in SESSION_PAGES:
+        token = context["token"] if name.startswith("API") else ""
+        target = SLOWER_TARGETS.get(name, 100)
+        requests.measure(f"{which}: {name}", url.format(**ids), api_token=token, htmx=htmx, target_ms=target)
+
+
+def _ratio(ratio: float) -> str:
+    return f"**{ratio:.2f}** ✗" if ratio > PAIR_LIMIT else f"{ratio:.2f}"
+
+
+def pair_table(report: dict[str, Any]) -> str:
+    """The session pages side by side: big session, small session, and the ratio (flagged past PAIR_LIMIT)."""
+    measured = {m["name"]: m for m in report["requests"]}
+    lines = [
+        "| page | big ms | small ms | × | big bytes | small bytes | × | big queries | small queries |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, _, _ in SESSION_PAGES:
+        big, small = measured.get(f"big: {name}"), measured.get(f"small: {name}")
+        if not big or not small:
+            continue
+        time_ratio = big["median_ms"] / max(small["median_ms"], 0.1)
+        size_ratio = big["bytes"] / max(small["bytes"], 1)
+        lines.append(
+            f"| {name} | {big['median_ms']:,} | {small['median_ms']:,} | {_ratio(time_ratio)} | {big['bytes']:,} | "
+            f"{small['bytes']:,} | {_ratio(size_ratio)} | {big['queries']} | {small['queries']} |"
+        )
+    return "\n".join(lines)
+
+
 def measure_api(requests: Requests, context: dict[str, Any]) -> None:
-    token, external, middle = context["token"], "big-session", context["middle"]
+    token = context["token"]
     r = requests.measure
-    base = f"/api/v1/sessions/{external}"
     say("API")
-    r("API session 100k", base, api_token=token)
-    r("API summary 100k", f"{base}/summary", api_token=token)
-    r("API resume 100k", f"{base}/resume", api_token=token)
-    r("API checkpoints: first page", f"{base}/checkpoints", api_token=token)
-    r("API checkpoints: deep page", f"{base}/checkpoints?cursor={middle['seq']}", api_token=token)
-    r("API checkpoints: newest first", f"{base}/checkpoints?order=desc", api_token=token)
+    base = f"/api/v1/sessions/{context['big']['external_id']}"
     r("API checkpoints: kind filter", f"{base}/checkpoints?kind=recovery", api_token=token)
     r("API checkpoints: status filter", f"{base}/checkpoints?status=failed", api_token=token)
     r("API checkpoints: name filter", f"{base}/checkpoints?name=day_end", api_token=token)
     since = context["since"]
     r("API checkpoints: since", f"{base}/checkpoints?since={since}", api_token=token)
     r("API checkpoints: 1,000 rows", f"{base}/checkpoints?limit=1000", api_token=token)
-    r("API checkpoint 100k (with state)", f"/api/v1/checkpoints/{middle['pk']}", api_token=token)
     r("API alerts", "/api/v1/alerts", api_token=token)
     r("API alerts: open, one kind", "/api/v1/alerts?state=open&kind=error_rate", api_token=token)
 
@@ -639,12 +679,9 @@ def request_context() -> dict[str, Any]:
     from dashboard.views.pagination import _cursor
 
     big = AgentSession.objects.get(external_id="big-session")
+    # the small session: 80–100 checkpoints, in the API token's project
+    small = AgentSession.objects.filter(last_seq__range=(80, 100), project__slug="research").order_by("pk").first()
     ours = Checkpoint.objects.filter(session=big).order_by("seq")
-    first = ours.values("pk", "seq").first()
-    last = ours.filter(pk=big.head_id).values("pk", "seq").first()
-    middle = ours.filter(seq__gte=big.last_seq // 2).values("pk", "seq").first()
-    before_last = ours.filter(seq__lt=last["seq"]).order_by("-seq").values_list("pk", flat=True).first()
-    small = AgentSession.objects.filter(last_seq__range=(80, 100)).order_by("pk").first()
     deep_session = deep(AgentSession.objects.order_by("-updated_at", "-pk"))
     deep_event = deep(AuditEvent.objects.order_by("-created_at", "-pk"))
     deep_alert = deep(DriftAlert.objects.unresolved().most_severe_first())
@@ -652,17 +689,31 @@ def request_context() -> dict[str, Any]:
     _, token = services.create_api_token(project, name=f"bench-{time.time_ns()}")
     since = ours.filter(seq=big.last_seq - 500).values_list("created_at", flat=True).first() or timezone_now()
     return {
-        "big": big.pk,
-        "small": small.pk if small else big.pk,
-        "first": first,
-        "middle": middle,
-        "last": last,
-        "before_last": before_last,
+        "big": session_ids(big),
+        "small": session_ids(small or big),
         "sessions_deep": _cursor(deep_session, "updated_at"),
         "audit_deep": _cursor(deep_event, "created_at"),
         "alerts_deep": f"{deep_alert.severity}_{deep_alert.opened_at.isoformat()}_{deep_alert.pk}",
         "token": token,
         "since": since.isoformat().replace("+00:00", "Z"),
+    }
+
+
+def session_ids(session: Any) -> dict[str, Any]:
+    """The ids a session's pages are asked for: its first, middle and head checkpoints, the one before the head."""
+    from checkpoints.models import Checkpoint
+
+    ours = Checkpoint.objects.filter(session=session).order_by("seq")
+    last = ours.filter(pk=session.head_id).values("pk", "seq").first()
+    before_last = ours.filter(seq__lt=last["seq"]).order_by("-seq").values_list("pk", flat=True).first()
+    return {
+        "pk": session.pk,
+        "external_id": session.external_id,
+        "first": ours.values("pk", "seq").first(),
+        "middle": ours.filter(seq__gte=session.last_seq // 2).values("pk", "seq").first(),
+        "last": last,
+        "before_last": before_last,
+        "oldest": min(101, session.last_seq // 2),  # the page before #101, or the oldest half of a small session
     }
 
 
@@ -882,6 +933,8 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2, default=str))
     print(table(report))
+    print(f"\nSession pages, the big session against the small one of this run (× past {PAIR_LIMIT} flagged):\n")
+    print(pair_table(report))
     for key in (
         "drift",
         "recorded_dry_run_seconds",

@@ -65,7 +65,8 @@ STATE_PREVIEW_BYTES = 20_000
 class CappedCountPaginator(Paginator):
     """Counts at most `cap` rows (a LIMITed subquery); past that, PostgreSQL's planner estimates the rows (at least
     the cap) and anything else reports the cap. Counting exactly reads every matching row: 10,000 of a name search
-    took longer than the page."""
+    took longer than the page. An unfiltered list of a table PostgreSQL's statistics put past the cap is not
+    counted at all: its size is the table's `pg_class.reltuples` (what ANALYZE and autovacuum last saw)."""
 
     cap = 1_000
     object_list: QuerySet[Any]  # the admin pages querysets, never lists
@@ -73,6 +74,9 @@ class CappedCountPaginator(Paginator):
     @cached_property
     def count(self) -> int:
         rows = self.object_list.order_by().values("pk")
+        estimate = self._table_estimate(rows)
+        if estimate is not None:
+            return estimate
         capped = rows[: self.cap + 1].count()
         if capped <= self.cap or connection.vendor != "postgresql":
             return min(capped, self.cap)
@@ -81,6 +85,19 @@ class CappedCountPaginator(Paginator):
             cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
             [[plan]] = cursor.fetchone()
         return max(int(plan["Plan"]["Plan Rows"]), self.cap)
+
+    def _table_estimate(self, rows: QuerySet[Any]) -> int | None:
+        """The table's estimated rows when the list is the whole table (no filter, no search) and past the cap."""
+        if connection.vendor != "postgresql" or rows.query.where or rows.query.distinct:
+            return None
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)",
+                [connection.ops.quote_name(rows.model._meta.db_table)],
+            )
+            row = cursor.fetchone()
+        # -1: never analyzed; below the cap an exact (capped) count is cheap and right
+        return int(row[0]) if row and row[0] > self.cap else None
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -97,6 +114,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 class BigTableAdmin(admin.ModelAdmin):
+    """A list of a table that grows with use (millions of rows at scale): its count is capped or estimated, never a
+    COUNT(*) of the table, and its ordering (with the primary key the changelist appends) is one an index reads in
+    order, so a page reads its rows and stops. tests/admin/test_admin_scale.py proves both on PostgreSQL."""
+
     paginator = CappedCountPaginator
     show_full_result_count = False
     show_facets = ShowFacets.NEVER
@@ -231,7 +252,7 @@ class ConsoleUserAdmin(MembershipsAudited, UserAdmin):
 
 
 @admin.register(models.AgentSession)
-class AgentSessionAdmin(admin.ModelAdmin):
+class AgentSessionAdmin(BigTableAdmin):
     list_display = ["external_id", "project", "agent", "title", "status", "last_seq", "updated_at", "checkpoints_link"]
     list_filter = ["status", "project", "agent", "source_format", ("updated_at", admin.DateFieldListFilter)]
     search_fields = ["external_id", "title", "agent"]
@@ -240,8 +261,6 @@ class AgentSessionAdmin(admin.ModelAdmin):
     exclude = ["live_root"]
     list_select_related = ["project"]
     date_hierarchy = "updated_at"
-    show_full_result_count = False
-    show_facets = ShowFacets.NEVER
     actions = ["archive_sessions", "purge_sessions", "clear_recovery"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[models.AgentSession]:
@@ -538,7 +557,7 @@ class PhaseFeedbackAdmin(admin.ModelAdmin):
 
 
 @admin.register(models.DriftAlert)
-class DriftAlertAdmin(admin.ModelAdmin):
+class DriftAlertAdmin(BigTableAdmin):
     list_display = ["id", "session", "kind", "severity", "state", "opened_at", "acknowledged_by", "resolved_at"]
     list_filter = [
         "state",
@@ -551,7 +570,6 @@ class DriftAlertAdmin(admin.ModelAdmin):
     raw_id_fields = ["session", "checkpoint", "last_good", "acknowledged_by"]
     list_select_related = ["session__project", "acknowledged_by"]
     date_hierarchy = "opened_at"
-    show_full_result_count = False
     actions = ["acknowledge", "resolve"]
 
     @admin.action(description="Acknowledge selected alerts")
@@ -839,6 +857,7 @@ class EventAdmin(ReadOnlyAdmin, BigTableAdmin):
     list_filter = ["type", "project"]
     search_fields = ["=id", "=dedupe_key"]
     list_select_related = ["project"]
+    ordering = ["-created_at", "-id"]  # newest first along event_created (the ids are random UUIDs)
     fields = readonly_fields = ("id", "type", "project", "created_at", "dedupe_key", "data")
 
 
@@ -880,6 +899,7 @@ class DeliveryAdmin(ReadOnlyAdmin, BigTableAdmin):
     list_filter = ["status", "channel", "event__type", "event__project"]
     search_fields = ["=id", "=event__id", "target"]
     list_select_related = ["event"]
+    ordering = ["-created_at", "-id"]  # newest first along delivery_created (the ids are random UUIDs)
     fields = readonly_fields = (
         "id", "event", "endpoint", "rule", "channel", "target", "status", "attempts", "response_code",
         "last_error", "created_at", "last_attempt_at", "next_attempt_at",

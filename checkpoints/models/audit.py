@@ -38,8 +38,8 @@ class AuditEvent(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
-            # audit log, newest first
-            models.Index(fields=["-created_at"], name="audit_created"),
+            # audit log and its admin list, newest first (the id breaks ties, as both order)
+            models.Index(fields=["-created_at", "-id"], name="audit_created"),
             # audit log filtered by session
             models.Index(fields=["session", "-created_at"], name="audit_session"),
             # audit log filtered by action

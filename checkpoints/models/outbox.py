@@ -46,7 +46,8 @@ class Event(models.Model):
     )
 
     class Meta:
-        indexes = [models.Index(fields=["created_at"], name="event_created")]
+        # the sweep of old events; the admin list, newest first (the id breaks ties)
+        indexes = [models.Index(fields=["created_at", "id"], name="event_created")]
 
     def __str__(self) -> str:
         return f"{self.type} {self.id}"
@@ -156,7 +157,8 @@ class Delivery(models.Model):
             models.Index(fields=["next_attempt_at"], condition=Q(status="pending"), name="delivery_due"),
             models.Index(fields=["endpoint", "-created_at"], name="delivery_endpoint"),
             models.Index(fields=["rule", "-created_at"], name="delivery_rule"),
-            models.Index(fields=["created_at"], name="delivery_created"),
+            # the sweep of old deliveries; the admin list, newest first (the id breaks ties)
+            models.Index(fields=["created_at", "id"], name="delivery_created"),
         ]
 
     def __str__(self) -> str:

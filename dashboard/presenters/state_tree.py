@@ -24,7 +24,7 @@ from checkpoints.humanize import short_value
 from checkpoints.store.diff import format_path
 
 CHILD_CAP = 50  # entries one expansion shows; "show more" loads the next ones
-INLINE_NODES = 250  # nodes rendered with the page before subtrees load on demand
+INLINE_NODES = 150  # nodes rendered with the page before subtrees load on demand (250 made a page of 118 kB)
 INLINE_DEPTH = 3
 OPEN_SMALL = 8  # first-level objects and lists this small start open
 PREVIEW_CHARS = 160  # longer strings show a preview, and the whole text on demand

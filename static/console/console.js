@@ -34,6 +34,19 @@ document.addEventListener("toggle", function (event) {
   if (menu.open && menu.matches && menu.matches("details.row-menu")) fillRowMenu(menu);
 }, true);
 
+// The state tree: a branch (or long text) whose entries are not on the page holds one link to them; opening the
+// branch loads them in its place, once. One listener instead of htmx attributes repeating the URL on every branch.
+document.addEventListener("toggle", function (event) {
+  const branch = event.target;
+  if (!branch.open || !branch.matches || !branch.matches(".tree details") || !window.htmx) return;
+  const lazy = branch.querySelector(":scope > ul > li.lazy, :scope > .lazy-text");
+  const link = lazy && lazy.querySelector(":scope > a");
+  if (!link || lazy.dataset.loading) return;
+  lazy.dataset.loading = "";
+  const list = lazy.tagName === "LI";
+  htmx.ajax("GET", link.getAttribute("href"), { source: branch, target: lazy, swap: list ? "outerHTML" : "innerHTML" });
+}, true);
+
 // A preview cut short by its width shows its whole text as a tooltip (set when the pointer or focus reaches it,
 // so a page does not carry every preview twice).
 document.addEventListener("pointerover", function (event) {

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def _open_lazy_subtree(page) -> None:
     """Open the first branch of the state tree that loads on demand (its ancestors first)."""
-    page.locator("#state details[hx-get]:has(> ul > li.lazy)").first.evaluate(
+    page.locator("#state details:has(> ul > li.lazy)").first.evaluate(
         """el => {
             el.dataset.picked = "";
             for (let p = el.parentElement.closest('details'); p; p = p.parentElement.closest('details')) p.open = true;
