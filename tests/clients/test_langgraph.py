@@ -400,9 +400,10 @@ def shipped_gunicorn_command() -> list[str]:
     return command
 
 
-@pytest.fixture
-def gunicorn_url(transactional_db, tmp_path) -> Iterator[str]:
-    """The shipped gunicorn command, bound to a free loopback port, on the test database."""
+@pytest.fixture(scope="module")
+def gunicorn_url(django_db_setup, tmp_path_factory) -> Iterator[str]:
+    """The shipped gunicorn command, bound to a free loopback port, on the test database: one server for the
+    module's tests (each still flushes what it wrote; the server's start is ~10 s of the suite a test)."""
     port = free_port()
     command = shipped_gunicorn_command()
     command[command.index("--bind") + 1] = f"127.0.0.1:{port}"
@@ -413,12 +414,12 @@ def gunicorn_url(transactional_db, tmp_path) -> Iterator[str]:
         "SECRET_KEY": "gunicorn-test-key-" + "x" * 40,
         "DEBUG": "0",
     }
-    log = tmp_path / "gunicorn.log"
+    log = tmp_path_factory.mktemp("gunicorn") / "gunicorn.log"
     with log.open("wb") as output:  # a file, not a pipe no one reads while the server runs
         server = subprocess.Popen([sys.executable, "-m", *command], cwd=REPO, env=env, stdout=output, stderr=output)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until_answers(server, f"{url}/api/v1/openapi.json", log)
+        wait_until_answers(server, f"{url}/api/v1/openapi.json", log, seconds=180)
         yield url
     finally:
         server.terminate()
