@@ -77,6 +77,21 @@ def csp_violations(request: pytest.FixtureRequest) -> Iterator[list[str]]:
 
 
 @pytest.fixture
+def console_errors(page) -> list[str]:
+    """What the browser reports as an error while a test runs: console errors, page errors, failed requests and
+    answers of 400 or more."""
+    errors: list[str] = []
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("requestfailed", lambda request: errors.append(f"{request.url} failed"))
+    page.on(
+        "response",
+        lambda response: errors.append(f"{response.url} {response.status}") if response.status >= 400 else None,
+    )
+    return errors
+
+
+@pytest.fixture
 def root(django_user_model):
     """Staff with every permission: sees every console page and the admin."""
     return django_user_model.objects.create_superuser("root", password="root-password-1")
