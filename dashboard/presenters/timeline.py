@@ -238,12 +238,18 @@ def _opened_run(session: AgentSession, at: int | None) -> tuple[int, int] | None
     return ((below or 0) + 1, (above or session.last_seq + 1) - 1)
 
 
-def _fold_runs(rows: list[CheckpointRow], runs: list[SubgraphRun], opened: tuple[int, int] | None) -> None:
-    """Give each root-graph row the runs that started after it and before the next row up (outside `opened`)."""
+def _fold_runs(
+    rows: list[CheckpointRow], runs: list[SubgraphRun], opened: tuple[int, int] | None, hidden: list[Stretch]
+) -> None:
+    """Give each root-graph row the runs that started after it and before the next row up: not those shown open
+    (`opened`), nor those made within a folded branch (`hidden`), which ran under a row the page does not show."""
     roots = sorted((row for row in rows if not row.namespace), key=lambda row: row.top)
-    tops = [row.top for row in roots]
+    tops, los = [row.top for row in roots], [stretch.lo for stretch in hidden]
     for run in runs:
         if opened and opened[0] <= run.first <= opened[1]:
+            continue
+        at = bisect_right(los, run.first) - 1
+        if at >= 0 and run.first <= hidden[at].hi:
             continue
         index = bisect_right(tops, run.first) - 1
         if index >= 0:
@@ -519,7 +525,7 @@ def timeline_page(
     layout.focus(min(low, floor, below.seq if below is not None else low) - 1, high + 1)
     rows = _build_rows(checkpoints, below, session, layout, forks, collapse=True, expand=expand)
     runs = _subgraph_runs(session, floor, high) if is_langgraph(session) and checkpoints else []
-    _fold_runs(rows, [run for run in runs if run.first > low], opened_run)
+    _fold_runs(rows, [run for run in runs if run.first > low], opened_run, hidden)
     shown = hidden + [Stretch(run.first, run.last, None) for run in runs]
     gaps = _gaps([c.seq for c in checkpoints], shown, floor, high) if checkpoints else []
     return Page(

@@ -209,8 +209,12 @@ def test_subgraph_checkpoints_are_hops_and_time_travel_after_a_run_is_still_a_br
     roots = [c for c in checkpoints if not c.metadata["checkpoint_ns"] and c.parent_id]
     replay = next(c for i, c in enumerate(roots) if any(r.parent_id == c.parent_id for r in roots[:i]))
     assert replay.starts_branch and replay.seq not in hops  # the replay's first step: a branch of the path
-    [branch] = [row for row in timeline_page(session, user=bob).rows if isinstance(row, BranchRow)]
+    timeline = timeline_page(session, user=bob)
+    [branch] = [row for row in timeline.rows if isinstance(row, BranchRow)]
     assert branch.branch.attach == replay.parent.seq
+    rows = [row for row in timeline.rows if isinstance(row, CheckpointRow)]
+    folded = [(run.first, row.checkpoint.seq) for row in rows for run in row.subgraph_runs]
+    assert folded and all(first == seq + 1 for first, seq in folded)  # those left behind stay in their branch
 
 
 @pytest.mark.parametrize("runs", [3, 60])
