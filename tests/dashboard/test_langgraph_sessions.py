@@ -4,9 +4,11 @@ page, and its subgraph runs grouped on the timeline. The threads are real graphs
 from __future__ import annotations
 
 import json
+from importlib import import_module
 from urllib.parse import quote
 
 import pytest
+from django.apps import apps as django_apps
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -264,3 +266,13 @@ def test_the_index_lists_the_subgraph_runs_near_the_page_not_the_newest(client, 
     newest = client.get(here).content.decode()
     [group] = [group for group in select(newest, ".landmark-group") if "Subgraph runs" in text(group)]
     assert text(group.cssselect("a.landmark")[0]).startswith(f"#{spans[-1][0]}–{spans[-1][1]} ")
+
+
+def test_the_migration_marks_the_hops_of_threads_stored_before_it_as_the_ingest_does(make_session):
+    session = langgraph_session(make_session)
+    store_thread(session, run_thread(with_subgraph=True, turns=2, time_travel=True))
+    marked = set(Checkpoint.objects.filter(session=session, subgraph_hop=True).values_list("seq", flat=True))
+    assert len(marked) == 6  # three runs: each one's first checkpoint and the root step after it
+    Checkpoint.objects.filter(session=session).update(subgraph_hop=False)
+    import_module("checkpoints.migrations.0034_subgraphs_hops").mark_hops(django_apps, None)
+    assert set(Checkpoint.objects.filter(session=session, subgraph_hop=True).values_list("seq", flat=True)) == marked
