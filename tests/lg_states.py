@@ -16,7 +16,7 @@ from langgraph.graph.message import add_messages
 
 from checkpoint_console import typedjson
 from checkpoints.models import AgentSession, Checkpoint
-from checkpoints.services import CheckpointInput, create_checkpoint
+from checkpoints.services import CheckpointInput, create_checkpoint, ingest_checkpoints
 from checkpoints.services import langgraph as lg
 
 SERDE = JsonPlusSerializer()
@@ -166,3 +166,41 @@ def put_thread(project: Any, saver: InMemorySaver, thread_id: str = "thread-1") 
             )
         stored.append(checkpoint)
     return stored
+
+
+def many_subgraph_runs(session: AgentSession, runs: int, *, run_size: int = 3) -> list[tuple[int, int]]:
+    """A thread whose root graph makes one step per turn and runs a subgraph of `run_size` checkpoints in each, as
+    LangGraph stores it (the subgraph's first checkpoint a new root in its namespace, the root's next step's parent
+    the root's last), in one batch. Returns each run's (first seq, last seq)."""
+    items: list[CheckpointInput] = []
+    spans = []
+    base = session.last_seq
+    for turn in range(runs + 1):
+        root_meta = {"source": "loop", "step": turn, "checkpoint_id": f"root-{turn:06}", "checkpoint_ns": ""}
+        items.append(
+            CheckpointInput(
+                state={"messages": [f"turn {turn}"], "turn": turn},
+                name="loop",
+                step=turn,
+                idempotency_key=f"root-{turn}",
+                parent_key=f"root-{turn - 1}" if turn else "",
+                metadata=root_meta,
+            )
+        )
+        if turn == runs:
+            break
+        ns = f"child:{turn:08}-run"
+        first = base + len(items) + 1
+        for step in range(run_size):
+            items.append(
+                CheckpointInput(
+                    state={"summary": f"run {turn} step {step}"},
+                    name="loop",
+                    step=step,
+                    new_root=step == 0,
+                    metadata={"source": "loop", "step": step, "checkpoint_id": f"{turn}-{step}", "checkpoint_ns": ns},
+                )
+            )
+        spans.append((first, first + run_size - 1))
+    ingest_checkpoints([(session, items)])
+    return spans

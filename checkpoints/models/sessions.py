@@ -295,6 +295,11 @@ class CheckpointQuerySet(ProjectScopedQuerySet):
         """
         return self.filter(starts_branch=True).order_by("seq").values_list("seq", "parent__seq", "kind")
 
+    def path_points(self) -> models.QuerySet[Any]:
+        """`branch_points` without a LangGraph thread's subgraph hops (another partial index serves it): the
+        branches of the thread's path, however many subgraph runs it made."""
+        return self.branch_points().filter(subgraph_hop=False)
+
     def newest_per_session(self, sessions: list[AgentSession], *, count: int = 30) -> CheckpointQuerySet:
         """The newest `count` checkpoints of each session, oldest first, in one query (ROW_NUMBER() per session).
 
@@ -331,6 +336,12 @@ class Checkpoint(models.Model):
         default=False,
         db_default=False,  # processes still running the previous release insert without the column
         help_text="Its parent is not the checkpoint that arrived just before it: history forks here.",
+    )
+    subgraph_hop = models.BooleanField(
+        default=False,
+        db_default=False,  # processes still running the previous release insert without the column
+        help_text="A branch start that is no branch of a LangGraph thread's path: a subgraph's checkpoint, or the "
+        "root graph's checkpoint that continues its parent after a subgraph's run.",
     )
     name = SafeCharField(max_length=200, blank=True)
     kind = models.CharField(max_length=20, choices=CheckpointKind.choices, default=CheckpointKind.STEP)
@@ -397,6 +408,12 @@ class Checkpoint(models.Model):
             models.Index(fields=["operation_id"], condition=~Q(operation_id=""), name="checkpoint_operation"),
             # the timeline's branch layout: the few checkpoints where history forks
             models.Index(fields=["session", "seq"], condition=Q(starts_branch=True), name="checkpoint_branch_start"),
+            # the timeline's branch layout of a LangGraph thread: its path's branch starts, not its subgraph runs
+            models.Index(
+                fields=["session", "seq"],
+                condition=Q(starts_branch=True, subgraph_hop=False),
+                name="checkpoint_path_start",
+            ),
             # the timeline's index of failures: the few checkpoints that failed, halted or had a tool call fail
             models.Index(fields=["session", "seq"], condition=TROUBLE, name="checkpoint_trouble"),
         ]

@@ -21,7 +21,15 @@ from django.utils import timezone
 from .. import limits, store
 from ..audit import BaseMoved, IdempotencyConflict, InvalidInput, InvalidState
 from ..metrics import record_ingest
-from ..models import AgentSession, Checkpoint, CheckpointKind, CheckpointStatus, Project, SessionStatus
+from ..models import (
+    AgentSession,
+    Checkpoint,
+    CheckpointKind,
+    CheckpointStatus,
+    Project,
+    SessionStatus,
+    SourceFormat,
+)
 from ..outbox import events
 from ..store import jsoncodec, tallies
 from ..store.jsoncodec import InvalidJSON
@@ -551,6 +559,8 @@ def _insert_checkpoints(
         status = _SESSION_STATUS_FOR.get(item.status) or (SessionStatus.ACTIVE if status in _STOPPED else status)
     if not rows:
         return results
+    if locked.source_format == SourceFormat.LANGGRAPH:
+        _mark_subgraph_hops(rows, parent_rows)
     _bulk_insert(rows, parent_rows)
     tallies.count_in(rows, last_seq=seq, head=rows[-1], status=status, updated_at=now, last_seen_at=now)
     session.last_seq, session.head, session.status = seq, rows[-1], status
@@ -558,6 +568,40 @@ def _insert_checkpoints(
     if locked.status in _STOPPED and status not in _STOPPED:
         recovered.add(locked.pk)
     return results + [(position, row, True) for position, row in zip(positions, rows, strict=True)]
+
+
+def _mark_subgraph_hops(rows: list[Checkpoint], parent_rows: dict[int, int]) -> None:
+    """Mark the branch starts of a LangGraph thread that are no branch of its path, so that the timeline lays out
+    only the real ones (`path_points`): a subgraph's checkpoints share the thread's seqs, so its run's first (a new
+    root in its namespace) and the root graph's next checkpoint (whose parent is older than the run) both start a
+    branch. The latter only continues its parent when it is that parent's first child; a later one is time travel.
+    One query, on the parents' index, for the root-graph candidates."""
+
+    def parent_key(index: int) -> int | tuple[str, int] | None:
+        return ("row", parent_rows[index]) if index in parent_rows else rows[index].parent_id
+
+    candidates: set[int] = set()
+    for index, row in enumerate(rows):
+        if not row.starts_branch:
+            continue
+        if isinstance(row.metadata, dict) and row.metadata.get("checkpoint_ns"):
+            row.subgraph_hop = True
+        elif row.kind != CheckpointKind.RESTORE and parent_key(index) is not None:
+            candidates.add(index)
+    if not candidates:
+        return
+    stored = {rows[index].parent_id for index in candidates if index not in parent_rows}
+    parented = set(
+        Checkpoint.objects.filter(parent_id__in=stored)
+        .exclude(kind=CheckpointKind.RESTORE)
+        .values_list("parent_id", flat=True)
+    )
+    for index, row in enumerate(rows):
+        key = parent_key(index)
+        if index in candidates and key not in parented:
+            row.subgraph_hop = True
+        if row.kind != CheckpointKind.RESTORE and key is not None:
+            parented.add(key)
 
 
 def _bulk_insert(rows: list[Checkpoint], parent_rows: dict[int, int]) -> None:

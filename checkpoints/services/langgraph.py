@@ -781,7 +781,8 @@ def copy_thread(project: Project, *, actor: Actor, source_thread_id: str, target
         parent = copied.get(row.console.parent_id) if row.console.parent_id else None
         copy.parent_id = parent.pk if parent else None
         copy.starts_branch = parent is not None and parent.seq != copy.seq - 1
-    Checkpoint.objects.bulk_update(copies, ["parent", "starts_branch"])
+        copy.subgraph_hop = copy.starts_branch and row.console.subgraph_hop  # the same order: the same hops
+    Checkpoint.objects.bulk_update(copies, ["parent", "starts_branch", "subgraph_hop"])
     LangGraphCheckpoint.objects.bulk_create(
         LangGraphCheckpoint(
             console=copy,

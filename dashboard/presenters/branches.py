@@ -13,8 +13,6 @@ from bisect import bisect_right, insort
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from django.db.models import Min
-
 from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, SourceFormat
 
 FOLD_OVER = 3  # a side branch of more checkpoints than this starts folded (see Folding)
@@ -51,7 +49,6 @@ class Branch:
     main: bool
     stretches: list[Stretch] = field(default_factory=list)  # its first line's first, newest first
     origin: str = ""  # how it began, as its row says: "branched from #12", "new run", …
-    namespace: str = ""  # a LangGraph subgraph's run: the checkpoint_ns its first checkpoint was sent in
     folded: bool = False
 
     @cached_property
@@ -165,16 +162,12 @@ class Start:
 
     parent: int | None  # seq; None for a new root
     kind: str
-    namespace: str = ""  # a new root sent in a LangGraph subgraph's checkpoint_ns
-    continues: bool = False  # its parent's first child: other namespaces' checkpoints came between, no branch
 
     @property
     def label(self) -> str:
-        """What the row says about it; empty when it just continues its parent."""
-        if self.continues:
-            return ""
+        """What the row says about it."""
         if self.parent is None:
-            return f"subgraph {short_namespace(self.namespace)}" if self.namespace else "new run"
+            return "new run"
         if self.kind == CheckpointKind.RESTORE:
             return f"restore of #{self.parent}"
         return f"branched from #{self.parent}"
@@ -231,8 +224,8 @@ class Folding:
 
 
 def _folded_by_default(branch: Branch) -> bool:
-    """A long side branch, or a LangGraph subgraph's run: the root graph's line is the timeline an operator reads."""
-    return branch.size > FOLD_OVER or bool(branch.namespace)
+    """A long side branch."""
+    return branch.size > FOLD_OVER
 
 
 NAMESPACE_SHOWN = 24  # characters of a subgraph's namespace a label shows; its title has the rest
@@ -303,10 +296,12 @@ class Layout:
 
     @classmethod
     def for_session(cls, session: AgentSession) -> Layout:
-        points = list(Checkpoint.objects.for_session(session).branch_points())
+        """A LangGraph thread's subgraph runs are no branches of its path (`Checkpoint.subgraph_hop`): the layout
+        reads its path's branch starts only, and a page shows the runs beside the rows they ran under."""
+        checkpoints = Checkpoint.objects.for_session(session)
+        points = list(checkpoints.path_points() if is_langgraph(session) else checkpoints.branch_points())
         head_seq = session.head.seq if session.head is not None else None
-        namespaces, continuing = _langgraph_starts(session, points) if is_langgraph(session) else ({}, set())
-        return cls.build(session.last_seq, head_seq, points, _undos(session, points), namespaces, continuing)
+        return cls.build(session.last_seq, head_seq, points, _undos(session, points))
 
     @classmethod
     def build(
@@ -315,21 +310,17 @@ class Layout:
         head_seq: int | None,
         points: list[tuple[int, int | None, str]],
         undos: dict[int, tuple[int, int | None]] | None = None,
-        namespaces: dict[int, str] | None = None,
-        continuing: set[int] | None = None,
     ) -> Layout:
-        """The layout, nothing folded, from the branch starts: (seq, parent seq or None, kind) each, the
-        undos made right after their restore (undo seq → (restore seq, its target)), and for LangGraph the
-        subgraph namespace of new roots (seq → checkpoint_ns) and the starts that only continue their parent."""
-        undos, namespaces, continuing = undos or {}, namespaces or {}, continuing or set()
+        """The layout, nothing folded, from the branch starts: (seq, parent seq or None, kind) each, and the
+        undos made right after their restore (undo seq → (restore seq, its target))."""
+        undos = undos or {}
         undone = {restore for restore, _ in undos.values()}
         branches = branch_layout(last_seq, head_seq, [(seq, parent) for seq, parent, _ in points])
         branches = [b for b in branches if b.main or not (b.size == 1 and b.lo in undone)]  # one event, not a branch
-        starts = {seq: Start(parent, kind, namespaces.get(seq, ""), seq in continuing) for seq, parent, kind in points}
+        starts = {seq: Start(parent, kind) for seq, parent, kind in points}
         leavers = {s.attach: s.lo for s in branches[0].stretches if s.lo in starts} if branches else {}
         for branch in branches:
             branch.origin = _origin(branch, starts, leavers)
-            branch.namespace = "" if branch.main or branch.root.lo not in starts else starts[branch.root.lo].namespace
         targets: dict[int, list[int]] = {}
         for seq, start in starts.items():
             if start.parent is not None and start.kind == CheckpointKind.RESTORE and seq not in undone:
@@ -358,8 +349,7 @@ class Layout:
     def focus(self, lo: float, hi: float) -> None:
         """Rows from now on stand for seqs within lo…hi: keep aside the drawn stretches they can meet (a stretch
         overlapping them, one attached at or below them that starts above, one attached among them), so a page
-        costs its rows times those rather than times every stretch (25,000 in a LangGraph thread of 100,000
-        checkpoints that runs a subgraph each turn)."""
+        costs its rows times those rather than times every stretch of a session that branched thousands of times."""
         self.near = [
             s
             for s in self.drawn
@@ -399,35 +389,6 @@ class Layout:
 
 def is_langgraph(session: AgentSession) -> bool:
     return session.source_format == SourceFormat.LANGGRAPH
-
-
-def _langgraph_starts(
-    session: AgentSession, points: list[tuple[int, int | None, str]]
-) -> tuple[dict[int, str], set[int]]:
-    """A LangGraph thread's checkpoints of all namespaces share its seqs: a subgraph's run is a new root whose
-    checkpoint_ns names it, and the root graph's next checkpoint, whose parent is older than the subgraph's
-    checkpoints, continues its parent rather than branching (unless that parent has an earlier child: time
-    travel). Two small queries over the branch starts: (new root seq → namespace, seqs that only continue)."""
-    checkpoints = Checkpoint.objects.for_session(session)
-    roots = [seq for seq, parent, _ in points if parent is None]
-    namespaces = dict(
-        checkpoints.filter(seq__in=roots)
-        .exclude(metadata__checkpoint_ns="")
-        .values_list("seq", "metadata__checkpoint_ns")
-    )
-    parents = {parent for _, parent, kind in points if parent is not None and kind != CheckpointKind.RESTORE}
-    first_child = dict(
-        checkpoints.filter(parent__seq__in=parents)
-        .exclude(kind=CheckpointKind.RESTORE)
-        .order_by()
-        .values("parent__seq")
-        .annotate(first=Min("seq"))
-        .values_list("parent__seq", "first")
-    )
-    continuing = {
-        seq for seq, parent, kind in points if kind != CheckpointKind.RESTORE and first_child.get(parent) == seq
-    }
-    return {seq: str(ns) for seq, ns in namespaces.items() if ns}, continuing
 
 
 def _undos(session: AgentSession, points: list[tuple[int, int | None, str]]) -> dict[int, tuple[int, int | None]]:

@@ -9,6 +9,7 @@ the same handful of queries as a page of a short one.
 from __future__ import annotations
 
 import operator
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -52,6 +53,7 @@ class CheckpointRow:
     undoes: tuple[int, int | None] | None = None  # (the restore this undo undid, that restore's target)
     forks: list[AgentSession] = field(default_factory=list)
     run: list[Checkpoint] = field(default_factory=list)  # a collapsed run: its checkpoints, newest first
+    subgraph_runs: list[SubgraphRun] = field(default_factory=list)  # LangGraph: the runs made under it, folded
     is_branch: ClassVar[bool] = False
     is_gap: ClassVar[bool] = False
 
@@ -94,6 +96,21 @@ class CheckpointRow:
     @property
     def bottom(self) -> int:
         return self.first.seq
+
+
+@dataclass(frozen=True)
+class SubgraphRun:
+    """A LangGraph subgraph's run, folded into the root-graph row it ran under: its namespace and seqs."""
+
+    namespace: str
+    first: int
+    last: int
+    count: int
+    failed: int
+
+    @property
+    def label(self) -> str:
+        return short_namespace(self.namespace)
 
 
 @dataclass
@@ -184,6 +201,59 @@ def _rows_of(session: AgentSession) -> CheckpointQuerySet:
     if not is_langgraph(session):
         return queryset
     return queryset.annotate(namespace=KT("metadata__checkpoint_ns"), lg_nodes=KeyTransform(lgnodes.KEY, "metadata"))
+
+
+def _subgraph_runs(session: AgentSession, lo: int, hi: int) -> list[SubgraphRun]:
+    """The subgraph runs of a LangGraph thread within seqs lo…hi, oldest first, in one grouped query over that range
+    (a page's rows and the runs between them): the cost follows the page, not the thread's number of runs."""
+    rows = (
+        Checkpoint.objects.for_session(session)
+        .filter(seq__range=(lo, hi))
+        .annotate(ns=KT("metadata__checkpoint_ns"))
+        .filter(ns__gt="")
+        .order_by()
+        .values("ns")
+        .annotate(
+            first=Min("seq"),
+            last=Max("seq"),
+            count=Count("pk"),
+            failed=Count("pk", filter=Q(status__in=[CheckpointStatus.FAILED, CheckpointStatus.HALTED])),
+        )
+    )
+    runs = [SubgraphRun(r["ns"], r["first"], r["last"], r["count"], r["failed"]) for r in rows]
+    return sorted(runs, key=lambda run: (run.first, run.namespace))
+
+
+def _opened_run(session: AgentSession, at: int | None) -> tuple[int, int] | None:
+    """The seqs between the root-graph checkpoints around `at` when `at` is a subgraph's checkpoint: the runs made
+    there, shown open (every namespace's rows). Three small queries on the (session, seq) index."""
+    if at is None or not is_langgraph(session):
+        return None
+    checkpoints = Checkpoint.objects.for_session(session).annotate(ns=KT("metadata__checkpoint_ns")).order_by()
+    if not checkpoints.filter(seq=at, ns__gt="").exists():
+        return None
+    roots = checkpoints.filter(ns="").values_list("seq", flat=True)
+    below = roots.filter(seq__lt=at).order_by("-seq").first()
+    above = roots.filter(seq__gt=at).order_by("seq").first()
+    return ((below or 0) + 1, (above or session.last_seq + 1) - 1)
+
+
+def _fold_runs(
+    rows: list[CheckpointRow], runs: list[SubgraphRun], opened: tuple[int, int] | None, hidden: list[Stretch]
+) -> None:
+    """Give each root-graph row the runs that started after it and before the next row up: not those shown open
+    (`opened`), nor those made within a folded branch (`hidden`), which ran under a row the page does not show."""
+    roots = sorted((row for row in rows if not row.namespace), key=lambda row: row.top)
+    tops, los = [row.top for row in roots], [stretch.lo for stretch in hidden]
+    for run in runs:
+        if opened and opened[0] <= run.first <= opened[1]:
+            continue
+        at = bisect_right(los, run.first) - 1
+        if at >= 0 and run.first <= hidden[at].hi:
+            continue
+        index = bisect_right(tops, run.first) - 1
+        if index >= 0:
+            roots[index].subgraph_runs.append(run)
 
 
 def _child_forks(session: AgentSession, user: Any) -> list[AgentSession]:
@@ -419,12 +489,15 @@ def timeline_page(
     """
     layout = Layout.for_session(session)
     folding = folding or Folding()
+    opened_run = _opened_run(session, at)
     if at is not None:
         folding = folding.opening(layout.branch_of(at))
     layout.fold(folding)
     folded = [b for b in layout.branches if b.folded]
     hidden = _merged([s for b in folded for s in b.stretches] + [Stretch(seq, seq, None) for seq in layout.undone])
     queryset = _rows_of(session)
+    if is_langgraph(session):  # the root graph's rows; a subgraph's only where its run is shown open
+        queryset = queryset.filter(Q(namespace="") | Q(seq__range=opened_run) if opened_run else Q(namespace=""))
     before = at + 1 if at is not None else before
     expand = expand or ((at, at) if at is not None else None)  # the checkpoint jumped to is never in a run
     below = None
@@ -451,7 +524,10 @@ def timeline_page(
     anchor = [("before", high + 1)] if high < session.last_seq else []  # toggles keep the page's top in place
     layout.focus(min(low, floor, below.seq if below is not None else low) - 1, high + 1)
     rows = _build_rows(checkpoints, below, session, layout, forks, collapse=True, expand=expand)
-    gaps = _gaps([c.seq for c in checkpoints], hidden, floor, high) if checkpoints else []
+    runs = _subgraph_runs(session, floor, high) if is_langgraph(session) and checkpoints else []
+    _fold_runs(rows, [run for run in runs if run.first > low], opened_run, hidden)
+    shown = hidden + [Stretch(run.first, run.last, None) for run in runs]
+    gaps = _gaps([c.seq for c in checkpoints], shown, floor, high) if checkpoints else []
     return Page(
         rows=_with_gaps(
             _with_branch_rows(

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db.models import F, Max, Min, QuerySet, Sum
+from django.db.models.fields.json import KT
 from django.db.models.functions import TruncDay, TruncHour, TruncWeek
 
 from checkpoints.models import (
@@ -25,6 +26,7 @@ from .branches import is_langgraph, short_namespace
 
 CHART_POINTS = 500  # the size chart samples at most this many buckets
 INDEX_MAX = 12  # the timeline's index lists this many of each kind of event, newest first
+HOPS_READ = 4 * INDEX_MAX  # subgraph hops read on each side of a page to find the runs near it
 
 
 def session_overview(session: AgentSession) -> dict[str, Any]:
@@ -136,10 +138,13 @@ class Landmark:
     bad: bool = False
 
 
-def timeline_index(session: AgentSession, forks: list[AgentSession]) -> list[tuple[str, list[Landmark]]]:
+def timeline_index(
+    session: AgentSession, forks: list[AgentSession], *, near: int | None = None
+) -> list[tuple[str, list[Landmark]]]:
     """Where the events an operator looks for are, newest first, INDEX_MAX of each: restores, forks,
-    failures, phases and alerts. Four queries on indexes (kind, the partial index of checkpoints in
-    trouble, the session's alerts), whatever the session's size."""
+    failures, phases and alerts, and a LangGraph thread's subgraph runs nearest the page (`near`, its top seq).
+    Queries on indexes (kind, the partial index of checkpoints in trouble, the session's alerts, its branch
+    starts), whatever the session's size."""
     checkpoints = Checkpoint.objects.for_session(session).order_by("-seq")
     restores = checkpoints.filter(kind=CheckpointKind.RESTORE).values_list("seq", "parent__seq")[:INDEX_MAX]
     troubles = checkpoints.filter(TROUBLE).values_list("seq", "name", "status")[:INDEX_MAX]
@@ -156,26 +161,38 @@ def timeline_index(session: AgentSession, forks: list[AgentSession]) -> list[tup
         ("Failures", [Landmark(seq, f"#{seq} {name or status}", bad=True) for seq, name, status in troubles]),
         ("Phases", [Landmark(seq, f"#{seq} {name}") for seq, name in phases]),
         ("Alerts", [Landmark(seq, f"#{seq} {kind.replace('_', ' ')} ({state})") for seq, kind, state in alerts]),
-        ("Subgraph runs", _subgraph_runs(session) if is_langgraph(session) else []),
+        (
+            "Subgraph runs",
+            _subgraph_runs(session, session.last_seq if near is None else near) if is_langgraph(session) else [],
+        ),
     ]
     return [(title, sorted(marks, key=lambda m: -m.seq)) for title, marks in groups if marks]
 
 
-def _subgraph_runs(session: AgentSession) -> list[Landmark]:
-    """A LangGraph thread's newest subgraph runs (each a new root in a checkpoint_ns of its own), each named by
-    its namespace and jumped to at its newest checkpoint, so that the page shows the whole run open."""
-    checkpoints = Checkpoint.objects.for_session(session).order_by()
-    roots = (
-        checkpoints.filter(starts_branch=True, parent__isnull=True)
-        .exclude(metadata__checkpoint_ns="")
-        .order_by("-seq")
-        .values_list("metadata__checkpoint_ns", "seq")[:INDEX_MAX]
+def _subgraph_runs(session: AgentSession, near: int) -> list[Landmark]:
+    """The INDEX_MAX subgraph runs of a LangGraph thread nearest seq `near` (the page's top), each named by its
+    namespace and jumped to at its newest checkpoint, so that the page shows the run open.
+
+    Read from the thread's subgraph hops on either side of `near` (the partial index of branch starts): a run
+    begins at a hop with no parent and ends before the next hop that is not inside it (the root graph going on,
+    or another run). Two short index scans, however many runs the thread made."""
+    hops = (
+        Checkpoint.objects.for_session(session)
+        .filter(starts_branch=True, subgraph_hop=True)
+        .annotate(ns=KT("metadata__checkpoint_ns"))
+        .values_list("seq", "parent_id", "ns")
     )
-    firsts = {ns: seq for ns, seq in reversed(list(roots))}  # a namespace started again (a replay): its newest run
-    newest = (
-        checkpoints.filter(seq__gte=min(firsts.values(), default=0), metadata__checkpoint_ns__in=list(firsts))
-        .values("metadata__checkpoint_ns")
-        .annotate(last=Max("seq"))
-        .values_list("metadata__checkpoint_ns", "last")
-    )
-    return [Landmark(last, f"#{firsts[ns]}–{last} {short_namespace(ns)}") for ns, last in newest if ns in firsts]
+    older = list(hops.filter(seq__lte=near).order_by("-seq")[:HOPS_READ])
+    newer = list(hops.filter(seq__gt=near).order_by("seq")[:HOPS_READ])
+    points = older[::-1] + newer
+    ends = [seq for seq, parent, ns in points if parent is None or not ns]  # where a run begins or the root goes on
+    runs = []
+    for seq, parent, ns in points:
+        if parent is not None or not ns:
+            continue
+        following = next((end for end in ends if end > seq), None)
+        if following is None and len(newer) == HOPS_READ:
+            continue  # its end lies beyond what was read
+        runs.append((seq, (following - 1) if following is not None else session.last_seq, str(ns)))
+    nearest = sorted(runs, key=lambda run: abs(run[0] - near))[:INDEX_MAX]
+    return [Landmark(last, f"#{first}–{last} {short_namespace(ns)}") for first, last, ns in nearest]

@@ -38,7 +38,7 @@ def session_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     )
     context: dict[str, Any] = {"session": session, "page": page}
     if not request.htmx:
-        context.update(session_overview(session), landmarks=timeline_index(session, page.forks))
+        context.update(session_overview(session), landmarks=timeline_index(session, page.forks, near=page.top))
     return render_page(request, "dashboard/session_detail.html", context, "timeline")
 
 

@@ -29,9 +29,10 @@ def test_operator_reads_a_langgraph_thread_its_subgraph_runs_and_a_checkpoint(
     sign_in(alice)
 
     page.goto(f"{live_server.url}/sessions/{session.pk}/")
-    subgraphs = page.locator("tbody.branch", has_text="Subgraph run")
-    expect(subgraphs).to_have_count(3)  # one folded row per subgraph run, the root graph's line between
+    subgraphs = page.locator("tr.cp a.marker-subgraph")
+    expect(subgraphs).to_have_count(1)  # folded into the root row it ran under; the two before went with the branch
     expect(subgraphs.first).to_contain_text("subgraph child:")
+    expect(page.locator("tbody.branch")).to_have_count(1)  # the steps the time travel left behind, with their run
     expect(page.locator("tr.cp .marker-start", has_text="branched from")).to_have_count(1)  # the time travel
     widths("langgraph-timeline")
 
@@ -39,7 +40,7 @@ def test_operator_reads_a_langgraph_thread_its_subgraph_runs_and_a_checkpoint(
     wrap = page.locator(".table-wrap:has(table.timeline)")
     assert wrap.evaluate("el => el.scrollWidth - el.clientWidth") <= 0  # a namespace label wraps on a phone
     page.set_viewport_size({"width": 1366, "height": 860})
-    subgraphs.first.locator("a.branch-toggle").click()
+    subgraphs.first.click()
     expect(page.locator(".badge-ns").first).to_be_visible()
     widths("langgraph-timeline-subgraph-open")
     readable_everywhere(page, live_server)

@@ -4,20 +4,27 @@ page, and its subgraph runs grouped on the timeline. The threads are real graphs
 from __future__ import annotations
 
 import json
+from importlib import import_module
 from urllib.parse import quote
 
 import pytest
+from django.apps import apps as django_apps
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from langchain_core.messages import AIMessage
 
 from checkpoint_console import typedjson
+from checkpoints.models import Checkpoint
 from checkpoints.services import CheckpointInput, create_checkpoint
 from dashboard.presenters.branches import Layout
-from dashboard.presenters.timeline import BranchRow, CheckpointRow, timeline_page
+from dashboard.presenters.timeline import BranchRow, CheckpointRow, GapRow, timeline_page
 from tests.helpers import select, text
-from tests.lg_states import langgraph_session, put, run_thread, store_thread
+from tests.lg_states import langgraph_session, many_subgraph_runs, put, run_thread, store_thread
 
 from .test_checkpoint_detail import tool_io
+
+PAGE_QUERIES = (19, 8)  # (full page, htmx page) of a LangGraph thread's timeline: measured once, fixed
 
 
 @pytest.fixture
@@ -94,22 +101,29 @@ def test_the_checkpoint_page_names_its_langgraph_id_namespace_source_and_the_che
     assert link.get("href") == reverse("dashboard:checkpoint_detail", args=[outer.pk])
 
 
-def test_a_subgraph_run_is_one_folded_row_labelled_with_its_namespace_beside_the_root_graphs_line(subgraph_thread, bob):
+def test_a_subgraph_run_is_folded_into_the_root_row_it_ran_under_not_a_branch(subgraph_thread, bob):
     session, checkpoints = subgraph_thread
     inner = [c for c in checkpoints if c.metadata["checkpoint_ns"]]
     timeline = timeline_page(session, user=bob)
-    [branch] = [row for row in timeline.rows if isinstance(row, BranchRow)]
-    assert branch.branch.folded and branch.branch.namespace == inner[0].metadata["checkpoint_ns"]
-    assert branch.branch.origin.startswith("subgraph child:")
-    assert branch.summary.count == len(inner)
+    assert not [row for row in timeline.rows if isinstance(row, BranchRow)]
     rows = [row for row in timeline.rows if isinstance(row, CheckpointRow)]
     assert [row.checkpoint.seq for row in rows] == [c.seq for c in reversed(checkpoints) if c not in inner]
     assert [(row.main, row.start) for row in rows] == [(True, None)] * len(rows)  # the root graph goes on: no branch
+    [under] = [row for row in rows if row.subgraph_runs]
+    assert under.checkpoint.seq == inner[0].seq - 1  # the root checkpoint it ran under
+    [run] = under.subgraph_runs
+    assert (run.namespace, run.first, run.last, run.count) == (
+        inner[0].metadata["checkpoint_ns"],
+        inner[0].seq,
+        inner[-1].seq,
+        len(inner),
+    )
 
     opened = timeline_page(session, at=inner[-1].seq, user=bob)
     shown = {row.checkpoint.seq: row for row in opened.rows if isinstance(row, CheckpointRow)}
     assert {shown[c.seq].namespace for c in inner} == {inner[0].metadata["checkpoint_ns"]}
     assert not any(row.namespace for seq, row in shown.items() if seq not in {c.seq for c in inner})
+    assert not any(row.subgraph_runs for row in shown.values())  # shown open, not folded as well
 
 
 def test_the_timeline_page_labels_subgraph_rows_with_their_namespace(client, bob, subgraph_thread):
@@ -187,3 +201,78 @@ def test_a_subgraph_checkpoint_offers_no_restore_or_fork_and_names_the_root_chec
     assert select(timeline, f"#cp-{inner.seq} details.row-menu[data-subgraph]")
     assert not select(timeline, f"#cp-{outer.seq} details.row-menu[data-subgraph]")
     assert select(timeline, "template#row-menu a[data-action='restore/']")
+
+
+def test_subgraph_checkpoints_are_hops_and_time_travel_after_a_run_is_still_a_branch(make_session, bob):
+    session = langgraph_session(make_session)
+    checkpoints = store_thread(session, run_thread(with_subgraph=True, turns=2, time_travel=True))
+    hops = {c.seq for c in checkpoints if Checkpoint.objects.get(pk=c.pk).subgraph_hop}
+    assert {c.seq for c in checkpoints if c.metadata["checkpoint_ns"] and c.starts_branch} <= hops
+    roots = [c for c in checkpoints if not c.metadata["checkpoint_ns"] and c.parent_id]
+    replay = next(c for i, c in enumerate(roots) if any(r.parent_id == c.parent_id for r in roots[:i]))
+    assert replay.starts_branch and replay.seq not in hops  # the replay's first step: a branch of the path
+    timeline = timeline_page(session, user=bob)
+    [branch] = [row for row in timeline.rows if isinstance(row, BranchRow)]
+    assert branch.branch.attach == replay.parent.seq
+    rows = [row for row in timeline.rows if isinstance(row, CheckpointRow)]
+    folded = [(run.first, row.checkpoint.seq) for row in rows for run in row.subgraph_runs]
+    assert folded and all(first == seq + 1 for first, seq in folded)  # those left behind stay in their branch
+
+
+@pytest.mark.parametrize("runs", [3, 60])
+def test_a_timeline_page_costs_the_same_queries_however_many_subgraph_runs(client, bob, make_session, runs):
+    session = langgraph_session(make_session)
+    many_subgraph_runs(session, runs)
+    client.force_login(bob)
+    url = reverse("dashboard:session_detail", args=[session.pk])
+    client.get(url)  # sessions, permissions and templates warm
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(url).status_code == 200
+    with CaptureQueriesContext(connection) as htmx:
+        assert client.get(url, headers={"HX-Request": "true"}).status_code == 200
+    assert (len(queries), len(htmx)) == PAGE_QUERIES
+
+
+def test_each_subgraph_run_shows_folded_on_the_page_it_starts_in_under_the_row_it_ran_under(make_session, bob):
+    session = langgraph_session(make_session)
+    spans = many_subgraph_runs(session, 150)
+    seen: list[tuple[int, int]] = []
+    before = None
+    while True:
+        timeline = timeline_page(session, before=before, user=bob)
+        rows = [row for row in timeline.rows if isinstance(row, CheckpointRow)]
+        assert not any(row.namespace for row in rows) and not any(isinstance(r, GapRow) for r in timeline.rows)
+        for row in rows:
+            for run in row.subgraph_runs:
+                assert row.checkpoint.seq == run.first - 1 and timeline.bottom <= run.first  # its root row: here
+                seen.append((run.first, run.last))
+        if timeline.older is None:
+            break
+        before = timeline.older
+    assert sorted(seen) == spans  # every run once, on the page it starts in
+
+
+def test_the_index_lists_the_subgraph_runs_near_the_page_not_the_newest(client, bob, make_session):
+    session = langgraph_session(make_session)
+    spans = many_subgraph_runs(session, 150)
+    client.force_login(bob)
+    here = reverse("dashboard:session_detail", args=[session.pk])
+    middle = spans[40]
+    html = client.get(f"{here}?before={middle[1] + 2}").content.decode()
+    [group] = [group for group in select(html, ".landmark-group") if "Subgraph runs" in text(group)]
+    listed = [text(jump).split()[0] for jump in group.cssselect("a.landmark")]
+    nearest = sorted(spans, key=lambda span: abs(span[0] - (middle[1] + 1)))[:12]
+    assert sorted(listed) == sorted(f"#{first}–{last}" for first, last in nearest)
+    newest = client.get(here).content.decode()
+    [group] = [group for group in select(newest, ".landmark-group") if "Subgraph runs" in text(group)]
+    assert text(group.cssselect("a.landmark")[0]).startswith(f"#{spans[-1][0]}–{spans[-1][1]} ")
+
+
+def test_the_migration_marks_the_hops_of_threads_stored_before_it_as_the_ingest_does(make_session):
+    session = langgraph_session(make_session)
+    store_thread(session, run_thread(with_subgraph=True, turns=2, time_travel=True))
+    marked = set(Checkpoint.objects.filter(session=session, subgraph_hop=True).values_list("seq", flat=True))
+    assert len(marked) == 6  # three runs: each one's first checkpoint and the root step after it
+    Checkpoint.objects.filter(session=session).update(subgraph_hop=False)
+    import_module("checkpoints.migrations.0034_subgraphs_hops").mark_hops(django_apps, None)
+    assert set(Checkpoint.objects.filter(session=session, subgraph_hop=True).values_list("seq", flat=True)) == marked
