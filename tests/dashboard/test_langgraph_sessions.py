@@ -274,5 +274,5 @@ def test_the_migration_marks_the_hops_of_threads_stored_before_it_as_the_ingest_
     marked = set(Checkpoint.objects.filter(session=session, subgraph_hop=True).values_list("seq", flat=True))
     assert len(marked) == 6  # three runs: each one's first checkpoint and the root step after it
     Checkpoint.objects.filter(session=session).update(subgraph_hop=False)
-    import_module("checkpoints.migrations.0034_subgraphs_hops").mark_hops(django_apps, None)
+    import_module("checkpoints.migrations.0035_subgraphs_hops").mark_hops(django_apps, None)
     assert set(Checkpoint.objects.filter(session=session, subgraph_hop=True).values_list("seq", flat=True)) == marked

@@ -48,7 +48,7 @@ def mark_hops(apps: Any, schema_editor: Any) -> None:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("checkpoints", "0033_checkpoint_kind_edit"),
+        ("checkpoints", "0034_admin_orderings"),
     ]
 
     operations = [
