@@ -20,11 +20,13 @@ def grow(
     any other from the one before it, as an agent sends them. Returns the session, refreshed."""
     starts, restores = starts or {}, restores or {}
     batch: list[CheckpointInput] = []
+    keys_in_batch: set[str] = set()
 
     def flush() -> None:
         if batch:
             ingest_checkpoints([(session, batch)])
             batch.clear()
+            keys_in_batch.clear()
 
     for seq in range(1, count + 1):
         if seq in restores:
@@ -40,11 +42,12 @@ def grow(
         )
         if seq in starts and starts[seq] is NEW_ROOT:
             item.new_root = True
-        elif seq in starts and any(earlier.idempotency_key == f"seq-{starts[seq]}" for earlier in batch):
+        elif seq in starts and f"seq-{starts[seq]}" in keys_in_batch:
             item.parent_key = f"seq-{starts[seq]}"
         elif seq in starts:  # stored by an earlier call, maybe a restore (which has no key)
             item.parent = session.checkpoints.get(seq=starts[seq]).pk
         batch.append(item)
+        keys_in_batch.add(item.idempotency_key)
     flush()
     session.refresh_from_db()
     return session
