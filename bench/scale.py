@@ -15,7 +15,8 @@
 3. Measure, with the clock set to one hour after the load (time-machine), so a rerun days later sees
    the same ages: every console page and API list (median and max server time over `--repeat`
    requests after one warm-up, query count, HTML size), then `detect_drift`, retention (dry run,
-   the preview page, the real run with a concurrent writer in another process), garbage collection,
+   the preview page, the real run beside a concurrent writer in another process and that writer beside a
+   control burning the same CPU: bench/retention.py), garbage collection,
    and the row versions an ingest writes.
 
 Prints a table (stdout), progress (stderr), and writes every figure to var/scale-results.json.
@@ -25,13 +26,11 @@ bench/README.md explains the figures.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -82,6 +81,14 @@ def admin_sql(*statements: str) -> None:
     with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
         for statement in statements:
             conn.execute(statement)
+
+
+def copy_database(name: str, copy: str) -> None:
+    """`copy` afresh from `name`, so that destructive measurements find the same data on every run."""
+    admin_sql(
+        f'DROP DATABASE IF EXISTS "{copy}" WITH (FORCE)',
+        f'CREATE DATABASE "{copy}" TEMPLATE "{name}" STRATEGY FILE_COPY',
+    )
 
 
 def database_exists(name: str) -> bool:
@@ -737,32 +744,6 @@ def timed_call(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - start, result
 
 
-def writer_process(url: str, seconds: float, clock: str) -> subprocess.Popen[str]:
-    """A concurrent agent: another process creating one checkpoint every 50 ms through the service layer."""
-    args = [sys.executable, __file__, "--writer", str(seconds), "--database-url", url, "--clock", clock]
-    return subprocess.Popen(args, stdout=subprocess.PIPE, text=True)  # noqa: S603 - this script again, with its own arguments
-
-
-def run_writer(seconds: float, latencies: list[float]) -> None:
-    """The --writer mode: appends each checkpoint's latency (seconds) to `latencies`."""
-    from checkpoints import services
-    from checkpoints.services import CheckpointInput
-
-    project = services.get_or_create_project("research")
-    session, _ = services.upsert_session(project, external_id=f"writer-{os.getpid()}", agent="writer")
-    maker = StateMaker(5)
-    state = maker.first("writer")
-    deadline = time.perf_counter() + seconds
-    step = 0
-    while time.perf_counter() < deadline:
-        step += 1
-        state = maker.advance(state, step, failing=False)
-        start = time.perf_counter()
-        services.create_checkpoint(session, CheckpointInput(state=state, name="tool_called", step=step))
-        latencies.append(time.perf_counter() - start)
-        time.sleep(max(0.0, 0.05 - (time.perf_counter() - start)))
-
-
 def measure_jobs(requests: Requests, url: str, clock: str, report: dict[str, Any]) -> None:
     from checkpoints.jobs import gc, retention
     from checkpoints.models import Checkpoint, DriftAlert
@@ -787,40 +768,21 @@ def measure_jobs(requests: Requests, url: str, clock: str, report: dict[str, Any
     report["retention_dry_run"] = {"seconds": round(seconds, 1), "would_delete": plan.deleted}
     say(f"  {report['retention_dry_run']}")
 
-    say("retention: concurrent writer alone (baseline)")
-    baseline = writer_latencies(writer_process(url, 20, clock))
-    say("retention: the real run, with the writer")
-    writer = writer_process(url, 3600, clock)
-    time.sleep(3)
+    # a writer alone, beside the real run, beside a control burning the same CPU; the delete vs ingest rates
+    from retention import compare as compare_retention
+    from retention import table as retention_table
+
+    say("retention: the real run beside a writer, and the same writer beside a control (bench/retention.py)")
     total = Checkpoint.objects.count()
-    seconds, result = timed_call(retention.apply_retention)
-    writer.terminate()
-    during = writer_latencies(writer)
-    report["retention"] = {
-        "seconds": round(seconds, 1),
-        "deleted": result["deleted"],
-        "checkpoints_before": total,
-        "per_second": round(result["deleted"] / seconds) if seconds else None,
-        "errors": result.get("error_count", 0),
-        "writer_baseline_p50_ms": ms(statistics.median(baseline)),
-        "writer_baseline_p95_ms": ms(pct(baseline, 95)),
-        "writer_during_p50_ms": ms(statistics.median(during)) if during else None,
-        "writer_during_p95_ms": ms(pct(during, 95)) if during else None,
-        "writer_samples": [len(baseline), len(during)],
-    }
-    say(f"  {report['retention']}")
+    report["retention"] = {"checkpoints_before": total, **compare_retention(url, clock)}
+    report["retention_table"] = retention_table(report["retention"])
+    say(report["retention_table"])
     requests.measure("retention page after the run", "/retention/", target_ms=300)
 
     say("garbage collection")
     seconds, result = timed_call(gc.collect_garbage)
     report["gc"] = {"seconds": round(seconds, 1), **result}
     say(f"  {report['gc']}")
-
-
-def writer_latencies(proc: subprocess.Popen[str]) -> list[float]:
-    """The writer prints its latencies when it stops (at its deadline, or on SIGTERM)."""
-    out, _ = proc.communicate()
-    return json.loads(out) if out.strip() else []
 
 
 def measure_ingest_rows(report: dict[str, Any]) -> None:
@@ -887,12 +849,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-jobs", action="store_true", help="pages and API lists only")
     parser.add_argument("--load-only", action="store_true")
     parser.add_argument("--out", default=str(RESULTS))
-    parser.add_argument("--writer", type=float, help=argparse.SUPPRESS)
-    parser.add_argument("--clock", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
-    if args.writer is not None:
-        return writer_main(args)
     name = (args.database_url or f"{PG_SERVER}/{DEFAULT_DB}").rsplit("/", 1)[1]
     if not args.reuse and database_exists(name):
         say(f"dropping {name} (no --reuse)")
@@ -919,10 +877,7 @@ def main(argv: list[str] | None = None) -> int:
     connections.close_all()
     copy = f"{name}_run"
     say(f"copying {name} to {copy}")
-    admin_sql(
-        f'DROP DATABASE IF EXISTS "{copy}" WITH (FORCE)',
-        f'CREATE DATABASE "{copy}" TEMPLATE "{name}" STRATEGY FILE_COPY',
-    )
+    copy_database(name, copy)
     url = f"{PG_SERVER}/{copy}"
     from django.conf import settings
 
@@ -935,11 +890,12 @@ def main(argv: list[str] | None = None) -> int:
     print(table(report))
     print(f"\nSession pages, the big session against the small one of this run (× past {PAIR_LIMIT} flagged):\n")
     print(pair_table(report))
+    if "retention_table" in report:
+        print(report["retention_table"])
     for key in (
         "drift",
         "recorded_dry_run_seconds",
         "retention_dry_run",
-        "retention",
         "gc",
         "ingest",
         "migrations",
@@ -998,22 +954,6 @@ class travel:
     def __exit__(self, *exc: object) -> None:
         if self.traveller is not None:
             self.traveller.stop()
-
-
-def writer_main(args: argparse.Namespace) -> int:
-    import signal
-
-    setup_django(args.database_url)
-
-    def on_term(*_: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    latencies: list[float] = []
-    with travel(args.clock), contextlib.suppress(KeyboardInterrupt):
-        run_writer(args.writer, latencies)
-    print(json.dumps(latencies))
-    return 0
 
 
 if __name__ == "__main__":

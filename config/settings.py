@@ -292,6 +292,10 @@ IMPORT_SQLITE_SECONDS = env_int("IMPORT_SQLITE_SECONDS", 300)
 IMPORT_POSTGRES_STATEMENT_SECONDS = env_int("IMPORT_POSTGRES_STATEMENT_SECONDS", 300)
 # Storage GC never deletes chunks younger than this (ingest writes chunks before the checkpoint row).
 GC_GRACE_MINUTES = env_int("GC_GRACE_MINUTES", 60)
+# Retention deletes at most this many checkpoints per transaction, and sleeps this long between two, so that agents
+# writing meanwhile are slowed no more than by any process using as much CPU (docs/jobs.md, "Retention").
+RETENTION_BATCH_ROWS = env_int("RETENTION_BATCH_ROWS", 500)
+RETENTION_BATCH_PAUSE_MS = env_int("RETENTION_BATCH_PAUSE_MS", 50)
 # A running job refreshes its heartbeat (and its lock) this often; a run silent for longer than the
 # staleness threshold has lost its worker: it is marked failed and its lock is free.
 JOB_HEARTBEAT_SECONDS = env_int("JOB_HEARTBEAT_SECONDS", 30)

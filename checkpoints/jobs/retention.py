@@ -1,5 +1,7 @@
 """Retention (docs/jobs.md, "Retention"): which checkpoints the policies let go, and deleting them in short batches (each
-through `services.cleanup.delete_expired`, the run audited by `record_retention_run`).
+through `services.cleanup.delete_expired`, the run audited by `record_retention_run`), throttled: at most
+`RETENTION_BATCH_ROWS` checkpoints a batch and a `RETENTION_BATCH_PAUSE_MS` sleep between batches, so that agents
+writing meanwhile find the CPU (and the database) free most of the time.
 
 A policy is a set of *keep* rules; a checkpoint of the policy's kind is deleted when none of its rules keeps it:
 
@@ -24,12 +26,14 @@ other sessions are processed all the same (`services.batches.each_batch`).
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db.models import F, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
@@ -332,7 +336,24 @@ def plan_retention(*, now: datetime | None = None, sessions: QuerySet[AgentSessi
     return plan
 
 
-def _applied(plans: Iterable[SessionPlan], *, batch_size: int, failures: Failures) -> Iterator[SessionPlan]:
+@dataclass
+class Throttle:
+    """Retention's delete step, one batch at a time, with a sleep of `pause` seconds before every batch but the
+    first: while retention sleeps, writers have the CPU and the database to themselves (docs/jobs.md)."""
+
+    pause: float
+    batches: int = 0
+
+    def delete(self, ids: list[int], parents: dict[int, int | None]) -> list[tuple[int, str]]:
+        if self.batches and self.pause > 0:
+            time.sleep(self.pause)
+        self.batches += 1
+        return delete_expired(ids, parents)
+
+
+def _applied(
+    plans: Iterable[SessionPlan], *, batch_size: int, throttle: Throttle, failures: Failures
+) -> Iterator[SessionPlan]:
     """Each plan, applied: what was really deleted, in the order planned.
 
     A session with `batch_size` or more to delete goes alone, batch by batch; the others share batches (most
@@ -341,18 +362,18 @@ def _applied(plans: Iterable[SessionPlan], *, batch_size: int, failures: Failure
     group: list[SessionPlan] = []
     for session_plan in plans:
         if len(session_plan.delete) >= batch_size:
-            yield from _apply_group(group, failures=failures)
+            yield from _apply_group(group, throttle=throttle, failures=failures)
             group = []
-            yield _apply_session(session_plan, batch_size=batch_size, failures=failures)
+            yield _apply_session(session_plan, batch_size=batch_size, throttle=throttle, failures=failures)
             continue
         group.append(session_plan)
         if sum(len(member.delete) for member in group) >= batch_size:
-            yield from _apply_group(group, failures=failures)
+            yield from _apply_group(group, throttle=throttle, failures=failures)
             group = []
-    yield from _apply_group(group, failures=failures)
+    yield from _apply_group(group, throttle=throttle, failures=failures)
 
 
-def _apply_group(group: list[SessionPlan], *, failures: Failures) -> list[SessionPlan]:
+def _apply_group(group: list[SessionPlan], *, throttle: Throttle, failures: Failures) -> list[SessionPlan]:
     """Delete the planned checkpoints of a few sessions in one batch. When it fails, each session is tried on its
     own, so the one at fault is named and the others are done."""
     ids = [pk for session_plan in group for pk in session_plan.delete]
@@ -360,11 +381,14 @@ def _apply_group(group: list[SessionPlan], *, failures: Failures) -> list[Sessio
         return group
     parents = {pk: parent for session_plan in group for pk, parent in session_plan.parents.items()}
     try:
-        deleted = delete_expired(ids, parents)
+        deleted = throttle.delete(ids, parents)
     except Exception as exc:
         if concerns_the_whole_run(exc):
             raise
-        return [_apply_session(session_plan, batch_size=len(ids), failures=failures) for session_plan in group]
+        return [
+            _apply_session(session_plan, batch_size=len(ids), throttle=throttle, failures=failures)
+            for session_plan in group
+        ]
     kinds = dict(deleted)
     done = []
     for session_plan in group:
@@ -375,11 +399,14 @@ def _apply_group(group: list[SessionPlan], *, failures: Failures) -> list[Sessio
     return done
 
 
-def _apply_session(session_plan: SessionPlan, *, batch_size: int, failures: Failures) -> SessionPlan:
+def _apply_session(
+    session_plan: SessionPlan, *, batch_size: int, throttle: Throttle, failures: Failures
+) -> SessionPlan:
     """Delete a session's planned checkpoints in batches, in seq order; returns what was really deleted.
 
     A batch that fails is rolled back whole and recorded in `failures`; the batches before it stay done (each
-    left the timeline a tree), the ones after it are not tried.
+    left the timeline a tree), the ones after it are not tried: the next run plans the session again from what
+    is left and goes on.
     """
     done: list[int] = []
     kinds: Counter[str] = Counter()
@@ -387,19 +414,27 @@ def _apply_session(session_plan: SessionPlan, *, batch_size: int, failures: Fail
     with contained(session_plan.session_id, failures):
         for start in range(0, len(session_plan.delete), batch_size):
             batch = session_plan.delete[start : start + batch_size]
-            deleted = delete_expired(batch, parents)
+            deleted = throttle.delete(batch, parents)
             done.extend(pk for pk, _ in deleted)
             kinds.update(kind for _, kind in deleted)
     return SessionPlan(session_plan.session_id, session_plan.project_id, session_plan.total, done, kinds, {})
 
 
-def apply_retention(*, dry_run: bool = False, now: datetime | None = None, batch_size: int = 1000) -> dict[str, Any]:
+def apply_retention(
+    *,
+    dry_run: bool = False,
+    now: datetime | None = None,
+    batch_size: int | None = None,
+    pause: float | None = None,
+) -> dict[str, Any]:
     """Delete what the policies let go.
 
     1. Plan one session at a time (ids and a few columns, never states).
-    2. Per batch of `batch_size` (sessions with little to delete share one), in its own short transaction: check the protections again (a checkpoint pinned
-       or restored meanwhile survives), re-point the children of the rest to their nearest kept ancestor (the
-       timeline stays a tree), then delete them.
+    2. Per batch of `batch_size` checkpoints (default `RETENTION_BATCH_ROWS`; sessions with little to delete share
+       one), in its own short transaction, `pause` seconds after the previous one (default
+       `RETENTION_BATCH_PAUSE_MS`): check the protections again (a checkpoint pinned or restored meanwhile
+       survives), re-point the children of the rest to their nearest kept ancestor (the timeline stays a tree),
+       then delete them.
     3. One `retention` audit row with the counts.
 
     A session that fails in step 1 or 2 is named in the result's `errors` (with `error_count` and
@@ -409,7 +444,10 @@ def apply_retention(*, dry_run: bool = False, now: datetime | None = None, batch
     plan = Plan()
     plans = iter_session_plans(now=now, failures=plan.failures)
     if not dry_run:
-        plans = _applied(plans, batch_size=batch_size, failures=plan.failures)
+        # an operator's 0 or negative must neither stop every run (a zero step) nor sleep a negative time
+        batch_size = max(1, batch_size or settings.RETENTION_BATCH_ROWS)
+        throttle = Throttle(max(0.0, settings.RETENTION_BATCH_PAUSE_MS / 1000 if pause is None else pause))
+        plans = _applied(plans, batch_size=batch_size, throttle=throttle, failures=plan.failures)
     for session_plan in plans:
         plan.add(session_plan)
     result = plan.as_dict()

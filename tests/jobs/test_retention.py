@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 import json
+import math
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from checkpoints import store
@@ -18,8 +21,9 @@ from checkpoints.models import (
     JobRunStatus,
     RetentionPolicy,
 )
-from checkpoints.services import Actor, fork_session, pin_checkpoint, restore_checkpoint
+from checkpoints.services import Actor, cleanup, fork_session, pin_checkpoint, restore_checkpoint
 from tests.helpers import command
+from tests.store.test_tallies import counted, stored
 
 pytestmark = pytest.mark.django_db
 
@@ -467,3 +471,163 @@ def test_when_a_shared_batch_fails_each_session_is_tried_alone_and_the_bad_one_i
     assert seqs(good) == seqs(other) == [3] and seqs(bad) == [1, 2, 3]
     assert (result["deleted"], result["error_count"]) == (4, 1)
     assert [error["id"] for error in result["errors"]] == [bad.pk]
+
+
+# ---- throttled batches (RETENTION_BATCH_ROWS, RETENTION_BATCH_PAUSE_MS) ----------------------------------
+
+CHECKPOINT_DELETE = 'DELETE FROM "checkpoints_checkpoint" WHERE'
+
+
+def checkpoint_deletes(queries) -> int:
+    return sum(query["sql"].startswith(CHECKPOINT_DELETE) for query in queries.captured_queries)
+
+
+@pytest.fixture
+def sleeps(monkeypatch) -> list[float]:
+    """The pauses retention takes (the clock is the system edge: a test does not wait them out)."""
+    taken: list[float] = []
+    monkeypatch.setattr(retention.time, "sleep", taken.append)
+    return taken
+
+
+@pytest.mark.parametrize(("rows", "batches"), [(1, 23), (4, 6), (23, 1), (500, 1)])
+def test_a_run_deletes_in_batches_of_the_configured_rows_with_the_configured_pause_between_them(
+    make_session, make_checkpoint, settings, sleeps, rows, batches
+):
+    settings.RETENTION_BATCH_ROWS, settings.RETENTION_BATCH_PAUSE_MS = rows, 30
+    set_policy("step", keep_last=1)
+    session = make_session()
+    steps(make_checkpoint, session, 24)
+
+    with CaptureQueriesContext(connection) as queries:
+        result = apply_retention()
+
+    assert result["deleted"] == 23 and seqs(session) == [24]
+    assert checkpoint_deletes(queries) == batches == math.ceil(23 / rows)
+    assert sleeps == [0.03] * (batches - 1)  # between batches, not before the first or after the last
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_batch_commits_on_its_own(make_session, make_checkpoint, settings, sleeps, monkeypatch):
+    """No transaction spans the run: each batch is one short transaction of its own, committed before the pause,
+    so a writer waits on a lock retention holds for one batch at most."""
+    settings.RETENTION_BATCH_ROWS, settings.RETENTION_BATCH_PAUSE_MS = 5, 10
+    set_policy("step", keep_last=1)
+    session = make_session()
+    steps(make_checkpoint, session, 16)
+    delete_batch = retention.delete_expired
+    outside_a_transaction: list[bool] = []
+
+    def recording(ids, parents):
+        outside_a_transaction.append(not connection.in_atomic_block)
+        return delete_batch(ids, parents)
+
+    monkeypatch.setattr(retention, "delete_expired", recording)
+
+    assert apply_retention()["deleted"] == 15
+    assert outside_a_transaction == [True, True, True]
+    assert len(sleeps) == 2
+
+
+def test_settings_that_make_no_sense_still_delete_one_row_at_a_time_without_sleeping(
+    make_session, make_checkpoint, settings, sleeps
+):
+    """An operator's `RETENTION_BATCH_ROWS=0` (or negative) and a negative pause must not stop retention (a zero
+    step would raise on every run) nor make it sleep a negative time."""
+    settings.RETENTION_BATCH_ROWS, settings.RETENTION_BATCH_PAUSE_MS = 0, -5
+    set_policy("step", keep_last=1)
+    session = make_session()
+    steps(make_checkpoint, session, 4)
+    with CaptureQueriesContext(connection) as queries:
+        assert apply_retention()["deleted"] == 3
+    assert checkpoint_deletes(queries) == 3 and sleeps == []
+    settings.RETENTION_BATCH_ROWS = -2
+    steps(make_checkpoint, session, 2)
+    assert apply_retention()["deleted"] == 2
+
+
+def kept_world(make_session, make_checkpoint) -> tuple[AgentSession, dict[str, set[int]]]:
+    """A session where every rule and every protection keeps something, spread so that batch boundaries fall
+    between what goes and what stays."""
+    set_policy("step", keep_last=3, keep_first=True, keep_latest_per_name=True)
+    session = make_session()
+    made = steps(make_checkpoint, session, 30, name=lambda i: "named" if i in (5, 9) else "step")
+    actor = Actor.system("test")
+    pin_checkpoint(made[11], actor=actor)
+    fork_session(made[14], actor=actor)
+    DriftAlert.objects.create(session=session, kind="stall", message="x", last_good=made[17], checkpoint=made[18])
+    restore_checkpoint(made[21], actor=actor)  # the restore is the head; made[21] its target
+    kept = {
+        "first": {made[0].pk},
+        "latest of a name": {made[9].pk},
+        "pinned": {made[11].pk},
+        "fork source": {made[14].pk},
+        "alert": {made[17].pk, made[18].pk},
+        "restore target": {made[21].pk},
+        "last 3": {made[27].pk, made[28].pk, made[29].pk},
+    }
+    return session, kept
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 7, 1000])
+def test_nothing_a_rule_keeps_is_deleted_whatever_the_batch_boundaries(
+    make_session, make_checkpoint, settings, sleeps, rows
+):
+    settings.RETENTION_BATCH_ROWS = rows
+    session, kept = kept_world(make_session, make_checkpoint)
+    session.refresh_from_db()
+    head = session.head_id
+
+    result = apply_retention()
+
+    parents = dict(Checkpoint.objects.filter(session=session).values_list("pk", "parent_id"))
+    for why, ids in kept.items():
+        assert ids <= set(parents), why
+    assert set(parents) == set().union(*kept.values(), {head})
+    assert result["deleted"] == 30 - len(set().union(*kept.values()))
+    assert all(parent is None or parent in parents for parent in parents.values())  # still a tree
+    assert AuditEvent.objects.filter(action="retention").count() == 1  # one audit row per run, as before
+
+
+@pytest.mark.django_db(transaction=True)  # as in a worker: each batch commits (in a test transaction, savepoints)
+def test_a_failure_mid_run_leaves_a_consistent_state_and_the_next_run_goes_on(
+    make_session, make_checkpoint, settings, sleeps, monkeypatch
+):
+    """The third batch fails after its statements ran (its last step raises): it is rolled back whole, the two
+    before it stay done, the timeline is a tree with its tallies right, and the next run deletes the rest: the
+    same survivors as a run that never failed."""
+    settings.RETENTION_BATCH_ROWS = 3
+    session, kept = kept_world(make_session, make_checkpoint)
+    calls = 0
+    mark = cleanup.mark_branch_starts
+
+    def failing_third(pks):
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise RuntimeError("the database went away mid-batch")
+        return mark(pks)
+
+    monkeypatch.setattr(cleanup, "mark_branch_starts", failing_third)
+    before = set(Checkpoint.objects.filter(session=session).values_list("pk", flat=True))
+
+    first = apply_retention()
+
+    assert (first["deleted"], first["error_count"]) == (6, 1)
+    assert first["errors"][0]["id"] == session.pk
+    parents = dict(Checkpoint.objects.filter(session=session).values_list("pk", "parent_id"))
+    assert len(before - set(parents)) == 6
+    assert set().union(*kept.values()) <= set(parents)
+    assert all(parent is None or parent in parents for parent in parents.values())
+    assert stored(session) == counted(session)
+
+    monkeypatch.setattr(cleanup, "mark_branch_starts", mark)
+    second = apply_retention()
+
+    survivors = set(Checkpoint.objects.filter(session=session).values_list("pk", flat=True))
+    session.refresh_from_db()
+    assert second["error_count"] == 0
+    assert first["deleted"] + second["deleted"] == 30 - len(set().union(*kept.values()))
+    assert survivors == set().union(*kept.values(), {session.head_id})
+    assert stored(session) == counted(session)
+    assert AuditEvent.objects.filter(action="retention").count() == 2
