@@ -445,6 +445,7 @@ def _render_both(pages: dict[str, str], clients: dict[str, Any], name: str, url:
 
 
 HX_GET = re.compile(r'hx-get="([^"#]*\?[^"#]*)"')
+LAZY = re.compile(r'class="lazy(?:-text)?"><a href="([^"#]*\?[^"#]*)"')  # the state tree's: console.js loads them
 
 
 def htmx_links(pages: dict[str, str]) -> list[tuple[str, str]]:
@@ -453,7 +454,7 @@ def htmx_links(pages: dict[str, str]) -> list[tuple[str, str]]:
     shapes: dict[str, str] = {}
     for name in sorted(pages):
         if name.startswith("console/") and name.endswith(".admin.txt"):
-            for url in HX_GET.findall(pages[name]):
+            for url in HX_GET.findall(pages[name]) + LAZY.findall(pages[name]):
                 url = html.unescape(url)
                 shapes.setdefault(re.sub(r"[0-9]+", "N", urllib.parse.unquote(url)), url)
     links = []

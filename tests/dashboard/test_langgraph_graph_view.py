@@ -38,7 +38,7 @@ def test_each_timeline_row_names_the_nodes_that_wrote_it_and_runs_next_with_the_
 ):
     session, stored = thread
     client.force_login(bob)
-    with django_assert_max_num_queries(18):  # as many as any session's page: the nodes come with the rows
+    with django_assert_max_num_queries(19):  # the nodes come with the rows; the runs of subgraphs on them are one query
         html = client.get(reverse("dashboard:session_detail", args=[session.pk])).content.decode()
     rows = {c.seq: select(html, f"#cp-{c.seq}")[0] for c in stored}
 
