@@ -335,7 +335,7 @@ class CheckpointAdmin(BigTableAdmin):
     ) -> tuple[QuerySet[Any], bool]:
         """A piece of the name or a session's own id. The sessions and the names are looked up first: an OR across
         the join to sessions would make PostgreSQL read every checkpoint. Names are matched among each session's
-        name tallies (a pg_trgm index serves them, migration 0034_bytes_name_search), not on the checkpoint rows:
+        name tallies (a pg_trgm index serves them, migration 0037_name_search_by_tallies), not on the checkpoint rows:
         a trigram index there cost every checkpoint its entries, for a search only the admin makes."""
         term = search_term.strip()
         if not term:

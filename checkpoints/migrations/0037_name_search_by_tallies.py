@@ -41,7 +41,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("checkpoints", "0034_bytes_checkpoint_row"),
+        ("checkpoints", "0036_checkpoint_row_slimmer"),
     ]
 
     operations = [

@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("checkpoints", "0033_checkpoint_kind_edit"),
+        ("checkpoints", "0035_subgraphs_hops"),
     ]
 
     operations = [
