@@ -28,6 +28,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -185,13 +186,40 @@ def relation_bytes(table: str) -> int:
 
 
 def tables() -> dict[str, str]:
-    from checkpoints.models import AgentSession, Checkpoint, Chunk
+    from checkpoints.models import AgentSession, Checkpoint, Chunk, SessionCount, SessionRollup
 
     return {
         "chunk": Chunk._meta.db_table,
         "checkpoint": Checkpoint._meta.db_table,
         "session": AgentSession._meta.db_table,
+        "rollup": SessionRollup._meta.db_table,
+        "counts": SessionCount._meta.db_table,
     }
+
+
+def index_bytes(table: str) -> dict[str, int]:
+    """On-disk bytes of each index of `table` (PostgreSQL; empty elsewhere)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexrelid::regclass::text, pg_relation_size(indexrelid) FROM pg_index WHERE indrelid = %s::regclass",
+            [table],
+        )
+        return dict(cursor.fetchall())
+
+
+def heap_bytes(table: str) -> int:
+    """The table's own pages and TOAST, without its indexes."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_table_size(%s::regclass)", [table])
+        return int(cursor.fetchone()[0])
 
 
 def sizes() -> dict[str, int]:
@@ -213,24 +241,29 @@ def run_service(report: Report, steps: int, seed: int) -> tuple[Any, AgentSessio
     workload = AgentSessionWorkload(seed)
     zc = zstandard.ZstdCompressor(level=3)
     latencies: list[float] = []
+    cpu_times: list[float] = []  # this process's CPU time per create: what a loaded machine's queueing leaves out
     change_raw: list[int] = []
     change_zstd: list[int] = []
     before: dict[str, int] = {}
     # the checkpoint table's per-row cost over 90 % of the run: page rounding matters less than over 100 rows
     early_start = min(window_start, steps // 10 + 1)
     early: dict[str, int] = {}
+    early_parts: dict[str, int] = {}
+    checkpoint_table = tables()["checkpoint"]
     say(f"(a) service layer: {steps} steps")
     for step in workload.steps(steps):
         if step.number == early_start:
             early = sizes()
+            early_parts = {"heap": heap_bytes(checkpoint_table), **index_bytes(checkpoint_table)}
         if step.number == window_start:
             before = sizes()
         item = services.CheckpointInput(
             state=step.state, name="step", step=step.number, metadata={"tool": step.change["tool_calls"][0]["name"]}
         )
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         services.create_checkpoint(session, item)
         latencies.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - cpu)
         if step.number >= window_start:
             encoded = canonical(step.change)
             change_raw.append(len(encoded))
@@ -238,6 +271,7 @@ def run_service(report: Report, steps: int, seed: int) -> tuple[Any, AgentSessio
         if step.number % 200 == 0:
             say(f"    step {step.number}: p50 so far {ms(statistics.median(latencies))} ms")
     after = sizes()
+    after_parts = {"heap": heap_bytes(checkpoint_table), **index_bytes(checkpoint_table)}
     n = len(change_raw)
     growth = {name: (after[name] - before[name]) / n for name in after}
     window = list(
@@ -259,6 +293,7 @@ def run_service(report: Report, steps: int, seed: int) -> tuple[Any, AgentSessio
         "window": [window_start, steps],
         **latency_figures("create", w_lat, latencies),
         "checkpoints_per_s_window": round(len(w_lat) / sum(w_lat), 1),
+        "create_cpu_p50_ms_window": ms(statistics.median(cpu_times[window_start - 1 :])),
         "disk_growth_per_checkpoint": {k: round(v, 1) for k, v in growth.items()},
         "payload_stored_bytes_per_checkpoint": sum(r["stored_bytes"] for r in window) / n,
         "state_bytes_window_mean": sum(r["raw_bytes"] for r in window) / n,
@@ -275,6 +310,11 @@ def run_service(report: Report, steps: int, seed: int) -> tuple[Any, AgentSessio
             (after["checkpoint"] - early["checkpoint"]) / (steps - early_start + 1), 1
         ),
         "checkpoint_table_marginal_steps": [early_start, steps],
+        # the checkpoint table's heap and each index, per row over the same steps
+        "checkpoint_parts_marginal_bytes_per_row": {
+            part: round((after_parts[part] - early_parts.get(part, 0)) / (steps - early_start + 1), 1)
+            for part in after_parts
+        },
     }
     report.figures["service"] = figures
     return session, workload
@@ -589,7 +629,8 @@ def run_naive(report: Report, steps: int, seed: int) -> None:
 
 
 def build_table(report: Report) -> None:
-    s, r, n = report.figures["service"], report.figures["reads"], report.figures["naive"]
+    s, r = report.figures["service"], report.figures["reads"]
+    n = report.figures.get("naive") or defaultdict(lambda: math.nan)  # --no-naive: its cells say nan
     h, b = report.figures.get("http"), report.figures.get("batch")
     w0, w1 = s["window"]
     win = f"{w0}–{w1}"
@@ -605,6 +646,7 @@ def build_table(report: Report) -> None:
         s["create_p50_ms_window"] <= 10,
     )
     add(f"create p95, service layer (steps {win})", f"{s['create_p95_ms_window']} ms", f"{n['put_p95_ms_window']} ms")
+    add(f"create p50, this process's CPU time (steps {win})", f"{s['create_cpu_p50_ms_window']} ms")
     add(
         "create p50 / p95, service layer (all steps)",
         f"{s['create_p50_ms_all']} / {s['create_p95_ms_all']} ms",
@@ -641,6 +683,19 @@ def build_table(report: Report) -> None:
         growth["chunk"] + per_row <= target_bytes,
     )
     add("  session table growth (row versions, not counted)", f"{growth['session']:,.0f} B")
+    # all-in: what the database keeps per checkpoint for good (chunks, the row at its long-run cost with every
+    # index, the tallies' rollups and counts); the session's dead row versions are VACUUM's, shown above
+    all_in = growth["chunk"] + per_row + growth["rollup"] + growth["counts"]
+    add(
+        f"bytes/checkpoint all-in: chunks + row ({per_row:,.0f} B) + tallies ({win})",
+        f"{all_in:,.0f} B",
+        "",
+        "≤ 2,000 B",
+        all_in <= 2000,
+    )
+    parts = s["checkpoint_parts_marginal_bytes_per_row"]
+    for part, size in sorted(parts.items(), key=lambda kv: -kv[1]):
+        add(f"    checkpoint {part}, B/row over {m0}–{m1}", f"{size:,.1f} B")
     add(
         f"stored bytes/checkpoint: payload `stored_bytes` ({win})",
         f"{s['payload_stored_bytes_per_checkpoint']:,.0f} B",
@@ -749,6 +804,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database-url", help=f"default: {DEFAULT_PG}, recreated; SQLite if PostgreSQL is down")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-http", action="store_true", help="skip (c) and the HTTP half of (d)")
+    parser.add_argument("--no-naive", action="store_true", help="skip (e), the naive baseline (its cells say nan)")
     parser.add_argument("--http-workers", type=int, default=2, help="gunicorn workers (default 2)")
     parser.add_argument("--profile", action="store_true", help="cProfile 30 extra service creates and print it")
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"JSON results (default {RESULTS.relative_to(ROOT)})")
@@ -765,7 +821,8 @@ def main(argv: list[str] | None = None) -> int:
     run_reads(report, session)
     if args.profile:  # after the reads: the extra checkpoints must not change what (a) and (b) measured
         profile_creates(session, workload, 30)
-    run_naive(report, args.steps, args.seed)
+    if not args.no_naive:
+        run_naive(report, args.steps, args.seed)
     if not args.no_http:
         # a different seed: the same statistics, but no chunk the service run already stored
         run_http(report, url, args.steps, args.seed + 1, session, args.http_workers)

@@ -333,13 +333,15 @@ class CheckpointAdmin(BigTableAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
     ) -> tuple[QuerySet[Any], bool]:
-        """A piece of the name (a pg_trgm index serves it, migration 0022) or a session's own id. The sessions are
-        looked up first: an OR across the join to sessions would make PostgreSQL read every checkpoint."""
+        """A piece of the name or a session's own id. The sessions and the names are looked up first: an OR across
+        the join to sessions would make PostgreSQL read every checkpoint. Names are matched among each session's
+        name tallies (a pg_trgm index serves them, migration 0037_name_search_by_tallies), not on the checkpoint rows:
+        a trigram index there cost every checkpoint its entries, for a search only the admin makes."""
         term = search_term.strip()
         if not term:
             return queryset, False
         sessions = list(models.AgentSession.objects.filter(external_id__iexact=term).values_list("pk", flat=True))
-        return queryset.filter(Q(name__icontains=term) | Q(session_id__in=sessions)), False
+        return queryset.filter(models.name_contains(term) | Q(session_id__in=sessions)), False
 
     fields = readonly_fields = (  # everything shown, nothing editable
         "session",

@@ -24,8 +24,9 @@ def _create_pg_trgm(schema_editor: Any) -> bool:
         return cursor.fetchone() is not None
 
 
-def trigram_indexes(table: str, columns: dict[str, str]) -> migrations.RunPython:
-    """An operation that indexes `columns` (column → index name) of `table` for substring search."""
+def trigram_indexes(table: str, columns: dict[str, str], *, where: str = "") -> migrations.RunPython:
+    """An operation that indexes `columns` (column → index name) of `table` for substring search (of the rows
+    matching the SQL condition `where`, when given)."""
 
     def forwards(apps: Any, schema_editor: Any) -> None:
         if schema_editor.connection.vendor != "postgresql" or not _create_pg_trgm(schema_editor):
@@ -33,7 +34,7 @@ def trigram_indexes(table: str, columns: dict[str, str]) -> migrations.RunPython
         for column, name in columns.items():
             schema_editor.execute(
                 f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "{name}" ON "{table}" '
-                f'USING gin ((UPPER("{column}"::text)) gin_trgm_ops)'
+                f'USING gin ((UPPER("{column}"::text)) gin_trgm_ops)' + (f" WHERE {where}" if where else "")
             )
 
     def backwards(apps: Any, schema_editor: Any) -> None:
@@ -42,3 +43,9 @@ def trigram_indexes(table: str, columns: dict[str, str]) -> migrations.RunPython
                 schema_editor.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
 
     return migrations.RunPython(forwards, backwards)
+
+
+def without_trigram_indexes(table: str, columns: dict[str, str]) -> migrations.RunPython:
+    """The reverse of `trigram_indexes`: drops them (and makes them again when unapplied)."""
+    made = trigram_indexes(table, columns)
+    return migrations.RunPython(made.reverse_code, made.code)

@@ -203,3 +203,6 @@ from .sessions import (
 from .sessions import (
     TalliedField as TalliedField,
 )
+from .sessions import (
+    name_contains as name_contains,
+)

@@ -321,6 +321,23 @@ class CheckpointQuerySet(ProjectScopedQuerySet):
         )
 
 
+NAMED_LIKE_PAIRS = 200  # (session, name) pairs looked up one by one; past this many, by name alone
+
+
+def name_contains(text: str) -> Q:
+    """Checkpoints whose name contains `text` (any case). The names are found among the sessions' name tallies
+    (a few rows a session, trigram-indexed on PostgreSQL), the checkpoints then by (session, name) through
+    `checkpoint_session_name`: no index on the checkpoint rows pays for a search only the admin makes."""
+    names = SessionCount.objects.filter(field=TalliedField.NAME, value__icontains=text).exclude(value="")
+    pairs = list(names.values_list("session_id", "value")[: NAMED_LIKE_PAIRS + 1])
+    if len(pairs) > NAMED_LIKE_PAIRS:  # a common name: the admin's newest-first listing meets it soon
+        return Q(name__in=names.values("value"))
+    found = Q(pk__in=[])
+    for session_id, name in pairs:
+        found |= Q(session_id=session_id, name=name)
+    return found
+
+
 # A checkpoint in trouble: it failed or halted, or a tool call it added failed (the agent went on).
 TROUBLE = Q(status__in=[CheckpointStatus.FAILED, CheckpointStatus.HALTED]) | Q(tool_failed=True)
 
@@ -400,8 +417,9 @@ class Checkpoint(models.Model):
         indexes = [
             # API list filters since/until: a session's checkpoints by time
             models.Index(fields=["session", "created_at"], name="checkpoint_session_time"),
-            # get_by_name and "latest of each name" retention
-            models.Index(fields=["session", "name", "seq"], name="checkpoint_session_name"),
+            # the API's name filter and get_by_name, the admin's name search (through SessionCount); unnamed rows,
+            # which no name query asks for, cost nothing
+            models.Index(fields=["session", "name", "seq"], condition=~Q(name=""), name="checkpoint_session_name"),
             # API kind filter and per-kind retention
             models.Index(fields=["session", "kind", "seq"], name="checkpoint_session_kind"),
             # retention of pre_operation checkpoints by operation

@@ -27,14 +27,12 @@ o = orjson, s = standard-library JSON for integers beyond 64 bits) · ref count 
 
 from __future__ import annotations
 
-import operator
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
-from itertools import compress
 from typing import Any
 
 import psycopg
@@ -293,9 +291,11 @@ def _save(state: Any, base: bytes | None, batch: ChunkBatch, max_depth: int) -> 
                 jsoncodec.check_value(op[-1], max_depth=max_depth, depth=len(op[1]))
         payload, patch_big = jsoncodec.encode([parent.depth + 1, ops])
         own_copy = diff.apply_ops(parent.state, jsoncodec.loads(payload, exact=patch_big)[1])
-        # The walk compares with `==`, blind to 1 vs true vs 1.0; the canonical bytes are not.
-        if _same_json(own_copy, state):
-            parts = rebased(summary.parts, own_copy)
+        # The walk compares with `==`, blind to 1 vs true vs 1.0; the canonical bytes are not. The replayed copy
+        # shares the parent's unchanged values, whose digests are known: only the change is encoded to tell.
+        replayed = summarise(own_copy, parent.parts)
+        if replayed.digest == state_hash:
+            parts = replayed.parts
             if not ops:
                 cache.put(base, _Entry(parent.state, state_hash, parent.depth, parent.context, parts))
                 return Saved(base, state_hash, raw_bytes, 0)
@@ -328,25 +328,6 @@ def _keyframe(state: Any, batch: ChunkBatch, saved: Saved, parts: dict[str, Part
     stored = batch.add(builder.nodes)
     cache.put(root, _Entry(state, saved.state_hash, 0, parts=parts))
     return Saved(root, saved.state_hash, saved.raw_bytes, stored)
-
-
-def _same_json(a: Any, b: Any, depth: int = 2) -> bool:
-    """Whether `a` and `b` have the same canonical JSON, without encoding what they share: a replayed patch keeps
-    the parent's unchanged subtrees, and a state built on its parent's (a LangGraph put's base + appends) holds
-    the same objects, so only the changed parts are encoded (encoding a whole 2 MB state costs milliseconds).
-    Below `depth` levels of containers, what is not shared is compared encoded."""
-    if a is b:
-        return True
-    kind = type(a)
-    if depth and kind is type(b):
-        if kind is dict:
-            return a.keys() == b.keys() and all(_same_json(a[key], b[key], depth - 1) for key in a)
-        if kind is list:  # the shared items skipped in C: a 2,000-message history costs microseconds
-            if len(a) != len(b):
-                return False
-            unshared = compress(zip(a, b, strict=True), map(operator.is_not, a, b))
-            return all(_same_json(x, y, depth - 1) for x, y in unshared)
-    return jsoncodec.canonical(a) == jsoncodec.canonical(b)
 
 
 # ---- reading ---------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from ..humanize import short_value
 from ..models import Checkpoint, CheckpointKind
 from . import jsoncodec, tallies
 
-PREVIEW_MAX = 200  # characters kept: a row shows one line of it
+PREVIEW_MAX = 120  # characters kept: a row shows one line of it (about 100 characters wide), its tooltip the rest
 MESSAGE_KEYS = ("messages", "conversation_history", "history", "transcript")  # OpenAI / Ares / LangGraph, Kaizen
 # LangChain messages (LangGraph's `messages` channel) name their role by `type`; the console says it as chat APIs do
 LANGCHAIN_ROLES = {

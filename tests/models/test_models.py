@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from checkpoints.models import AgentSession, Checkpoint
+from checkpoints.models import AgentSession, Checkpoint, SessionCount, TalliedField, name_contains, sessions
 
 
 def titled(make_session, external_id: str, title: str) -> AgentSession:
@@ -32,18 +32,68 @@ def test_session_search_can_use_the_trigram_indexes(make_session, column):
 
 
 @pytest.mark.postgres
-def test_the_admin_checkpoint_search_can_use_the_name_trigram_index(make_session, make_checkpoint):
-    make_checkpoint(make_session(), {"step": 1}, name="review_requested")
+def test_the_admin_checkpoint_search_finds_names_through_the_tallies_trigram_index(make_session, make_checkpoint):
+    """The names are looked up among the sessions' name counts (a trigram index there), then the checkpoints
+    through the (session, name) index: no index on every checkpoint row serves the search. (20,000 names: on a
+    small table the planner reads the btree of the counts instead.)"""
+    session = make_session()
+    make_checkpoint(session, {"step": 1}, name="review_requested")
+    SessionCount.objects.bulk_create(
+        SessionCount(session=session, field=TalliedField.NAME, value=f"task-{i}", count=1) for i in range(20000)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE checkpoints_sessioncount")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+    names = SessionCount.objects.filter(field=TalliedField.NAME, value__icontains="EW_REQ").exclude(value="")
+    assert "count_name_trigram" in names.explain()
+    plan = Checkpoint.objects.filter(name_contains("EW_REQ")).explain()
+    assert "checkpoint_session_name" in plan
+
+
+@pytest.mark.postgres
+def test_no_trigram_index_on_the_checkpoint_rows(db):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE tablename = 'checkpoints_checkpoint'")
+        definitions = [row[0] for row in cursor.fetchall()]
+    assert definitions and not [d for d in definitions if "gin_trgm_ops" in d]
+
+
+@pytest.mark.postgres
+def test_the_api_name_filter_still_reads_the_partial_name_index(make_session, make_checkpoint):
+    """The name index holds named checkpoints only (docs/storage.md); a query naming a name still reads it."""
+    session = make_session()
+    make_checkpoint(session, {"step": 1}, name="review_requested")
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
-    assert "checkpoint_name_trigram" in Checkpoint.objects.filter(name__icontains="EW_REQ").explain()
+    plan = Checkpoint.objects.for_session(session).filtered(name="review_requested").order_by().explain()
+    assert "checkpoint_session_name" in plan
+
+
+def test_name_search_skips_unnamed_checkpoints_and_finds_named_ones_in_any_session(make_session, make_checkpoint):
+    first, second = make_session("first"), make_session("second")
+    wanted = [
+        make_checkpoint(first, {"step": 1}, name="review_requested"),
+        make_checkpoint(second, {"step": 2}, name="Review_Requested_again"),
+    ]
+    make_checkpoint(first, {"step": 3}, name="")
+    make_checkpoint(second, {"step": 4}, name="tool_called")
+    found = Checkpoint.objects.filter(name_contains("ew_req")).order_by("pk")
+    assert list(found) == wanted
+    assert not Checkpoint.objects.filter(name_contains("nothing like it")).exists()
+
+
+def test_a_common_name_is_searched_by_name_alone(make_session, make_checkpoint, monkeypatch):
+    monkeypatch.setattr(sessions, "NAMED_LIKE_PAIRS", 1)
+    named = [make_checkpoint(make_session(f"s{i}"), {"step": i}, name="step") for i in range(3)]
+    make_checkpoint(make_session("other"), {"step": 9}, name="other")
+    assert list(Checkpoint.objects.filter(name_contains("STE")).order_by("pk")) == named
 
 
 @pytest.mark.postgres
 def test_the_trigram_indexes_a_checkpoint_touches_take_entries_directly_not_through_a_pending_list(db):
     """Each checkpoint updates its session's row (a new row version in every index): a GIN fast-update list would
     hold every trigram of the session's id again, per checkpoint, until VACUUM."""
-    names = ["session_external_id_trigram", "session_title_trigram", "session_agent_trigram", "checkpoint_name_trigram"]
+    names = ["session_external_id_trigram", "session_title_trigram", "session_agent_trigram"]
     with connection.cursor() as cursor:
         cursor.execute("SELECT relname, reloptions FROM pg_class WHERE relname = ANY(%s)", [names])
         options = dict(cursor.fetchall())
