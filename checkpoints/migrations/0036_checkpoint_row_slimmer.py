@@ -7,6 +7,16 @@ since, and every release since stores NULL there. Dropping a column does not rew
 from django.db import migrations, models
 
 
+def drop_if_present(apps, schema_editor):
+    """An install upgraded from release 0.1 has the column; a database the squashed set made on SQLite does not."""
+    checkpoint = apps.get_model("checkpoints", "Checkpoint")
+    connection = schema_editor.connection
+    with connection.cursor() as cursor:
+        columns = {column.name for column in connection.introspection.get_table_description(cursor, "checkpoints_checkpoint")}
+    if "tool_calls" in columns:
+        schema_editor.remove_field(checkpoint, checkpoint._meta.get_field("tool_calls"))
+
+
 class Migration(migrations.Migration):
     dependencies = [
         ("checkpoints", "0035_subgraphs_hops"),
@@ -21,5 +31,8 @@ class Migration(migrations.Migration):
                 ),
             ],
         ),
-        migrations.RemoveField(model_name="checkpoint", name="tool_calls"),
+        migrations.SeparateDatabaseAndState(
+            database_operations=[migrations.RunPython(drop_if_present, migrations.RunPython.noop)],
+            state_operations=[migrations.RemoveField(model_name="checkpoint", name="tool_calls")],
+        ),
     ]
