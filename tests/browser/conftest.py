@@ -1,7 +1,8 @@
 """Browser tests: Playwright driving Debian's Chromium against live_server.
 
 Chromium comes from the distribution (`apt-get install chromium`, done by .ci/run); Playwright's own
-browser download cannot work on machines without internet. Screenshots land in test-results/screenshots/.
+browser download cannot work on machines without internet. With SCREENSHOTS=1, screenshots land in
+test-results/screenshots/ (an ordinary run takes none).
 
 The operator guide's pictures (docs/images/) are shots these tests take with `screenshot(name, guide=True)`:
 `UPDATE_SCREENSHOTS=1 make test-browser` (or pytest tests/browser) writes them into docs/images/; without it they
@@ -26,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "test-results" / "screenshots"
 GUIDE_IMAGES = ROOT / "docs" / "images"
 UPDATE_SCREENSHOTS = os.environ.get("UPDATE_SCREENSHOTS") == "1"
+# Full-page shots are for people to look at, not for the assertions: a sixth of the browser tests' time, so an
+# ordinary run (CI) skips them; SCREENSHOTS=1 takes them.
+TAKE_SCREENSHOTS = UPDATE_SCREENSHOTS or os.environ.get("SCREENSHOTS") == "1"
 GUIDE_HEIGHT = 800  # a laptop's window: the guide shows what an operator sees first, not a page 9,000 px long
 TEST_TOOLS = "/__browser-tests__"  # URLs Playwright answers with the tests' own tools (axe-core), never the console
 
@@ -99,7 +103,7 @@ def root(django_user_model):
 
 @pytest.fixture
 def screenshot(page):
-    """Save a full-page screenshot under test-results/screenshots/<name>.png (look at them).
+    """Save a full-page screenshot under test-results/screenshots/<name>.png when SCREENSHOTS=1 (look at them).
 
     `guide=True` also shoots the window at `width` (1280 unless told; 390 for a phone) for the operator guide:
     into test-results/screenshots/guide/, and into docs/images/ when UPDATE_SCREENSHOTS=1."""
@@ -107,6 +111,8 @@ def screenshot(page):
 
     def take(name: str, *, guide: bool = False, width: int = 1280) -> Path:
         path = SCREENSHOTS / f"{name}.png"
+        if not TAKE_SCREENSHOTS:
+            return path
         page.screenshot(path=str(path), full_page=True)
         if guide:
             guide_shot(page, name, width)
