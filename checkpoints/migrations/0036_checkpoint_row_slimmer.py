@@ -17,6 +17,14 @@ def drop_if_present(apps, schema_editor):
         schema_editor.remove_field(checkpoint, checkpoint._meta.get_field("tool_calls"))
 
 
+def add_back(apps, schema_editor):
+    """Migrating back (to a release that still names the column in its migrations) needs the column again."""
+    checkpoint = apps.get_model("checkpoints", "Checkpoint")
+    field = models.IntegerField(blank=True, null=True)
+    field.set_attributes_from_name("tool_calls")
+    schema_editor.add_field(checkpoint, field)
+
+
 class Migration(migrations.Migration):
     dependencies = [
         ("checkpoints", "0035_subgraphs_hops"),
@@ -32,7 +40,7 @@ class Migration(migrations.Migration):
             ],
         ),
         migrations.SeparateDatabaseAndState(
-            database_operations=[migrations.RunPython(drop_if_present, migrations.RunPython.noop)],
+            database_operations=[migrations.RunPython(drop_if_present, add_back)],
             state_operations=[migrations.RemoveField(model_name="checkpoint", name="tool_calls")],
         ),
     ]
