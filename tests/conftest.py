@@ -80,8 +80,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     Tests of rows shared by their module (fixtures named shared_*, see `shared_rows`) run after the module's
     other tests of their kind, which so never see those rows: the rows stay until the module's last test.
-    Under pytest-xdist (`--dist loadgroup`) they run on one worker, which builds them once; so do the tests of
-    any other module-scoped fixture of ours (a server, migrated databases).
+    Under pytest-xdist (`--dist loadgroup`) they run on one worker, which builds them once.
 
     Tests of a Redis server share REDIS_URL's database and empty it before and after: they run together just
     before the transactional tests (the ones in a transaction first), and under pytest-xdist on one worker,
@@ -120,19 +119,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("redis"):
             item.add_marker(pytest.mark.xdist_group("redis"))
-        elif shares(item) or builds_once_a_module(item):
+        elif shares(item):
             item.add_marker(pytest.mark.xdist_group(f"{module(item)}::shared"))
-
-
-def builds_once_a_module(item: pytest.Item) -> bool:
-    """A test using one of our module-scoped fixtures (a server started, databases migrated, a world recorded):
-    spread over workers, each worker would build it again."""
-    info = getattr(item, "_fixtureinfo", None)
-    return bool(info) and any(
-        definition.scope in ("module", "class") and definition.baseid.startswith("tests")
-        for definitions in info.name2fixturedefs.values()
-        for definition in definitions
-    )
 
 
 def _redis_available() -> str | None:
