@@ -87,7 +87,13 @@ def console_errors(page) -> list[str]:
     errors: list[str] = []
     page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
     page.on("pageerror", lambda error: errors.append(str(error)))
-    page.on("requestfailed", lambda request: errors.append(f"{request.url} failed"))
+    # a request the next navigation cancelled (Chromium's favicon fetch, say) is not an error of the page
+    page.on(
+        "requestfailed",
+        lambda request: (
+            errors.append(f"{request.url} failed: {request.failure}") if request.failure != "net::ERR_ABORTED" else None
+        ),
+    )
     page.on(
         "response",
         lambda response: errors.append(f"{response.url} {response.status}") if response.status >= 400 else None,
