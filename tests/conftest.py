@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
+from _pytest.nodeid import NodeId
 from django.db import connection, transaction
 from django.test import Client
 
@@ -19,7 +20,7 @@ REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """What pytest-xdist's workers (make test runs two) must not share.
+    """What pytest-xdist's workers (make test runs three) must not share.
 
     SQLite's test database is named in-memory, as Django's default is: pytest-django would otherwise give each
     worker a file named after the database path (it does not know django-prometheus' SQLite engine). Each
@@ -78,13 +79,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Keeps pytest-django's order (tests in a transaction, then transactional ones, whose flush also empties
     what the migrations installed: roles, retention policies, schedules), with two moves inside it.
 
-    Tests of rows shared by their module (fixtures named shared_*, see `shared_rows`) run after the module's
-    other tests of their kind, which so never see those rows: the rows stay until the module's last test.
-    Under pytest-xdist (`--dist loadgroup`) they run on one worker, which builds them once.
+    Tests of a module-scoped fixture (rows shared by the module, fixtures named shared_*, see `shared_rows`; a
+    server; migrated databases) run after the module's other tests of their kind, which so never see those rows:
+    the rows stay until the module's last test. Under pytest-xdist (`--dist loadgroup`) they run on one worker,
+    which builds the fixture once; tests in a transaction and transactional ones are two groups, so a group never
+    runs a flush before a test in a transaction.
 
     Tests of a Redis server share REDIS_URL's database and empty it before and after: they run together just
     before the transactional tests (the ones in a transaction first), and under pytest-xdist on one worker,
-    one at a time, so none empties another's queue, and no flush runs before a test in a transaction."""
+    one at a time, so none empties another's queue, and no flush runs before a test in a transaction.
+    Groups keep their place in this order only without xdist's reordering (`--no-loadscope-reorder`, which
+    make test passes): by default it sends the largest groups first, the Redis group's transactional tests with them."""
 
     _unique_node_ids(items)
 
@@ -92,7 +97,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return item.nodeid.split("::")[0]
 
     def shares(item: pytest.Item) -> bool:
-        return any(name.startswith("shared_") for name in getattr(item, "fixturenames", ()))
+        info = getattr(item, "_fixtureinfo", None)
+        return info is not None and any(  # ours, not a plugin's (pytest-django's class-scoped autouse one)
+            definitions[-1].baseid and definitions[-1].scope in {"module", "class", "package"}
+            for definitions in info.name2fixturedefs.values()
+        )
 
     def transactional(item: pytest.Item) -> bool:
         marker = item.get_closest_marker("django_db")
@@ -118,9 +127,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     for item in items:
         if item.get_closest_marker("redis"):
-            item.add_marker(pytest.mark.xdist_group("redis"))
+            _grouped(config, item, "redis")
         elif shares(item):
-            item.add_marker(pytest.mark.xdist_group(f"{module(item)}::shared"))
+            _grouped(config, item, f"{module(item)}::{'transactional' if transactional(item) else 'in-transaction'}")
+
+
+def _grouped(config: pytest.Config, item: pytest.Item, group: str) -> None:
+    """Marks `item` for xdist's group `group` and names the group in the node id, as xdist's scheduler reads it.
+
+    pytest-xdist 3.8 names it by setting `item._nodeid`, but pytest 9 builds `nodeid` from `item._id`: the
+    suffix never reached the scheduler, and the groups were ignored (each worker built every module fixture)."""
+    item.add_marker(pytest.mark.xdist_group(group))
+    if getattr(config.option, "loadgroup", False) and not item.nodeid.endswith(f"@{group}"):
+        item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
 def _redis_available() -> str | None:
