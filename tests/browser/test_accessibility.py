@@ -18,7 +18,7 @@ from playwright.sync_api import expect
 
 from checkpoints.models import AgentSession, AuditEvent, Checkpoint, DriftAlert, Phase, PhaseStatus
 
-from .conftest import TEST_TOOLS
+from .conftest import TEST_TOOLS, the_consoles
 from .test_content_security_policy import console_pages
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,11 +45,6 @@ def axe(page, live_server):
         return page.evaluate(SERIOUS)
 
     return serious_violations
-
-
-def not_axes(reports: list[str]) -> list[str]:
-    """What the browser reported, but for what axe-core itself tried (an inline <style>, rightly blocked)."""
-    return [report for report in reports if f"{TEST_TOOLS}/" not in report]
 
 
 def sideways(page) -> int:
@@ -84,7 +79,7 @@ def test_every_console_page_passes_axe_and_runs_under_the_policy_without_errors(
         assert "'self'" in response.headers["content-security-policy"]
         page.wait_for_load_state("networkidle")
         screenshot(f"a11y-{name}-{width}")
-        assert (not_axes(csp_violations), console_errors) == ([], []), f"on {path}"
+        assert (the_consoles(csp_violations), console_errors) == ([], []), f"on {path}"
         found[f"{name}@{width}"] = axe()
         console_errors.clear()  # axe-core's own inline <style>, rightly blocked: the console names no source
         if width == "390" and name in NARROW_CLEAN:
