@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db.models.fields.json import KeyTransform
+
 from checkpoint_console.typedjson import readable
 from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, Phase
 from checkpoints.store import diff_checkpoints, lgnodes
@@ -19,7 +21,7 @@ CHANGES_ROWS = 12  # rows of "what changed here"; Compare has the rest
 def related(checkpoint: Checkpoint, user: Any) -> dict[str, Any]:
     """Neighbours by seq, children (next on the branch, restores back to here), forks and the phase."""
     session = checkpoint.session
-    siblings = Checkpoint.objects.for_session(session).for_timeline()
+    siblings = with_nodes(Checkpoint.objects.for_session(session).for_timeline(), session)
     previous = siblings.filter(seq__lt=checkpoint.seq).order_by("-seq").first()
     following = siblings.filter(seq__gt=checkpoint.seq).order_by("seq").first()
     children = list(siblings.filter(parent=checkpoint).order_by("seq")[:20])
@@ -97,6 +99,27 @@ def nodes_view(kept: Any) -> Nodes | None:
         ran=_labels(ran) if isinstance(ran, list) else None,
         next=_labels(following) if isinstance(following, list) else [],
     )
+
+
+def label(checkpoint: Checkpoint) -> str:
+    """How a link names a checkpoint: for a LangGraph checkpoint the nodes that wrote it (its name is only
+    LangGraph's source, "loop" for nearly all), otherwise its name or kind. The nodes come from an `lg_nodes`
+    annotation (`with_nodes`) or from metadata already loaded: never a query per link."""
+    kept = getattr(checkpoint, "lg_nodes", None)
+    if kept is None and "metadata" in checkpoint.__dict__ and isinstance(checkpoint.metadata, dict):
+        kept = checkpoint.metadata.get(lgnodes.KEY)
+    nodes = nodes_view(kept)
+    if nodes is not None and nodes.ran:
+        return nodes.wrote
+    return checkpoint.name or str(checkpoint.kind)
+
+
+def with_nodes(checkpoints: Any, session: AgentSession) -> Any:
+    """`checkpoints` with the nodes that wrote each (`lg_nodes`) when the session is a LangGraph thread: a key of
+    small metadata, read in the same query."""
+    if not is_langgraph(session):
+        return checkpoints
+    return checkpoints.annotate(lg_nodes=KeyTransform(lgnodes.KEY, "metadata"))
 
 
 def langgraph_view(checkpoint: Checkpoint) -> LangGraphView | None:

@@ -17,15 +17,14 @@ from functools import cache, reduce
 from typing import Any, ClassVar
 
 from django.db.models import Case, Count, IntegerField, Max, Min, Q, Value, When
-from django.db.models.fields.json import KT, KeyTransform
+from django.db.models.fields.json import KT
 from django.urls import reverse
 from django.utils.http import urlencode
 
 from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, CheckpointQuerySet, CheckpointStatus
-from checkpoints.store import lgnodes
 
 from .branches import Branch, Cell, Folding, Layout, Start, Stretch, is_langgraph, short_namespace
-from .checkpoint import Nodes, nodes_view
+from .checkpoint import Nodes, nodes_view, with_nodes
 
 PAGE_SIZE = 60  # checkpoints per timeline page: at ~1.1 kB a row, a first view stays under 100 kB (docs/benchmarks.md)
 RUN_MIN = 3  # this many consecutive routine checkpoints collapse into one row
@@ -200,7 +199,7 @@ def _rows_of(session: AgentSession) -> CheckpointQuerySet:
     queryset = Checkpoint.objects.for_session(session).for_timeline()
     if not is_langgraph(session):
         return queryset
-    return queryset.annotate(namespace=KT("metadata__checkpoint_ns"), lg_nodes=KeyTransform(lgnodes.KEY, "metadata"))
+    return with_nodes(queryset, session).annotate(namespace=KT("metadata__checkpoint_ns"))
 
 
 def _subgraph_runs(session: AgentSession, lo: int, hi: int) -> list[SubgraphRun]:

@@ -23,6 +23,7 @@ from checkpoints.models import (
 )
 
 from .branches import is_langgraph, short_namespace
+from .checkpoint import label, with_nodes
 
 CHART_POINTS = 500  # the size chart samples at most this many buckets
 INDEX_MAX = 12  # the timeline's index lists this many of each kind of event, newest first
@@ -147,7 +148,7 @@ def timeline_index(
     starts), whatever the session's size."""
     checkpoints = Checkpoint.objects.for_session(session).order_by("-seq")
     restores = checkpoints.filter(kind=CheckpointKind.RESTORE).values_list("seq", "parent__seq")[:INDEX_MAX]
-    troubles = checkpoints.filter(TROUBLE).values_list("seq", "name", "status")[:INDEX_MAX]
+    troubles = with_nodes(checkpoints.filter(TROUBLE).only("seq", "name", "kind", "status"), session)[:INDEX_MAX]
     phases = checkpoints.filter(kind=CheckpointKind.PHASE).values_list("seq", "name")[:INDEX_MAX]
     alerts = (
         DriftAlert.objects.filter(session=session, checkpoint__isnull=False)
@@ -158,7 +159,7 @@ def timeline_index(
     groups = [
         ("Restores", [Landmark(seq, f"#{seq} back to #{target}" if target else f"#{seq}") for seq, target in restores]),
         ("Forks", forked[-INDEX_MAX:]),
-        ("Failures", [Landmark(seq, f"#{seq} {name or status}", bad=True) for seq, name, status in troubles]),
+        ("Failures", [Landmark(c.seq, f"#{c.seq} {_named(c)}", bad=True) for c in troubles]),
         ("Phases", [Landmark(seq, f"#{seq} {name}") for seq, name in phases]),
         ("Alerts", [Landmark(seq, f"#{seq} {kind.replace('_', ' ')} ({state})") for seq, kind, state in alerts]),
         (
@@ -167,6 +168,12 @@ def timeline_index(
         ),
     ]
     return [(title, sorted(marks, key=lambda m: -m.seq)) for title, marks in groups if marks]
+
+
+def _named(checkpoint: Checkpoint) -> str:
+    """A failure as the index names it: the nodes that wrote it, its name, or else its status."""
+    named = label(checkpoint)
+    return str(checkpoint.status) if named == str(checkpoint.kind) else named
 
 
 def _subgraph_runs(session: AgentSession, near: int) -> list[Landmark]:

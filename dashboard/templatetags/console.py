@@ -14,8 +14,9 @@ from checkpoints.humanize import plain_duration
 from checkpoints.phases import render_markdown
 
 if TYPE_CHECKING:
-    from checkpoints.models import AuditEvent
+    from checkpoints.models import AuditEvent, Checkpoint
 
+from ..presenters import checkpoint as checkpoint_presenter
 from ..undo import UndoOffer, take_undo_offers
 
 register = template.Library()
@@ -68,6 +69,12 @@ def until(value: datetime | None) -> str:
 def label(value: str) -> str:
     """`in_progress` → `in progress`."""
     return str(value).replace("_", " ")
+
+
+@register.filter
+def checkpoint_label(checkpoint: Checkpoint) -> str:
+    """A checkpoint as a link names it: a LangGraph checkpoint by the nodes that wrote it, others by name or kind."""
+    return checkpoint_presenter.label(checkpoint)
 
 
 @register.filter

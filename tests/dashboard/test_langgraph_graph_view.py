@@ -110,9 +110,29 @@ def test_a_subgraph_checkpoints_restore_and_fork_pages_explain_and_link_the_root
     for action in ("checkpoint_restore", "checkpoint_fork"):
         html = get(client, alice, reverse(f"dashboard:{action}", args=[inner.pk]))
         assert not select(html, "form button[type=submit].btn-primary")
+        if action == "checkpoint_restore":  # no "Restore to …" heading, no counts of a restore that cannot be made
+            assert text(select(html, "h1")[0]).endswith("ran in a subgraph")
+            assert not select(html, ".restore-facts")
         [note] = select(html, ".lg-no-restore")
         assert note.cssselect("a")[0].get("href") == reverse("dashboard:checkpoint_detail", args=[outer.pk])
     client.force_login(alice)
     response = client.post(reverse("dashboard:checkpoint_restore", args=[inner.pk]), {"reason": "try"})
     assert "LangGraph resumes a thread from its parent graph" in response.content.decode()  # still refused
     assert AgentSession.objects.get(pk=inner.session_id).head.metadata["checkpoint_ns"] == ""
+
+
+def test_links_and_the_failure_index_name_a_checkpoint_by_the_nodes_that_wrote_it_not_by_loop(client, bob, thread):
+    session, stored = thread
+    tools = stored[3]
+    Checkpoint.objects.filter(pk=tools.pk).update(status="failed")
+
+    timeline = get(client, bob, reverse("dashboard:session_detail", args=[session.pk]))
+    groups = {text(g.cssselect(".landmark-title")[0]): g for g in select(timeline, ".landmark-group")}
+    assert [text(a) for a in groups["Failures"].cssselect("a.landmark")] == [f"#{tools.seq} tools"]
+
+    page = get(client, bob, reverse("dashboard:checkpoint_detail", args=[tools.pk]))
+    assert text(select(page, 'a[rel="prev"]')[0]) == f"‹ #{stored[2].seq} agent"
+    assert text(select(page, 'a[rel="next"]')[0]) == f"#{stored[4].seq} agent ›"
+    meta = dict(zip(map(text, select(page, ".meta dt")), map(text, select(page, ".meta dd")), strict=True))
+    assert meta["Parent"] == f"#{stored[2].seq} agent"
+    assert f"From its parent, #{stored[2].seq} agent" in text(select(page, "main")[0])
