@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db.models import F, Max, Min, QuerySet, Sum
 from django.db.models.fields.json import KT
-from django.db.models.functions import TruncDay, TruncHour, TruncWeek
+from django.db.models.functions import TruncDay, TruncHour, TruncMonth, TruncWeek
 
 from checkpoints.models import (
     ROLLUP_BLOCK,
@@ -25,7 +25,14 @@ from checkpoints.models import (
 from .branches import is_langgraph, short_namespace
 from .checkpoint import label, with_nodes
 
-CHART_POINTS = 500  # the size chart samples at most this many buckets
+CHART_POINTS = 200  # the size chart samples at most this many buckets: 2 px each on its 400 px plot
+CHART_BARS = 60  # the rate and error charts draw at most about this many bars (a month's bars beyond five years)
+SLOTS = [
+    ("hour", TruncHour, timedelta(hours=1)),
+    ("day", TruncDay, timedelta(days=1)),
+    ("week", TruncWeek, timedelta(weeks=1)),
+    ("month", TruncMonth, timedelta(days=30.44)),
+]
 INDEX_MAX = 12  # the timeline's index lists this many of each kind of event, newest first
 HOPS_READ = 4 * INDEX_MAX  # subgraph hops read on each side of a page to find the runs near it
 
@@ -92,13 +99,9 @@ def session_charts(session: AgentSession, stats: dict[str, Any]) -> dict[str, An
         raw_points.append((seq, bucket["raw"] or 0))
         stored_points.append((seq, stored))
     span: timedelta = stats["last_at"] - stats["first_at"]
-    unit, trunc, step = (
-        ("hour", TruncHour, timedelta(hours=1))
-        if span <= timedelta(days=7)
-        else ("day", TruncDay, timedelta(days=1))
-        if span <= timedelta(days=365)
-        else ("week", TruncWeek, timedelta(weeks=1))
-    )
+    unit, trunc, step = next(
+        (slot for slot in SLOTS if span <= slot[2] * (CHART_BARS - 1)), SLOTS[-1]
+    )  # the finest slot that keeps the bar charts within CHART_BARS bars (each bar is ~120 bytes of the page)
     activity = list(
         SessionRollup.objects.filter(session=session)
         .annotate(slot=trunc("hour"))

@@ -70,3 +70,27 @@ def test_a_long_sessions_size_chart_comes_from_its_rollups_with_the_points_its_r
 
     assert from_rollups == from_rows
     assert [seq for seq, _ in from_rows[0]["points"]] == [3, 120]
+
+
+@pytest.mark.parametrize(
+    ("every", "unit"),
+    [("minutes=5", "hour"), ("minutes=20", "day"), ("hours=3", "day"), ("days=1", "week"), ("days=4", "month")],
+)
+def test_the_rate_and_error_charts_keep_to_about_sixty_bars_however_long_the_session_ran(make_session, every, unit):
+    from datetime import UTC, datetime, timedelta
+
+    from checkpoints.services import CheckpointInput, ingest_checkpoints
+
+    session = make_session(f"every-{every}")
+    gap = timedelta(**{every.split("=")[0]: int(every.split("=")[1])})
+    start = datetime(2024, 1, 1, tzinfo=UTC)
+    items = [CheckpointInput(state={"i": i}, step=i, created_at=start + gap * i) for i in range(400)]
+    ingest_checkpoints([(session, items)])
+    session.refresh_from_db()
+
+    charts = session_overview(session)["charts"]
+
+    assert charts["unit"] == unit and charts["rate_label"] == f"Steps per {unit}"
+    assert 1 < len(charts["rate"]) <= timeline_header.CHART_BARS
+    assert sum(count for _, count in charts["rate"]) == 400  # every checkpoint counted in some bar
+    assert len(charts["size"][0]["points"]) <= timeline_header.CHART_POINTS
