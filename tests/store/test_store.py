@@ -235,18 +235,20 @@ def test_patches_use_up_to_sixteen_earlier_patches_as_dictionary(db):
     assert store.load_state(root) == state
 
 
-def test_patches_written_with_four_earlier_patches_as_dictionary_still_load(db, monkeypatch):
-    """Chunks stored before PATCH_CONTEXT became 16 are read, and extended, by the code after it."""
+def test_patches_written_with_four_earlier_patches_as_dictionary_still_load(db, settings):
+    """What releases before 16 stored (and a rolling upgrade's setting of 4 stores) is read, and extended, by this
+    one."""
     rng = random.Random(6)
     state: dict[str, Any] = {"messages": [], "pad": "p" * 50_000}
-    monkeypatch.setattr(store, "PATCH_CONTEXT", 4)
+    settings.CHECKPOINT_PATCH_CONTEXT = 4
     root = store.save_state(state).root
     old_roots = []
     for _ in range(10):
         state["messages"].append({"content": words(rng, 600)})
         root = store.save_state(state, base=root).root
         old_roots.append((root, canonical(state)))
-    monkeypatch.setattr(store, "PATCH_CONTEXT", 16)
+    assert max(bytes(d)[0] for d in Chunk.objects.filter(base__isnull=False).values_list("data", flat=True)) == 4
+    settings.CHECKPOINT_PATCH_CONTEXT = 16
     store.cache.clear()
     for old_root, expected in old_roots:
         assert canonical(store.load_state(old_root)) == expected
