@@ -467,7 +467,7 @@ class ChunkAdmin(ReadOnlyAdmin, BigTableAdmin):
     list_display = ["hash_hex", "raw_size", "stored_size", "is_patch", "created_at"]
     list_display_links = None
     list_filter = [("created_at", admin.DateFieldListFilter)]
-    ordering = ["-created_at"]
+    ordering = ["hash"]  # the primary key: created_at has no index (a chunk's age matters only to garbage collection)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[models.Chunk]:
         return super().get_queryset(request).defer("data").annotate(stored=Length("data"))

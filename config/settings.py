@@ -274,6 +274,9 @@ CHECKPOINT_MAX_DEPTH = env_int("CHECKPOINT_MAX_DEPTH", 200)
 CHECKPOINT_MAX_BODY_BYTES = env_int("CHECKPOINT_MAX_BODY_BYTES", 16 * 1024 * 1024)
 CHECKPOINT_KEYFRAME_INTERVAL = env_int("CHECKPOINT_KEYFRAME_INTERVAL", 48)
 CHECKPOINT_CACHE_STATES = env_int("CHECKPOINT_CACHE_STATES", 64)  # 32 agents in flight, two states each
+# earlier patches a new patch is compressed against (at most store.PATCH_CONTEXT, 16); releases before migration 0042
+# read patches of at most 4, so a rolling upgrade sets 4 until every process runs this one
+CHECKPOINT_PATCH_CONTEXT = env_int("CHECKPOINT_PATCH_CONTEXT", 16)
 
 # Drift detection (docs/drift.md) and routine checkpoints: the thresholds each detector declares, with their defaults
 # (DRIFT_WINDOW, DRIFT_CYCLE_LIMIT, …, ROUTINE_INTERVAL_MINUTES: checkpoints/registry/detectors.py; the meaning of

@@ -11,30 +11,13 @@ schema editor does it.
 
 from django.db import migrations, models
 
+from ._indexes import index_change
 from ._trigram import trigram_indexes, without_trigram_indexes
 
 OLD_NAME_INDEX = models.Index(fields=["session", "name", "seq"], name="checkpoint_session_name")
 NEW_NAME_INDEX = models.Index(
     fields=["session", "name", "seq"], condition=~models.Q(name=""), name="checkpoint_session_name"
 )
-
-
-def _swap(old, new):
-    def run(apps, schema_editor):
-        model = apps.get_model("checkpoints", "Checkpoint")
-        if schema_editor.connection.vendor != "postgresql":
-            schema_editor.remove_index(model, old)
-            schema_editor.add_index(model, new)
-            return
-        # built under a temporary name beside the old one, so name queries keep an index throughout
-        building = f"{new.name}_new"
-        sql = str(new.create_sql(model, schema_editor, concurrently=True)).replace(f'"{new.name}"', f'"{building}"')
-        schema_editor.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{building}"')
-        schema_editor.execute(sql)
-        schema_editor.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{old.name}"')
-        schema_editor.execute(f'ALTER INDEX "{building}" RENAME TO "{new.name}"')
-
-    return run
 
 
 class Migration(migrations.Migration):
@@ -47,13 +30,5 @@ class Migration(migrations.Migration):
     operations = [
         trigram_indexes("checkpoints_sessioncount", {"value": "count_name_trigram"}, where="field = 'name'"),
         without_trigram_indexes("checkpoints_checkpoint", {"name": "checkpoint_name_trigram"}),
-        migrations.SeparateDatabaseAndState(
-            state_operations=[
-                migrations.RemoveIndex(model_name="checkpoint", name="checkpoint_session_name"),
-                migrations.AddIndex(model_name="checkpoint", index=NEW_NAME_INDEX),
-            ],
-            database_operations=[
-                migrations.RunPython(_swap(OLD_NAME_INDEX, NEW_NAME_INDEX), _swap(NEW_NAME_INDEX, OLD_NAME_INDEX))
-            ],
-        ),
+        index_change("Checkpoint", OLD_NAME_INDEX, NEW_NAME_INDEX),
     ]

@@ -206,6 +206,60 @@ def test_patches_compress_against_the_patches_before_them(db):
     assert store.load_state(root) == state
 
 
+@HYPOTHESIS
+@given(steps=st.lists(json_values, min_size=1, max_size=24))
+def test_every_state_of_a_long_patch_chain_loads_back_exactly(db, steps):
+    # chains longer than PATCH_CONTEXT: each patch's dictionary is up to 16 patches before it
+    state: dict[str, Any] = {"log": [], "pad": "p" * 5000}
+    roots, expected = [], []
+    root = None
+    for value in steps:
+        state["log"].append(value)
+        root = store.save_state(state, base=root).root
+        roots.append(root)
+        expected.append(canonical(state))
+    store.cache.clear()
+    assert [canonical(store.load_state(r)) for r in roots] == expected
+
+
+def test_patches_use_up_to_sixteen_earlier_patches_as_dictionary(db):
+    rng = random.Random(5)
+    state: dict[str, Any] = {"messages": [], "pad": "p" * 50_000}
+    root = store.save_state(state).root
+    for _ in range(20):
+        state["messages"].append({"role": "assistant", "content": words(rng, 800)})
+        root = store.save_state(state, base=root).root
+    used = [bytes(data)[0] for data in Chunk.objects.filter(base__isnull=False).values_list("data", flat=True)]
+    assert sorted(used) == [*range(16), 16, 16, 16, 16]
+    store.cache.clear()
+    assert store.load_state(root) == state
+
+
+def test_patches_written_with_four_earlier_patches_as_dictionary_still_load(db, settings):
+    """What releases before 16 stored (and a rolling upgrade's setting of 4 stores) is read, and extended, by this
+    one."""
+    rng = random.Random(6)
+    state: dict[str, Any] = {"messages": [], "pad": "p" * 50_000}
+    settings.CHECKPOINT_PATCH_CONTEXT = 4
+    root = store.save_state(state).root
+    old_roots = []
+    for _ in range(10):
+        state["messages"].append({"content": words(rng, 600)})
+        root = store.save_state(state, base=root).root
+        old_roots.append((root, canonical(state)))
+    assert max(bytes(d)[0] for d in Chunk.objects.filter(base__isnull=False).values_list("data", flat=True)) == 4
+    settings.CHECKPOINT_PATCH_CONTEXT = 16
+    store.cache.clear()
+    for old_root, expected in old_roots:
+        assert canonical(store.load_state(old_root)) == expected
+    for _ in range(10):  # the next patches build on the old chain with the longer dictionary
+        state["messages"].append({"content": words(rng, 600)})
+        root = store.save_state(state, base=root).root
+    store.cache.clear()
+    assert store.load_state(root) == state
+    assert max(bytes(d)[0] for d in Chunk.objects.filter(base__isnull=False).values_list("data", flat=True)) > 4
+
+
 def test_reading_a_state_costs_one_query_per_tree_level(db, django_assert_max_num_queries):
     rng = random.Random(1)
     state = {"messages": [{"content": words(rng, 800)} for _ in range(2000)], "memory": {"a": 1}}
