@@ -128,6 +128,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "timeout": 20,
     }
+    # django-prometheus' SQLite backend, with the process's writers queued on a lock rather than on SQLite's
+    # busy handler's sleeps, and its cursor class built once (config/sqlite3/base.py).
+    DATABASES["default"]["ENGINE"] = "config.sqlite3"
 else:
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     DATABASES["default"]["TEST"] = {"NAME": os.environ.get("TEST_DATABASE_NAME") or None}

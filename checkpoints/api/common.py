@@ -202,13 +202,13 @@ def _checked_lookup(secret: str) -> ApiToken | None:
     database dropped fails it; it is then replaced and the lookup run again, as the health check would have."""
     checked = settings.DATABASES["default"].get("CONN_HEALTH_CHECKS", False)
     if not checked or connection.connection is None or connection.in_atomic_block:
-        return services.authenticate_token(secret)
+        return services.authenticate_token(secret)  # SQLite's: from what the process remembers, within a second
     connection.health_check_done = True  # type: ignore[attr-defined]  # Django's own flag; the stubs lack it
     try:
-        return services.authenticate_token(secret)
+        return services.authenticate_token(secret, recall=False)
     except (OperationalError, InterfaceError):
         connection.close()
-        return services.authenticate_token(secret)
+        return services.authenticate_token(secret, recall=False)
 
 
 class TokenRateThrottle(BaseThrottle):

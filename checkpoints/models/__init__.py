@@ -135,6 +135,9 @@ from .projects import (
     refused_types as refused_types,
 )
 from .projects import (
+    tokens_updated as tokens_updated,
+)
+from .projects import (
     type_allowed as type_allowed,
 )
 from .sessions import (

@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.dispatch import Signal
 from django.utils import timezone
 
 from checkpoint_console import typedjson
@@ -175,7 +176,18 @@ class ProjectMembership(models.Model):
         return f"{self.user} as {self.role} in {self.project}"
 
 
+# Sent after `ApiToken.objects….update()` changed rows (saves and deletes send Django's own signals): the process
+# forgets the tokens it remembers (services.tokens). Not for last_used_at alone, which every minute of use writes.
+tokens_updated = Signal()
+
+
 class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
+    def update(self, **kwargs: Any) -> int:
+        changed = super().update(**kwargs)
+        if changed and set(kwargs) != {"last_used_at"}:
+            tokens_updated.send(sender=self.model)
+        return changed
+
     def usable(self, *, now: datetime | None = None) -> ApiTokenQuerySet:
         """Neither revoked nor expired."""
         unexpired = Q(expires_at__isnull=True) | Q(expires_at__gt=now or timezone.now())

@@ -42,7 +42,15 @@ from .recovery import (
     restore_preview,
     undo_restore,
 )
-from .tokens import authenticate_token, create_api_token, hash_token, revoke_token, set_token_scopes
+from .tokens import (
+    authenticate_token,
+    create_api_token,
+    forget_tokens,
+    hash_token,
+    revoke_token,
+    set_token_scopes,
+    token_remembered,
+)
 
 __all__ = [
     "Actor",
@@ -65,6 +73,7 @@ __all__ = [
     "create_api_token",
     "create_checkpoint",
     "edit_state",
+    "forget_tokens",
     "fork_session",
     "get_or_create_project",
     "hash_token",
@@ -79,6 +88,7 @@ __all__ = [
     "restore_preview",
     "revoke_token",
     "set_token_scopes",
+    "token_remembered",
     "undo_restore",
     "upsert_session",
 ]

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import Exists, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from .. import limits, store
@@ -426,10 +426,12 @@ def put_writes(
         check_typed(f"writes.{position}", write[1])
     check_types(project, ((f"writes.{position}", value) for position, (_, value) in enumerate(writes)))
     session = _thread_for_writes(project, thread_id)
-    held, child, parent_id, parent_root = _locked_root(session, checkpoint_ns, checkpoint_id)
+    held, child, parent_id, parent_root, task_wrote = _locked_root(session, checkpoint_ns, checkpoint_id, task_id)
     _refuse_deleted_history(session, [checkpoint_id], {checkpoint_id} if held else set())
     key = {"session": session, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id, "task_id": task_id}
-    row = LangGraphWrites.objects.select_for_update().filter(**key).first()
+    # A task's first writes (the usual case) skip the read of its row: a concurrent first writes of the same task
+    # would have found no row to lock either, and the unique constraint refuses the second insert as before.
+    row = LangGraphWrites.objects.select_for_update().filter(**key).first() if task_wrote is not False else None
     slots: dict[int, list[Any]] = {}  # idx → [channel, value] or a stored form (see store.lgtuples.value_of)
     if row is not None:
         slots = {entry[0]: entry[1:] for entry in jsoncodec.unpack(row.writes)}
@@ -470,23 +472,27 @@ def put_writes(
 
 
 def _locked_root(
-    session: AgentSession, checkpoint_ns: str, checkpoint_id: str
-) -> tuple[bytes | None, bytes | None, str, bytes | None]:
+    session: AgentSession, checkpoint_ns: str, checkpoint_id: str, task_id: str
+) -> tuple[bytes | None, bytes | None, str, bytes | None, bool | None]:
     """The state root of the current checkpoint that writes go against (None: not stored), its row locked (NO KEY
     UPDATE) to the end of the transaction so that a deletion waits; the root of its child when stored; its parent's
-    id and root."""
+    id and root; whether the task has written against it before (None: not known, the checkpoint is not stored)."""
     current = _current(session, checkpoint_ns)
     child = current.filter(parent_checkpoint_id=checkpoint_id, checkpoint_id__gt=checkpoint_id)  # LangGraph's ids grow
     parent = current.filter(checkpoint_id=OuterRef("parent_checkpoint_id"))
+    written = LangGraphWrites.objects.filter(
+        session=session, checkpoint_ns=checkpoint_ns, checkpoint_id=checkpoint_id, task_id=task_id
+    )
     rows = current.filter(checkpoint_id=checkpoint_id).annotate(
         child_root=Subquery(child.order_by("checkpoint_id").values("console__root")[:1]),
         parent_root=Subquery(parent.values("console__root")[:1]),
+        task_wrote=Exists(written),
     )
     found = rows.select_for_update(of=("self",), no_key=True).values_list(
-        "console__root", "child_root", "parent_checkpoint_id", "parent_root"
+        "console__root", "child_root", "parent_checkpoint_id", "parent_root", "task_wrote"
     )
-    root, child_root, parent_id, parent_root = found.first() or (None, None, "", None)
-    return _bytes(root), _bytes(child_root), parent_id, _bytes(parent_root)
+    root, child_root, parent_id, parent_root, task_wrote = found.first() or (None, None, "", None, None)
+    return _bytes(root), _bytes(child_root), parent_id, _bytes(parent_root), task_wrote
 
 
 def _bytes(value: Any) -> bytes | None:

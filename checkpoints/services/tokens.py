@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import secrets
+import threading
+import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
+from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
 from ..audit import Actor, InvalidInput, record_audit
-from ..models import DEFAULT_SCOPES, ApiToken, Project, Scope
+from ..models import DEFAULT_SCOPES, ApiToken, Project, Scope, tokens_updated
 
 UNNAMED = Actor.system("create_api_token")  # who created a token when the caller names no one
 
@@ -94,19 +99,90 @@ def hash_token(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def authenticate_token(secret: str, *, now: datetime | None = None) -> ApiToken | None:
+# A process keeps each token it looked up, with its project, for REMEMBER_SECONDS: an agent's run sends a request
+# every few ms (a LangGraph step: a put and a put_writes), and each would otherwise start with the same query.
+# Expiry is checked on every request. Any change to a token through the ORM (revoking, scopes, save, update,
+# delete) and any save or delete of a project (the type allow-list) forgets them all in the process that made it,
+# at once and again when its transaction commits; other processes (gunicorn's other workers) see it within
+# REMEMBER_SECONDS. On PostgreSQL the API looks the token up anyway: that query is the connection's health check.
+REMEMBER_SECONDS = 1.0
+REMEMBER_MAX = 1000  # tokens; past it the process starts afresh (unknown secrets are never kept)
+_remembered: dict[str, tuple[float, ApiToken]] = {}  # token hash → (time.monotonic() of the lookup, the row)
+_remembered_lock = threading.Lock()
+
+
+def authenticate_token(secret: str, *, now: datetime | None = None, recall: bool = True) -> ApiToken | None:
+    """The usable (neither revoked nor expired) token of `secret`, with its project; its own copy each call.
+    `recall=False` looks it up whatever the process remembers (the API's lookup that is also a health check)."""
     now = now or timezone.now()
-    token = ApiToken.objects.usable(now=now).select_related("project").filter(token_hash=hash_token(secret)).first()
-    if token is not None and (token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60):
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-    return token
+    digest = hash_token(secret)
+    token = _recalled(digest) if recall else None
+    if token is None:
+        token = ApiToken.objects.select_related("project").filter(token_hash=digest).first()
+        if token is None:
+            return None
+        if _usable(token, now) and (token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60):
+            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+            token.last_used_at = now
+        _remember(digest, token)
+    if not _usable(token, now):
+        return None
+    mine = copy.copy(token)  # the request's own: gunicorn's threads share what is remembered
+    mine.project = copy.copy(token.project)
+    return mine
+
+
+def _usable(token: ApiToken, now: datetime) -> bool:
+    return token.revoked_at is None and (token.expires_at is None or token.expires_at > now)
+
+
+def token_remembered(secret: str) -> bool:
+    """Whether `authenticate_token` answers `secret` without a query."""
+    return _recalled(hash_token(secret)) is not None
+
+
+def forget_tokens() -> None:
+    """Forget every remembered token, now and when the current transaction commits (a lookup by another thread
+    meanwhile reads the rows as they were before it)."""
+    with _remembered_lock:
+        _remembered.clear()
+    transaction.on_commit(_forget_now)
+
+
+def _forget_now() -> None:
+    with _remembered_lock:
+        _remembered.clear()
+
+
+def _recalled(digest: str) -> ApiToken | None:
+    entry = _remembered.get(digest)
+    if entry is None or time.monotonic() - entry[0] >= REMEMBER_SECONDS:
+        return None
+    return entry[1]
+
+
+def _remember(digest: str, token: ApiToken) -> None:
+    with _remembered_lock:
+        if len(_remembered) >= REMEMBER_MAX:
+            _remembered.clear()
+        _remembered[digest] = (time.monotonic(), token)
+
+
+def _forget_on_change(sender: type, **kwargs: Any) -> None:
+    forget_tokens()
+
+
+for _model in (ApiToken, Project):
+    post_save.connect(_forget_on_change, sender=_model, dispatch_uid=f"forget-tokens-save-{_model.__name__}")
+    post_delete.connect(_forget_on_change, sender=_model, dispatch_uid=f"forget-tokens-delete-{_model.__name__}")
+tokens_updated.connect(_forget_on_change, dispatch_uid="forget-tokens-update")
 
 
 @transaction.atomic
 def revoke_token(token: ApiToken, *, actor: Actor, now: datetime | None = None) -> bool:
     """Revoke an API token; returns False when it was revoked already."""
     now = now or timezone.now()
-    changed = ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=now)
+    changed = ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=now)  # forgets
     if changed:
         token.revoked_at = now
         record_audit(actor, "revoke_token", project=token.project, target=str(token), now=now)

@@ -1,0 +1,1 @@
+"""The SQLite backend of `make run` (see base.py)."""
