@@ -181,7 +181,7 @@ class Selection:
 
 
 def max_sessions() -> int:
-    return int(getattr(settings, "RECOVERY_MAX_SESSIONS", 5000))
+    return int(settings.RECOVERY_MAX_SESSIONS)
 
 
 def selected(selection: Selection, reach: Reach) -> AgentSessionQuerySet:
