@@ -416,3 +416,16 @@ def test_a_batch_of_forks_leaves_the_sources_alone_and_is_undone_by_archiving_th
     report = undo_recovery(recovery, actor=Actor.system())
     assert report.archived == 2
     assert set(forks.values_list("status", flat=True)) == {SessionStatus.ARCHIVED}
+
+
+@pytest.mark.parametrize(
+    ("rule", "target_seq"),
+    [(TargetRule("before", at=at(2) + timedelta(seconds=30)), 2), (TargetRule("named", name="plan"), 2)],
+)
+def test_the_job_applies_the_before_and_named_rules_it_was_given(broken, rule, target_seq):
+    session = broken()
+    recovery = restore_all(restore(rule), everything(session.project))
+    item = RecoveryItem.objects.get(recovery=recovery)
+    session.refresh_from_db()
+    assert (recovery.rule, item.result, item.target_seq) == (rule.rule, "restored", target_seq)
+    assert session.head.metadata["restored_from_seq"] == target_seq
