@@ -418,9 +418,9 @@ def run_recovery(recovery_id: int, *, holder: str) -> dict[str, int]:
         if not page:
             break
         last = page[-1]
+        if not Recovery.objects.filter(pk=recovery_id, worker=holder, state=RecoveryState.RUNNING).exists():
+            return {"stopped": 1}  # another worker took it over: it does the rest (items are locked, never twice)
         for item_id in page:
-            if not Recovery.objects.filter(pk=recovery_id, worker=holder, state=RecoveryState.RUNNING).exists():
-                return {"stopped": 1}  # another worker took it over: it does the rest
             _recover_item(recovery, item_id, actor)
     return finish_recovery(recovery_id, holder=holder)
 
@@ -451,12 +451,18 @@ def _recover_locked(recovery: Recovery, item: RecoveryItem, actor: Actor) -> Non
     """Under the item's and the session's row locks: ask the rule again, restore or skip, record the item."""
     session = AgentSession.objects.select_for_update(of=("self",)).select_related("project").get(pk=item.session_id)
     skip = _still_allowed(recovery, session)
-    head = Checkpoint.objects.filter(pk=session.head_id).first() if session.head_id else None
-    planned = Checkpoint.objects.filter(pk=item.planned_head_id).first() if item.planned_head_id else None
+    found = {c.pk: c for c in Checkpoint.objects.filter(pk__in=[session.head_id, item.planned_head_id])}
+    head, planned = found.get(session.head_id or 0), found.get(item.planned_head_id or 0)
     decision: Decision | None = None
     if not skip and (head is None or planned is None or item.target_id is None):
         skip = f"{Skip.HEAD_MOVED}: the head or the target the preview showed is gone"
-    if not skip and head is not None and planned is not None and not on_path(head_path(session, head), planned):
+    if (
+        not skip
+        and head is not None
+        and planned is not None
+        and head.pk != planned.pk
+        and not on_path(head_path(session, head), planned)
+    ):
         skip = f"{Skip.HEAD_MOVED}: the head #{head.seq} left the path the preview saw (its head was #{planned.seq})"
     if not skip:
         decision = decide([session], _rule_of(recovery))[session.pk]
