@@ -112,6 +112,7 @@ class World:
     rule: Any
     token: Any
     gc_task: Any
+    recovery: Any = None
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,9 @@ ROUTES: dict[str, Callable[[World], list[Page]]] = {
     "alert_list": lambda world: [Page(), Page(query="?state=resolved")],
     "alert_acknowledge": _one_alert,
     "alert_resolve": _one_alert,
+    "recovery_new": lambda world: [Page(), Page(query="?all=on&action=restore&rule=last_good&state=unresolved")],
+    "recovery_detail": lambda world: [Page((world.recovery.pk,))],
+    "recovery_undo": lambda world: [Page((world.recovery.pk,))],
     "audit_log": _none,
     "retention": _none,
     "retention_dry_run": _none,
@@ -277,6 +281,7 @@ def build_world(full: bool = False) -> World:
     from django.core.management import call_command
     from django_celery_beat.models import PeriodicTask
 
+    from checkpoints import models as domain
     from checkpoints.models import (
         AgentSession,
         ApiToken,
@@ -306,6 +311,17 @@ def build_world(full: bool = False) -> World:
         imported=3,
         report={"imported": 3, "skipped": 0, "errors": [], "sessions": [sessions[0].external_id]},
         started_at=FROZEN_AT,
+        finished_at=FROZEN_AT,
+    )
+    recoveries = getattr(domain, "Recovery", None)  # a commit before fleet recovery (--tree) has none
+    recovery = recoveries and recoveries.objects.create(  # a finished fleet recovery of nothing: its page, its undo
+        project=projects[0],
+        action="restore",
+        rule="last_good",
+        reason="search API outage",
+        actor="admin",
+        state="finished",
+        created_at=FROZEN_AT,
         finished_at=FROZEN_AT,
     )
     rule = NotificationRule.objects.create(
@@ -342,6 +358,7 @@ def build_world(full: bool = False) -> World:
         token=token,
         gc_task=PeriodicTask.objects.filter(task__endswith="collect_garbage").order_by("pk").first()
         or PeriodicTask.objects.order_by("pk").first(),
+        recovery=recovery,
     )
 
 

@@ -51,6 +51,7 @@ DETECT_DRIFT = Task(
 COLLECT_GARBAGE = Task(
     "checkpoints.tasks.collect_garbage", job="gc", beat="Collect unreferenced chunks", every=1, period="days"
 )
+RUN_RECOVERY = Task("checkpoints.tasks.run_recovery")  # the default queue: any worker runs a fleet recovery
 SEND_DELIVERY = Task("checkpoints.tasks.send_delivery", queue="deliveries")
 SEND_DUE_DELIVERIES = Task(
     "checkpoints.tasks.send_due_deliveries",
@@ -75,6 +76,7 @@ TASKS: tuple[Task, ...] = (
     TAKE_ROUTINE_CHECKPOINTS,
     DETECT_DRIFT,
     COLLECT_GARBAGE,
+    RUN_RECOVERY,
     SEND_DELIVERY,
     SEND_DUE_DELIVERIES,
     DELETE_OLD_DELIVERIES,

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import OperationalError
 
 from . import task_names as names
-from .jobs import forget_runs, gc, retention, routine, run_job, watching
+from .jobs import forget_runs, gc, recoveries, retention, routine, run_job, watching
 from .outbox import deliveries
 from .outbox.deliveries import send_delivery  # defined beside the queue() that sends it; a worker registers it here
 from .services import drift
@@ -27,6 +27,12 @@ def import_archive(job_id: int) -> dict[str, object]:
 @shared_task(name=names.SCAN_WATCHED_SOURCES.name, acks_late=True, time_limit=3600, soft_time_limit=3500)
 def scan_watched_sources() -> dict[str, int]:
     return run_job(names.SCAN_WATCHED_SOURCES.job, watching.scan_all).result
+
+
+@shared_task(name=names.RUN_RECOVERY.name, acks_late=True, time_limit=3600, soft_time_limit=3500)
+def run_recovery(recovery_id: int) -> dict[str, Any]:
+    """A fleet recovery; acks_late: a killed worker's message is redelivered, and the sweep requeues it anyway."""
+    return recoveries.run(recovery_id)
 
 
 # Periodic jobs: idempotent, acks_late (a killed worker's job is redelivered), one run at a time
@@ -76,12 +82,13 @@ DELIVERY_SWEEP = names.SEND_DUE_DELIVERIES.job
 
 @shared_task(name=names.SEND_DUE_DELIVERIES.name, acks_late=True)
 def send_due_deliveries(triggered_by: str = "beat") -> dict[str, Any]:
-    """Every minute: queue the deliveries whose next attempt is due, and the uploads' imports that a broker
-    outage left unsent; recorded as every job's runs are (the Jobs page reads them)."""
+    """Every minute: queue the deliveries whose next attempt is due, the uploads' imports that a broker
+    outage left unsent and the fleet recoveries whose worker stopped beating; recorded as every job's runs are (the Jobs page reads them)."""
 
     def sweep() -> dict[str, Any]:
         imports = resend_unsent(import_archive.delay)
-        return {"deliveries": deliveries.send_due(), "imports": imports}
+        stalled = recoveries.requeue_stalled(run_recovery.delay)
+        return {"deliveries": deliveries.send_due(), "imports": imports, "recoveries": stalled}
 
     return run_job(DELIVERY_SWEEP, sweep, triggered_by=triggered_by).result
 
@@ -96,4 +103,4 @@ def delete_old_deliveries(triggered_by: str = "beat") -> dict[str, Any]:
     return run_job(names.DELETE_OLD_DELIVERIES.job, cleanup, triggered_by=triggered_by).result
 
 
-__all__ = ["import_archive", "scan_watched_sources", "send_delivery", "send_due_deliveries"]
+__all__ = ["import_archive", "run_recovery", "scan_watched_sources", "send_delivery", "send_due_deliveries"]

@@ -306,6 +306,7 @@ RETENTION_BATCH_PAUSE_MS = env_int("RETENTION_BATCH_PAUSE_MS", 50)
 # staleness threshold has lost its worker: it is marked failed and its lock is free.
 JOB_HEARTBEAT_SECONDS = env_int("JOB_HEARTBEAT_SECONDS", 30)
 JOB_STALE_AFTER_SECONDS = env_int("JOB_STALE_AFTER_SECONDS", 120)
+RECOVERY_MAX_SESSIONS = env_int("RECOVERY_MAX_SESSIONS", 5000)  # sessions one fleet recovery may take
 
 # Celery: Redis in production and CI; `make run` uses kombu's filesystem transport (no server).
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")

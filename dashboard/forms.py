@@ -451,3 +451,85 @@ class InterruptAnswerForm(forms.Form):
         except (ValueError, RecursionError):
             data["value"] = text
         return data
+
+
+class RecoveryForm(forms.Form):
+    """A fleet recovery as the console asks it: the sessions (ticked, or all matching the page's filters), the
+    action, the target rule and, to run it, the reason. The filter fields are the Alerts and Sessions pages' own
+    (carried over as hidden fields) and the API's."""
+
+    action = forms.ChoiceField(required=False, choices=[("restore", "Restore"), ("fork", "Fork")], initial="restore")
+    rule = forms.ChoiceField(
+        required=False,
+        choices=[
+            ("last_good", "Last good checkpoint"),
+            ("before", "Just before a time"),
+            ("named", "A named checkpoint"),
+        ],
+        initial="last_good",
+        widget=forms.RadioSelect,
+    )
+    at = forms.CharField(
+        required=False, label="Before (UTC)", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+    name = forms.CharField(required=False, max_length=200, label="Checkpoint name")
+    all = forms.BooleanField(required=False, label="Every session matching the filters")
+    session = forms.TypedMultipleChoiceField(required=False, coerce=int, widget=forms.MultipleHiddenInput)
+    # the pages' filters
+    project = forms.CharField(required=False, max_length=100, widget=forms.HiddenInput)
+    agent = forms.CharField(required=False, max_length=200, widget=forms.HiddenInput)
+    kind = forms.CharField(required=False, max_length=40, widget=forms.HiddenInput)
+    severity = forms.ChoiceField(required=False, choices=[("", ""), *AlertSeverity.choices], widget=forms.HiddenInput)
+    state = forms.ChoiceField(
+        required=False, choices=[("", ""), (UNRESOLVED, UNRESOLVED), *AlertState.choices], widget=forms.HiddenInput
+    )
+    status = forms.CharField(required=False, max_length=20, widget=forms.HiddenInput)
+    q = forms.CharField(required=False, max_length=200, widget=forms.HiddenInput)
+    alert = forms.BooleanField(required=False, widget=forms.HiddenInput)
+    opened_since = forms.CharField(
+        required=False, label="Failures since (UTC)", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+    opened_until = forms.CharField(
+        required=False, label="until (UTC)", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+    reason = forms.CharField(
+        required=False,
+        max_length=REASON_MAX,
+        strip=True,
+        widget=forms.Textarea(
+            attrs={"rows": 2, "placeholder": "e.g. search API outage 02:10–02:40; back to last good"}
+        ),
+        help_text="Required to run. Recorded in the audit log, on every session's restore and on the batch.",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        raw = self.data.getlist("session") if hasattr(self.data, "getlist") else self.data.get("session", [])
+        choice = self.fields["session"]
+        assert isinstance(choice, forms.TypedMultipleChoiceField)  # noqa: S101 - declared above
+        choice.choices = [
+            (value, value)
+            for value in raw
+            if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 19
+        ]
+
+    def _time(self, name: str) -> datetime | None:
+        text = self.cleaned_data.get(name) or ""
+        if not text:
+            return None
+        found = utc_datetime(text)
+        if found is None:
+            raise forms.ValidationError({name: "Enter a date and time, e.g. 2026-03-12 02:10."})
+        return found
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        for name in ("at", "opened_since", "opened_until"):
+            if name in data:
+                try:
+                    data[f"{name}_time"] = self._time(name)
+                except forms.ValidationError as exc:
+                    self.add_error(None, exc)
+        if not data.get("all") and not data.get("session"):
+            raise forms.ValidationError("Tick the sessions to recover, or choose every session matching the filters.")
+        return data

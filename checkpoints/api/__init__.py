@@ -4,7 +4,7 @@ under `/langgraph/`) and `webhooks`. What the routers share is in `common`, whic
 
 Every endpoint needs a project-scoped bearer token holding the scope the endpoint names (`x-required-scope` in the
 OpenAPI schema; models.Scope): `read`, `write` for what changes data, `answer` to answer a LangGraph
-thread's interrupts (`interrupts`).
+thread's interrupts (`interrupts`), `recover` to run and undo a fleet recovery (`recoveries`).
 Bad input gets a 4xx with {"detail": …} and writes nothing.
 """
 
@@ -21,7 +21,7 @@ from .. import services
 from ..humanize import short_value
 from ..services import langgraph as langgraph_services
 from ..store import jsoncodec
-from . import agent, interrupts, langgraph, webhooks
+from . import agent, interrupts, langgraph, recoveries, webhooks
 from .common import (
     ORJSONRenderer,
     ScopedNinjaAPI,
@@ -127,6 +127,7 @@ def _history_deleted(request: HttpRequest, exc: langgraph_services.HistoryDelete
 # The agent's routes first, as when they were declared on `api` itself: the schema lists paths in this order.
 api.add_router("", agent.router)
 api.add_router("", interrupts.router)
+api.add_router("", recoveries.router)
 api.add_router("/langgraph/", langgraph.router)
 api.add_router("/webhooks", webhooks.router)
 

@@ -65,19 +65,19 @@ def beat(run_pk: int, name: str, *, holder: str, now: datetime | None = None) ->
     JobLock.objects.filter(name=name, holder=holder).update(expires_at=now + stale_after())
 
 
-class Heartbeat:
+class Pulse:
     """A daemon thread that calls `beat` every JOB_HEARTBEAT_SECONDS until the `with` block ends.
 
     A thread, not calls between batches: a run waiting on a lock or one long statement is alive too. It dies
     with its process, which is the point. It uses (and closes) its own database connection.
     """
 
-    def __init__(self, run_pk: int, name: str, *, holder: str) -> None:
-        self.run_pk, self.name, self.holder = run_pk, name, holder
+    def __init__(self, beat: Callable[[], None], label: str) -> None:
+        self.beat, self.label = beat, label
         self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._loop, name=f"heartbeat:{name}", daemon=True)
+        self.thread = threading.Thread(target=self._loop, name=f"heartbeat:{label}", daemon=True)
 
-    def __enter__(self) -> Heartbeat:
+    def __enter__(self) -> Pulse:
         self.thread.start()
         return self
 
@@ -89,11 +89,19 @@ class Heartbeat:
         try:
             while not self.stopped.wait(settings.JOB_HEARTBEAT_SECONDS):
                 try:
-                    beat(self.run_pk, self.name, holder=self.holder)
+                    self.beat()
                 except Exception:  # a missed beat is retried next time; staleness allows several
-                    logger.exception("heartbeat of job %s (run %s) failed", self.name, self.run_pk)
+                    logger.exception("heartbeat of %s failed", self.label)
         finally:
             connections.close_all()  # this thread's connections only
+
+
+class Heartbeat(Pulse):
+    """The pulse of a job's run: `beat` moves its JobRun's heartbeat and its lock's expiry."""
+
+    def __init__(self, run_pk: int, name: str, *, holder: str) -> None:
+        self.run_pk, self.name, self.holder = run_pk, name, holder
+        super().__init__(lambda: beat(run_pk, name, holder=holder), f"job {name} (run {run_pk})")
 
 
 def reap_dead_runs(*, now: datetime | None = None) -> int:

@@ -45,6 +45,27 @@ from .operations import (
     JobRunStatus as JobRunStatus,
 )
 from .operations import (
+    Recovery as Recovery,
+)
+from .operations import (
+    RecoveryAction as RecoveryAction,
+)
+from .operations import (
+    RecoveryItem as RecoveryItem,
+)
+from .operations import (
+    RecoveryQuerySet as RecoveryQuerySet,
+)
+from .operations import (
+    RecoveryResult as RecoveryResult,
+)
+from .operations import (
+    RecoveryRule as RecoveryRule,
+)
+from .operations import (
+    RecoveryState as RecoveryState,
+)
+from .operations import (
     RetentionPolicy as RetentionPolicy,
 )
 from .operations import (

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from ..fields import SafeCharField, SafeJSONField, SafeTextField
 from ..registry.formats import FORMATS
-from .projects import Project, ProjectScopedQuerySet
-from .sessions import CheckpointKind, RegisteredChoices
+from .projects import ApiToken, Project, ProjectScopedQuerySet
+from .sessions import AgentSession, Checkpoint, CheckpointKind, RegisteredChoices
 
 
 class RetentionScope(models.TextChoices):
@@ -174,3 +174,136 @@ class JobLock(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} held by {self.holder or 'nobody'}"
+
+
+class RecoveryAction(models.TextChoices):
+    RESTORE = "restore"
+    FORK = "fork"
+
+
+class RecoveryRule(models.TextChoices):
+    """How each session's target is picked (services.targets: the rule the single-alert button uses too)."""
+
+    LAST_GOOD = "last_good", "last good"
+    BEFORE = "before", "before a time"
+    NAMED = "named", "a named checkpoint"
+
+
+class RecoveryState(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+
+
+class RecoveryQuerySet(ProjectScopedQuerySet):
+    pass
+
+
+class Recovery(models.Model):
+    """A fleet recovery: one reviewed action restoring (or forking) many sessions, run by a Celery job.
+
+    Its items are the plan the preview showed; each item changes in the transaction that restores its session,
+    so a worker killed midway leaves every session restored once or untouched, and a rerun does the rest."""
+
+    project = models.ForeignKey(
+        Project,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="recoveries",
+        help_text="The project of every session in it; empty when the batch spans several (a console selection).",
+    )
+    action = models.CharField(max_length=10, choices=RecoveryAction.choices)
+    rule = models.CharField(max_length=10, choices=RecoveryRule.choices)
+    at = models.DateTimeField(null=True, blank=True, help_text="The time of the 'before' rule.")
+    name = SafeCharField(max_length=200, blank=True, help_text="The checkpoint name of the 'named' rule.")
+    selection = SafeJSONField(default=dict, blank=True, help_text="The filter or the sessions ticked, as given.")
+    reason = SafeTextField()
+    state = models.CharField(max_length=10, choices=RecoveryState.choices, default=RecoveryState.QUEUED)
+    total = models.PositiveIntegerField(default=0)
+    done = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    token = models.ForeignKey(ApiToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    actor = SafeCharField(max_length=200, help_text="Who asked, as the audit log names them.")
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    worker = models.CharField(max_length=200, blank=True, help_text="host:pid:token of the worker running it.")
+    heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Refreshed while its worker is alive.")
+    attempts = models.PositiveIntegerField(default=0, help_text="Runs started: more than one after a requeue.")
+    error = SafeTextField(blank=True)
+    undone_at = models.DateTimeField(null=True, blank=True)
+    undone_by = SafeCharField(max_length=200, blank=True)
+
+    objects = RecoveryQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "recoveries"
+        indexes = [
+            # the sweep: recoveries still queued or running whose worker stopped responding
+            models.Index(
+                fields=["heartbeat_at"], condition=Q(state__in=["queued", "running"]), name="recovery_unfinished"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"recovery {self.pk} ({self.action}, {self.state})"
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (RecoveryState.FINISHED, RecoveryState.FAILED)
+
+    @property
+    def processed(self) -> int:
+        return self.done + self.skipped + self.failed
+
+
+class RecoveryResult(models.TextChoices):
+    PENDING = "pending"
+    RESTORED = "restored"
+    FORKED = "forked"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+
+
+class RecoveryItem(models.Model):
+    """One session of a recovery: the target and head the preview showed, then what the run did."""
+
+    recovery = models.ForeignKey(Recovery, on_delete=models.CASCADE, related_name="items")
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+")
+    target = models.ForeignKey(Checkpoint, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    target_seq = models.PositiveIntegerField(null=True, blank=True)
+    planned_head = models.ForeignKey(
+        Checkpoint,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The head the preview saw: the run restores only while the head is still on its path.",
+    )
+    discarded_checkpoints = models.PositiveIntegerField(default=0)
+    discarded_tool_calls = models.PositiveIntegerField(null=True, blank=True)
+    result = models.CharField(max_length=10, choices=RecoveryResult.choices, default=RecoveryResult.PENDING)
+    reason = SafeTextField(blank=True, help_text="Why it was skipped or failed.")
+    previous_head = models.ForeignKey(Checkpoint, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    new_head = models.ForeignKey(
+        Checkpoint,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The restore checkpoint made, or the fork's first checkpoint.",
+    )
+    undo = SafeCharField(max_length=300, blank=True, help_text="What Undo batch did to it.")
+
+    class Meta:
+        ordering = ["recovery", "id"]
+        constraints = [models.UniqueConstraint(fields=["recovery", "session"], name="recovery_item_per_session")]
+        indexes = [models.Index(fields=["recovery", "result"], name="recovery_item_result")]
+
+    def __str__(self) -> str:
+        return f"{self.recovery_id}: {self.session_id} {self.result}"

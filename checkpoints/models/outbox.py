@@ -30,6 +30,7 @@ class EventType(models.TextChoices):
     INTERRUPT_ANSWERED = "interrupt.answered"
     JOB_FAILED = "job.failed"
     IMPORT_FAILED = "import.failed"
+    RECOVERY_FINISHED = "recovery.finished"  # a fleet recovery's batch, once
     PING = "ping"  # "Send test"
 
 

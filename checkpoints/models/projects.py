@@ -203,6 +203,8 @@ class Scope(models.TextChoices):
     WRITE = "write", "store and change: sessions, checkpoints, restores, forks, LangGraph puts and deletions, webhooks"
     # Not implied by write: an agent's write token must not answer the question its own graph asks a person.
     ANSWER = "answer", "answer a LangGraph thread's interrupts (what a person approves or decides)"
+    # Not implied by write either: one call restores or forks a whole fleet of sessions.
+    RECOVER = "recover", "recover many sessions in one batch (restore or fork them, undo the batch)"
 
 
 DEFAULT_SCOPES = [Scope.READ.value, Scope.WRITE.value]  # a token created without naming its scopes

@@ -34,6 +34,7 @@ from ..models import (
     Phase,
     PhaseFeedback,
     Project,
+    Recovery,
     WebhookEndpoint,
 )
 from . import notifications
@@ -159,7 +160,11 @@ def publish_checkpoints_created(created: Sequence[tuple[AgentSession, Checkpoint
         publish_all(events)
 
 
-def publish_restored(session: AgentSession, restore: Checkpoint, target: Checkpoint, *, actor: str) -> None:
+def publish_restored(
+    session: AgentSession, restore: Checkpoint, target: Checkpoint, *, actor: str, recovery: int | None = None
+) -> None:
+    """session.restored; one made by a fleet recovery names it (`recovery`), and notification rules leave it to
+    the batch's recovery.finished (webhooks, which agents act on, still get one per session)."""
     if not wants(EventType.SESSION_RESTORED, session.project_id):
         return
     data = {
@@ -167,11 +172,12 @@ def publish_restored(session: AgentSession, restore: Checkpoint, target: Checkpo
         "checkpoint": checkpoint_data(restore),
         "target": checkpoint_data(target),
         "actor": actor,
+        **({"recovery": recovery} if recovery is not None else {}),
     }
     publish(EventType.SESSION_RESTORED, project=session.project, data=data)
 
 
-def publish_forked(fork: AgentSession, source: Checkpoint, *, actor: str) -> None:
+def publish_forked(fork: AgentSession, source: Checkpoint, *, actor: str, recovery: int | None = None) -> None:
     if not wants(EventType.SESSION_FORKED, fork.project_id):
         return
     data = {
@@ -179,8 +185,27 @@ def publish_forked(fork: AgentSession, source: Checkpoint, *, actor: str) -> Non
         "source_session": session_data(source.session),
         "source_checkpoint": checkpoint_data(source),
         "actor": actor,
+        **({"recovery": recovery} if recovery is not None else {}),
     }
     publish(EventType.SESSION_FORKED, project=fork.project, data=data)
+
+
+def publish_recovery_finished(recovery: Recovery, project: Project, *, counts: dict[str, int], actor: str) -> None:
+    """recovery.finished: one per batch and project, with its counts (what notification rules send)."""
+    if not wants(EventType.RECOVERY_FINISHED, project.pk):
+        return
+    data = {
+        "recovery": {
+            "id": recovery.pk,
+            "action": recovery.action,
+            "rule": recovery.rule,
+            "reason": recovery.reason,
+            "actor": actor,
+            "counts": counts,
+            "url": console_url("recovery_detail", recovery.pk),
+        }
+    }
+    publish(EventType.RECOVERY_FINISHED, project=project, data=data)
 
 
 def publish_alert(type: str, alert: DriftAlert, *, previous_severity: str = "") -> None:

@@ -51,7 +51,9 @@ RULE_EVENTS = [
     EventType.IMPORT_FAILED,
     EventType.SESSION_RESTORED,
     EventType.SESSION_FORKED,
+    EventType.RECOVERY_FINISHED,
 ]
+BATCHED = {EventType.SESSION_RESTORED, EventType.SESSION_FORKED}  # a fleet recovery's: told once, as the batch
 APPROVERS_EMAILED = {EventType.PHASE_WAITING, EventType.INTERRUPT_WAITING}  # rule or not
 RULE_FIELDS = ("name", "events", "alert_kinds", "min_severity", "channel", "target", "quiet_minutes", "enabled")
 
@@ -63,6 +65,8 @@ def deliveries_for(event: Event) -> list[Delivery]:
     """The deliveries the rules (and, for a waiting phase or interrupt, the project's approvers) want for `event`, unsaved:
     `events.publish` saves them with the event."""
     if event.type not in RULE_EVENTS:  # checkpoint.created on every ingest: no query
+        return []
+    if event.type in BATCHED and (event.data or {}).get("recovery"):  # recovery.finished tells the rules once
         return []
     rules = [rule for rule in _candidate_rules(event) if matches(rule, event)]
     quiet = _quiet_rules(rules, event)

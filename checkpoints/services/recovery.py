@@ -34,7 +34,12 @@ log = logging.getLogger(__name__)
 
 @transaction.atomic
 def restore_checkpoint(
-    checkpoint: Checkpoint, *, actor: Actor, reason: str = "", now: datetime | None = None
+    checkpoint: Checkpoint,
+    *,
+    actor: Actor,
+    reason: str = "",
+    now: datetime | None = None,
+    recovery: int | None = None,
 ) -> Checkpoint:
     """Make `checkpoint` the state the agent resumes from, without deleting anything.
 
@@ -42,13 +47,20 @@ def restore_checkpoint(
     2. The session's head moves to R and its restore generation increments, so a polling agent
        sees that it must reload.
     3. An audit row records who, why, and the previous head (what "Undo" goes back to).
+
+    `recovery` names the fleet recovery the restore is part of (services.fleet): recorded on the checkpoint and
+    the audit row, and the `session.restored` event goes to webhooks but not to notification rules, which hear
+    of the batch once.
     """
     now = now or timezone.now()
     session = AgentSession.objects.select_for_update().get(pk=checkpoint.session_id)
     if session.source_format == SourceFormat.LANGGRAPH:
         langgraph.check_resumable(checkpoint)
     previous_head = session.head_id
-    restored = _new_head(session, checkpoint, name=f"restore of #{checkpoint.seq}", reason=reason, now=now)
+    batch = {"recovery": recovery} if recovery is not None else {}
+    restored = _new_head(
+        session, checkpoint, name=f"restore of #{checkpoint.seq}", reason=reason, now=now, undo_of=batch
+    )
     record_audit(
         actor,
         "restore",
@@ -56,10 +68,10 @@ def restore_checkpoint(
         checkpoint=restored,
         target=f"{session} #{checkpoint.seq}",
         reason=reason,
-        details={"target_seq": checkpoint.seq, "previous_head": previous_head, "new_seq": restored.seq},
+        details={"target_seq": checkpoint.seq, "previous_head": previous_head, "new_seq": restored.seq, **batch},
         now=now,
     )
-    events.publish_restored(session, restored, checkpoint, actor=actor.label)
+    events.publish_restored(session, restored, checkpoint, actor=actor.label, recovery=recovery)
     return restored
 
 
@@ -133,7 +145,7 @@ def _new_head(
     name: str,
     reason: str,
     now: datetime,
-    undo_of: dict[str, int] | None = None,
+    undo_of: dict[str, int] | None = None,  # also: the recovery a restore is part of
     status: tuple[str, str] = (CheckpointStatus.COMPLETED, ""),
     session_status: str | None = None,
 ) -> Checkpoint:
@@ -383,18 +395,22 @@ def fork_session(
     title: str = "",
     external_id: str = "",
     now: datetime | None = None,
+    reason: str = "",
+    recovery: int | None = None,
 ) -> AgentSession:
     """A new session starting from `checkpoint`; its first checkpoint shares the stored state (O(1)).
 
     Without an id the fork is named `<source>-fork-<n>`; when a concurrent fork takes the name first,
-    the next number is tried.
+    the next number is tried. `recovery` names the fleet recovery it is part of (kept in the fork's metadata).
     """
     source = checkpoint.session
     if source.source_format == SourceFormat.LANGGRAPH:
         langgraph.check_resumable(checkpoint)
     if external_id:
         try:
-            return _fork(checkpoint, actor=actor, title=title, external_id=external_id, now=now)
+            return _fork(
+                checkpoint, actor=actor, title=title, external_id=external_id, now=now, reason=reason, recovery=recovery
+            )
         except IntegrityError:
             raise CheckpointError(f"a session {external_id!r} already exists in {source.project}") from None
     number = AgentSession.objects.filter(project=source.project, forked_from__session=source).count() + 1
@@ -402,7 +418,15 @@ def fork_session(
         candidate = _fork_id(source, number)
         if not AgentSession.objects.filter(project=source.project, external_id=candidate).exists():
             try:
-                return _fork(checkpoint, actor=actor, title=title, external_id=candidate, now=now)
+                return _fork(
+                    checkpoint,
+                    actor=actor,
+                    title=title,
+                    external_id=candidate,
+                    now=now,
+                    reason=reason,
+                    recovery=recovery,
+                )
             except IntegrityError:
                 pass  # taken by a concurrent fork since the check
         number += 1
@@ -410,9 +434,19 @@ def fork_session(
 
 
 @transaction.atomic  # a savepoint when nested: a taken id leaves the caller's transaction usable
-def _fork(checkpoint: Checkpoint, *, actor: Actor, title: str, external_id: str, now: datetime | None) -> AgentSession:
+def _fork(
+    checkpoint: Checkpoint,
+    *,
+    actor: Actor,
+    title: str,
+    external_id: str,
+    now: datetime | None,
+    reason: str = "",
+    recovery: int | None = None,
+) -> AgentSession:
     now = now or timezone.now()
     source = checkpoint.session
+    batch = {"recovery": recovery} if recovery is not None else {}
     fork = AgentSession.objects.create(
         project=source.project,
         external_id=external_id,
@@ -424,7 +458,7 @@ def _fork(checkpoint: Checkpoint, *, actor: Actor, title: str, external_id: str,
         created_at=now,
         updated_at=now,
         last_seen_at=now,
-        metadata={"forked_from_session": source.external_id, "forked_from_seq": checkpoint.seq},
+        metadata={"forked_from_session": source.external_id, "forked_from_seq": checkpoint.seq, **batch},
     )
     first = Checkpoint.objects.create(
         session=fork,
@@ -447,10 +481,11 @@ def _fork(checkpoint: Checkpoint, *, actor: Actor, title: str, external_id: str,
         session=source,
         checkpoint=checkpoint,
         target=f"{source} #{checkpoint.seq} → {fork.external_id}",
-        details={"fork_session": fork.external_id, "fork_session_id": fork.pk},
+        reason=reason,
+        details={"fork_session": fork.external_id, "fork_session_id": fork.pk, **batch},
         now=now,
     )
-    events.publish_forked(fork, checkpoint, actor=actor.label)
+    events.publish_forked(fork, checkpoint, actor=actor.label, recovery=recovery)
     return fork
 
 

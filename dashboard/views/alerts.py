@@ -15,11 +15,22 @@ from django_htmx.http import trigger_client_event
 
 from checkpoints.models import SEVERITY_RANKS, AlertSeverity, AlertState, Checkpoint, DriftAlert, Project
 from checkpoints.services import Actor, acknowledge_alert, resolve_alert
-from checkpoints.store.history import Discards, discards_for
+from checkpoints.services.targets import alert_targets
+from checkpoints.store.history import Discards
 
 from ..forms import UNRESOLVED, AlertFilterForm, ResolveForm
 from ..presenters.evidence import Triggered, evidence_checkpoints, evidence_summary
-from .common import TRIAGE, VIEW, HtmxHttpRequest, console, get_alert_for_user, notify, render_page, safe_next
+from .common import (
+    TRIAGE,
+    VIEW,
+    HtmxHttpRequest,
+    console,
+    fleet_filters,
+    get_alert_for_user,
+    notify,
+    render_page,
+    safe_next,
+)
 
 PAGE_SIZE = 50
 ROW = "dashboard/alert_list.html#alert-row"
@@ -76,6 +87,9 @@ def alert_list(request: HtmxHttpRequest) -> HttpResponse:
         "paged": bool(form.cleaned_data.get("after")),
         "filtered": any(form.cleaned_data.get(name) for name in ("kind", "severity", "project", "session")),
         "state": form.cleaned_data.get("state", UNRESOLVED),
+        "fleet_filters": fleet_filters(form.cleaned_data, ("state", "severity", "kind", "project")),
+        "fleet_all_allowed": not form.cleaned_data.get("session"),
+        "fleet_total": None,
     }
     return render_page(request, "dashboard/alert_list.html", context, partial="alert-results")
 
@@ -92,14 +106,16 @@ class AlertRow:
 
 
 def _rows(alerts: list[DriftAlert]) -> list[AlertRow]:
+    """The rows; "Restore last good" offers what the target rule decides for the alert (`alert_targets`, the
+    rule a fleet recovery asks too)."""
     prefetch_related_objects(alerts, Prefetch("last_good", queryset=Checkpoint.objects.only(*LAST_GOOD_FIELDS)))
-    offers = [alert.last_good for alert in alerts if alert.last_good and alert.state != AlertState.RESOLVED]
-    found = discards_for(offers)
+    offers = [alert for alert in alerts if alert.last_good and alert.state != AlertState.RESOLVED]
+    decided = alert_targets(offers)
     return [
         AlertRow(
             alert,
             evidence_summary(alert.evidence),
-            found.get(alert.last_good_id) if alert.last_good_id else None,
+            decided[alert.pk].discards if alert.pk in decided else None,
             evidence_checkpoints(alert.evidence),
         )
         for alert in alerts

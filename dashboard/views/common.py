@@ -105,6 +105,18 @@ def get_project_for_user(request: HtmxHttpRequest, slug: str) -> Project:
     return _permitted(request, get_object_or_404(Project.objects.allowing(request.user), slug=slug))
 
 
+def fleet_filters(cleaned: dict[str, Any], names: tuple[str, ...]) -> list[tuple[str, str]]:
+    """A list page's filters as the fleet recovery form takes them (hidden fields of its "Recover…" bar)."""
+    found = []
+    for name in names:
+        value = cleaned.get(name)
+        if value is True:
+            found.append((name, "on"))
+        elif value:
+            found.append((name, str(value)))
+    return found
+
+
 def parse_int(value: str | None, *, below: int = 2**31) -> int | None:
     """A query parameter as a whole number 0 ≤ n < `below`, or None for anything else (also for digits that
     are not ASCII, like '²', which `str.isdigit` accepts and `int` refuses)."""

@@ -16,7 +16,7 @@ from checkpoints.models import AgentSession, AgentSessionQuerySet, Checkpoint, P
 from checkpoints.phases import sessions_waiting_for_approval
 
 from ..forms import choice_field
-from .common import HtmxHttpRequest, console, render_page
+from .common import HtmxHttpRequest, console, fleet_filters, render_page
 from .pagination import keyset_page
 
 PAGE_SIZE = 25
@@ -111,5 +111,15 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
     page = keyset_page(
         matching.for_list(), form.order, after=request.GET.get("after", ""), before=request.GET.get("before", "")
     )
-    context = {"form": form, "page": page, "rows": _rows(page.rows), "total": matching.count()}
+    total = matching.count()
+    context = {
+        "form": form,
+        "page": page,
+        "rows": _rows(page.rows),
+        "total": total,
+        "fleet_filters": fleet_filters(form.cleaned_data, ("q", "project", "agent", "status", "alert")),
+        "fleet_all_allowed": not form.cleaned_data.get("waiting"),  # not a filter a recovery selects by
+        "fleet_total": total,
+        "fleet_total_known": True,
+    }
     return render_page(request, "dashboard/session_list.html", context, "session-results")

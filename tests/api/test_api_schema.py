@@ -22,6 +22,9 @@ from schemathesis.specs.openapi.checks import (
 
 from checkpoints import services
 from checkpoints.api import api
+from checkpoints.audit import Actor
+from checkpoints.services.fleet import Reach, Selection, start_recovery
+from checkpoints.services.targets import TargetRule
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,9 +38,14 @@ def existing(project):
     session, _ = services.upsert_session(project, external_id="target", agent="agent-1")
     first, _ = services.create_checkpoint(session, services.CheckpointInput(state={"n": 1, "messages": ["a"]}))
     second, _ = services.create_checkpoint(session, services.CheckpointInput(state={"n": 2, "messages": ["a", "b"]}))
-    token = services.create_api_token(project, name="fuzz")[1]
+    services.create_checkpoint(session, services.CheckpointInput(state={"n": 3}, status="failed"))
+    row, token = services.create_api_token(project, name="fuzz", scopes=["read", "write", "recover"])
     services.create_api_token(project, name="reader", read_only=True)
-    return {"token": token, "external_id": session.external_id, "ids": (first.pk, second.pk)}
+    recovery = start_recovery(
+        Selection("restore", TargetRule()), Reach.for_token(row), actor=Actor.system(), reason="fuzz",
+        start=lambda pk: None,
+    )  # fmt: skip
+    return {"token": token, "external_id": session.external_id, "ids": (first.pk, second.pk), "recovery": recovery.pk}
 
 
 # The schema the server publishes at /api/v1/openapi.json, read once to generate the tests.
@@ -66,6 +74,8 @@ def _aimed(case, existing):
             parameters[name] = pk
     if "number" in parameters:
         parameters["number"] = 1
+    if "recovery_id" in parameters:
+        parameters["recovery_id"] = existing["recovery"]
     return case.operation.Case(
         path_parameters=parameters,
         query=case.query,

@@ -51,6 +51,10 @@ def test_every_operation_in_the_schema_names_one_registered_scope_in_its_extensi
     assert needs[("GET", f"{API}/sessions/{{external_id}}")] == "read"
     assert needs[("POST", f"{API}/sessions")] == "write"
     assert needs[("POST", f"{API}/sessions/{{external_id}}/interrupts/{{interrupt_id}}/answer")] == "answer"
+    assert needs[("POST", f"{API}/recoveries/preview")] == "read"
+    assert needs[("POST", f"{API}/recoveries")] == "recover"
+    assert needs[("GET", f"{API}/recoveries/{{recovery_id}}")] == "read"
+    assert needs[("POST", f"{API}/recoveries/{{recovery_id}}/undo")] == "recover"
 
 
 def test_the_server_enforces_exactly_the_scope_each_operation_names(client, project):
@@ -140,7 +144,7 @@ def test_the_admin_shows_a_tokens_scopes_with_their_descriptions_and_edits_them_
     url = reverse("admin:checkpoints_apitoken_change", args=[token.pk])
     page = admin_client.get(url)
     boxes = {box.get("value"): box.get("checked") is not None for box in select(page, "input[name=scopes]")}
-    assert boxes == {"read": True, "write": True, "answer": False}  # answering is never a default
+    assert boxes == {"read": True, "write": True, "answer": False, "recover": False}  # never defaults
     assert Scope.WRITE.label in page.content.decode()
 
     saved = admin_client.post(url, {"name": "agent", "scopes": ["read"]})

@@ -23,6 +23,7 @@ from checkpoints.models import (
     ImportJob,
     ImportJobStatus,
     Phase,
+    Recovery,
 )
 from checkpoints.services import create_api_token
 
@@ -42,6 +43,10 @@ def console_pages(live_server_url: str) -> list[tuple[str, str]]:
         report={"errors": [{"path": "runs/bad.json", "error": "not JSON"}]},
     )  # fmt: skip
     token, _ = create_api_token(session.project, name="csp-check", read_only=True)
+    recovery = Recovery.objects.create(
+        project=session.project, action="restore", rule="last_good", reason="csp check", actor="root",
+        state="finished", total=0,
+    )  # fmt: skip
     return [
         ("overview", "/"),
         ("sessions", "/sessions/"),
@@ -60,6 +65,8 @@ def console_pages(live_server_url: str) -> list[tuple[str, str]]:
         ("token-projects", "/tokens/"),
         ("tokens", f"/projects/{session.project.slug}/tokens/"),
         ("token-revoke", f"/projects/{session.project.slug}/tokens/{token.pk}/revoke/"),
+        ("recovery-preview", "/recoveries/new/?all=on&state=unresolved"),
+        ("recovery", f"/recoveries/{recovery.pk}/"),
         ("api-docs", "/api/v1/docs"),
     ]
 

@@ -14,6 +14,8 @@ from checkpoints.models import (
     ImportJobStatus,
     Phase,
     PhaseStatus,
+    Recovery,
+    RecoveryState,
     RetentionPolicy,
 )
 from checkpoints.services import (
@@ -34,6 +36,7 @@ class World:
     alert: DriftAlert
     phase: Phase
     job: ImportJob
+    recovery: Recovery
 
 
 def keep_one_step_checkpoint() -> None:
@@ -45,7 +48,7 @@ def keep_one_step_checkpoint() -> None:
 
 def build_world(project, tag: str) -> World:
     """A session of five checkpoints (one restored, one pinned), an open alert, a completed phase, a finished
-    import job and audit events with and without a session, every name starting with `tag`."""
+    import job, a finished fleet recovery and audit events with and without a session, every name starting with `tag`."""
     session, _ = upsert_session(project, external_id=f"{tag}-run", agent=f"{tag}-agent")
     AgentSession.objects.filter(pk=session.pk).update(title=f"{tag} title")
     checkpoints = [
@@ -69,8 +72,16 @@ def build_world(project, tag: str) -> World:
         status=ImportJobStatus.DONE,
         report={"imported": 3, "skipped": 0, "errors": [], "sessions": [f"{tag}-run"]},
     )
+    recovery = Recovery.objects.create(
+        project=project,
+        action="restore",
+        rule="last_good",
+        reason=f"{tag} outage",
+        actor=f"{tag}-operator",
+        state=RecoveryState.FINISHED,
+    )
     session.refresh_from_db()
-    return World(session, checkpoints[-1], alert, phase, job)
+    return World(session, checkpoints[-1], alert, phase, job, recovery)
 
 
 @pytest.fixture

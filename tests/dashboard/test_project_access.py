@@ -67,11 +67,16 @@ ADDRESSED = {
     "session_interrupts": "session",
     "interrupt_answer": "session",
     "checkpoint_edit": "checkpoint",
+    "recovery_detail": "recovery",
+    "recovery_undo": "recovery",
 }
 SYSTEM_WIDE = {"job_run"}  # addresses a schedule, which belongs to no project: staff only
 # plans every project, and each user sees only their projects' share (tests/dashboard/test_retention_page.py)
 EVERY_PROJECT = {"retention_dry_run"}
-LISTS = {"overview", "session_list", "compare", "alert_list", "audit_log", "retention", "import_upload", "jobs"}
+LISTS = {
+    "overview", "session_list", "compare", "alert_list", "audit_log", "retention", "import_upload", "jobs",
+    "recovery_new",
+}  # fmt: skip
 PROJECT_LISTS = {"notification_projects", "token_projects"}  # lists projects themselves, by slug
 # what a POST carries, so a view that validates its form before looking the object up still gets that far
 POSTED = {
@@ -83,6 +88,7 @@ POSTED = {
     "tokens": {"name": "stolen", "access": "write", "expiry": "never"},
     "interrupt_answer": {"interrupt_id": "i-1", "decision": "approve", "comment": "stolen"},
     "checkpoint_edit": {"path": "/step", "value": "7", "reason": "stolen", "action": "save"},
+    "recovery_undo": {"reason": "stolen"},
 }
 QUERY = {"session_export": "?format=ares", "checkpoint_subtree": "?path=[]"}
 
@@ -177,6 +183,7 @@ def test_lists_counts_and_filters_show_nothing_of_another_project(name, htmx, wo
         "compare": f"?a={ours.checkpoint.parent_id}&b={ours.checkpoint.pk}",
         "audit_log": "?action=",
         "alert_list": "?state=",
+        "recovery_new": "?all=on&state=",  # the preview of every session the member may see
     }.get(name, "")
     response = client.get(reverse(f"dashboard:{name}") + query, headers={"HX-Request": "true"} if htmx else {})
     html = response.content.decode()
@@ -233,6 +240,8 @@ OPERATIONS = [
     ("post", "alert_acknowledge", "alert"),
     ("post", "alert_resolve", "alert"),
     ("get", "import_job", "job"),
+    ("get", "recovery_detail", "recovery"),
+    ("post", "recovery_undo", "recovery"),
     ("post", "phase_feedback", "phase"),
     ("get", "notifications", "project"),
     ("get", "project_settings", "project"),

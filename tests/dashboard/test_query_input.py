@@ -56,6 +56,28 @@ GET_VIEWS = {
     "token_revoke": ("token", []),
     "session_interrupts": ("session", []),
     "checkpoint_edit": ("checkpoint", ["path"]),
+    "recovery_new": (
+        None,
+        [
+            "action",
+            "rule",
+            "at",
+            "name",
+            "all",
+            "session",
+            "project",
+            "agent",
+            "kind",
+            "severity",
+            "state",
+            "status",
+            "q",
+            "alert",
+            "opened_since",
+            "opened_until",
+        ],
+    ),
+    "recovery_detail": ("recovery", []),
 }
 
 WEIGHTED = [name for name, (_, params) in sorted(GET_VIEWS.items()) for _ in range(1 + len(params))]  # more to read
@@ -185,7 +207,7 @@ def test_the_hostile_input_covers_every_console_get_view():
 
     posts_only = {
         "session_undo", "phase_feedback", "checkpoint_pin", "alert_acknowledge", "alert_resolve", "job_run",
-        "retention_dry_run", "notification_rule_test", "interrupt_answer",
+        "retention_dry_run", "notification_rule_test", "interrupt_answer", "recovery_undo",
     }  # fmt: skip
     assert {p.name for p in urlpatterns} - posts_only == set(GET_VIEWS)
 

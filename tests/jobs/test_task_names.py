@@ -28,6 +28,7 @@ TASK_NAMES = {
     "checkpoints.tasks.send_delivery",
     "checkpoints.tasks.send_due_deliveries",
     "checkpoints.tasks.delete_old_deliveries",
+    "checkpoints.tasks.run_recovery",
 }
 SCHEDULED = [task for task in task_names.TASKS if task.beat]
 

@@ -73,6 +73,8 @@ def message_of(event: Event) -> Message:
         imported = data.get("import") or {}
         title = f"Import {imported.get('id', '')} failed".replace("  ", " ")
         return Message(title, str(imported.get("error", "")), str(imported.get("url", "")))
+    if event.type == EventType.RECOVERY_FINISHED:
+        return _recovery_message(data)
     if event.type == EventType.PING:
         return Message("Test notification from Checkpoint Console", str(data.get("message", "")), _home())
     return Message(f"{event.type} in {where}", "", str((data.get("session") or {}).get("url") or _home()))
@@ -87,6 +89,16 @@ def _interrupt_message(type: str, data: dict[str, Any], where: str) -> Message:
     by = f" by {interrupt['answered_by']}" if interrupt.get("answered_by") else ""
     title = f"Interrupt of {interrupt.get('node') or 'a node'} in {where} answered{by}"
     return Message(title, str(interrupt.get("comment", "")), str(interrupt.get("url", "")))
+
+
+def _recovery_message(data: dict[str, Any]) -> Message:
+    recovery = data.get("recovery") or {}
+    counts = recovery.get("counts") or {}
+    done = counts.get("restored", 0) + counts.get("forked", 0)
+    verb = "forked" if recovery.get("action") == "fork" else "restored"
+    title = f"Recovery {recovery.get('id', '')} finished: {done} {verb}, {counts.get('skipped', 0)} skipped, {counts.get('failed', 0)} failed"
+    text = f"{recovery.get('actor', 'someone')}: {recovery.get('reason', '')}"
+    return Message(title, text, str(recovery.get("url", "")))
 
 
 def _home() -> str:

@@ -1,0 +1,690 @@
+"""Fleet recovery: restore (or fork) every session a shared failure broke, as one reviewed, audited, undoable batch.
+
+1. **Select**: a filter (the Alerts and Sessions pages' filters, the API's `filter`) or a list of sessions, kept to
+   what the caller may see (`Reach`); sessions they may see but not restore are counted as skipped.
+2. **Preview** (`preview_recovery`): `targets.decide` for each session, a page of sessions at a time; nothing is
+   written. `start_recovery` runs the very same plan and stores it as the recovery's items, so the job restores
+   the targets the preview showed.
+3. **Run** (`run_recovery`, a Celery job on the default queue): each item in its own transaction, under the
+   session's lock: the rule is asked again; when the head moved along the same failed path (a looping agent kept
+   writing) the same target is restored and the later checkpoints are counted as discarded; when the head left
+   that path (someone restored it, the agent recovered) the session is skipped, never restored to a stale target.
+   The item's result is written in the restore's transaction: a worker killed midway leaves each session restored
+   once or untouched, and a rerun (`requeue_stalled`, from the every-minute sweep) does only the rest.
+4. **Finish**: one `recovery` audit row per project naming its sessions (actor, reason, selection, counts) and one
+   `recovery.finished` event per project; notification rules hear of the batch once, not once per session.
+5. **Undo** (`undo_recovery`): each restored session whose head is still the batch's restore goes back to the head
+   it had before, as a new head (as a single undo does); one where the agent has written since is reported, not
+   forced. Forks made by the batch are archived.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Exists, F, OuterRef, Q, QuerySet, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerUnreachable
+
+from ..audit import Actor, CheckpointError, InvalidInput, NothingToUndo, record_audit
+from ..models import (
+    AgentSession,
+    AgentSessionQuerySet,
+    AlertSeverity,
+    ApiToken,
+    Checkpoint,
+    CheckpointKind,
+    DriftAlert,
+    DriftAlertQuerySet,
+    Project,
+    Recovery,
+    RecoveryAction,
+    RecoveryItem,
+    RecoveryResult,
+    RecoveryState,
+    SessionStatus,
+)
+from ..outbox import events
+from ..roles import OPERATE
+from .cleanup import archive_session
+from .recovery import fork_session, restore_checkpoint, undo_restore
+from .targets import Decision, Skip, TargetRule, alerts_within, decide, head_path, on_path
+
+logger = logging.getLogger(__name__)
+
+PAGE = 200  # sessions decided (and held in memory) at a time
+ALERT_STATES = ("open", "acknowledged", "resolved", "unresolved")
+
+
+@dataclass(frozen=True)
+class FleetFilter:
+    """The one set of filters the Alerts page, the Sessions page and the API select sessions by. Alert fields
+    select sessions with an alert matching all of them; `opened_*` bound the alert's opening (and, for the last
+    good rule, the failures that count)."""
+
+    project: str = ""  # a project's slug; the API's token names its project
+    agent: str = ""
+    alert_kind: str = ""
+    severity: str = ""
+    alert_state: str = ""  # open, acknowledged, resolved, or unresolved (open or acknowledged)
+    status: str = ""
+    opened_since: datetime | None = None
+    opened_until: datetime | None = None
+    search: str = ""
+
+    def check(self) -> FleetFilter:
+        if self.alert_state and self.alert_state not in ALERT_STATES:
+            raise InvalidInput("filter.alert_state", f"{self.alert_state[:40]!r} is none of {', '.join(ALERT_STATES)}")
+        if self.severity and self.severity not in AlertSeverity.values:
+            raise InvalidInput("filter.severity", f"{self.severity[:40]!r} is none of {', '.join(AlertSeverity)}")
+        if self.status and self.status not in SessionStatus.values:
+            raise InvalidInput("filter.status", f"{self.status[:40]!r} is none of {', '.join(SessionStatus)}")
+        if self.opened_since and self.opened_until and self.opened_since > self.opened_until:
+            raise InvalidInput("filter.opened_until", "the window ends before it starts")
+        return self
+
+    @property
+    def names_alerts(self) -> bool:
+        return bool(self.alert_kind or self.severity or self.alert_state or self.opened_since or self.opened_until)
+
+    def apply(self, sessions: AgentSessionQuerySet) -> AgentSessionQuerySet:
+        if self.project:
+            sessions = sessions.filter(project__slug=self.project)
+        if self.agent:
+            sessions = sessions.filter(agent=self.agent)
+        if self.status:
+            sessions = sessions.filter(status=self.status)
+        if self.search:
+            sessions = sessions.matching(self.search)
+        if self.names_alerts:
+            sessions = sessions.filter(Exists(self._alerts().filter(session=OuterRef("pk"))))
+        return sessions
+
+    def _alerts(self) -> DriftAlertQuerySet:
+        alerts = alerts_within(
+            DriftAlert.objects.all(), kind=self.alert_kind, since=self.opened_since, until=self.opened_until
+        )
+        if self.severity:
+            alerts = alerts.filter(severity=self.severity)
+        if self.alert_state == "unresolved":
+            alerts = alerts.unresolved()
+        elif self.alert_state:
+            alerts = alerts.filter(state=self.alert_state)
+        return alerts
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            key: value.isoformat() if isinstance(value, datetime) else value
+            for key, value in asdict(self).items()
+            if value
+        }
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What a caller may touch: the sessions they may see, and the projects where they may restore
+    (None: every project they see)."""
+
+    visible: AgentSessionQuerySet
+    restorable: frozenset[int] | None = None
+    project: Project | None = None  # a token's: the only project it reaches
+
+    @classmethod
+    def for_user(cls, user: Any) -> Reach:
+        allowed = Project.objects.allowing(user, OPERATE).values_list("pk", flat=True)
+        return cls(AgentSession.objects.visible_to(user), frozenset(allowed))
+
+    @classmethod
+    def for_token(cls, token: ApiToken) -> Reach:
+        return cls(AgentSession.objects.filter(project_id=token.project_id), None, token.project)
+
+    def may_restore(self, session: AgentSession) -> bool:
+        return self.restorable is None or session.project_id in self.restorable
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a recovery is asked to do: the action, the rule, and the sessions (a filter, or ids)."""
+
+    action: str
+    rule: TargetRule
+    filter: FleetFilter = field(default_factory=FleetFilter)
+    session_ids: tuple[int, ...] | None = None  # the console's ticked rows
+    external_ids: tuple[str, ...] | None = None  # the API's `sessions` (in the token's project)
+
+    def check(self) -> Selection:
+        if self.action not in RecoveryAction.values:
+            raise InvalidInput("action", f"{self.action[:40]!r} is neither restore nor fork")
+        self.rule.check()
+        self.filter.check()
+        if self.session_ids is not None and not self.session_ids:
+            raise InvalidInput("sessions", "tick at least one session")
+        if self.external_ids is not None and not self.external_ids:
+            raise InvalidInput("sessions", "name at least one session")
+        return self
+
+    def as_json(self) -> dict[str, Any]:
+        chosen: dict[str, Any] = {"filter": self.filter.as_json()}
+        if self.session_ids is not None:
+            chosen["session_ids"] = list(self.session_ids)
+        if self.external_ids is not None:
+            chosen["sessions"] = list(self.external_ids)
+        return chosen
+
+
+def max_sessions() -> int:
+    return int(settings.RECOVERY_MAX_SESSIONS)
+
+
+def selected(selection: Selection, reach: Reach) -> AgentSessionQuerySet:
+    """The sessions selected, of those the caller may see, in id order; InvalidInput past RECOVERY_MAX_SESSIONS."""
+    sessions = selection.filter.apply(reach.visible)
+    if selection.session_ids is not None:
+        sessions = sessions.filter(pk__in=selection.session_ids)
+    if selection.external_ids is not None:
+        sessions = sessions.filter(external_id__in=selection.external_ids)
+    count = sessions.count()
+    if count > max_sessions():
+        raise InvalidInput(
+            "filter", f"selects {count:,} sessions; one batch recovers at most {max_sessions():,}: narrow the filter"
+        )
+    if count == 0:
+        raise InvalidInput("filter", "selects no session you may see")
+    return sessions.order_by("pk")
+
+
+# ---- the plan: the preview and the job's items -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One session of the plan: what the rule decided, or why it is skipped."""
+
+    session: AgentSession
+    decision: Decision | None
+    skip: str = ""
+    reason: str = ""
+
+    @property
+    def target(self) -> Checkpoint | None:
+        return self.decision.target if self.decision and not self.skip else None
+
+    @property
+    def discarded_checkpoints(self) -> int:
+        return self.decision.discards.checkpoints if self.decision and not self.skip else 0
+
+    @property
+    def discarded_tool_calls(self) -> int | None:
+        return self.decision.discards.tool_calls if self.decision and not self.skip else 0
+
+
+def plan(selection: Selection, reach: Reach) -> Iterator[PlanRow]:
+    """The plan, a page of sessions at a time: decided by the one rule, permission and duplicates first."""
+    sessions = selected(selection.check(), reach).select_related("project").defer("metadata", "live_root")
+    last = 0
+    while True:
+        page = list(sessions.filter(pk__gt=last)[:PAGE])
+        if not page:
+            return
+        last = page[-1].pk
+        allowed = [session for session in page if reach.may_restore(session)]
+        decided = decide(allowed, selection.rule)
+        for session in page:
+            decision = decided.get(session.pk)
+            if decision is None:
+                yield PlanRow(session, None, Skip.NO_PERMISSION, "you may see this session but not restore it")
+            elif decision.skip:
+                yield PlanRow(session, decision, decision.skip, decision.reason)
+            else:
+                yield PlanRow(session, decision)
+
+
+@dataclass
+class Totals:
+    sessions: int = 0
+    recover: int = 0  # to restore, or to fork
+    skipped: int = 0
+    discarded_checkpoints: int = 0
+    discarded_tool_calls: int = 0
+    skipped_by: Counter[str] = field(default_factory=Counter)
+
+    def add(self, row: PlanRow) -> None:
+        self.sessions += 1
+        if row.skip:
+            self.skipped += 1
+            self.skipped_by[row.skip] += 1
+            return
+        self.recover += 1
+        self.discarded_checkpoints += row.discarded_checkpoints
+        self.discarded_tool_calls += row.discarded_tool_calls or 0
+
+
+@dataclass
+class FleetPreview:
+    selection: Selection
+    rows: list[PlanRow]  # the first `shown` rows; the totals count them all
+    totals: Totals
+
+
+def preview_recovery(selection: Selection, reach: Reach, *, shown: int | None = None) -> FleetPreview:
+    """The dry run of `start_recovery`'s plan: every row decided, the first `shown` kept (all when None)."""
+    totals, rows = Totals(), list[PlanRow]()
+    for row in plan(selection, reach):
+        totals.add(row)
+        if shown is None or len(rows) < shown:
+            rows.append(row)
+    return FleetPreview(selection, rows, totals)
+
+
+def _check_reason(reason: str) -> str:
+    reason = reason.strip()
+    if not reason:
+        raise InvalidInput("reason", "say why: the audit log, every session's history and the batch keep it")
+    if len(reason) > 500:
+        raise InvalidInput("reason", "at most 500 characters")
+    return reason
+
+
+def start_recovery(
+    selection: Selection, reach: Reach, *, actor: Actor, reason: str, start: Callable[[int], object]
+) -> Recovery:
+    """Store the plan as a queued recovery and queue its job once this commits (`start`: the task's `delay`;
+    services do not import the tasks that call them). The items are the preview's rows, written a page at a time."""
+    reason = _check_reason(reason)
+    selection.check()
+    with transaction.atomic():
+        now = timezone.now()
+        recovery = Recovery.objects.create(
+            project=reach.project,
+            action=selection.action,
+            rule=selection.rule.rule,
+            at=selection.rule.at,
+            name=selection.rule.name,
+            selection=selection.as_json(),
+            reason=reason,
+            created_by=actor.user,
+            token=actor.token,
+            actor=actor.label,
+            created_at=now,
+            heartbeat_at=now,
+        )
+        totals, projects, items = Totals(), set(), []
+        for row in plan(selection, reach):
+            totals.add(row)
+            projects.add(row.session.project_id)
+            items.append(_item(recovery, row))
+            if len(items) >= PAGE:
+                RecoveryItem.objects.bulk_create(items)
+                items = []
+        RecoveryItem.objects.bulk_create(items)
+        if recovery.project is None and len(projects) == 1:
+            recovery.project_id = next(iter(projects))
+        recovery.total, recovery.skipped = totals.sessions, totals.skipped
+        recovery.save(update_fields=["project", "total", "skipped"])
+        record_audit(
+            actor,
+            "recovery_queued",
+            project=recovery.project,
+            target=str(recovery),
+            reason=reason,
+            details={
+                "recovery": recovery.pk,
+                "action": recovery.action,
+                "rule": selection.rule.rule,
+                **selection.as_json(),
+                "sessions": totals.sessions,
+                "to_recover": totals.recover,
+                "skipped": totals.skipped,
+                "discarded_checkpoints": totals.discarded_checkpoints,
+            },
+            now=now,
+        )
+        transaction.on_commit(lambda: _send(recovery.pk, start), robust=True)
+    return recovery
+
+
+def _item(recovery: Recovery, row: PlanRow) -> RecoveryItem:
+    decision = row.decision
+    return RecoveryItem(
+        recovery=recovery,
+        session=row.session,
+        target=decision.target if decision else None,
+        target_seq=decision.target.seq if decision and decision.target else None,
+        planned_head=decision.head if decision else None,
+        discarded_checkpoints=row.discarded_checkpoints,
+        discarded_tool_calls=row.discarded_tool_calls,
+        result=RecoveryResult.SKIPPED if row.skip else RecoveryResult.PENDING,
+        reason=f"{row.skip}: {row.reason}" if row.skip else "",
+    )
+
+
+def _send(recovery_id: int, start: Callable[[int], object]) -> None:
+    """Queue the job; a broker that refuses leaves it queued for the sweep (`requeue_stalled`)."""
+    try:
+        start(recovery_id)
+    except BrokerUnreachable as exc:
+        logger.warning("recovery %s not queued, the broker is unreachable (the sweep resends it): %s", recovery_id, exc)
+
+
+# ---- the run ------------------------------------------------------------------------------------------
+
+
+def stale_after() -> timedelta:
+    return timedelta(seconds=settings.JOB_STALE_AFTER_SECONDS)
+
+
+def claim_recovery(recovery_id: int, *, holder: str, now: datetime | None = None) -> bool:
+    """Take the recovery for this worker: a queued one, or a running one whose worker stopped beating (a
+    conditional UPDATE, so of two workers one wins). A finished recovery is never taken again."""
+    now = now or timezone.now()
+    free = Q(state=RecoveryState.QUEUED) | Q(state=RecoveryState.RUNNING, heartbeat_at__lt=now - stale_after())
+    return bool(
+        Recovery.objects.filter(free, pk=recovery_id).update(
+            state=RecoveryState.RUNNING,
+            worker=holder,
+            heartbeat_at=now,
+            started_at=Coalesce(F("started_at"), Value(now)),
+            attempts=F("attempts") + 1,
+        )
+    )
+
+
+def beat_recovery(recovery_id: int, *, holder: str, now: datetime | None = None) -> None:
+    """Proof of life, while this worker still holds it."""
+    Recovery.objects.filter(pk=recovery_id, worker=holder, state=RecoveryState.RUNNING).update(
+        heartbeat_at=now or timezone.now()
+    )
+
+
+def run_recovery(recovery_id: int, *, holder: str) -> dict[str, int]:
+    """Do the pending items of a recovery this worker claimed, each in its own transaction, then finish it.
+
+    A session's item changes in the transaction that restores it, so whatever stops the worker leaves each
+    session either restored (its item says so) or untouched (still pending, done by the next run)."""
+    recovery = Recovery.objects.select_related("created_by", "token").get(pk=recovery_id)
+    actor = _actor_of(recovery)
+    pending = RecoveryItem.objects.filter(recovery=recovery, result=RecoveryResult.PENDING).order_by("pk")
+    last = 0
+    while True:
+        page = list(pending.filter(pk__gt=last).values_list("pk", flat=True)[:PAGE])
+        if not page:
+            break
+        last = page[-1]
+        if not Recovery.objects.filter(pk=recovery_id, worker=holder, state=RecoveryState.RUNNING).exists():
+            return {"stopped": 1}  # another worker took it over: it does the rest (items are locked, never twice)
+        for item_id in page:
+            _recover_item(recovery, item_id, actor)
+    return finish_recovery(recovery_id, holder=holder)
+
+
+def _actor_of(recovery: Recovery) -> Actor:
+    if recovery.created_by is not None:
+        return Actor.for_user(recovery.created_by)
+    if recovery.token is not None:
+        return Actor.for_token(recovery.token)
+    return Actor.system(recovery.actor or "recovery")
+
+
+def _recover_item(recovery: Recovery, item_id: int, actor: Actor) -> None:
+    try:
+        with transaction.atomic():
+            item = RecoveryItem.objects.select_for_update().get(pk=item_id)
+            if item.result != RecoveryResult.PENDING:
+                return  # done by an earlier run
+            _recover_locked(recovery, item, actor)
+    except CheckpointError as exc:
+        _mark(recovery, item_id, RecoveryResult.FAILED, str(exc))
+    except Exception as exc:  # one session's fault must not stop the batch: recorded, logged, the rest goes on
+        logger.exception("recovery %s: session of item %s failed", recovery.pk, item_id)
+        _mark(recovery, item_id, RecoveryResult.FAILED, f"internal error: {type(exc).__name__}")
+
+
+def _recover_locked(recovery: Recovery, item: RecoveryItem, actor: Actor) -> None:
+    """Under the item's and the session's row locks: ask the rule again, restore or skip, record the item."""
+    session = AgentSession.objects.select_for_update(of=("self",)).select_related("project").get(pk=item.session_id)
+    skip = _still_allowed(recovery, session)
+    found = {c.pk: c for c in Checkpoint.objects.filter(pk__in=[session.head_id, item.planned_head_id])}
+    head, planned = found.get(session.head_id or 0), found.get(item.planned_head_id or 0)
+    decision: Decision | None = None
+    if not skip and (head is None or planned is None or item.target_id is None):
+        skip = f"{Skip.HEAD_MOVED}: the head or the target the preview showed is gone"
+    if (
+        not skip
+        and head is not None
+        and planned is not None
+        and head.pk != planned.pk
+        and not on_path(head_path(session, head), planned)
+    ):
+        skip = f"{Skip.HEAD_MOVED}: the head #{head.seq} left the path the preview saw (its head was #{planned.seq})"
+    if not skip:
+        decision = decide([session], _rule_of(recovery))[session.pk]
+        if decision.skip:
+            skip = f"{decision.skip}: {decision.reason}"
+        elif decision.target is None or decision.target.pk != item.target_id:
+            now_at = f"#{decision.target.seq}" if decision.target else "none"
+            skip = f"{Skip.HEAD_MOVED}: the target moved from #{item.target_seq} to {now_at} since the preview"
+    if not skip and _restored_by(recovery, session):
+        skip = f"{Skip.IN_BATCH}: this batch restored the session already"
+    if skip or decision is None or decision.target is None:
+        _set(recovery, item, RecoveryResult.SKIPPED, reason=skip)
+        return
+    item.previous_head = head
+    item.discarded_checkpoints = decision.discards.checkpoints  # counts what a looping agent wrote since
+    item.discarded_tool_calls = decision.discards.tool_calls
+    if recovery.action == RecoveryAction.FORK:
+        fork = fork_session(decision.target, actor=actor, reason=recovery.reason, recovery=recovery.pk)
+        item.new_head_id = fork.head_id
+        _set(recovery, item, RecoveryResult.FORKED)
+        return
+    item.new_head = restore_checkpoint(decision.target, actor=actor, reason=recovery.reason, recovery=recovery.pk)
+    _set(recovery, item, RecoveryResult.RESTORED)
+
+
+def _restored_by(recovery: Recovery, session: AgentSession) -> bool:
+    """A restore (or fork) this batch made already: never a second one, whatever its item says."""
+    if recovery.action == RecoveryAction.FORK:
+        return AgentSession.objects.filter(forked_from__session=session, metadata__recovery=recovery.pk).exists()
+    made = Checkpoint.objects.filter(session=session, kind=CheckpointKind.RESTORE, metadata__recovery=recovery.pk)
+    return made.exists()
+
+
+def _still_allowed(recovery: Recovery, session: AgentSession) -> str:
+    """A person who lost the operator role since the preview restores nothing more; a revoked token neither."""
+    user = recovery.created_by
+    if user is not None and not (user.is_active and user.has_perm(OPERATE, session)):
+        return f"{Skip.NO_PERMISSION}: {user.get_username()} may no longer restore in {session.project.slug}"
+    token = recovery.token
+    if token is not None and not ApiToken.objects.usable().filter(pk=token.pk).exists():
+        return f"{Skip.NO_PERMISSION}: the token {token.name!r} was revoked or expired"
+    return ""
+
+
+def _rule_of(recovery: Recovery) -> TargetRule:
+    chosen = (recovery.selection or {}).get("filter") or {}
+    return TargetRule(
+        recovery.rule,
+        at=recovery.at,
+        name=recovery.name,
+        since=_time(chosen.get("opened_since")),
+        until=_time(chosen.get("opened_until")),
+        alert_kind=chosen.get("alert_kind", ""),
+    )
+
+
+def _time(value: Any) -> datetime | None:
+    return datetime.fromisoformat(value) if isinstance(value, str) and value else None
+
+
+COUNTER: dict[str, str] = {
+    RecoveryResult.RESTORED: "done",
+    RecoveryResult.FORKED: "done",
+    RecoveryResult.SKIPPED: "skipped",
+    RecoveryResult.FAILED: "failed",
+}
+
+
+def _set(recovery: Recovery, item: RecoveryItem, result: str, *, reason: str = "") -> None:
+    item.result, item.reason = result, reason
+    item.save(
+        update_fields=[
+            "result", "reason", "previous_head", "new_head", "discarded_checkpoints", "discarded_tool_calls",
+        ]
+    )  # fmt: skip
+    Recovery.objects.filter(pk=recovery.pk).update(**{COUNTER[result]: F(COUNTER[result]) + 1})
+
+
+def _mark(recovery: Recovery, item_id: int, result: str, reason: str) -> None:
+    with transaction.atomic():
+        item = RecoveryItem.objects.select_for_update().get(pk=item_id)
+        if item.result == RecoveryResult.PENDING:
+            _set(recovery, item, result, reason=reason)
+
+
+@transaction.atomic
+def finish_recovery(recovery_id: int, *, holder: str, now: datetime | None = None) -> dict[str, int]:
+    """Mark it finished (once: a conditional UPDATE), write the batch's audit rows and its `recovery.finished`
+    events, one of each per project its sessions are in."""
+    now = now or timezone.now()
+    if not Recovery.objects.filter(pk=recovery_id, worker=holder, state=RecoveryState.RUNNING).update(
+        state=RecoveryState.FINISHED, finished_at=now
+    ):
+        return {"stopped": 1}
+    recovery = Recovery.objects.select_related("created_by", "token").get(pk=recovery_id)
+    actor = _actor_of(recovery)
+    by_project: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    rows = recovery.items.order_by("pk").values_list("session__project_id", "session__external_id", "result")
+    for project_id, external_id, result in rows:
+        by_project[project_id].append((external_id, result))
+    for project in Project.objects.filter(pk__in=list(by_project)).order_by("pk"):
+        listed = by_project[project.pk]
+        counts = Counter(result for _, result in listed)
+        details = {
+            "recovery": recovery.pk,
+            "action": recovery.action,
+            "rule": recovery.rule,
+            **recovery.selection,
+            "counts": dict(sorted(counts.items())),
+            "sessions": {external_id: result for external_id, result in listed},
+        }
+        record_audit(
+            actor, "recovery", project=project, target=str(recovery), reason=recovery.reason, details=details, now=now
+        )
+        events.publish_recovery_finished(recovery, project, counts=dict(counts), actor=actor.label)
+    return {"total": recovery.total, "done": recovery.done, "skipped": recovery.skipped, "failed": recovery.failed}
+
+
+def fail_recovery(recovery_id: int, *, holder: str, error: str) -> None:
+    """A bug stopped the run: the recovery says so instead of staying `running`; the sessions done stay done."""
+    Recovery.objects.filter(pk=recovery_id, worker=holder, state=RecoveryState.RUNNING).update(
+        state=RecoveryState.FAILED, error=error, finished_at=timezone.now()
+    )
+
+
+def requeue_stalled(start: Callable[[int], object], *, now: datetime | None = None, limit: int = 100) -> int:
+    """Queue again the recoveries whose worker stopped beating (killed, out of memory) or whose message never
+    reached a worker (the broker was down when it was queued); how many. Each is claimed first by moving its
+    heartbeat (a conditional UPDATE), so two sweeps never queue one twice; the job then claims it afresh."""
+    now = now or timezone.now()
+    cutoff = now - stale_after()
+    silent = Recovery.objects.filter(state__in=[RecoveryState.QUEUED, RecoveryState.RUNNING], heartbeat_at__lt=cutoff)
+    sent = 0
+    for pk, beat in silent.values_list("pk", "heartbeat_at")[:limit]:
+        if Recovery.objects.filter(pk=pk, heartbeat_at=beat).update(
+            state=RecoveryState.QUEUED, worker="", heartbeat_at=now
+        ):
+            logger.warning("recovery %s: no sign of its worker since %s, queued again", pk, beat)
+            _send(pk, start)
+            sent += 1
+    return sent
+
+
+# ---- undo --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class UndoReport:
+    undone: int = 0
+    archived: int = 0
+    kept: list[str] = field(default_factory=list)  # sessions the agent has written to since, left as they are
+
+
+def undo_recovery(recovery: Recovery, *, actor: Actor, reason: str = "", now: datetime | None = None) -> UndoReport:
+    """Undo the batch: each session it restored goes back to the head it had before (a new head, as a single
+    undo), each fork it made is archived. A session whose head is no longer the batch's restore (the agent wrote
+    since, or someone restored it again) is reported and left alone. Each session in its own transaction."""
+    if recovery.state != RecoveryState.FINISHED:
+        raise CheckpointError("the recovery has not finished: undo it once it has")
+    if recovery.undone_at is not None:
+        raise NothingToUndo(
+            f"the recovery was undone already, by {recovery.undone_by} at {recovery.undone_at:%Y-%m-%d %H:%M} UTC"
+        )
+    now = now or timezone.now()
+    reason = reason.strip() or f"undo of recovery {recovery.pk}"
+    report = UndoReport()
+    done = recovery.items.filter(result__in=[RecoveryResult.RESTORED, RecoveryResult.FORKED], undo="")
+    for item in done.select_related("session", "new_head__session").order_by("pk").iterator(chunk_size=PAGE):
+        with transaction.atomic():
+            said = _undo_item(item, actor=actor, reason=reason, now=now)
+            RecoveryItem.objects.filter(pk=item.pk).update(undo=said[:300])
+        if said.startswith("undone"):
+            report.undone += 1
+        elif said.startswith("archived"):
+            report.archived += 1
+        else:
+            report.kept.append(item.session.external_id)
+    with transaction.atomic():
+        Recovery.objects.filter(pk=recovery.pk).update(undone_at=now, undone_by=actor.label)
+        recovery.undone_at, recovery.undone_by = now, actor.label
+        record_audit(
+            actor,
+            "recovery_undo",
+            project=recovery.project,
+            target=str(recovery),
+            reason=reason,
+            details={
+                "recovery": recovery.pk,
+                "undone": report.undone,
+                "archived": report.archived,
+                "kept": report.kept,
+            },
+            now=now,
+        )
+    return report
+
+
+def _undo_item(item: RecoveryItem, *, actor: Actor, reason: str, now: datetime) -> str:
+    if item.result == RecoveryResult.FORKED:
+        fork = item.new_head.session if item.new_head else None
+        if fork is None:
+            return "kept: the fork is gone"
+        archive_session(fork, actor=actor, now=now)
+        return f"archived fork {fork.external_id}"
+    head_id = AgentSession.objects.select_for_update().values_list("head_id", flat=True).get(pk=item.session_id)
+    if head_id != item.new_head_id:
+        return "kept: the session has a newer head than the batch's restore (the agent wrote since); not forced"
+    try:
+        undone = undo_restore(item.session, actor=actor, reason=reason, now=now)
+    except NothingToUndo as exc:
+        return f"kept: {exc}"
+    return f"undone: back to #{undone.metadata.get('restored_from_seq')} as new head #{undone.seq}"
+
+
+def recovery_rows(recovery: Recovery, visible: AgentSessionQuerySet) -> QuerySet[RecoveryItem]:
+    """The items a caller may see (a session of a project they cannot see is neither named nor counted)."""
+    return (
+        recovery.items.filter(session__in=visible)
+        .select_related("session", "target", "new_head__session")
+        .order_by("pk")
+    )
+
+
+def as_sequence(value: Sequence[Any] | None) -> tuple[Any, ...] | None:
+    return tuple(dict.fromkeys(value)) if value is not None else None

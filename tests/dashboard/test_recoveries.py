@@ -1,0 +1,132 @@
+"""The console's fleet recovery: the Recover bar on the Alerts and Sessions pages, the preview (nothing written),
+the run with its required reason, the progress page and Undo batch; per-project roles apply to every session."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from checkpoints.models import AgentSession, AuditEvent, Checkpoint, DriftAlert, Recovery
+
+
+@pytest.fixture
+def broken(make_session, make_checkpoint):
+    def make(external_id: str, *, project=None):
+        session = make_session(external_id, in_project=project)
+        make_checkpoint(session, {"ok": 1})
+        make_checkpoint(session, {"ok": 2})
+        make_checkpoint(session, {"down": 1}, status="failed")
+        session.refresh_from_db()
+        return session
+
+    return make
+
+
+def signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def fingerprint():
+    return Checkpoint.objects.count(), AuditEvent.objects.count(), Recovery.objects.count()
+
+
+def test_the_lists_offer_the_recover_bar_and_row_boxes_to_operators_only(broken, alice, bob):
+    session = broken("run-a")
+    DriftAlert.objects.create(session=session, kind="failed", severity="critical", message="down")
+    for name in ("alert_list", "session_list"):
+        html = signed_in(alice).get(reverse(f"dashboard:{name}")).content.decode()
+        assert 'id="fleet-form"' in html and f'value="{session.pk}" form="fleet-form"' in html
+        assert "Recover…" in html and "Fork…" in html
+        viewer = signed_in(bob).get(reverse(f"dashboard:{name}")).content.decode()
+        assert "fleet-form" not in viewer
+
+
+def test_the_bar_carries_the_page_s_filters(broken, alice):
+    broken("run-a")
+    html = signed_in(alice).get(reverse("dashboard:session_list"), {"agent": "agent-7", "status": "failed"})
+    text = html.content.decode()
+    assert '<input type="hidden" name="agent" value="agent-7">' in text
+    assert '<input type="hidden" name="status" value="failed">' in text
+
+
+def test_the_preview_shows_each_session_and_writes_nothing(broken, alice, make_session, make_checkpoint):
+    _a, _b = broken("run-a"), broken("run-b")
+    before = fingerprint()
+    response = signed_in(alice).get(reverse("dashboard:recovery_new"), {"all": "on", "action": "restore"})
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert fingerprint() == before
+    assert "run-a" in html and "run-b" in html
+    assert "discards 1 checkpoint" in html and "Restore 2 sessions" in html
+    assert "Reason (required)" in html
+
+
+def test_a_preview_of_nothing_ticked_says_what_to_do(alice, broken):
+    broken("run-a")
+    response = signed_in(alice).get(reverse("dashboard:recovery_new"), {"action": "restore", "rule": "last_good"})
+    assert response.status_code == 400
+    assert "Tick the sessions to recover" in response.content.decode()
+
+
+def test_sessions_of_a_project_viewed_only_are_skipped_and_others_are_never_named(broken, alice, other_project, grant):
+    third = type(other_project).objects.create(slug="initech", name="Initech")
+    grant(alice, other_project, "viewer")
+    broken("run-mine")
+    broken("run-viewed", project=other_project)
+    broken("run-hidden", project=third)
+    html = signed_in(alice).get(reverse("dashboard:recovery_new"), {"all": "on"}).content.decode()
+    assert "run-mine" in html and "run-viewed" in html and "run-hidden" not in html
+    assert "you may see this session but not restore it" in html
+    assert "Restore 1 session" in html
+
+
+def test_running_needs_a_reason_then_queues_the_batch_and_the_progress_page_follows_it(
+    broken, alice, django_capture_on_commit_callbacks
+):
+    a = broken("run-a")
+    client = signed_in(alice)
+    url = reverse("dashboard:recovery_new")
+    refused = client.post(url, {"session": [a.pk], "action": "restore", "rule": "last_good", "reason": " "})
+    assert refused.status_code == 200 and "say why" in refused.content.decode()
+    assert not Recovery.objects.exists()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(url, {"session": [a.pk], "action": "restore", "rule": "last_good", "reason": "outage"})
+    recovery = Recovery.objects.get()
+    assert response.status_code == 302 and response["Location"] == reverse(
+        "dashboard:recovery_detail", args=[recovery.pk]
+    )
+    page = client.get(response["Location"]).content.decode()
+    assert "Recovery finished" in page and "1</strong> of 1 done" in page and "Undo batch" in page
+    a.refresh_from_db()
+    assert a.restore_generation == 1 and a.head.metadata["recovery"] == recovery.pk
+
+
+def test_the_progress_partial_polls_until_the_recovery_finishes(alice, project):
+    recovery = Recovery.objects.create(project=project, action="restore", rule="last_good", reason="r", total=3)
+    client = signed_in(alice)
+    partial = client.get(reverse("dashboard:recovery_detail", args=[recovery.pk]), headers={"HX-Request": "true"})
+    html = partial.content.decode()
+    assert 'hx-trigger="every 1s"' in html and "Waiting for a worker" in html and "<html" not in html
+    Recovery.objects.filter(pk=recovery.pk).update(state="finished")
+    assert (
+        'hx-trigger="every 1s"'
+        not in client.get(reverse("dashboard:recovery_detail", args=[recovery.pk])).content.decode()
+    )
+
+
+def test_undo_batch_returns_the_sessions_and_reports_those_written_to_since(
+    broken, alice, make_checkpoint, django_capture_on_commit_callbacks
+):
+    _a, b = broken("run-a"), broken("run-b")
+    client = signed_in(alice)
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(reverse("dashboard:recovery_new"), {"all": "on", "reason": "outage"})
+    recovery = Recovery.objects.get()
+    make_checkpoint(AgentSession.objects.get(pk=b.pk), {"resumed": 1})
+    response = client.post(reverse("dashboard:recovery_undo", args=[recovery.pk]), follow=True)
+    html = response.content.decode()
+    assert "Batch undone: 1 sessions" in html and "run-b" in html
+    assert AuditEvent.objects.filter(action="recovery_undo").count() == 1
