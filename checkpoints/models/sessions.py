@@ -528,7 +528,7 @@ class Chunk(models.Model):
 
     # No index on created_at: garbage collection pages through chunks by hash and tests their age on the row (an
     # entry a chunk, ~1.3 chunks a checkpoint, for a query nobody waits on). On PostgreSQL `data` stays in the row up
-    # to 8 kB, stored as is (migration 0042).
+    # to 8 kB, stored as is (migration 0039).
 
     def __str__(self) -> str:
         return bytes(self.hash).hex()

@@ -55,7 +55,7 @@ _HEADER = 6
 _LEVEL = 6
 # How many earlier patches a reader keeps as the next patch's compression dictionary, and a writer may use
 # (settings.CHECKPOINT_PATCH_CONTEXT, 16 by default). A patch's first byte says how many it used, so patches written
-# with fewer (4 before migration 0042) read back the same. 16 rather than 4: 7 % fewer bytes a patch on the
+# with fewer (4 before migration 0039) read back the same. 16 rather than 4: 7 % fewer bytes a patch on the
 # benchmark's agent (810 B, was 872; 8 gives ~840) for ~0.2 ms more CPU a create; a read decodes the chain anyway.
 PATCH_CONTEXT = 16
 _TOUCH_AFTER = timedelta(minutes=5)  # reused chunks older than this get their created_at renewed

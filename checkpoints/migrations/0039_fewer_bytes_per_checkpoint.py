@@ -38,7 +38,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("checkpoints", "0037_name_search_by_tallies"),
+        ("checkpoints", "0038_fleet_recoveries"),
     ]
 
     operations = [
