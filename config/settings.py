@@ -275,6 +275,14 @@ CHECKPOINT_MAX_BODY_BYTES = env_int("CHECKPOINT_MAX_BODY_BYTES", 16 * 1024 * 102
 CHECKPOINT_KEYFRAME_INTERVAL = env_int("CHECKPOINT_KEYFRAME_INTERVAL", 48)
 CHECKPOINT_CACHE_STATES = env_int("CHECKPOINT_CACHE_STATES", 64)  # 32 agents in flight, two states each
 
+# Secrets found at ingest (docs/secrets.md): on by default; the fingerprints' key (empty: derived from SECRET_KEY);
+# how much of one checkpoint's change is scanned, in text and in time, before the scan stops and says so.
+SECRETS_SCAN = env_bool("SECRETS_SCAN", True)
+SECRETS_FINGERPRINT_KEY = os.environ.get("SECRETS_FINGERPRINT_KEY", "")
+SECRETS_SCAN_MAX_BYTES = env_int("SECRETS_SCAN_MAX_BYTES", 4 * 1024 * 1024)
+SECRETS_SCAN_MAX_MS = env_int("SECRETS_SCAN_MAX_MS", 200)
+SECRETS_PATTERNS_TTL_SECONDS = env_int("SECRETS_PATTERNS_TTL_SECONDS", 30)
+
 # Drift detection (docs/drift.md) and routine checkpoints: the thresholds each detector declares, with their defaults
 # (DRIFT_WINDOW, DRIFT_CYCLE_LIMIT, …, ROUTINE_INTERVAL_MINUTES: checkpoints/registry/detectors.py; the meaning of
 # each is on docs/configuration.md), each from the environment variable of the same name.
