@@ -43,6 +43,8 @@ class SecretFinding(models.Model):
     objects = SecretFindingQuerySet.as_manager()
 
     class Meta:
+        # in no role: members see found values masked; superusers, and staff given it in the admin, see them
+        permissions = [("reveal_secrets", "Can see the values of secrets found in states")]
         constraints = [
             models.UniqueConstraint(fields=["session", "detector", "fingerprint"], name="one_secret_finding_per_value")
         ]

@@ -17,7 +17,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -269,10 +269,29 @@ def record_findings(session: AgentSession, found: list[_Found], *, now: datetime
     if not new:
         return []
     created = SecretFinding.objects.bulk_create(list(new.values()))
+    Project.objects.filter(pk=session.project_id, secrets_found_at__isnull=True).update(secrets_found_at=now)
     slug = session.project.slug if AgentSession.project.is_cached(session) else str(session.project_id)
     transaction.on_commit(lambda: record_secrets_found(slug, [finding.detector for finding in created]))
     _raise_alert(session, created, now=now)
     return created
+
+
+def masker_for_people(project: Project) -> Callable[[Any], Any]:
+    """What turns a state of the project into what a person without `reveal_secrets` sees: every value found in
+    the project (by fingerprint: wherever it appears, a fork's or a copy's state included) masked. One query for
+    the project's fingerprints, none (and no scan) for a project where nothing was ever found."""
+    if project.secrets_found_at is None:
+        return _as_it_is
+    fingerprints = dict(
+        SecretFinding.objects.filter(project=project).order_by().distinct().values_list("fingerprint", "detector")
+    )
+    entries = _patterns.entries(project.pk)
+    extra = scanner.project_patterns(entries) if entries else ()
+    return lambda state: scanner.mask_state(state, fingerprints, extra=extra)
+
+
+def _as_it_is(state: Any) -> Any:
+    return state
 
 
 def detector_label(name: str) -> str:

@@ -18,7 +18,7 @@ import math
 import re
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -207,3 +207,60 @@ def scan(
         if value is not None:
             hit(path, "keyword_entropy", value)
     return result
+
+
+# ---- masking for people ------------------------------------------------------------------------------------
+
+
+def masked_form(value: str, detector: str) -> str:
+    """What a person without `reveal_secrets` sees instead of a found value: the detector, and the value's last four
+    characters when it is long enough that they give nothing away (as key listings show them)."""
+    tail = f" …{value[-4:]}" if len(value) >= 20 else ""
+    return f"[masked {detector}{tail}]"
+
+
+def _mask_text(
+    text: str, key: str | int | None, fingerprints: Mapping[str, str], detectors: _Detectors, extra: Sequence[_Pattern]
+) -> str:
+    spans: list[tuple[int, int, str]] = []
+    for pattern in [*detectors.matching(text), *(p for p in extra if p.regex.search(text))]:
+        for match in pattern.regex.finditer(text):
+            start, end = match.span(pattern.group)
+            if end > start and fingerprint(text[start:end]) in fingerprints:
+                spans.append((start, end, pattern.detector))
+    keyed = _keyword_value((key,) if key is not None else (), text)
+    if keyed is not None and fingerprint(keyed) in fingerprints:
+        start = text.rindex(keyed)
+        spans.append((start, start + len(keyed), "keyword_entropy"))
+    if not spans:
+        return text
+    out, at = [], 0
+    for start, end, detector in sorted(spans):
+        if start < at:  # inside a span already masked (two detectors, one value)
+            continue
+        out += [text[at:start], masked_form(text[start:end], detector)]
+        at = end
+    return "".join([*out, text[at:]])
+
+
+def mask_state(state: Any, fingerprints: Mapping[str, str], *, extra: Sequence[_Pattern] = ()) -> Any:
+    """`state` with every value the detectors find whose fingerprint is in `fingerprints` masked (`masked_form`);
+    unchanged subtrees are shared, not copied, and `state` itself is not changed. The whole state is searched:
+    what is shown is masked wherever it came in, a fork's or a copy's included."""
+    if not fingerprints:
+        return state
+    detectors = _detectors()
+
+    def walk(value: Any, key: str | int | None) -> Any:
+        kind = type(value)
+        if kind is str:
+            return _mask_text(value, key, fingerprints, detectors, extra) if len(value) >= _SHORTEST else value
+        if kind is dict:
+            fields = {k: walk(v, k) for k, v in value.items()}
+            return fields if any(fields[k] is not value[k] for k in value) else value
+        if kind is list:
+            items = [walk(v, i) for i, v in enumerate(value)]
+            return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
+        return value
+
+    return walk(state, None)

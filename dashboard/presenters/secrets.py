@@ -3,11 +3,14 @@ first introduced, when it was first and last seen, and the sessions holding it."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from checkpoints.models import AgentSession, Project, SecretFinding
-from checkpoints.services.secrets import detector_label
+from checkpoints.roles import REVEAL_SECRETS
+from checkpoints.services.secrets import detector_label, masker_for_people
 
 SHOWN = 1000  # findings read for one page, newest first; more are counted, not listed
 SESSIONS_SHOWN = 5
@@ -65,3 +68,13 @@ def secrets_page(project: Project) -> SecretsPage:
         group.values.sort(key=lambda row: row.last_seen_at, reverse=True)
     ordered = sorted(groups.values(), key=lambda group: (-len(group.values), group.label))
     return SecretsPage(ordered, total, len(rows))
+
+
+def masker(user: Any, project: Project) -> Callable[[Any], Any]:
+    """What turns a state of the project into what `user` may see: found secrets masked unless they hold
+    `reveal_secrets`. Made once a request: the project's fingerprints are read once."""
+    return _as_it_is if user.has_perm(REVEAL_SECRETS, project) else masker_for_people(project)
+
+
+def _as_it_is(state: Any) -> Any:
+    return state
