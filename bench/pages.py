@@ -238,6 +238,7 @@ ROUTES: dict[str, Callable[[World], list[Page]]] = {
     "notification_rule_test": _rule,
     "token_projects": _none,
     "tokens": _projects,
+    "secrets": _projects,
     "token_revoke": _token,
 }
 

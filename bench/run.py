@@ -1,11 +1,12 @@
 """Benchmark runner: the content-addressed store against one gzip JSON document per checkpoint.
 
-    python bench/run.py [--steps 1000] [--database-url URL] [--profile]
+    python bench/run.py [--steps 1000] [--database-url URL] [--profile] [--secrets]
 
 In one run, on one database: (a) the growing-session workload through the service layer, (b) reads
 and listings, (c) the same workload through the HTTP API (a real gunicorn server), (d) batch ingest
 of small Dream.OS-style states through the service layer and the API, (e) the naive baseline (gzip of
-the whole JSON state per checkpoint, in table `bench_naive`). Prints a table and writes
+the whole JSON state per checkpoint, in table `bench_naive`), and with --secrets (f) the growing-session
+workload with and without the secret scan, interleaved. Prints a table and writes
 var/bench-results.json. bench/README.md explains every figure.
 """
 
@@ -331,6 +332,76 @@ def run_service(report: Report, steps: int, seed: int) -> tuple[Any, AgentSessio
     }
     report.figures["service"] = figures
     return session, workload
+
+
+def run_secrets(report: Report, steps: int, seed: int) -> None:
+    """(f) The same workload with and without the secret scan, in one run: two sessions of the same statistics
+    (seeds `seed` and `seed + 1`: no chunk shared between them), their creates interleaved step by step so that the
+    machine's load falls on both alike, the order flipped every step. The window is the last WINDOW steps."""
+    from django.conf import settings
+
+    from checkpoints import services
+    from checkpoints.store import secrets as scanner
+
+    project = services.get_or_create_project("bench")
+    sessions = {
+        scan: services.upsert_session(project, external_id=f"secrets-{scan}-{seed}-{RUN}", agent="coder-7")[0]
+        for scan in (True, False)
+    }
+    workloads = {True: AgentSessionWorkload(seed), False: AgentSessionWorkload(seed + 1)}
+    latencies: dict[bool, list[float]] = {True: [], False: []}
+    scan_seconds: list[float] = []  # each call's
+    per_create: list[float] = []  # the scans of one scanned create (its state and its metadata) together
+    real_scan = scanner.scan
+
+    def timed_scan(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return real_scan(*args, **kwargs)
+        finally:
+            scan_seconds.append(time.perf_counter() - start)
+
+    scanner.scan = timed_scan  # type: ignore[assignment]
+    say(f"(f) secret scan: {steps} steps with and without, interleaved")
+    steps_of = {scan: workloads[scan].steps(steps) for scan in (True, False)}
+    try:
+        for number in range(1, steps + 1):
+            for scan in (True, False) if number % 2 else (False, True):
+                step = next(steps_of[scan])
+                item = services.CheckpointInput(state=step.state, name="step", step=step.number)
+                settings.SECRETS_SCAN = scan
+                calls = len(scan_seconds)
+                start = time.perf_counter()
+                services.create_checkpoint(sessions[scan], item)
+                latencies[scan].append(time.perf_counter() - start)
+                if scan:
+                    per_create.append(sum(scan_seconds[calls:]))
+    finally:
+        settings.SECRETS_SCAN = True
+        scanner.scan = real_scan  # type: ignore[assignment]
+    window_start = max(1, steps - WINDOW + 1)
+    with_scan = statistics.median(latencies[True][window_start - 1 :])
+    without = statistics.median(latencies[False][window_start - 1 :])
+    figures = {
+        "window": [window_start, steps],
+        "create_p50_ms_with_scan": ms(with_scan),
+        "create_p50_ms_without_scan": ms(without),
+        "rise_percent": round((with_scan / without - 1) * 100, 1),
+        "scan_p50_ms_window": ms(statistics.median(per_create[window_start - 1 :])),
+        "scan_p99_ms_window": ms(pct(per_create[window_start - 1 :], 99)),
+    }
+    report.figures["secrets"] = figures
+    report.add(
+        f"secret scan of one create, p50 / p99 (steps {window_start}–{steps})",
+        f"{figures['scan_p50_ms_window']} / {figures['scan_p99_ms_window']} ms",
+    )
+    report.add(
+        f"create p50, steps {window_start}–{steps}, with / without the secret scan",
+        f"{figures['create_p50_ms_with_scan']} / {figures['create_p50_ms_without_scan']} ms "
+        f"({figures['rise_percent']:+} %)",
+        target="≤ +10 %",
+        ok=figures["rise_percent"] <= 10,
+    )
 
 
 def profile_creates(session: Any, workload: AgentSessionWorkload, count: int) -> None:
@@ -820,6 +891,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-naive", action="store_true", help="skip (e), the naive baseline (its cells say nan)")
     parser.add_argument("--http-workers", type=int, default=2, help="gunicorn workers (default 2)")
     parser.add_argument("--profile", action="store_true", help="cProfile 30 extra service creates and print it")
+    parser.add_argument("--secrets", action="store_true", help="(f): ingest with and without the secret scan")
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"JSON results (default {RESULTS.relative_to(ROOT)})")
     args = parser.parse_args(argv)
     if args.steps < 2:
@@ -834,6 +906,8 @@ def main(argv: list[str] | None = None) -> int:
     run_reads(report, session)
     if args.profile:  # after the reads: the extra checkpoints must not change what (a) and (b) measured
         profile_creates(session, workload, 30)
+    if args.secrets:
+        run_secrets(report, args.steps, args.seed + 2)
     if not args.no_naive:
         run_naive(report, args.steps, args.seed)
     if not args.no_http:

@@ -43,6 +43,18 @@ INGEST_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
 
+SECRET_SCANS = Counter(
+    f"{PREFIX}_secret_scans",
+    "Scans of what checkpoints (and LangGraph writes) added, by outcome: scanned, truncated (stopped at "
+    "SECRETS_SCAN_MAX_BYTES or SECRETS_SCAN_MAX_MS), failed (the scanner raised; the checkpoint was stored).",
+    ["outcome"],
+)
+SECRETS_FOUND = Counter(
+    f"{PREFIX}_secrets_found",
+    "New secret findings (a value one detector found in one session for the first time), by project and detector.",
+    ["project", "detector"],
+)
+
 _FINISHED = [status for status in JobRunStatus.values if status != JobRunStatus.RUNNING]
 RETENTION_JOB = APPLY_RETENTION.job
 
@@ -52,6 +64,15 @@ def record_ingest(created: Iterable[tuple[str, str, str]], seconds: float) -> No
     INGEST_SECONDS.observe(seconds)
     for (project, kind, status), n in Tally(created).items():
         CHECKPOINTS_INGESTED.labels(project=project, kind=kind, status=status).inc(n)
+
+
+def record_secret_scan(outcome: str, n: int = 1) -> None:
+    SECRET_SCANS.labels(outcome=outcome).inc(n)
+
+
+def record_secrets_found(project: str, detectors: Iterable[str]) -> None:
+    for detector, n in Tally(detectors).items():
+        SECRETS_FOUND.labels(project=project, detector=detector).inc(n)
 
 
 class DatabaseCollector:

@@ -26,6 +26,7 @@ OPERATE = "checkpoints.operate_session"
 TRIAGE = "checkpoints.triage_alert"
 APPROVE = "checkpoints.approve_phase"
 NOTIFY = "checkpoints.manage_notifications"
+REVEAL_SECRETS = "checkpoints.reveal_secrets"  # in no role (docs/secrets.md): found values are masked for members
 
 
 class AllProjects:

@@ -281,6 +281,14 @@ CHECKPOINT_CACHE_STATES = env_int("CHECKPOINT_CACHE_STATES", 64)  # 32 agents in
 # read patches of at most 4, so a rolling upgrade sets 4 until every process runs this one
 CHECKPOINT_PATCH_CONTEXT = env_int("CHECKPOINT_PATCH_CONTEXT", 16)
 
+# Secrets found at ingest (docs/secrets.md): on by default; the fingerprints' key (empty: derived from SECRET_KEY);
+# how much of one checkpoint's change is scanned, in text and in time, before the scan stops and says so.
+SECRETS_SCAN = env_bool("SECRETS_SCAN", True)
+SECRETS_FINGERPRINT_KEY = os.environ.get("SECRETS_FINGERPRINT_KEY", "")
+SECRETS_SCAN_MAX_BYTES = env_int("SECRETS_SCAN_MAX_BYTES", 4 * 1024 * 1024)
+SECRETS_SCAN_MAX_MS = env_int("SECRETS_SCAN_MAX_MS", 200)
+SECRETS_PATTERNS_TTL_SECONDS = env_int("SECRETS_PATTERNS_TTL_SECONDS", 30)
+
 # Drift detection (docs/drift.md) and routine checkpoints: the thresholds each detector declares, with their defaults
 # (DRIFT_WINDOW, DRIFT_CYCLE_LIMIT, …, ROUTINE_INTERVAL_MINUTES: checkpoints/registry/detectors.py; the meaning of
 # each is on docs/configuration.md), each from the environment variable of the same name.

@@ -18,6 +18,7 @@ from checkpoints.outbox import channels
 from checkpoints.outbox.notifications import RULE_EVENTS, target_error
 from checkpoints.registry.detectors import DETECTORS
 from checkpoints.services import InvalidInput
+from checkpoints.services.secrets import parse_patterns
 from checkpoints.services.typeguard import parse_allowlist
 from checkpoints.sources.archives import ARCHIVE_SUFFIXES, archive_suffix
 from checkpoints.store import jsoncodec
@@ -349,6 +350,28 @@ class ProjectSettingsForm(forms.Form):
             return parse_allowlist(self.cleaned_data["type_allowlist"])
         except InvalidInput as exc:
             raise forms.ValidationError(str(exc).removeprefix("type_allowlist: ")) from None
+
+
+class SecretPatternsForm(forms.Form):
+    """A project's own secret patterns, one `name: pattern` a line, checked as the service checks them."""
+
+    patterns = forms.CharField(
+        required=False,
+        strip=False,
+        label="The project's own patterns",
+        help_text="One a line: name: pattern, in RE2's syntax (no look-arounds or backreferences: every pattern "
+        "runs in time linear in the text). Checkpoints stored from now on are scanned with them; earlier ones "
+        "are not scanned again.",
+        widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false", "autocomplete": "off"}),
+    )
+
+    def clean_patterns(self) -> str:
+        text: str = self.cleaned_data["patterns"]
+        try:
+            parse_patterns(text)
+        except InvalidInput as exc:
+            raise forms.ValidationError(str(exc).removeprefix("patterns: ")) from None
+        return text
 
 
 TOKEN_NAME_MAX = 200  # ApiToken.name's column

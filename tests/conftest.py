@@ -181,8 +181,10 @@ def _fresh_state_cache() -> Iterator[None]:
     from django.core.cache import cache
 
     from checkpoints import store
+    from checkpoints.services.secrets import forget_patterns
 
     store.cache.clear()
+    forget_patterns()  # a project's secret patterns: another test's project may get its id
     cache.clear()
     yield
     store.cache.clear()

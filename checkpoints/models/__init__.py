@@ -161,6 +161,12 @@ from .projects import (
 from .projects import (
     type_allowed as type_allowed,
 )
+from .secrets import (
+    SecretFinding as SecretFinding,
+)
+from .secrets import (
+    SecretFindingQuerySet as SecretFindingQuerySet,
+)
 from .sessions import (
     ROLLUP_BLOCK as ROLLUP_BLOCK,
 )

@@ -120,6 +120,17 @@ class Project(models.Model):
         help_text="Types LangGraph values may name (module.Name, or a prefix ending in '.'); operators edit it "
         "under Project settings.",
     )
+    secret_patterns = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The project's own secret patterns, [name, RE2 pattern] pairs; operators edit them on the "
+        "project's Secrets page.",
+    )
+    secrets_found_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the first secret was found in the project: until then its pages mask nothing and ask nothing.",
+    )
 
     objects = ProjectQuerySet.as_manager()
 

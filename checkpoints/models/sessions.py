@@ -555,6 +555,7 @@ class AlertKind(models.TextChoices):
     TOOL_CALL_LOOP = "tool_call_loop"
     CONTENT_LOOP = "content_loop"
     NODE_ERROR = "node_error"  # a LangGraph node raised: its __error__ write on the thread's latest checkpoint
+    SECRET_FOUND = "secret_found"  # noqa: S105 - an alert kind, not a password: a checkpoint added a secret
 
 
 class AlertSeverity(models.TextChoices):

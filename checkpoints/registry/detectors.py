@@ -238,6 +238,8 @@ DETECTORS.register(
 )
 # a LangGraph node raised: its __error__ write on the thread's latest root checkpoint
 DETECTORS.register(DetectorSpec("node_error", "Node Error", "raised", module="checkpoints.services.lginterrupts"))
+# a checkpoint added a secret: raised at ingest by the scan of what it added (docs/secrets.md)
+DETECTORS.register(DetectorSpec("secret_found", "Secret Found", "raised", module="checkpoints.services.secrets"))
 
 
 def thresholds() -> Iterator[tuple[DetectorSpec | None, Threshold]]:

@@ -37,6 +37,7 @@ from ..store.patching import PatchFailed, apply_patch
 from ..store.previews import Preview, preview_of
 from .drift import detect_after_ingest
 from .findings import threshold
+from .secrets import Added, scan_ingested
 
 
 def get_or_create_project(slug: str) -> Project:
@@ -197,6 +198,15 @@ def ingest_checkpoints(
             inserted = _insert_checkpoints(session, new, found, now, recovered, read_locked=locked)
             results.update({at: (checkpoint, created) for at, checkpoint, created in inserted})
             stored += [(session, checkpoint) for _, checkpoint, created in inserted if created]
+        scan_ingested(
+            [
+                Added(session, results[at][0], saved.added, item.metadata)
+                for session, new, _ in planned
+                for at, item, saved, _ in new
+                if results[at][1]
+            ],
+            now=now,
+        )
         events.publish_checkpoints_created(stored)
     seconds = time.perf_counter() - started
     slugs = _project_slugs(session for session, _ in groups)

@@ -27,6 +27,7 @@ from ..models import (
     LangGraphCheckpoint,
     LangGraphTombstone,
     LangGraphWrites,
+    SecretFinding,
     SessionStatus,
     checkpoint_id_order,
 )
@@ -234,6 +235,7 @@ def delete_langgraph_checkpoints(
     AgentSession.objects.filter(forked_from__in=gone).update(forked_from=None)
     DriftAlert.objects.filter(last_good__in=gone).update(last_good=None)
     DriftAlert.objects.filter(checkpoint__in=gone).update(checkpoint=None)
+    SecretFinding.objects.filter(checkpoint__in=gone).update(checkpoint=None)
     AuditEvent.objects.filter(checkpoint__in=gone).update(checkpoint=None)
     LangGraphCheckpoint.objects.filter(console__in=gone).delete()
     Checkpoint.objects.filter(pk__in=gone).delete()
@@ -271,7 +273,7 @@ def delete_expired(ids: list[int], parents: dict[int, int | None]) -> list[tuple
 
     The references are cleared here, one statement per foreign key to Checkpoint, not by Django's delete
     collector: heads, fork sources and unresolved alerts' checkpoints are protected, so what remains are
-    children (`parent`), resolved alerts (`last_good`, `checkpoint`) and audit rows (`checkpoint`).
+    children (`parent`), resolved alerts (`last_good`, `checkpoint`), audit rows and secret findings (`checkpoint`).
     """
     with transaction.atomic():
         protected = protected_among(ids)
@@ -292,6 +294,7 @@ def delete_expired(ids: list[int], parents: dict[int, int | None]) -> list[tuple
         moved = reattach_children(gone, parents)
         DriftAlert.objects.filter(last_good__in=gone).update(last_good=None)
         DriftAlert.objects.filter(checkpoint__in=gone).update(checkpoint=None)
+        SecretFinding.objects.filter(checkpoint__in=gone).update(checkpoint=None)
         AuditEvent.objects.filter(checkpoint__in=gone).update(checkpoint=None)
         _forget_langgraph(gone)
         Checkpoint.objects.filter(pk__in=gone)._raw_delete(Checkpoint.objects.db)

@@ -347,6 +347,18 @@ def audit_alert(alert: DriftAlert, action: str, *, actor: str, reason: str, now:
     events.publish_alert(action.replace("_", "."), alert, previous_severity=details.get("previous_severity", ""))
 
 
+def open_raised_alert(session: AgentSession, *, actor: str, now: datetime, **fields: Any) -> DriftAlert | None:
+    """Open an alert a module raises itself (a `raised` kind: a node error, a secret found), audited and
+    published as alert.opened; None when a concurrent writer opened the session's alert of that kind first."""
+    try:
+        with transaction.atomic():
+            alert = DriftAlert.objects.create(session=session, opened_at=now, **fields)
+            audit_alert(alert, "alert_opened", actor=actor, reason=alert.message, now=now)
+    except IntegrityError:  # one unresolved alert of a kind a session
+        return None
+    return alert
+
+
 def _alert_event(alert: DriftAlert, action: str, *, actor: str, reason: str, now: datetime, **details: Any) -> Any:
     return audit_event(
         Actor.system(actor),

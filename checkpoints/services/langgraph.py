@@ -40,6 +40,7 @@ from ..store import diff, jsoncodec, lgnodes, lgtuples, previews, tallies
 from ..store.jsoncodec import InvalidJSON
 from . import cleanup, lginterrupts
 from .checkpoints import CheckpointInput, ParentRow, check_json_field, ingest_checkpoints
+from .secrets import scan_writes
 from .typeguard import check_typed, check_types
 
 AGENT = "langgraph"
@@ -435,13 +436,14 @@ def put_writes(
     slots: dict[int, list[Any]] = {}  # idx → [channel, value] or a stored form (see store.lgtuples.value_of)
     if row is not None:
         slots = {entry[0]: entry[1:] for entry in jsoncodec.unpack(row.writes)}
-    stored = 0
+    stored_now: list[int] = []  # the slots this call wrote
     for position, (channel, value) in enumerate(writes):
         idx = SPECIAL_WRITES.get(channel, position)
         if idx >= 0 and idx in slots:
             continue
         slots[idx] = [channel, value]
-        stored += 1
+        stored_now.append(idx)
+    stored = len(stored_now)
     if not stored:
         return 0
     entries = [[idx, *slots[idx]] for idx in sorted(slots)]
@@ -461,6 +463,12 @@ def put_writes(
         LangGraphWrites.objects.filter(pk=row.pk).update(**fields)
     if held is not None and parent_root is not None:
         _name_parent_writes(session, checkpoint_ns, parent_id, parent_root, held)
+    scan_writes(
+        session,
+        checkpoint_ns=checkpoint_ns,
+        checkpoint_id=checkpoint_id,
+        writes=[(slots[idx][0], slots[idx][1]) for idx in stored_now],
+    )
     lginterrupts.after_writes(
         session,
         checkpoint_ns=checkpoint_ns,

@@ -37,7 +37,7 @@ from ..models import (
 )
 from ..outbox import events
 from ..store import jsoncodec, lgtuples
-from .drift import DETECTOR_ACTOR, audit_alert, resolve_by_detector
+from .drift import DETECTOR_ACTOR, open_raised_alert, resolve_by_detector
 from .typeguard import check_typed, check_types
 
 INTERRUPT, ERROR, RESUME = -3, -1, -4  # LangGraph's WRITES_IDX_MAP slots
@@ -253,22 +253,18 @@ def _raise_node_error(
         if alert.message != message:
             DriftAlert.objects.filter(pk=alert.pk).update(message=message, evidence=evidence)
         return
-    try:
-        with transaction.atomic():
-            # the head is the state before the node ran: restoring it runs the node again
-            created = DriftAlert.objects.create(
-                session=session,
-                kind=AlertKind.NODE_ERROR,
-                severity=AlertSeverity.CRITICAL,
-                message=message,
-                evidence=evidence,
-                checkpoint_id=head.console_id,
-                last_good_id=head.console_id,
-                opened_at=now,
-            )
-            audit_alert(created, "alert_opened", actor=DETECTOR_ACTOR, reason=message, now=now)
-    except IntegrityError:  # another write of the same step opened it first
-        pass
+    # the head is the state before the node ran: restoring it runs the node again
+    open_raised_alert(
+        session,
+        actor=DETECTOR_ACTOR,
+        now=now,
+        kind=AlertKind.NODE_ERROR,
+        severity=AlertSeverity.CRITICAL,
+        message=message,
+        evidence=evidence,
+        checkpoint_id=head.console_id,
+        last_good_id=head.console_id,
+    )
 
 
 def _set_status(session: AgentSession, status: str, *, now: datetime) -> None:

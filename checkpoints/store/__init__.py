@@ -31,7 +31,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -79,6 +79,9 @@ class Saved:
     state_hash: bytes
     raw_bytes: int
     stored_bytes: int
+    # What the state adds to its base, as patch operations (diff.to_ops; the whole state is one "s" at the root when
+    # it has no base): what the secret scanner reads, so that a checkpoint costs the scan of its change only.
+    added: list[list[Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -288,7 +291,8 @@ def _save(state: Any, base: bytes | None, batch: ChunkBatch, max_depth: int) -> 
         if parent.state_hash == state_hash:
             return Saved(base, state_hash, raw_bytes, 0)
         ops = diff.to_ops(diff.walk(parent.state, state))
-        for op in ops:
+        added = [op for op in ops if op[0] != "d"]
+        for op in added:
             if op[0] != "d":
                 jsoncodec.check_value(op[-1], max_depth=max_depth, depth=len(op[1]))
         payload, patch_big = jsoncodec.encode([parent.depth + 1, ops])
@@ -309,8 +313,8 @@ def _save(state: Any, base: bytes | None, batch: ChunkBatch, max_depth: int) -> 
                 stored = batch.add_patch(root, raw, base=base, context=used)
                 context = (raw, *parent.context[: PATCH_CONTEXT - 1])
                 cache.put(root, _Entry(own_copy, state_hash, parent.depth + 1, context, parts))
-                return Saved(root, state_hash, raw_bytes, stored)
-            return _keyframe(own_copy, batch, Saved(b"", state_hash, raw_bytes, 0), parts)
+                return Saved(root, state_hash, raw_bytes, stored, added)
+            return _keyframe(own_copy, batch, Saved(b"", state_hash, raw_bytes, 0, added), parts)
         else:  # store the state whole, exactly as given
             jsoncodec.check_value(state, max_depth=max_depth)
             encoded, big = jsoncodec.encode(state)
@@ -319,7 +323,8 @@ def _save(state: Any, base: bytes | None, batch: ChunkBatch, max_depth: int) -> 
         jsoncodec.check_value(state, max_depth=max_depth)
         encoded, big = jsoncodec.encode(state)
         own_copy = jsoncodec.loads(encoded, exact=big)
-    return _keyframe(own_copy, batch, Saved(b"", state_hash, raw_bytes, 0), rebased(summary.parts, own_copy))
+    whole = Saved(b"", state_hash, raw_bytes, 0, [["s", [], own_copy]])
+    return _keyframe(own_copy, batch, whole, rebased(summary.parts, own_copy))
 
 
 def _keyframe(state: Any, batch: ChunkBatch, saved: Saved, parts: dict[str, Part] | None) -> Saved:
@@ -330,7 +335,7 @@ def _keyframe(state: Any, batch: ChunkBatch, saved: Saved, parts: dict[str, Part
     root = builder.value(state, encoded, big)
     stored = batch.add(builder.nodes)
     cache.put(root, _Entry(state, saved.state_hash, 0, parts=parts))
-    return Saved(root, saved.state_hash, saved.raw_bytes, stored)
+    return Saved(root, saved.state_hash, saved.raw_bytes, stored, saved.added)
 
 
 # ---- reading ---------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,7 +11,8 @@ from django.db.models.fields.json import KeyTransform
 
 from checkpoint_console.typedjson import readable
 from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, Phase
-from checkpoints.store import diff_checkpoints, lgnodes
+from checkpoints.store import diff_checkpoints, lgnodes, load_shared
+from checkpoints.store.diff import diff_states
 
 from .branches import is_langgraph
 from .diff import present_diff
@@ -156,10 +158,13 @@ def visible_state(state: Any, session: AgentSession, *, internal: bool) -> tuple
     return shown, len(state) - len(shown)
 
 
-def changed_here(checkpoint: Checkpoint, *, internal: bool = False) -> dict[str, Any]:
+def changed_here(
+    checkpoint: Checkpoint, *, internal: bool = False, shown: Callable[[Any], Any] | None = None
+) -> dict[str, Any]:
     """ "What changed here": the diff from the checkpoint this one continues (for a restore, from the head it
     replaced: its parent has the same state), or why there is none (`changed_why`: root or fork). A LangGraph
-    thread's internal channels are left out unless `internal`."""
+    thread's internal channels are left out unless `internal`. `shown` turns a state into what the viewer may see
+    (found secrets masked) before the two are compared."""
     session = checkpoint.session
     before = checkpoint.parent
     if checkpoint.kind == CheckpointKind.RESTORE and isinstance(checkpoint.metadata.get("previous_head"), int):
@@ -171,7 +176,9 @@ def changed_here(checkpoint: Checkpoint, *, internal: bool = False) -> dict[str,
         }
     query: dict[str, Any] = {"a": before.pk, "b": checkpoint.pk, "base": "a", **({"internal": 1} if internal else {})}
     changes = present_diff(
-        diff_checkpoints(before, checkpoint),
+        diff_checkpoints(before, checkpoint)
+        if shown is None
+        else diff_states(*(shown(load_shared(bytes(c.root))) for c in (before, checkpoint))),
         query=query,
         rows=CHANGES_ROWS,
         old_pk=before.pk,

@@ -1,4 +1,5 @@
-"""A checkpoint: metadata, the conversation as a transcript, the state as a lazily loaded tree, JSON download.
+"""A checkpoint: metadata, the conversation as a transcript, the state as a lazily loaded tree, JSON download;
+each with the secrets found in the project masked for people without `reveal_secrets` (docs/secrets.md).
 
 `presenters.state_tree`, `presenters.transcript` and `presenters.checkpoint` shape what the page shows.
 """
@@ -14,9 +15,11 @@ from django.utils.text import get_valid_filename
 from django.views.decorators.http import require_GET
 
 from checkpoints import store
+from checkpoints.store import jsoncodec
 from checkpoints.store.diff import format_path
 
 from ..presenters.checkpoint import changed_here, related, visible_state
+from ..presenters.secrets import masker
 from ..presenters.state_tree import BadPath, parse_path, resolve, state_tree, subtree
 from ..presenters.transcript import Transcript
 from .common import HtmxHttpRequest, console, get_checkpoint_for_user, parse_int, render_page
@@ -26,7 +29,8 @@ from .common import HtmxHttpRequest, console, get_checkpoint_for_user, parse_int
 @require_GET
 def checkpoint_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     checkpoint = get_checkpoint_for_user(request, pk)
-    state = store.load_shared(bytes(checkpoint.root))
+    mask = masker(request.user, checkpoint.session.project)
+    state = mask(store.load_shared(bytes(checkpoint.root)))
     before = parse_int(request.GET.get("before"))
     if request.htmx and before is not None:
         context: dict[str, Any] = {"checkpoint": checkpoint, "transcript": Transcript.of(state, before=before)}
@@ -41,7 +45,7 @@ def checkpoint_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "internal": internal,
         "transcript": Transcript.of(state, before=before),
         **related(checkpoint, request.user),
-        **changed_here(checkpoint, internal=internal),
+        **changed_here(checkpoint, internal=internal, shown=mask),
     }
     return render_page(request, "dashboard/checkpoint_detail.html", context, "checkpoint")
 
@@ -50,7 +54,7 @@ def checkpoint_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def checkpoint_subtree(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     checkpoint = get_checkpoint_for_user(request, pk)
-    state = store.load_shared(bytes(checkpoint.root))
+    state = masker(request.user, checkpoint.session.project)(store.load_shared(bytes(checkpoint.root)))
     try:
         path = parse_path(request.GET.get("path", "[]"))
         value = resolve(state, path)
@@ -68,7 +72,8 @@ def checkpoint_subtree(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def checkpoint_download(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     checkpoint = get_checkpoint_for_user(request, pk)
-    response = HttpResponse(store.load_state_json(bytes(checkpoint.root)), content_type="application/json")
+    state = masker(request.user, checkpoint.session.project)(store.load_shared(bytes(checkpoint.root)))
+    response = HttpResponse(jsoncodec.canonical(state), content_type="application/json")
     name = get_valid_filename(f"{checkpoint.session.external_id}-{checkpoint.seq}.json")
     response["Content-Disposition"] = content_disposition_header(True, name)
     return response

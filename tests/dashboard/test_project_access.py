@@ -14,7 +14,7 @@ from django.test import Client
 from django.urls import URLPattern, reverse
 from django_celery_beat.models import PeriodicTask
 
-from checkpoints.models import AgentSession, ApiToken, AuditEvent, Checkpoint, DriftAlert, PhaseFeedback
+from checkpoints.models import AgentSession, ApiToken, AuditEvent, Checkpoint, DriftAlert, PhaseFeedback, Project
 from checkpoints.outbox.notifications import create_rule
 from checkpoints.services import Actor, create_api_token
 from checkpoints.tasks import apply_retention
@@ -64,6 +64,7 @@ ADDRESSED = {
     "notification_rule_test": "rule",
     "tokens": "project",
     "token_revoke": "token",
+    "secrets": "project",
     "session_interrupts": "session",
     "interrupt_answer": "session",
     "checkpoint_edit": "checkpoint",
@@ -86,6 +87,7 @@ POSTED = {
     "phase_feedback": {"action": "approved"},
     "alert_resolve": {"reason": "stolen"},
     "tokens": {"name": "stolen", "access": "write", "expiry": "never"},
+    "secrets": {"patterns": "stolen: STOLEN"},
     "interrupt_answer": {"interrupt_id": "i-1", "decision": "approve", "comment": "stolen"},
     "checkpoint_edit": {"path": "/step", "value": "7", "reason": "stolen", "action": "save"},
     "recovery_undo": {"reason": "stolen"},
@@ -121,6 +123,7 @@ def _fingerprint() -> tuple:
         sorted(DriftAlert.objects.values_list("pk", "state")),
         sorted(AgentSession.objects.values_list("pk", "head_id")),
         sorted(ApiToken.objects.values_list("pk", "revoked_at")),
+        sorted(Project.objects.values_list("pk", "secret_patterns")),
     )
 
 
@@ -251,6 +254,7 @@ OPERATIONS = [
     ("post", "notification_rule_delete", "rule"),
     ("post", "notification_rule_test", "rule"),
     ("post", "tokens", "project"),
+    ("post", "secrets", "project"),
     ("get", "token_revoke", "token"),
     ("post", "token_revoke", "token"),
 ]

@@ -53,6 +53,7 @@ GET_VIEWS = {
     "notification_rule_delete": ("rule", []),
     "token_projects": (None, []),
     "tokens": ("project", []),
+    "secrets": ("project", []),
     "token_revoke": ("token", []),
     "session_interrupts": ("session", []),
     "checkpoint_edit": ("checkpoint", ["path"]),

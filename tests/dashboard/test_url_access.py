@@ -168,6 +168,8 @@ MATRIX: dict[str, Row] = {
     "tokens":              Row({"GET": (MEMBERS, 200), "POST": (OPERATORS, 200)},
                                at=lambda w: [w.session.project.slug], data=lambda: dict(TOKEN_FORM)),
     "token_revoke":        Row({"GET": (OPERATORS, 200), "POST": (OPERATORS, 302)}, at=token),
+    "secrets":             Row({"GET": (MEMBERS, 200), "POST": (OPERATORS, 302)},
+                               at=lambda w: [w.session.project.slug], data=lambda: {"patterns": "walk: WALK-[0-9]{4}"}),
 }
 # fmt: on
 
