@@ -632,7 +632,7 @@ def relative_tuples(project: Project, items: list[dict[str, Any]], base: int | N
     a checkpoint of `project`; a base of another project, or none left, leaves the first whole. The reader
     decodes them in this order, so it holds each base when it reads a patch."""
     before: tuple[int, Any] | None = None
-    if items and base == items[0]["console"]["id"]:  # read again, unchanged: its own state is the base
+    if base is not None and items and base == items[0]["console"]["id"]:  # read again: its own state is the base
         before = (base, items[0]["checkpoint"]["channel_values"])
     elif base is not None:
         root = Checkpoint.objects.filter(pk=base, session__project=project).values_list("root", flat=True).first()
