@@ -12,7 +12,9 @@ seed). Figures, judged at steps 901–1000 as bench/run.py does:
 * disk per checkpoint: growth of the saver's database (`pg_database_size`, or the SQLite file with its
   WAL) from step 900 to the last step, divided by the checkpoints written; pending writes included;
 * put p50/p95 over the window (ConsoleSaver: HTTP round trip to a real gunicorn; peers: in-process);
-* get_tuple of the latest checkpoint, p50 of 20 reads after the run; list of every checkpoint, once.
+* get_tuple of the latest checkpoint: **cold**, p50 of 7 fresh processes each making a fresh saver and reading once
+  (what every graph invocation in a new worker pays), and **warm**, p50 of 20 more reads by the saver that ran
+  the graph; list of every checkpoint, once, by that saver.
 
 PostgreSQL and the console use databases `bench_lg_console` and `bench_lg_postgres`, dropped and created
 anew. Prints a table and writes var/bench-langgraph.json.
@@ -26,6 +28,7 @@ import logging
 import os
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +50,7 @@ RESULTS = ROOT / "var" / "bench-langgraph.json"
 ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
 WINDOW = 100
 READS = 20
+COLD_READS = 7
 
 
 class State(TypedDict):
@@ -117,7 +121,54 @@ def timed_puts(saver: BaseCheckpointSaver, probe: Probe) -> None:
     saver.put = timed  # type: ignore[method-assign]
 
 
-def run_graph(name: str, saver: BaseCheckpointSaver, steps: int, seed: int, size: Callable[[], int]) -> dict[str, Any]:
+def cold_reads(name: str, target: dict[str, Any]) -> list[float]:
+    """get_tuple's latency in fresh processes, each with a fresh saver (`--cold`): nothing decoded or cached."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--cold", json.dumps({"saver": name, **target})]
+    seconds = []
+    for _ in range(COLD_READS):
+        done = subprocess.run(command, capture_output=True, text=True, check=True)  # noqa: S603 - this script
+        seconds.append(float(done.stdout.strip().splitlines()[-1]))
+    return seconds
+
+
+def cold_read(target: dict[str, Any]) -> float:
+    """One get_tuple of the thread's latest checkpoint by a saver made in this (fresh) process, in seconds."""
+    import langchain_core.messages  # noqa: F401 - a graph's process has imported it before its first read
+
+    config = {"configurable": {"thread_id": target["thread"], "checkpoint_ns": ""}}
+    if target["saver"] == "console":
+        from checkpoint_console.langgraph import ConsoleSaver
+
+        with ConsoleSaver(target["base"], target["token"]) as saver:
+            return timed_read(saver, config)
+    if target["saver"] == "postgres":
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(target["url"]) as saver:
+            return timed_read(saver, config)
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    with sqlite3.connect(target["path"], check_same_thread=False) as conn:
+        return timed_read(SqliteSaver(conn), config)
+
+
+def timed_read(saver: BaseCheckpointSaver, config: Any) -> float:
+    start = time.perf_counter()
+    found = saver.get_tuple(config)
+    elapsed = time.perf_counter() - start
+    if found is None:
+        raise RuntimeError("the cold read found no checkpoint")
+    return elapsed
+
+
+def run_graph(
+    name: str,
+    saver: BaseCheckpointSaver,
+    steps: int,
+    seed: int,
+    size: Callable[[], int],
+    target: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     workload = AgentSessionWorkload(seed)
     probe = Probe(steps, size)
     timed_puts(saver, probe)
@@ -137,6 +188,8 @@ def run_graph(name: str, saver: BaseCheckpointSaver, steps: int, seed: int, size
     written = len(probe.puts) - probe.checkpoints_before
     window = probe.puts[-WINDOW:]
     read_config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    cold = cold_reads(name, {**(target or {}), "thread": thread})
+    saver.get_tuple(read_config)  # the first read after the puts: the saver holds nothing it read yet
     reads = []
     for _ in range(READS):
         start = time.perf_counter()
@@ -153,6 +206,7 @@ def run_graph(name: str, saver: BaseCheckpointSaver, steps: int, seed: int, size
         "disk_per_checkpoint": round((size_after - probe.size_before) / written),
         "put_p50_ms": ms(statistics.median(window)),
         "put_p95_ms": ms(pct(window, 95)),
+        "get_cold_p50_ms": ms(statistics.median(cold)),
         "get_latest_p50_ms": ms(statistics.median(reads)),
         "list_all_seconds": round(list_seconds, 2),
         "listed": listed,
@@ -183,7 +237,7 @@ def run_postgres(steps: int, seed: int) -> dict[str, Any]:
     url = fresh_database("bench_lg_postgres")
     with PostgresSaver.from_conn_string(url) as saver:
         saver.setup()
-        return run_graph("postgres", saver, steps, seed, database_size(url))
+        return run_graph("postgres", saver, steps, seed, database_size(url), {"url": url})
 
 
 def run_sqlite(steps: int, seed: int) -> dict[str, Any]:
@@ -195,7 +249,7 @@ def run_sqlite(steps: int, seed: int) -> dict[str, Any]:
         return sum(p.stat().st_size for p in path.parent.iterdir() if p.name.startswith(path.name))
 
     with sqlite3.connect(path, check_same_thread=False) as conn:
-        return run_graph("sqlite", SqliteSaver(conn), steps, seed, size)
+        return run_graph("sqlite", SqliteSaver(conn), steps, seed, size, {"path": str(path)})
 
 
 @contextmanager
@@ -223,7 +277,7 @@ def run_console(steps: int, seed: int) -> dict[str, Any]:
 
     url = fresh_database("bench_lg_console")
     with console(url) as (base, token), ConsoleSaver(base, token) as saver:
-        return run_graph("console", saver, steps, seed, database_size(url))
+        return run_graph("console", saver, steps, seed, database_size(url), {"base": base, "token": token})
 
 
 RUNNERS = {"console": run_console, "postgres": run_postgres, "sqlite": run_sqlite}
@@ -232,7 +286,8 @@ ROWS = [
     ("disk per checkpoint, supersteps {window} (B)", "disk_per_checkpoint", "{:,}"),
     ("put p50 (ms)", "put_p50_ms", "{}"),
     ("put p95 (ms)", "put_p95_ms", "{}"),
-    ("get_tuple latest p50 (ms)", "get_latest_p50_ms", "{}"),
+    ("get_tuple latest, cold p50 (ms)", "get_cold_p50_ms", "{}"),
+    ("get_tuple latest, warm p50 (ms)", "get_latest_p50_ms", "{}"),
     ("list every checkpoint (s)", "list_all_seconds", "{}"),
     ("checkpoints listed", "listed", "{:,}"),
     ("whole run (s)", "run_seconds", "{}"),
@@ -256,7 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--savers", default="console,postgres,sqlite", help="comma-separated: console,postgres,sqlite")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--cold", help=argparse.SUPPRESS)  # one cold read in this process (see cold_reads)
     args = parser.parse_args(argv)
+    if args.cold:
+        print(cold_read(json.loads(args.cold)))
+        return 0
     names = [name.strip() for name in args.savers.split(",") if name.strip()]
     unknown = sorted(set(names) - set(RUNNERS))
     if unknown or args.steps < 2:

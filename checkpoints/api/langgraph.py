@@ -114,10 +114,22 @@ def pending_resume(request: HttpRequest, payload: PendingResumeIn) -> Any:
     return {"resume": lg.pending_resume(_token(request).project, thread_id=payload.thread_id) or None}
 
 
+BaseId = Field(
+    default=None,
+    ge=1,
+    le=limits.INT64_MAX,
+    description=(
+        "The console id (`console.id`) of a tuple the reader holds decoded: channels come as `channel_patch` "
+        "against it (`same`, `lists` {keep, items}, `values`) when it is a checkpoint of the token's project."
+    ),
+)
+
+
 class GetIn(Strict):
     thread_id: str = ThreadId
     checkpoint_ns: str = Namespace
     checkpoint_id: str | None = Field(default=None, max_length=lg.ID_MAX)
+    base: int | None = BaseId
 
 
 class ListIn(Strict):
@@ -128,6 +140,10 @@ class ListIn(Strict):
     filter: dict[str, Any] | None = Field(default=None, description="Metadata key → typed JSON.")
     limit: int | None = Field(default=None, ge=1, le=limits.INT32_MAX, description="At most this many in all pages.")
     cursor: str | None = Field(default=None, max_length=1000, description="next_cursor of the previous page")
+    relative: bool = Field(
+        default=False, description="Each tuple's channels as a `channel_patch` against the tuple before it."
+    )
+    base: int | None = BaseId
 
 
 @router.get("/checkpoint", response={200: dict[str, Any], **LG_ERRORS})
@@ -201,6 +217,8 @@ def _list_tuples(request: HttpRequest, wanted: ListIn) -> Any:
             after=after,
         )
     )
+    if wanted.relative:
+        items = list(lg.relative_tuples(_token(request).project, items, wanted.base))
     left = None if remaining is None else remaining - len(items)
     next_cursor = None
     if len(items) == page and left != 0:

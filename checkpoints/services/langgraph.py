@@ -619,9 +619,15 @@ def _is_whole(value: Any, held: Any) -> bool:
 
 
 def get_tuple(
-    project: Project, *, thread_id: str, checkpoint_ns: str = "", checkpoint_id: str | None = None
+    project: Project,
+    *,
+    thread_id: str,
+    checkpoint_ns: str = "",
+    checkpoint_id: str | None = None,
+    base: int | None = None,
 ) -> dict[str, Any] | None:
-    """The checkpoint tuple LangGraph's get_tuple returns: the one named, or the thread+ns's largest id."""
+    """The checkpoint tuple LangGraph's get_tuple returns: the one named, or the thread+ns's largest id. With
+    `base` (a console checkpoint id of the project the reader holds), its channels as a patch against that one's."""
     _check_thread(thread_id, checkpoint_ns)
     session = find_thread(project, thread_id)
     if session is None:
@@ -630,7 +636,25 @@ def get_tuple(
     if checkpoint_id is not None:
         rows = rows.filter(checkpoint_id=checkpoint_id)
     row = rows.order_by("-checkpoint_id").first()
-    return lgtuples.tuples([row])[0] if row is not None else None
+    if row is None:
+        return None
+    return next(relative_tuples(project, lgtuples.tuples([row]), base))
+
+
+def relative_tuples(project: Project, items: list[dict[str, Any]], base: int | None) -> Iterator[dict[str, Any]]:
+    """`items` (a page, in order) each as a patch against the one before it, the first against `base` when that is
+    a checkpoint of `project`; a base of another project, or none left, leaves the first whole. The reader
+    decodes them in this order, so it holds each base when it reads a patch."""
+    before: tuple[int, Any] | None = None
+    if base is not None and items and base == items[0]["console"]["id"]:  # read again: its own state is the base
+        before = (base, items[0]["checkpoint"]["channel_values"])
+    elif base is not None:
+        root = Checkpoint.objects.filter(pk=base, session__project=project).values_list("root", flat=True).first()
+        before = (base, store.load_shared(bytes(root))) if root is not None else None
+    for item in items:
+        values = item["checkpoint"]["channel_values"]
+        yield item if before is None else lgtuples.relative(item, *before)
+        before = (item["console"]["id"], values)
 
 
 def _matching(

@@ -7,6 +7,7 @@ them to a SqliteSaver file. A pending write is stored whole, or as a reference i
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator
 from typing import Any
 
@@ -71,6 +72,50 @@ def tuple_of(row: LangGraphCheckpoint, pending: list[list[Any]]) -> dict[str, An
         "pending_writes": pending,
         "console": {"id": row.console_id, "seq": row.console.seq, "session": session.external_id},
     }
+
+
+def relative(item: dict[str, Any], base_id: int, base: Any) -> dict[str, Any]:
+    """`item` with its channel values as a `channel_patch` against `base` (the values of console checkpoint
+    `base_id`, which the reader holds decoded): the channels unchanged, each list kept up to the length it shares
+    with the base's and then extended, and the rest whole. What a reader decodes is then what changed (issue #23
+    item 3). Unchanged means the same JSON: `1`, `1.0` and `true` are equal in Python and told apart here."""
+    values = item["checkpoint"]["channel_values"]
+    if not isinstance(values, dict) or not isinstance(base, dict):
+        return item
+    same: list[str] = []
+    lists: dict[str, dict[str, Any]] = {}
+    whole: dict[str, Any] = {}
+    for channel, value in values.items():
+        old = base.get(channel, _ABSENT)
+        if old is not _ABSENT and _same(old, value):
+            same.append(channel)
+        elif type(value) is list and type(old) is list and (keep := _shared_prefix(old, value)):
+            lists[channel] = {"keep": keep, "items": value[keep:]}
+        else:
+            whole[channel] = value
+    header = {key: value for key, value in item["checkpoint"].items() if key != "channel_values"}
+    patch = {"base": base_id, "same": same, "lists": lists, "values": whole}
+    return {**item, "checkpoint": header, "channel_patch": patch}
+
+
+_ABSENT = object()
+
+
+def _same(old: Any, new: Any) -> bool:
+    # States replayed from one another share their unchanged values, so identity settles most comparisons.
+    return old is new or (
+        type(old) is type(new) and old == new and jsoncodec.canonical(old) == jsoncodec.canonical(new)
+    )
+
+
+def _shared_prefix(old: list[Any], new: list[Any]) -> int:
+    end = min(len(old), len(new))
+    if all(map(operator.is_, old[:end], new[:end])):  # consecutive states share their items: one C-level pass
+        return end
+    keep = 0
+    while keep < end and _same(old[keep], new[keep]):
+        keep += 1
+    return keep
 
 
 def rows() -> Any:

@@ -284,6 +284,9 @@ def test_get_tuple_and_list_take_their_arguments_in_a_body_and_answer_as_the_url
         (LIST_BY_BODY, {"filter": [1]}, "filter"),
         (LIST_BY_BODY, {"limit": 0}, "limit"),
         (LIST_BY_BODY, {"thread": "t"}, "thread"),
+        (GET_BY_BODY, {"thread_id": "t", "base": 0}, "base"),
+        (LIST_BY_BODY, {"base": 2**63}, "base"),
+        (LIST_BY_BODY, {"relative": "maybe"}, "relative"),
     ],
 )
 def test_the_body_forms_refuse_bad_arguments_with_422_naming_the_field(api, path, body, field):
@@ -299,6 +302,53 @@ def test_a_thread_id_of_up_to_1000_characters_of_any_script_is_put_got_and_liste
     got = api.post(GET_BY_BODY, {"thread_id": thread_id})
     assert got.status_code == 200 and got.json()["thread_id"] == thread_id
     assert ids(api.post(LIST_BY_BODY, {"thread_id": thread_id}).json()) == [lg_id(0)]
+
+
+def test_a_read_against_a_base_sends_what_changed_and_list_each_tuple_against_the_one_before(api, read_only_api):
+    for n in range(3):
+        put(api, "thread-1", n, parent=n - 1 if n else None, values={"messages": messages(n + 1), "topic": "t"})
+    first = read_only_api.post(GET_BY_BODY, {"thread_id": "thread-1", "checkpoint_id": lg_id(0)}).json()
+    got = read_only_api.post(GET_BY_BODY, {"thread_id": "thread-1", "base": first["console"]["id"]}).json()
+    whole = latest(api, "thread-1").json()
+
+    assert "channel_values" not in got["checkpoint"] and got["checkpoint"]["id"] == lg_id(2)
+    assert got["channel_patch"] == {
+        "base": first["console"]["id"],
+        "same": ["topic"],
+        "lists": {"messages": {"keep": 1, "items": whole["checkpoint"]["channel_values"]["messages"][1:]}},
+        "values": {},
+    }
+    page = read_only_api.post(LIST_BY_BODY, {"thread_id": "thread-1", "relative": True}).json()["items"]
+    assert page[0]["checkpoint"]["channel_values"] == whole["checkpoint"]["channel_values"]
+    assert [item["channel_patch"]["lists"]["messages"]["keep"] for item in page[1:]] == [2, 1]
+    assert [item["channel_patch"]["base"] for item in page[1:]] == [item["console"]["id"] for item in page[:2]]
+
+
+def test_values_equal_in_python_but_not_in_json_are_sent_as_changed(api):
+    put(api, "thread-1", 0, values={"messages": [1, True], "count": 1})
+    put(api, "thread-1", 1, parent=0, values={"messages": [1.0, 1], "count": 1.0})
+    base = api.post(GET_BY_BODY, {"thread_id": "thread-1", "checkpoint_id": lg_id(0)}).json()["console"]["id"]
+
+    patch = api.post(GET_BY_BODY, {"thread_id": "thread-1", "base": base}).json()["channel_patch"]
+
+    assert patch["same"] == [] and patch["lists"] == {}
+    assert patch["values"] == {"messages": [1.0, 1], "count": 1.0}
+
+
+def test_a_base_of_another_project_or_none_at_all_gets_the_whole_state(api, api_as, other_project):
+    from checkpoints.services import create_api_token
+
+    put(api, "thread-1", 0)
+    theirs = api.post(GET_BY_BODY, {"thread_id": "thread-1"}).json()
+    other = api_as(create_api_token(other_project, name="other")[1])
+    other.post(PUT, put_body("thread-1", 0))
+
+    for base in (theirs["console"]["id"], 2**62):
+        got = other.post(GET_BY_BODY, {"thread_id": "thread-1", "base": base}).json()
+        page = other.post(LIST_BY_BODY, {"relative": True, "base": base}).json()["items"]
+        assert "channel_patch" not in got and "channel_patch" not in page[0]
+        assert got["checkpoint"]["channel_values"] == theirs["checkpoint"]["channel_values"]
+        assert got["console"]["id"] != theirs["console"]["id"]
 
 
 # ---- boundaries ------------------------------------------------------------------------------------------

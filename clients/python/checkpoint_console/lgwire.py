@@ -17,11 +17,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 __all__ = ["Memory", "PutPlan", "Sent", "plan_put"]
 
 Encode = Callable[[Any], Any]
+T = TypeVar("T")
 
 
 @dataclass
@@ -44,27 +45,28 @@ class PutPlan:
     sent: Sent
 
 
-class Memory:
-    """The last checkpoint put per (thread_id, checkpoint_ns), least recently used dropped past `size`."""
+class Memory(Generic[T]):
+    """The last checkpoint put (or read: `lgread`) per (thread_id, checkpoint_ns), least recently used dropped
+    past `size`."""
 
     def __init__(self, size: int = 512) -> None:
         self.size = size
-        self._entries: OrderedDict[tuple[str, str], Sent] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str], T] = OrderedDict()
         self._lock = threading.Lock()  # sync savers are shared across threads by LangGraph's executors
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, thread_id: str, checkpoint_ns: str) -> Sent | None:
+    def get(self, thread_id: str, checkpoint_ns: str) -> T | None:
         with self._lock:
             sent = self._entries.get((thread_id, checkpoint_ns))
             if sent is not None:
                 self._entries.move_to_end((thread_id, checkpoint_ns))
             return sent
 
-    def remember(self, thread_id: str, checkpoint_ns: str, sent: Sent) -> None:
+    def remember(self, thread_id: str, checkpoint_ns: str, entry: T) -> None:
         with self._lock:
-            self._entries[(thread_id, checkpoint_ns)] = sent
+            self._entries[(thread_id, checkpoint_ns)] = entry
             self._entries.move_to_end((thread_id, checkpoint_ns))
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)

@@ -1,0 +1,324 @@
+"""What a ConsoleSaver read costs: a state is decoded once, and a later read decodes only what changed.
+
+Decoding. The wire carries typed JSON (`checkpoint_console.typedjson`). LangGraph's own reader takes msgpack
+bytes, so turning typed JSON back into those bytes and unpacking them again cost a pack and an unpack of every
+message on every read. `Decoder` reads typed JSON directly: plain JSON is rebuilt as it is walked, and a pydantic
+record (every LangChain message) whose type the serializer's allow-list admits — LangGraph's
+`SAFE_MSGPACK_TYPES`, or the explicit list it was made with — is rebuilt exactly as LangGraph's ext hook does it
+(`cls(**fields)`, then `model_construct`, then the fields themselves). Anything else, a type the list does not
+name included, goes through the serializer's own `loads_typed`, which blocks and warns as it always did: the
+direct path only ever imports what the allow-list names. A serializer other than a plain `JsonPlusSerializer`
+(an encrypting one, one with its own ext hook) decodes everything itself.
+
+Reuse. The server may send a tuple's channels relative to one the saver already decoded (`channel_patch`:
+channels unchanged, lists kept up to a length then extended, values sent whole). The saver keeps its decoded
+values private (`Held`, as `Copier`s) and hands each caller copies: LangGraph's `add_messages` mutates messages in
+place, so two callers must never share a message, a list or a dict. A message's fields are kept packed as msgpack
+and a copy is its class around them unpacked anew, under half the cost of validating it again.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib
+import threading
+from typing import Any
+
+import ormsgpack
+from langgraph.checkpoint.serde import _msgpack as lg_msgpack
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from pydantic import BaseModel
+
+from . import typedjson
+from .lgwire import Memory
+
+__all__ = ["Copier", "Decoder", "Held", "Reads", "channel_copier", "clone", "copier", "held_of"]
+
+_PYDANTIC_V2 = 5
+_TAG = typedjson.TAG
+_IMMUTABLE = frozenset({str, int, float, bool, type(None), bytes})
+
+
+class Decoder:
+    """Typed JSON to the values the serializer would give back, read once."""
+
+    def __init__(self, serde: SerializerProtocol) -> None:
+        self.serde = serde
+        allowed = getattr(serde, "_allowed_msgpack_modules", True)
+        # The direct path only for LangGraph's own serializer with its own hook; True (permissive) admits any
+        # type with a warning per type, which its hook emits: those values take the serializer's path.
+        self.direct = (
+            type(serde) is JsonPlusSerializer
+            and not getattr(serde, "_custom_unpack_ext_hook", True)
+            and (allowed is None or isinstance(allowed, set))
+        )
+        self._allowed: frozenset[tuple[str, ...]] = frozenset(lg_msgpack.SAFE_MSGPACK_TYPES) | frozenset(
+            allowed if isinstance(allowed, set) else ()
+        )
+        self._classes: dict[tuple[str, str], Any] = {}
+
+    def decode(self, value: Any) -> Any:
+        """A top-level typed JSON value (a channel, a write, the header) as a fresh object graph."""
+        if not self.direct:
+            return self.serde.loads_typed(typedjson.to_typed(value))
+        tag = value.get(_TAG) if type(value) is dict else None
+        if tag is not None and not (type(tag) is list and tag and tag[0] == _PYDANTIC_V2):
+            return self.serde.loads_typed(typedjson.to_typed(value))  # bytes, json, typed: top-level forms
+        return self._walk(value)
+
+    def decode_item(self, value: Any) -> Any:
+        """An item of a list channel: read as it reads inside the list (never as a top-level `bytes`, `json` or
+        `typed` value, which an item cannot be)."""
+        if not self.direct:
+            return self.serde.loads_typed(("msgpack", typedjson.to_msgpack(value)))
+        return self._walk(value)
+
+    def _walk(self, value: Any) -> Any:
+        kind = type(value)
+        if kind is list:
+            return [item if type(item) in _IMMUTABLE else self._walk(item) for item in value]
+        if kind is not dict:
+            return value
+        tag = value.get(_TAG)
+        if tag is None:
+            return {key: item if type(item) in _IMMUTABLE else self._walk(item) for key, item in value.items()}
+        cls = self._class(tag)
+        if cls is None:  # any other record, or a type the allow-list lacks: LangGraph's own reader decides
+            return self.serde.loads_typed(("msgpack", typedjson.to_msgpack(value)))
+        fields = {
+            key: item if type(item) in _IMMUTABLE else self._walk(item) for key, item in value.items() if key != _TAG
+        }
+        try:  # as LangGraph's ext hook rebuilds a pydantic v2 record
+            try:
+                return cls(**fields)
+            except Exception:
+                return cls.model_construct(**fields)
+        except Exception:
+            return fields
+
+    def _class(self, tag: Any) -> Any:
+        """The class of a well-formed pydantic v2 record the allow-list admits, else None."""
+        if type(tag) is not list or len(tag) < 3 or tag[0] != _PYDANTIC_V2:
+            return None
+        module, name = tag[1], tag[2]
+        if type(module) is not str or type(name) is not str:
+            return None
+        key = (module, name)
+        found = self._classes.get(key)
+        if found is None:
+            if key not in self._allowed:
+                return None
+            try:
+                found = getattr(importlib.import_module(module), name)
+            except Exception:
+                return None  # the serializer's path returns the fields, as LangGraph does
+            self._classes[key] = found
+        return found
+
+
+def clone(value: Any) -> Any:
+    """A copy sharing nothing mutable with `value`: containers rebuilt, pydantic models copied field by field."""
+    kind = type(value)
+    if kind in _IMMUTABLE:
+        return value
+    if kind is list:
+        return [item if type(item) in _IMMUTABLE else clone(item) for item in value]
+    if kind is dict:
+        return {key: item if type(item) in _IMMUTABLE else clone(item) for key, item in value.items()}
+    if isinstance(value, BaseModel):
+        copied = value.__copy__()  # new __dict__, fields set, extra and private; values still shared
+        fields = copied.__dict__
+        for key, item in fields.items():
+            if type(item) not in _IMMUTABLE:
+                fields[key] = clone(item)
+        extra = copied.__pydantic_extra__
+        if extra:
+            for key, item in extra.items():
+                if type(item) not in _IMMUTABLE:
+                    extra[key] = clone(item)
+        return copied
+    return copy.deepcopy(value)
+
+
+class Copier:
+    """Makes fresh copies of one private decoded value: `make()` shares nothing mutable with it or with earlier
+    copies. Plain JSON is kept packed as msgpack, so a copy is one unpack in C; a pydantic model whose fields are
+    plain JSON is rebuilt around its unpacked fields as pydantic's own `__copy__` does, without validating again
+    what was validated once; anything else is `clone`d."""
+
+    __slots__ = ()
+
+    def make(self) -> Any:
+        raise NotImplementedError
+
+
+class _Same(Copier):
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value  # immutable
+
+    def make(self) -> Any:
+        return self.value
+
+
+class _Packed(Copier):
+    __slots__ = ("packed",)
+
+    def __init__(self, packed: bytes) -> None:
+        self.packed = packed
+
+    def make(self) -> Any:
+        return ormsgpack.unpackb(self.packed)
+
+
+class _Model(Copier):
+    __slots__ = ("cls", "extra", "fields", "fields_set")
+
+    def __init__(self, model: BaseModel, fields: bytes, extra: bytes | None) -> None:
+        self.cls = type(model)
+        self.fields = fields
+        self.fields_set = frozenset(model.__pydantic_fields_set__)
+        self.extra = extra
+
+    def make(self) -> Any:
+        made = self.cls.__new__(self.cls)
+        _set(made, "__dict__", ormsgpack.unpackb(self.fields))
+        _set(made, "__pydantic_fields_set__", set(self.fields_set))
+        _set(made, "__pydantic_extra__", None if self.extra is None else ormsgpack.unpackb(self.extra))
+        _set(made, "__pydantic_private__", None)
+        return made
+
+
+class _Cloned(Copier):
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def make(self) -> Any:
+        return clone(self.value)
+
+
+class _Items(Copier):
+    """A list channel: a copier per item, so a patch keeps a prefix and adds the new items' copiers."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[Copier]) -> None:
+        self.items = items
+
+    def make(self) -> Any:
+        return [item.make() for item in self.items]
+
+
+_set = object.__setattr__
+
+
+def copier(value: Any) -> Copier:
+    """The copier of a decoded value (which the caller gives up: it is kept, never handed out)."""
+    if type(value) in _IMMUTABLE:
+        return _Same(value)
+    if _plain(value):
+        packed = _pack(value)
+        if packed is not None:
+            return _Packed(packed)
+    elif isinstance(value, BaseModel) and getattr(value, "__pydantic_private__", None) is None:
+        extra = value.__pydantic_extra__
+        if _plain(value.__dict__) and (extra is None or _plain(extra)):
+            fields, packed_extra = _pack(value.__dict__), None if extra is None else _pack(extra)
+            if fields is not None and (extra is None or packed_extra is not None):
+                return _Model(value, fields, packed_extra)
+    return _Cloned(value)
+
+
+def channel_copier(value: Any) -> Copier:
+    return _Items([copier(item) for item in value]) if type(value) is list else copier(value)
+
+
+def _plain(value: Any) -> bool:
+    """JSON that msgpack gives back exactly: str-keyed dicts, lists (not tuples), str, int, float, bool, None."""
+    kind = type(value)
+    if kind is dict:
+        return all(type(key) is str and _plain(item) for key, item in value.items())
+    if kind is list:
+        return all(_plain(item) for item in value)
+    return kind in _IMMUTABLE and kind is not bytes
+
+
+def _pack(value: Any) -> bytes | None:
+    try:  # integers past 64 bits, lone surrogates: not msgpack, so cloned instead
+        return ormsgpack.packb(value)
+    except (ormsgpack.MsgpackEncodeError, TypeError, OverflowError):
+        return None
+
+
+class Held:
+    """A tuple's channel values as this saver decoded them, private: handed out only as copies. A state read
+    whole is kept as its wire JSON (which nothing else holds) and decoded again only if a later read is sent
+    relative to it, so a single read decodes once."""
+
+    __slots__ = ("_copiers", "_lock", "_wire", "console_id")
+
+    def __init__(
+        self, console_id: int, copiers: dict[str, Copier] | None = None, wire: dict[str, Any] | None = None
+    ) -> None:
+        self.console_id = console_id
+        self._copiers = copiers
+        self._wire = wire
+        self._lock = threading.Lock()
+
+    def copiers(self, decoder: Decoder) -> dict[str, Copier]:
+        with self._lock:
+            if self._copiers is None:
+                wire = self._wire or {}
+                self._copiers = {channel: channel_copier(decoder.decode(value)) for channel, value in wire.items()}
+                self._wire = None
+            return self._copiers
+
+
+def held_of(item: dict[str, Any], base: Held | None, decoder: Decoder) -> tuple[Held | None, dict[str, Any]]:
+    """(what to hold, the caller's channel values) of an answer's `item`: a whole state decoded once, or a patch
+    resolved against `base` (the tuple the server named), only its new values decoded, the rest copied."""
+    console_id = item.get("console", {}).get("id")
+    patch = item.get("channel_patch")
+    if patch is None:
+        stored = item["checkpoint"].get("channel_values", {})
+        decoded = {channel: decoder.decode(value) for channel, value in stored.items()}
+        return (Held(console_id, wire=stored) if type(console_id) is int else None), decoded
+    if base is None or patch.get("base") != base.console_id:
+        raise ValueError("the server sent a patch against a tuple this saver does not hold")
+    held = base.copiers(decoder)
+    copiers: dict[str, Copier] = {}
+    for channel in patch.get("same", []):
+        copiers[channel] = held[channel]
+    for channel, grown in patch.get("lists", {}).items():
+        kept = held[channel]
+        if not isinstance(kept, _Items) or not 0 <= grown["keep"] <= len(kept.items):
+            raise ValueError(f"the server's patch keeps more of {channel!r} than this saver holds")
+        added = [copier(decoder.decode_item(value)) for value in grown["items"]]
+        copiers[channel] = _Items([*kept.items[: grown["keep"]], *added])
+    for channel, value in patch.get("values", {}).items():
+        copiers[channel] = channel_copier(decoder.decode(value))
+    return Held(console_id, copiers=copiers), {channel: made.make() for channel, made in copiers.items()}
+
+
+class Reads:
+    """The last tuple decoded per (thread_id, checkpoint_ns), least recently used dropped past `size`, for the
+    decoding rules (serializer) and the token it was read with: a saver copied by `with_allowlist` shares the
+    object but never what the other decoded."""
+
+    def __init__(self, serde: SerializerProtocol, token: str, size: int) -> None:
+        self.serde = serde
+        self.token = _digest(token)
+        self.decoder = Decoder(serde)
+        self.held: Memory[Held] = Memory(size)
+
+    def serves(self, serde: SerializerProtocol, token: str) -> bool:
+        return serde is self.serde and _digest(token) == self.token
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
