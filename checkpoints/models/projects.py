@@ -17,7 +17,19 @@ from checkpoint_console import typedjson
 from ..roles import VIEW_SESSIONS, in_every_project, roles_granting
 
 
+# Sent after `ApiToken.objects….update()` or `Project.objects….update()` changed rows (saves and deletes send
+# Django's own signals): the process forgets the tokens it remembers with their projects (services.tokens), whose
+# type allow-list a request decodes by. Not for last_used_at alone, which every minute of use writes.
+tokens_updated = Signal()
+
+
 class ProjectQuerySet(models.QuerySet["Project"]):
+    def update(self, **kwargs: Any) -> int:
+        changed = super().update(**kwargs)
+        if changed:
+            tokens_updated.send(sender=self.model)
+        return changed
+
     def allowing(self, user: Any, permission: str = VIEW_SESSIONS) -> ProjectQuerySet:
         """The projects where `user` holds `permission`: every one for superusers and for staff whose groups
         grant it, else those where one of the user's memberships grants it (any role sees its project)."""
@@ -187,9 +199,6 @@ class ProjectMembership(models.Model):
         return f"{self.user} as {self.role} in {self.project}"
 
 
-# Sent after `ApiToken.objects….update()` changed rows (saves and deletes send Django's own signals): the process
-# forgets the tokens it remembers (services.tokens). Not for last_used_at alone, which every minute of use writes.
-tokens_updated = Signal()
 
 
 class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
