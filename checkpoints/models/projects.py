@@ -16,7 +16,6 @@ from checkpoint_console import typedjson
 
 from ..roles import VIEW_SESSIONS, in_every_project, roles_granting
 
-
 # Sent after `ApiToken.objects….update()` or `Project.objects….update()` changed rows (saves and deletes send
 # Django's own signals): the process forgets the tokens it remembers with their projects (services.tokens), whose
 # type allow-list a request decodes by. Not for last_used_at alone, which every minute of use writes.
@@ -197,8 +196,6 @@ class ProjectMembership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} as {self.role} in {self.project}"
-
-
 
 
 class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
