@@ -188,7 +188,8 @@ def run_graph(
     written = len(probe.puts) - probe.checkpoints_before
     window = probe.puts[-WINDOW:]
     read_config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-    cold = cold_reads(name, {**(target or {}), "thread": thread})
+    # a fresh process can make only the savers cold_read knows (not one a caller built, as firstrun_put.py does)
+    cold = cold_reads(name, {**target, "thread": thread}) if target is not None else []
     saver.get_tuple(read_config)  # the first read after the puts: the saver holds nothing it read yet
     reads = []
     for _ in range(READS):
@@ -206,7 +207,7 @@ def run_graph(
         "disk_per_checkpoint": round((size_after - probe.size_before) / written),
         "put_p50_ms": ms(statistics.median(window)),
         "put_p95_ms": ms(pct(window, 95)),
-        "get_cold_p50_ms": ms(statistics.median(cold)),
+        "get_cold_p50_ms": ms(statistics.median(cold)) if cold else None,
         "get_latest_p50_ms": ms(statistics.median(reads)),
         "list_all_seconds": round(list_seconds, 2),
         "listed": listed,
