@@ -44,15 +44,15 @@ manage: install-runtime
 # Uses PostgreSQL and Redis when they answer on 127.0.0.1 (or DATABASE_URL / REDIS_URL are set);
 # otherwise SQLite, and the tests that need a server are skipped with the reason.
 # Three pytest-xdist workers (PYTEST_WORKERS=0: one process), each with its own test database: on two cores a
-# third keeps them busy while a test waits for PostgreSQL, Chromium or a server. The Redis tests, and the tests of
-# each module-scoped fixture (shared rows, a server), stay on one worker (--dist loadgroup), in the order the
-# conftest gives them (--no-loadscope-reorder). The 25 slowest tests are listed at the end.
+# third keeps them busy while a test waits for PostgreSQL, Chromium or a server. --dist load hands each worker its
+# tests in the conftest's order (tests in a transaction before transactional ones); each worker has its own Redis
+# database (tests/conftest.py). The 25 slowest tests are listed at the end.
 PYTEST_WORKERS ?= 3
 test: install
 	@export DATABASE_URL="$${DATABASE_URL:-$$(pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null && echo $(PG_TEST_URL))}"; \
 	export REDIS_URL="$${REDIS_URL:-$$(redis-cli -h 127.0.0.1 ping 2>/dev/null | grep -q PONG && echo $(REDIS_TEST_URL))}"; \
 	echo "make test: database $${DATABASE_URL:-SQLite (embedded)}; redis $${REDIS_URL:-none}"; \
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist load --durations=25 $(PYTEST_ARGS)
 
 bench: install
 	$(PY) bench/run.py $(BENCH_ARGS)

@@ -6,10 +6,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 import pytest
-from _pytest.nodeid import NodeId
 from django.db import connection, transaction
 from django.test import Client
 
@@ -17,6 +17,22 @@ from django.test import Client
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
+
+
+def worker_redis_url(url: str, worker: str | None) -> str:
+    """REDIS_URL's database for one pytest-xdist worker: gw0 keeps it, gwN takes the N-th below (modulo Redis's 16).
+
+    The Redis tests empty their database before and after; with a database each, they run on any worker at any
+    time (`--dist load`) and none empties another's queue."""
+    if not worker or not worker.startswith("gw"):
+        return url
+    parts = urlsplit(url)
+    database = int(parts.path.strip("/") or 0)
+    return urlunsplit(parts._replace(path=f"/{(database - int(worker[2:])) % 16}"))
+
+
+if os.environ.get("REDIS_URL"):
+    os.environ["REDIS_URL"] = worker_redis_url(os.environ["REDIS_URL"], os.environ.get("PYTEST_XDIST_WORKER"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -81,15 +97,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     Tests of a module-scoped fixture (rows shared by the module, fixtures named shared_*, see `shared_rows`; a
     server; migrated databases) run after the module's other tests of their kind, which so never see those rows:
-    the rows stay until the module's last test. Under pytest-xdist (`--dist loadgroup`) they run on one worker,
-    which builds the fixture once; tests in a transaction and transactional ones are two groups, so a group never
-    runs a flush before a test in a transaction.
+    the rows stay until the module's last test. The Redis tests run just before the transactional tests (the ones
+    in a transaction first).
 
-    Tests of a Redis server share REDIS_URL's database and empty it before and after: they run together just
-    before the transactional tests (the ones in a transaction first), and under pytest-xdist on one worker,
-    one at a time, so none empties another's queue, and no flush runs before a test in a transaction.
-    Groups keep their place in this order only without xdist's reordering (`--no-loadscope-reorder`, which
-    make test passes): by default it sends the largest groups first, the Redis group's transactional tests with them."""
+    pytest-xdist's `--dist load` (make test) hands each worker tests in this order, so on every worker no test in
+    a transaction follows a flush (`in_collection_order` checks it). A worker builds a module fixture for the
+    tests of its module it is given (`loadgroup` kept each fixture's tests on one worker, which built it once,
+    but handed groups out one at a time: the suite took 13 min instead of 11)."""
 
     _unique_node_ids(items)
 
@@ -103,14 +117,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             for definitions in info.name2fixturedefs.values()
         )
 
-    def transactional(item: pytest.Item) -> bool:
-        marker = item.get_closest_marker("django_db")
-        if marker and (
-            marker.args[:1] == (True,) or marker.kwargs.get("transaction") or marker.kwargs.get("reset_sequences")
-        ):
-            return True
-        return bool({"transactional_db", "live_server"} & set(getattr(item, "fixturenames", ())))
-
     run, runs = 0, {}  # a module's consecutive tests (pytest-django may have split a module in two)
     for index, item in enumerate(items):
         if index and module(item) != module(items[index - 1]):
@@ -123,23 +129,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     cut = next((index for index, item in enumerate(rest) if transactional(item)), len(rest))
     redis.sort(key=transactional)
     items[:] = rest[:cut] + redis + rest[cut:]
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        if item.get_closest_marker("redis"):
-            _grouped(config, item, "redis")
-        elif shares(item):
-            _grouped(config, item, f"{module(item)}::{'transactional' if transactional(item) else 'in-transaction'}")
 
 
-def _grouped(config: pytest.Config, item: pytest.Item, group: str) -> None:
-    """Marks `item` for xdist's group `group` and names the group in the node id, as xdist's scheduler reads it.
+def transactional(item: pytest.Item) -> bool:
+    """A test whose database changes are committed, and removed after it by a flush."""
+    marker = item.get_closest_marker("django_db")
+    if marker and (
+        marker.args[:1] == (True,) or marker.kwargs.get("transaction") or marker.kwargs.get("reset_sequences")
+    ):
+        return True
+    return bool({"transactional_db", "live_server"} & set(getattr(item, "fixturenames", ())))
 
-    pytest-xdist 3.8 names it by setting `item._nodeid`, but pytest 9 builds `nodeid` from `item._id`: the
-    suffix never reached the scheduler, and the groups were ignored (each worker built every module fixture)."""
-    item.add_marker(pytest.mark.xdist_group(group))
-    if getattr(config.option, "loadgroup", False) and not item.nodeid.endswith(f"@{group}"):
-        item._id = NodeId.parse(f"{item.nodeid}@{group}")
+
+FLUSHED: list[str] = []  # the first transactional test this process ran
+
+
+@pytest.fixture(autouse=True)
+def in_collection_order(request: pytest.FixtureRequest) -> None:
+    """Fails a test in a transaction that runs after a transactional test in the same process: that test's flush
+    emptied the roles and schedules the migrations installed, and the test would fail for a reason not its own
+    (xdist's `worksteal` or `loadscope`, or a plugin that shuffles, would do it)."""
+    item = request.node
+    if transactional(item):
+        FLUSHED[:] = FLUSHED or [item.nodeid]
+    elif FLUSHED and (item.get_closest_marker("django_db") or "db" in getattr(item, "fixturenames", ())):
+        pytest.fail(f"a test in a transaction runs after the transactional {FLUSHED[0]}", pytrace=False)
 
 
 def _redis_available() -> str | None:
