@@ -1,8 +1,10 @@
 """Requests generated from the API's own OpenAPI schema (schemathesis) against a live server: no input gets a
 5xx, and every answer keeps to the schema (documented status codes, content type, body shape).
 
-Each generated request is sent twice: as generated (unknown ids: the 4xx paths) and aimed at a session,
-checkpoints and a phase that exist (the paths that reach the services and the database).
+Each generated request is sent aimed at a session, checkpoints and a phase that exist (the paths that reach the
+services and the database), and as generated (unknown ids: the 4xx paths) when its path and query are new to the
+operation's test: schemathesis's coverage phase sends ~250 bodies under the same path parameters, and a request
+with unknown ids answers 404 (or the 422 the aimed one gets) whatever its body.
 """
 
 from __future__ import annotations
@@ -45,7 +47,13 @@ def existing(project):
         Selection("restore", TargetRule()), Reach.for_token(row), actor=Actor.system(), reason="fuzz",
         start=lambda pk: None,
     )  # fmt: skip
-    return {"token": token, "external_id": session.external_id, "ids": (first.pk, second.pk), "recovery": recovery.pk}
+    return {
+        "token": token,
+        "external_id": session.external_id,
+        "ids": (first.pk, second.pk),
+        "recovery": recovery.pk,
+        "addressed": set(),
+    }
 
 
 # The schema the server publishes at /api/v1/openapi.json, read once to generate the tests.
@@ -56,8 +64,12 @@ schema = schemathesis.openapi.from_dict(json.loads(json.dumps(api.get_openapi_sc
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 def test_generated_requests_never_get_a_server_error_and_keep_to_the_schema(case, existing, live_server):
     headers = {"Authorization": f"Bearer {existing['token']}"}
+    aimed = _aimed(case, existing)
+    addressed = repr((case.path_parameters, case.query))
+    as_generated = None if aimed and addressed in existing["addressed"] else case
+    existing["addressed"].add(addressed)
     with requests.Session() as http:
-        for sent in filter(None, (case, _aimed(case, existing))):
+        for sent in filter(None, (as_generated, aimed)):
             response = sent.call(base_url=live_server.url, headers=headers, session=http, timeout=30)
             sent.validate_response(response, checks=CHECKS, headers=headers)
 
