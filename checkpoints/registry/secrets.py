@@ -104,6 +104,12 @@ SECRET_DETECTORS.register(
         "anthropic_key", "Anthropic API Key", ((r"\bsk-ant-(?:api|admin)[0-9]{2}-[A-Za-z0-9_\-]{20,200}", 0),)
     )
 )
+# OpenAI's keys since 2024 (sk-proj-, sk-svcacct-, sk-admin-): detect-secrets 1.5 knows only the older sk-…T3BlbkFJ…
+SECRET_DETECTORS.register(
+    SecretDetector(
+        "openai_project_key", "OpenAI API Key", ((r"\bsk-(?:proj|svcacct|admin)-[A-Za-z0-9_\-]{40,300}", 0),)
+    )
+)
 SECRET_DETECTORS.register(SecretDetector("google_api_key", "Google API Key", ((r"\bAIza[0-9A-Za-z_\-]{35}\b", 0),)))
 SECRET_DETECTORS.register(
     SecretDetector("hugging_face_token", "Hugging Face Token", ((r"\bhf_[A-Za-z0-9]{34,40}\b", 0),))

@@ -35,7 +35,8 @@ def evidence_summary(evidence: Any, *, limit: int = 4) -> str:
     links of their own: `evidence_checkpoints`)."""
     if not isinstance(evidence, dict):
         return _short(evidence)
-    evidence = {key: value for key, value in evidence.items() if key != TRIGGERED}
+    # an empty value ("reason" of a checkpoint that gave none) would read as "reason: ·"
+    evidence = {key: value for key, value in evidence.items() if key != TRIGGERED and value not in ("", None)}
     # sorted: PostgreSQL's jsonb does not keep the order keys were written in
     parts = [f"{key.replace('_', ' ')}: {_value(key, value)}" for key, value in sorted(evidence.items())[:limit]]
     if len(evidence) > limit:

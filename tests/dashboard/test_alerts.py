@@ -384,6 +384,10 @@ def test_evidence_counted_in_minutes_or_seconds_reads_as_durations():
     assert summary == "count: 3 · idle seconds: 1 min 35 s · limit minutes: 2 h · minutes: 5 d 2 h"
 
 
+def test_evidence_leaves_out_what_a_checkpoint_did_not_give():
+    assert evidence_summary({"reason": "", "seq": 13, "status": "halted", "error": None}) == "seq: 13 · status: halted"
+
+
 def test_the_default_list_pages_unresolved_alerts_most_severe_first(client, bob, make_session):
     now = timezone.now()
     DriftAlert.objects.bulk_create(

@@ -44,6 +44,15 @@ def test_the_lists_offer_the_recover_bar_and_row_boxes_to_operators_only(broken,
         assert "fleet-form" not in viewer
 
 
+def test_choosing_all_reads_as_sessions_whether_or_not_the_list_counts_them(broken, alice):
+    session = broken("run-a")
+    DriftAlert.objects.create(session=session, kind="failed", severity="critical", message="down")
+    alerts = signed_in(alice).get(reverse("dashboard:alert_list")).content.decode()  # alerts: sessions not counted
+    assert "All sessions matching the filters (with such alerts)" in alerts
+    sessions = signed_in(alice).get(reverse("dashboard:session_list")).content.decode()
+    assert "All 1 session matching the filters" in sessions
+
+
 def test_the_bar_carries_the_page_s_filters(broken, alice):
     broken("run-a")
     html = signed_in(alice).get(reverse("dashboard:session_list"), {"agent": "agent-7", "status": "failed"})

@@ -12,6 +12,7 @@ from checkpoints.registry.secrets import LEFT_OUT, SECRET_DETECTORS
 from checkpoints.store import secrets
 
 ANTHROPIC = "sk-ant-api03-" + "Qx7vL2mN9pR4sT6uW8yZ0aB3cD5eF1gH" * 3
+OPENAI = "sk-proj-" + "Ab3dEx9Q_r7Tz-Kw" * 5
 GOOGLE = "AIzaSyD4-fake9Kq2Lm7Np3Rs8Tu1Vw6Xy0Zab1"
 HUGGING_FACE = "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"
 AWS = "AKIAIOSFODNN7EXAMPLQ"
@@ -29,6 +30,7 @@ def found(state, **kwargs):
     ("value", "detector"),
     [
         (ANTHROPIC, "anthropic_key"),
+        (OPENAI, "openai_project_key"),
         (GOOGLE, "google_api_key"),
         (HUGGING_FACE, "hugging_face_token"),
         (AWS, "aws_access_key"),
