@@ -1,25 +1,32 @@
 """Concurrent agents through CheckpointClient: whole states against patches (`state_patch`).
 
-    python bench/load.py [--agents 32] [--seconds 60] [--workers 2] [--database-url URL]
+    python bench/load.py [--agents 32] [--seconds 60] [--start-step 100] [--workers 2] [--database-url URL]
 
 Each agent is a thread with its own growing session (bench/workload.py's AgentSessionWorkload) writing a
 checkpoint per step through a real gunicorn, as fast as it can, for `--seconds`; once with whole states
-(`patches=False`), once with patches (the client's default). Reported per mode: checkpoints/s, p50/p95 of a
-create, mean state size at the end, errors (exceptions the client raised) and lost (acknowledged checkpoints the
-database does not hold). Writes var/bench-load.json.
+(`patches=False`), once with patches (the client's default), in one run. Before the clock starts each agent's
+state is grown to `--start-step` (about 230 kB at step 100) and written once whole, so both modes start from the
+same states and the run measures long-lived agents, not their first minute. Reported per mode: checkpoints/s,
+p50/p95 of a create, the mean state size at the end, errors (exceptions the client raised), lost (acknowledged
+checkpoints the database does not hold), wrong (sessions whose stored head is not the agent's last state), the
+CPU per checkpoint of the client and of the server (gunicorn and its PostgreSQL backends, from /proc: it does not
+depend on what else loads the machine) and the load average before and after; then patches ÷ whole states. Writes
+var/bench-load.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import statistics
 import sys
 import threading
 import time
 from typing import Any
 
-from run import ROOT, RUN, choose_database, gunicorn, say, setup_django
+from run import ROOT, RUN, choose_database, gunicorn, pct, say, setup_django
 from workload import AgentSessionWorkload
 
 sys.path.insert(0, str(ROOT / "clients" / "python"))
@@ -28,16 +35,22 @@ from checkpoint_console.client import CheckpointClient  # noqa: E402 - after the
 RESULTS = ROOT / "var" / "bench-load.json"
 
 
-def agent(base: str, token: str, number: int, mode: str, stop: float, out: dict[str, Any]) -> None:
+def agent(base: str, token: str, number: int, mode: str, start_step: int, out: dict[str, Any]) -> None:
+    """Grow the state to `start_step`, write it whole, wait for the start (`out["start"]`), then write a step at a
+    time until `out["stop"]`."""
     client = CheckpointClient(base, token, patches=mode == "patch", timeout=120)
     session = f"load-{mode}-{number}-{RUN}"
     client.create_session(session, agent="load")
+    workload = AgentSessionWorkload(seed=number)
+    for _ in range(start_step):
+        workload.advance()
+    client.create(session, workload.state, name="start", step=start_step)
     latencies: list[float] = []
     acked: list[int] = []
     errors: list[str] = []
-    size = 0
-    workload = AgentSessionWorkload(seed=number)
-    while time.monotonic() < stop:
+    out["ready"].release()
+    out["start"].wait()
+    while time.monotonic() < out["stop"]:
         step = workload.advance()
         started = time.perf_counter()
         try:
@@ -47,31 +60,63 @@ def agent(base: str, token: str, number: int, mode: str, stop: float, out: dict[
             continue
         latencies.append(time.perf_counter() - started)
         acked.append(created["id"])
-        size = step.number
-    out.update(latencies=latencies, acked=acked, errors=errors, session=session, steps=size)
+        out["last"] = (created["id"], workload.state)
+    out.update(latencies=latencies, acked=acked, errors=errors, session=session, steps=workload.step_number)
 
 
-def run_mode(url: str, mode: str, agents: int, seconds: float, workers: int) -> dict[str, Any]:
+def server_cpu(port: str, database: str) -> float:
+    """CPU seconds used so far by the gunicorn serving `port` (master and workers) and by the PostgreSQL backends
+    of `database` (its connections): what the server spent, whatever else loads the machine."""
+    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as file:
+                command = file.read().replace(b"\0", b" ").decode(errors="replace")
+            if not (("gunicorn" in command and f":{port}" in command) or f"postgres {database} " in command):
+                continue
+            with open(f"/proc/{entry}/stat") as file:
+                fields = file.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return total
+
+
+def run_mode(url: str, mode: str, agents: int, seconds: float, start_step: int, workers: int) -> dict[str, Any]:
     from django.db import models
 
-    from checkpoints import services
+    from checkpoints import services, store
     from checkpoints.models import Checkpoint
 
     project = services.get_or_create_project("bench-load")
     _, token = services.create_api_token(project, name=f"load-{mode}-{time.time_ns()}")
     with gunicorn(url, workers) as base:
-        outs: list[dict[str, Any]] = [{} for _ in range(agents)]
-        started = time.monotonic()
-        stop = started + seconds
+        ready, start = threading.Semaphore(0), threading.Event()
+        outs: list[dict[str, Any]] = [{"ready": ready, "start": start} for _ in range(agents)]
         threads = [
-            threading.Thread(target=agent, args=(base, token, n, mode, stop, outs[n]), daemon=True)
+            threading.Thread(target=agent, args=(base, token, n, mode, start_step, outs[n]), daemon=True)
             for n in range(agents)
         ]
         for thread in threads:
             thread.start()
+        for _ in threads:
+            ready.acquire()
+        load_before = os.getloadavg()
+        cpu_before = resource.getrusage(resource.RUSAGE_SELF)
+        port, database = base.rsplit(":", 1)[1], url.rsplit("/", 1)[1]
+        server_before = server_cpu(port, database)
+        started = time.monotonic()
+        for out in outs:
+            out["stop"] = started + seconds
+        start.set()
         for thread in threads:
             thread.join()
         elapsed = time.monotonic() - started
+        cpu_after = resource.getrusage(resource.RUSAGE_SELF)
+        server_used = server_cpu(port, database) - server_before
+        load_after = os.getloadavg()
     latencies = sorted(value for out in outs for value in out.get("latencies", []))
     acked = {pk for out in outs for pk in out.get("acked", [])}
     stored = set(Checkpoint.objects.filter(pk__in=acked).values_list("pk", flat=True))
@@ -79,18 +124,31 @@ def run_mode(url: str, mode: str, agents: int, seconds: float, workers: int) -> 
     sessions = [out["session"] for out in outs if "session" in out]
     heads = Checkpoint.objects.filter(session__external_id__in=sessions, session__head_id=models.F("pk"))
     last_sizes = list(heads.values_list("raw_bytes", flat=True))
+    hashes = dict(
+        Checkpoint.objects.filter(pk__in=[o["last"][0] for o in outs if "last" in o]).values_list("pk", "state_hash")
+    )
+    wrong = sum(
+        1 for o in outs if "last" in o and bytes(hashes.get(o["last"][0], b"")) != store.state_digest(o["last"][1])
+    )
+    client_cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime)
     return {
         "mode": mode,
         "agents": agents,
         "seconds": round(elapsed, 1),
+        "start_step": start_step,
         "checkpoints": len(latencies),
         "per_second": round(len(latencies) / elapsed, 1),
         "p50_ms": round(statistics.median(latencies) * 1000, 1) if latencies else None,
-        "p95_ms": round(latencies[int(len(latencies) * 0.95) - 1] * 1000, 1) if latencies else None,
+        "p95_ms": round(pct(latencies, 95) * 1000, 1) if latencies else None,
         "final_state_kb_mean": round(statistics.mean(last_sizes) / 1024, 1) if last_sizes else None,
         "errors": len(errors),
         "error_samples": errors[:5],
         "lost": len(acked - stored),
+        "wrong": wrong,
+        "client_cpu_ms_per_checkpoint": round(client_cpu * 1000 / len(latencies), 1) if latencies else None,
+        "server_cpu_ms_per_checkpoint": round(server_used * 1000 / len(latencies), 1) if latencies else None,
+        "load_before": [round(v, 2) for v in load_before],
+        "load_after": [round(v, 2) for v in load_after],
     }
 
 
@@ -100,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (default 2)")
     parser.add_argument("--database-url", default=None, help="default: a fresh PostgreSQL database bench_cc")
+    parser.add_argument("--start-step", type=int, default=100, help="each agent's step when the clock starts")
     parser.add_argument("--modes", default="full,patch")
     args = parser.parse_args(argv)
     url, where = choose_database(args.database_url)
@@ -107,15 +166,27 @@ def main(argv: list[str] | None = None) -> int:
     setup_django(url)
     results = []
     for mode in args.modes.split(","):
-        say(f"{mode}: {args.agents} agents for {args.seconds:.0f} s")
-        result = run_mode(url, mode, args.agents, args.seconds, args.workers)
+        say(f"{mode}: {args.agents} agents from step {args.start_step} for {args.seconds:.0f} s")
+        result = run_mode(url, mode, args.agents, args.seconds, args.start_step, args.workers)
         say(json.dumps(result))
         results.append(result)
-    say(f"{'mode':<6} {'ckpt/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'state KB':>9} {'errors':>7} {'lost':>5}")
+    say(
+        f"{'mode':<6} {'ckpt/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'state KB':>9} {'errors':>7} {'lost':>5} "
+        f"{'wrong':>5} {'client ms':>9} {'server ms':>9}  load before → after"
+    )
     for r in results:
         say(
             f"{r['mode']:<6} {r['per_second']:>8} {r['p50_ms']:>8} {r['p95_ms']:>8} {r['final_state_kb_mean']:>9} "
-            f"{r['errors']:>7} {r['lost']:>5}"
+            f"{r['errors']:>7} {r['lost']:>5} {r['wrong']:>5} {r['client_cpu_ms_per_checkpoint']:>9} "
+            f"{r['server_cpu_ms_per_checkpoint']:>9}  "
+            f"{r['load_before'][0]} → {r['load_after'][0]}"
+        )
+    rates = {r["mode"]: r["per_second"] for r in results}
+    if rates.get("full") and rates.get("patch"):
+        say(f"patches ÷ whole states, this run: {rates['patch'] / rates['full']:.2f}× checkpoints/s (target ≥ 3)")
+        cpu = {r["mode"]: r["server_cpu_ms_per_checkpoint"] for r in results}
+        say(
+            f"server CPU per checkpoint, whole ÷ patch: {cpu['full'] / cpu['patch']:.2f}× (what a machine to itself would give)"
         )
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2))

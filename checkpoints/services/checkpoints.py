@@ -183,7 +183,7 @@ def ingest_checkpoints(
                     else _apply_item_patch(session, item, item.state_patch, base, after_new=bool(new))
                 )
                 try:
-                    saved = store.save_state(item.state, base=parent_root, batch=batch)
+                    saved = store.save_state(item.state, base=parent_root, batch=batch, max_bytes=_max_bytes(item))
                 except InvalidJSON as exc:
                     raise InvalidState(str(exc)) from exc
                 base = saved.root
@@ -225,6 +225,11 @@ def ingest_checkpoints(
     for repeat, first in repeats:
         results[repeat] = (results[first][0], False)
     return [results[index] for index in range(position + 1)]
+
+
+def _max_bytes(item: CheckpointInput) -> int | None:
+    """A patched state is held to the size a body may give a whole state (a patch is small, its result need not be)."""
+    return settings.CHECKPOINT_MAX_BODY_BYTES if item.state_patch is not None else None
 
 
 def _project_slugs(sessions: Iterable[AgentSession]) -> dict[int, str]:

@@ -261,23 +261,30 @@ class ChunkBatch:
 
 
 def save_state(
-    state: Any, *, base: bytes | None = None, batch: ChunkBatch | None = None, max_depth: int | None = None
+    state: Any,
+    *,
+    base: bytes | None = None,
+    batch: ChunkBatch | None = None,
+    max_depth: int | None = None,
+    max_bytes: int | None = None,
 ) -> Saved:
     """Store `state`, as a patch against `base` (the parent's root) when that is cheaper.
 
     Raises InvalidJSON for input canonical JSON would alter: NaN, non-string keys, excess depth.
+    `max_bytes` caps its canonical JSON (InvalidJSON past it, before anything is stored or cached): a state made
+    on the server (a patch applied) is held to the limit a body holds a whole state to.
     The caller keeps ownership of `state`; the store caches its own copy. With `batch`, chunks are
     queued there and written by its flush(); without, they are written before this returns.
     """
     own_batch = batch is None
     batch = batch if batch is not None else ChunkBatch()
-    saved = _save(state, base, batch, max_depth if max_depth is not None else settings.CHECKPOINT_MAX_DEPTH)
+    saved = _save(state, base, batch, max_depth if max_depth is not None else settings.CHECKPOINT_MAX_DEPTH, max_bytes)
     if own_batch:
         batch.flush()
     return saved
 
 
-def _save(state: Any, base: bytes | None, batch: ChunkBatch, max_depth: int) -> Saved:
+def _save(state: Any, base: bytes | None, batch: ChunkBatch, max_depth: int, max_bytes: int | None = None) -> Saved:
     parent = None
     if base is not None:
         try:
@@ -287,6 +294,8 @@ def _save(state: Any, base: bytes | None, batch: ChunkBatch, max_depth: int) -> 
     summary = summarise(state, parent.parts if parent is not None else None)
     state_hash = summary.digest
     raw_bytes = len(jsoncodec.encode(state)[0]) if summary.big else summary.size
+    if max_bytes is not None and raw_bytes > max_bytes:
+        raise jsoncodec.InvalidJSON(f"the state is {raw_bytes:,} bytes, over the {max_bytes:,} a checkpoint may hold")
     if parent is not None and base is not None:
         if parent.state_hash == state_hash:
             return Saved(base, state_hash, raw_bytes, 0)

@@ -222,3 +222,43 @@ def test_a_patch_repeated_against_the_checkpoint_its_key_made_returns_it(first, 
     made = post(api, body)
     again = post(api, {**body, "base": {"id": made.json()["id"]}})
     assert again.status_code == 200 and again.json()["id"] == made.json()["id"]
+
+
+def test_a_copy_bomb_is_refused_at_the_copy_past_the_budget_and_stores_nothing(first, api, settings):
+    """`copy` of "" doubles the document at each operation: a 1 kB body would ask for gigabytes."""
+    settings.CHECKPOINT_MAX_BODY_BYTES = 200_000
+    patch = [{"op": "add", "path": "/blob", "value": "x" * 10_000}]
+    patch += [{"op": "copy", "from": "", "path": f"/c{n}"} for n in range(30)]
+    response = post(api, {"state_patch": patch})
+    assert response.status_code == 422, response.content
+    detail = str(response.json()["detail"])
+    assert "(copy '/c" in detail and "copies more than 200,000 bytes" in detail
+    assert Checkpoint.objects.count() == 1
+
+
+def test_a_patch_may_not_grow_the_state_past_what_a_body_may_hold(first, api, settings):
+    settings.CHECKPOINT_MAX_BODY_BYTES = 20_000
+    grow = {"state_patch": [{"op": "add", "path": "/messages/-", "value": "y" * 8_000}]}
+    assert post(api, grow).status_code == 201
+    assert post(api, grow).status_code == 201
+    response = post(api, grow)  # each body is small; the state would pass the limit
+    assert response.status_code == 422, response.content
+    assert "over the 20,000 a checkpoint may hold" in str(response.json()["detail"])
+    assert Checkpoint.objects.count() == 3
+
+
+def test_insertions_at_the_front_of_a_long_list_are_refused_past_the_budget(first, api, settings):
+    settings.CHECKPOINT_MAX_BODY_BYTES = 300_000
+    assert post(api, {"state": {"items": list(range(40_000))}}).status_code == 201
+    front = [{"op": "add", "path": "/items/0", "value": n} for n in range(10)]  # each moves 40,000 items
+    response = post(api, {"state_patch": front})
+    assert response.status_code == 422, response.content
+    assert "operation 7 (add '/items/0')" in str(response.json()["detail"])
+    assert "shifts more than 300,000 list items" in str(response.json()["detail"])
+    removals = [{"op": "remove", "path": "/items/0"}] * 10 + [{"op": "move", "from": "/items/0", "path": "/x"}]
+    assert post(api, {"state_patch": removals}).status_code == 422
+    huge = {"state_patch": [{"op": "add", "path": "/items/99999999999999999999999", "value": 1}]}
+    assert post(api, huge).status_code == 422
+    assert Checkpoint.objects.count() == 2
+    appended = [{"op": "add", "path": "/items/-", "value": n} for n in range(10)]  # appends move nothing
+    assert post(api, {"state_patch": appended}).status_code == 201

@@ -62,11 +62,13 @@ def test_a_state_the_caller_changes_in_place_after_writing_is_diffed_against_wha
     assert "state_patch" in sent(proxy)[1]
 
 
-def test_a_patch_bigger_than_the_state_is_sent_as_the_state(cp, proxy):
-    cp.create("run-1", {"items": list(range(50))})
-    cp.create("run-1", {"items": list(range(1, 51))})  # every item shifted: the patch would be larger
+def test_a_large_patch_bigger_than_the_state_is_sent_as_the_state(cp, proxy):
+    cp.create("run-1", {"items": list(range(5_000))})
+    cp.create("run-1", {"items": list(range(1, 5_001))})  # every item shifted: the patch would be larger
     assert "state" in sent(proxy)[1]
-    assert cp.get_latest("run-1")["state"] == {"items": list(range(1, 51))}
+    assert cp.get_latest("run-1")["state"] == {"items": list(range(1, 5_001))}
+    cp.create("run-1", {"items": list(range(1, 5_001)), "more": 1})
+    assert "state_patch" in sent(proxy)[2]
 
 
 def test_after_an_operator_restore_the_client_raises_head_moved_and_resumes_from_it(cp, proxy, live_server):

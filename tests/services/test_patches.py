@@ -7,11 +7,12 @@ import copy
 from itertools import count
 from typing import Any
 
+import jsonpatch
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from checkpoint_console.client import json_patch
+from checkpoint_console.client import _apply_own, _copied, json_patch
 from checkpoints import store
 from checkpoints.services import BaseMoved, CheckpointInput, InvalidInput, create_checkpoint, upsert_session
 from checkpoints.store.jsoncodec import canonical
@@ -53,6 +54,74 @@ def stored_through_a_patch(project: Any, before: Any, after: Any) -> Any:
     return store.load_state(bytes(checkpoint.root))
 
 
+def pointers(document: Any, prefix: str = "") -> list[str]:
+    """Every JSON Pointer into `document`, "" (the whole) first."""
+    found = [prefix]
+    if isinstance(document, dict):
+        for key, value in document.items():
+            found += pointers(value, f"{prefix}/{key.replace('~', '~0').replace('/', '~1')}")
+    elif isinstance(document, list):
+        for index, value in enumerate(document):
+            found += pointers(value, f"{prefix}/{index}")
+    return found
+
+
+@st.composite
+def rfc6902(draw: st.DrawFn) -> tuple[Any, list[dict[str, Any]]]:
+    """A state and any RFC 6902 patch against it: every op, pointers mostly into what the state holds by then
+    (new keys, indexes at and past the end, `-`), now and then one that does not apply."""
+    document = draw(st.dictionaries(keys, states, max_size=5))
+    current, operations = copy.deepcopy(document), []
+    for _ in range(draw(st.integers(0, 8))):
+        existing = pointers(current)
+        parent = draw(st.sampled_from(existing))
+        escaped = keys.map(lambda key: key.replace("~", "~0").replace("/", "~1"))
+        last = draw(st.sampled_from(["-", "0", "1", "99"]) | escaped)
+        target = draw(st.sampled_from([*existing, f"{parent}/{last}"]))
+        op = draw(st.sampled_from(["add", "remove", "replace", "move", "copy", "test"]))
+        operation: dict[str, Any] = {"op": op, "path": target}
+        if op in ("add", "replace"):
+            operation["value"] = draw(states)
+        elif op == "test":
+            operation["value"] = draw(st.just(jsonpatch.JsonPointer(target).resolve(current, None)) | states)
+        elif op in ("move", "copy"):
+            operation["from"] = draw(st.sampled_from(existing))
+        operations.append(operation)
+        try:
+            current = jsonpatch.apply_patch(current, [operation])
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError, KeyError, IndexError):
+            break  # a patch that does not apply ends here
+    return document, operations
+
+
+def applied_by_jsonpatch(document: Any, operations: list[dict[str, Any]]) -> Any:
+    try:
+        return jsonpatch.apply_patch(copy.deepcopy(document), copy.deepcopy(operations))
+    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError, KeyError, IndexError):
+        return PatchFailed
+
+
+@HYPOTHESIS
+@given(case=rfc6902())
+def test_any_rfc6902_patch_is_stored_as_jsonpatch_applies_it_or_refused_with_nothing_stored(project, case):
+    """The server's copy-on-write application and what it stores equal the library applying the patch to a deep
+    copy; a patch the library refuses is a 422 naming an operation, and nothing is stored."""
+    document, operations = case
+    expected = applied_by_jsonpatch(document, operations)
+    session, _ = upsert_session(project, external_id=f"run-{next(_numbers)}", agent="a")
+    create_checkpoint(session, CheckpointInput(state=document))
+    patch = CheckpointInput(state=None, state_patch=copy.deepcopy(operations))
+    if expected is PatchFailed:
+        with pytest.raises(InvalidInput, match=r"operation \d+ \("):
+            create_checkpoint(session, patch)
+        assert session.checkpoints.count() == 1
+        return
+    checkpoint, _ = create_checkpoint(session, patch)
+    store.cache.clear()
+    assert canonical(store.load_state(bytes(checkpoint.root))) == canonical(expected)
+    assert canonical(store.load_state(bytes(session.checkpoints.get(seq=1).root))) == canonical(document)
+
+
 @HYPOTHESIS
 @given(pair=grown())
 def test_a_grown_state_sent_as_the_clients_patch_is_stored_exactly(project, pair):
@@ -73,6 +142,24 @@ def test_applying_a_patch_never_changes_its_base(db, before, after):
     patched = apply_patch(base, json_patch(before, after))
     assert canonical(patched) == canonical(after)
     assert canonical(base) == canonical(before)
+
+
+@HYPOTHESIS
+@given(before=states, after=states)
+def test_the_clients_copy_brought_up_to_date_by_its_patch_is_the_new_state_and_shares_nothing_with_it(before, after):
+    """CheckpointClient remembers what it wrote by applying its own patch to its copy of the last state."""
+    own = _copied(before)
+    updated = _apply_own(own, _copied(json_patch(before, after)))
+    assert canonical(updated) == canonical(after)
+    if isinstance(after, dict | list) and after:
+        mutable = after if isinstance(after, list) else list(after.values())
+        snapshot = canonical(updated)
+        for item in mutable:
+            if isinstance(item, list):
+                item.append("changed by the agent")
+            elif isinstance(item, dict):
+                item["changed by the agent"] = 1
+        assert canonical(updated) == snapshot  # the agent's objects are not the client's
 
 
 @pytest.mark.parametrize(("before", "after"), [(0.0, -0.0), ({"a": 1}, {"a": True}), ([1], [1.0]), ({"a/b~": 1}, {})])

@@ -198,7 +198,6 @@ class CheckpointClient:
         `HeadMoved` (nothing stored) when the head moved since: `resume()` and go on from its state.
         """
         written = self._written.get(session) if self.patches and parent is None else None
-        copy = _copy(state) if self.patches else None
         body = _checkpoint_body(
             state,
             name=name,
@@ -213,10 +212,11 @@ class CheckpointClient:
             metadata=metadata,
             parent=parent,
         )
-        if written is not None:
-            body = _as_patch(body, written)
+        patch = _as_patch(body, written) if written is not None else None
+        # the state to remember, copied now: the caller may change its object while the request is out
+        copy = _copy(state) if self.patches and patch is None else None
         try:
-            stored = self._request("POST", _path("sessions", session, "checkpoints"), body, retry=True)
+            stored = self._request("POST", _path("sessions", session, "checkpoints"), patch or body, retry=True)
         except CheckpointAPIError as exc:
             if exc.status == 409 and isinstance(exc.detail, dict) and exc.detail.get("code") == "base_moved":
                 self._written.pop(session, None)
@@ -227,6 +227,10 @@ class CheckpointClient:
             raise
         if self.patches:
             if parent is None:
+                if patch is not None and written is not None:
+                    # what was remembered, brought up to date by the same operations (copied: fresh objects):
+                    # O(change) where a copy of the whole state costs as much as sending it
+                    copy = _apply_own(written.state, _copied(patch["state_patch"]))
                 generation = stored.get("restore_generation")
                 self._written[session] = _Written(stored["id"], generation, copy)
             else:  # a branch: the head may now be elsewhere; the next write sends its whole state
@@ -530,11 +534,15 @@ def _checkpoint_body(state: Any, **fields: Any) -> JSONDict:
     return _encode_times({"state": state, **_without_none(fields)})
 
 
-def _as_patch(body: JSONDict, written: _Written) -> JSONDict:
-    """`body` with its state as a patch against what was last written, when that is smaller."""
+_SMALL_PATCH = 64 * 1024  # a patch this small is sent without encoding the whole state to compare sizes
+
+
+def _as_patch(body: JSONDict, written: _Written) -> JSONDict | None:
+    """`body` with its state as a patch against what was last written, or None when the patch is not smaller."""
     operations = json_patch(written.state, body["state"])
-    if len(_dumps(operations)) >= len(_dumps(body["state"])):
-        return body
+    size = len(_dumps(operations))
+    if size > _SMALL_PATCH and size >= len(_dumps(body["state"])):
+        return None
     patched = {key: value for key, value in body.items() if key != "state"}
     patched.update(state_patch=operations, base={"id": written.checkpoint_id})
     if written.restore_generation is not None:
@@ -573,6 +581,34 @@ def _diff(old: Any, new: Any, path: str, out: builtins.list[JSONDict]) -> None:
         out.append({"op": "replace", "path": path, "value": new})
 
 
+def _apply_own(document: Any, operations: builtins.list[JSONDict]) -> Any:
+    """`document` (the client's own copy) changed in place by operations `json_patch` made: replace, add (a key,
+    or `/-` to a list), remove."""
+    for operation in operations:
+        tokens = [token.replace("~1", "/").replace("~0", "~") for token in operation["path"].split("/")[1:]]
+        if not tokens:
+            document = operation["value"]
+            continue
+        parent = document
+        for token in tokens[:-1]:
+            parent = parent[int(token)] if isinstance(parent, list) else parent[token]
+        last: Any = tokens[-1]
+        if isinstance(parent, list):
+            if last == "-":
+                parent.append(operation["value"])
+                continue
+            last = int(last)
+        if operation["op"] == "remove":
+            del parent[last]
+        else:
+            parent[last] = operation["value"]
+    return document
+
+
+def _copied(value: Any) -> Any:
+    return json.loads(_dumps(value))
+
+
 def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
@@ -583,7 +619,7 @@ def _dumps(value: Any) -> bytes:
 
 def _copy(state: Any) -> Any:
     """A deep copy of JSON, as fast as the standard library makes one (and a check it is JSON)."""
-    return json.loads(_dumps(state))
+    return _copied(state)
 
 
 def _iso(value: When) -> str:
