@@ -87,15 +87,16 @@ def test_the_key_is_masked_on_every_console_page_and_download(client, request, p
     assert "SHELL=/bin/bash" in bodies["download"]  # the rest of the text stays
 
 
-def test_the_state_editor_shows_the_key_masked(client, alice, planted):
+def test_the_state_editor_and_the_restore_dialog_show_the_key_masked(client, alice, planted):
     url = reverse("dashboard:checkpoint_edit", args=[planted[1].pk])
     client.force_login(alice)
     editor = client.get(url, {"path": "/messages/1/content"}).content.decode()
     asked = {"path": "/messages/0/content", "value": '"hi"', "reason": "look", "action": "preview"}
     preview = client.post(url, asked).content.decode()
-    for body in (editor, preview):
+    restore = client.get(reverse("dashboard:checkpoint_restore", args=[planted[0].pk])).content.decode()
+    for body in (editor, preview, restore):
         assert leaks(body) == []
-    assert "[masked github_token" in editor
+    assert "[masked github_token" in editor and "[masked github_token" in restore  # what the restore drops
 
 
 def test_a_superuser_sees_the_key_masked_too(client, django_user_model, planted):
