@@ -169,6 +169,15 @@ def _token(world: World) -> list[Page]:
     return [Page((world.token.project.slug, world.token.pk))]
 
 
+def _finding(world: World) -> list[Page]:
+    """The reveal form of the first finding; the demo plants no secret, so without one the page answers 404
+    (people without reveal_secrets, every role: 403)."""
+    from checkpoints.models import SecretFinding
+
+    found = SecretFinding.objects.select_related("project").order_by("pk").first()
+    return [Page((found.project.slug, found.pk) if found else (world.projects[0].slug, 1))]
+
+
 def _compare(world: World) -> list[Page]:
     """Nothing chosen, two checkpoints of one session, a fork against its source, and one id that is not there."""
     pages = [Page(), Page(query="?a=999999&b=1")]
@@ -239,6 +248,7 @@ ROUTES: dict[str, Callable[[World], list[Page]]] = {
     "token_projects": _none,
     "tokens": _projects,
     "secrets": _projects,
+    "secret_reveal": _finding,
     "token_revoke": _token,
 }
 

@@ -352,6 +352,18 @@ class ProjectSettingsForm(forms.Form):
             raise forms.ValidationError(str(exc).removeprefix("type_allowlist: ")) from None
 
 
+class RevealForm(forms.Form):
+    """Why a person needs to see a found value: required, kept in the audit log."""
+
+    reason = forms.CharField(
+        max_length=REASON_MAX,
+        strip=True,
+        label="Why do you need to see it?",
+        help_text="Kept in the audit log with your name and the finding (never the value).",
+        widget=forms.TextInput(attrs={"autocomplete": "off"}),
+    )
+
+
 class SecretPatternsForm(forms.Form):
     """A project's own secret patterns, one `name: pattern` a line, checked as the service checks them."""
 

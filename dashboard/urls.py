@@ -79,6 +79,7 @@ urlpatterns = [
     path("notifications/", notifications.notification_projects, name="notification_projects"),
     path("projects/<slug:slug>/settings/", project_settings.project_settings, name="project_settings"),
     path("projects/<slug:slug>/secrets/", secrets.secrets, name="secrets"),
+    path("projects/<slug:slug>/secrets/<id:pk>/reveal/", secrets.secret_reveal, name="secret_reveal"),
     path("tokens/", tokens.token_projects, name="token_projects"),
     path("projects/<slug:slug>/tokens/", tokens.tokens, name="tokens"),
     path("projects/<slug:slug>/tokens/<id:pk>/revoke/", tokens.token_revoke, name="token_revoke"),

@@ -27,6 +27,7 @@ from ..models import (
 )
 from ..services import phases as phase_services
 from ..store import tallies
+from ..store.masking import AS_IT_IS, Masker
 from .common import (
     ERRORS,
     WRITE,
@@ -43,6 +44,7 @@ from .common import (
     Timestamp,
     _actor,
     _json,
+    _reader,
     _session,
     _token,
 )
@@ -177,10 +179,10 @@ class CheckpointOut(Schema):
     phase: int | None
     created_at: datetime
     received_at: datetime
-    state_hash: str
-    root: str
+    state_hash: str | None = Field(description="null for a read-only token in a project where secrets were found")
+    root: str | None = Field(description="null for a read-only token in a project where secrets were found")
     raw_bytes: int
-    stored_bytes: int
+    stored_bytes: int | None = Field(description="null for a read-only token in a project where secrets were found")
     pinned: bool
     operation_id: str
     idempotency_key: str
@@ -275,17 +277,25 @@ _CHECKPOINT_FIELDS = (
 )  # fmt: skip
 
 
-def checkpoint_dict(checkpoint: Checkpoint | dict[str, Any], session_external_id: str) -> dict[str, Any]:
+def checkpoint_dict(
+    checkpoint: Checkpoint | dict[str, Any], session_external_id: str, shown: Masker = AS_IT_IS
+) -> dict[str, Any]:
+    """The checkpoint as the API shows it; with `shown` active (a read-only token in a project where secrets were
+    found), its texts masked and no digests or stored size: they would let a reader confirm a guess of the state,
+    or learn that the same content is stored in another project."""
     row = checkpoint if isinstance(checkpoint, dict) else {f: getattr(checkpoint, f) for f in _CHECKPOINT_FIELDS}
     data = {field: row[field] for field in _CHECKPOINT_FIELDS}
     data["parent"] = data.pop("parent_id")
     data["state_hash"] = bytes(row["state_hash"]).hex()
     data["root"] = bytes(row["root"]).hex()
     data["session"] = session_external_id
+    if shown.active:
+        data.update(state_hash=None, root=None, stored_bytes=None)
+        data.update({field: shown.json(data[field]) for field in ("name", "status_reason", "metadata")})
     return data
 
 
-def session_dict(session: AgentSession) -> dict[str, Any]:
+def session_dict(session: AgentSession, shown: Masker = AS_IT_IS) -> dict[str, Any]:
     head = session.head
     return {
         "id": session.pk,
@@ -295,7 +305,7 @@ def session_dict(session: AgentSession) -> dict[str, Any]:
         "title": session.title,
         "status": session.status,
         "execution_mode": session.execution_mode,
-        "head": checkpoint_dict(head, session.external_id) if head else None,
+        "head": checkpoint_dict(head, session.external_id, shown) if head else None,
         "forked_from": session.forked_from_id,
         "restore_generation": session.restore_generation,
         "last_seq": session.last_seq,
@@ -303,7 +313,7 @@ def session_dict(session: AgentSession) -> dict[str, Any]:
         "created_at": session.created_at,
         "updated_at": session.updated_at,
         "last_seen_at": session.last_seen_at,
-        "metadata": session.metadata,
+        "metadata": shown.json(session.metadata),
     }
 
 
@@ -317,9 +327,12 @@ def _checkpoint(request: HttpRequest, checkpoint_id: int) -> Checkpoint:
     return checkpoint
 
 
-def _with_state(data: dict[str, Any], root: bytes | memoryview) -> HttpResponse:
-    """Embed the stored canonical JSON as is: a 2 MB state is not parsed and re-encoded."""
-    data["state"] = orjson.Fragment(store.load_state_json(bytes(root)))
+def _with_state(data: dict[str, Any], root: bytes | memoryview, shown: Masker = AS_IT_IS) -> HttpResponse:
+    """Embed the stored canonical JSON as is: a 2 MB state is not parsed and re-encoded (but when it is masked)."""
+    if shown.active:
+        data["state"] = shown(store.load_shared(bytes(root)))
+    else:
+        data["state"] = orjson.Fragment(store.load_state_json(bytes(root)))
     return _json(data)
 
 
@@ -336,7 +349,7 @@ def create_or_update_session(request: HttpRequest, payload: SessionIn) -> Any:
 
 @router.get("/sessions/{external_id}", response={200: SessionOut, **ERRORS}, tags=["sessions"])
 def get_session(request: HttpRequest, external_id: str) -> Any:
-    return session_dict(_session(request, external_id))
+    return session_dict(_session(request, external_id), _reader(request))
 
 
 @router.get("/sessions/{external_id}/summary", response={200: SummaryOut, **ERRORS}, tags=["sessions"])
@@ -344,7 +357,7 @@ def get_summary(request: HttpRequest, external_id: str) -> Any:
     session = _session(request, external_id)
     summary = tallies.session_summary(session)
     for end in ("first", "last"):
-        summary[end] = checkpoint_dict(summary[end], external_id) if summary[end] else None
+        summary[end] = checkpoint_dict(summary[end], external_id, _reader(request)) if summary[end] else None
     return {"session": external_id, **summary}
 
 
@@ -357,9 +370,9 @@ def resume(request: HttpRequest, external_id: str) -> Any:
     data = {
         "session": external_id,
         "restore_generation": session.restore_generation,
-        "checkpoint": checkpoint_dict(session.head, external_id),
+        "checkpoint": checkpoint_dict(session.head, external_id, _reader(request)),
     }
-    return _with_state(data, session.head.root)
+    return _with_state(data, session.head.root, _reader(request))
 
 
 @router.put("/sessions/{external_id}/live-state", response={200: LiveStateOut, **ERRORS}, tags=["sessions"], auth=WRITE)
@@ -431,14 +444,15 @@ def list_checkpoints(
         qs = qs.filter(seq__gt=int(cursor)) if order == "asc" else qs.filter(seq__lt=int(cursor))
     rows = list(qs.order_by("seq" if order == "asc" else "-seq").values(*_CHECKPOINT_FIELDS)[: limit + 1])
     next_cursor = str(rows[limit - 1]["seq"]) if len(rows) > limit else None
-    items = [checkpoint_dict(row, external_id) for row in rows[:limit]]
+    items = [checkpoint_dict(row, external_id, _reader(request)) for row in rows[:limit]]
     return _json({"items": items, "next_cursor": next_cursor})
 
 
 @router.get("/checkpoints/{checkpoint_id}", response={200: CheckpointDetailOut, **ERRORS}, tags=["checkpoints"])
 def get_checkpoint(request: HttpRequest, checkpoint_id: CheckpointId) -> Any:
     checkpoint = _checkpoint(request, checkpoint_id)
-    return _with_state(checkpoint_dict(checkpoint, checkpoint.session.external_id), checkpoint.root)
+    shown = _reader(request)
+    return _with_state(checkpoint_dict(checkpoint, checkpoint.session.external_id, shown), checkpoint.root, shown)
 
 
 @router.get(
@@ -449,7 +463,7 @@ def get_checkpoint(request: HttpRequest, checkpoint_id: CheckpointId) -> Any:
 def diff_checkpoints(request: HttpRequest, checkpoint_id: CheckpointId, other_id: CheckpointId) -> Any:
     """Structural diff from the first checkpoint to the second (they may be in different sessions)."""
     a, b = _checkpoint(request, checkpoint_id), _checkpoint(request, other_id)
-    return _json({"from": a.pk, "to": b.pk, **store.diff_checkpoints(a, b).as_dict()})
+    return _json({"from": a.pk, "to": b.pk, **_reader(request).diff(store.diff_checkpoints(a, b)).as_dict()})
 
 
 @router.post(
@@ -644,8 +658,8 @@ def list_alerts(request: HttpRequest, filters: Query[AlertFilter]) -> Any:
             "kind": alert.kind,
             "severity": alert.severity,
             "state": alert.state,
-            "message": alert.message,
-            "evidence": alert.evidence,
+            "message": _reader(request).text(alert.message),
+            "evidence": _reader(request).json(alert.evidence),
             "opened_at": alert.opened_at,
             "acknowledged_at": alert.acknowledged_at,
             "resolved_at": alert.resolved_at,

@@ -30,7 +30,7 @@ from ..models import (
     Scope,
 )
 from ..outbox.wanted import CACHE_ERRORS
-from ..store import jsoncodec
+from ..store import jsoncodec, masking
 
 logger = logging.getLogger(__name__)
 
@@ -319,6 +319,18 @@ ERRORS = {400: Detail, 401: Detail, 403: Detail, 404: Detail, 409: Detail, 413: 
 def _token(request: HttpRequest) -> ApiToken:
     # django-ninja sets `auth` on the request once a token authenticates it: HttpRequest's stub cannot know it
     return request.auth  # type: ignore[attr-defined]
+
+
+def _reader(request: HttpRequest) -> masking.Masker:
+    """What masks what the token reads (docs/secrets.md#read-only-tokens): nothing for a token with the `write` scope
+    (an agent's: its resume, its saver and its exports must be real), the project's found secrets for the rest —
+    tokens for people and dashboards. Made once a request."""
+    cached = getattr(request, "_reader", None)
+    if cached is None:
+        token = _token(request)
+        cached = masking.AS_IT_IS if token.has_scope(Scope.WRITE) else masking.for_project(token.project)
+        request._reader = cached  # type: ignore[attr-defined]
+    return cached
 
 
 def _actor(request: HttpRequest) -> services.Actor:

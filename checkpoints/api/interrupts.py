@@ -15,7 +15,7 @@ from ninja.errors import HttpError
 
 from ..models import Scope
 from ..services import lginterrupts
-from .common import ERRORS, Strict, TokenAuth, _actor, _json, _session
+from .common import ERRORS, Strict, TokenAuth, _actor, _json, _reader, _session
 
 router = Router(tags=["interrupts"])
 ANSWER = TokenAuth(Scope.ANSWER)
@@ -66,7 +66,8 @@ def interrupt_dict(item: lginterrupts.PendingInterrupt) -> dict[str, Any]:
 @router.get("/sessions/{external_id}/interrupts", response={200: list[InterruptOut], **ERRORS})
 def list_interrupts(request: HttpRequest, external_id: str) -> Any:
     """The interrupts the thread's latest root checkpoint waits on (empty when it waits on none)."""
-    return [interrupt_dict(item) for item in lginterrupts.pending_interrupts(_session(request, external_id))]
+    pending = [interrupt_dict(item) for item in lginterrupts.pending_interrupts(_session(request, external_id))]
+    return _reader(request).json(pending)  # an interrupt's value quotes the state: masked for read-only tokens
 
 
 @router.post(

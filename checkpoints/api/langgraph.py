@@ -20,7 +20,7 @@ from ninja.errors import HttpError
 from .. import limits
 from ..services import langgraph as lg
 from ..store import jsoncodec
-from .common import ERRORS, WRITE, Detail, Strict, _actor, _json, _token
+from .common import ERRORS, WRITE, Detail, Strict, _actor, _json, _reader, _token
 
 router = Router(tags=["langgraph"])
 LG_ERRORS = {**ERRORS, 410: Detail}
@@ -169,7 +169,7 @@ def _get_tuple(request: HttpRequest, wanted: GetIn) -> Any:
     found = lg.get_tuple(_token(request).project, **wanted.model_dump())
     if found is None:
         raise HttpError(404, f"no checkpoint {wanted.checkpoint_id or '(latest)'} in thread {wanted.thread_id[:200]!r}")
-    return _json(found)
+    return _json(_reader(request).json(found))
 
 
 @router.get("/checkpoints", response={200: TuplePage, **LG_ERRORS})
@@ -224,7 +224,8 @@ def _list_tuples(request: HttpRequest, wanted: ListIn) -> Any:
     if len(items) == page and left != 0:
         last = items[-1]
         next_cursor = _write_cursor((last["checkpoint_id"], last["console"]["id"]), left)
-    return _json({"items": items, "next_cursor": next_cursor})
+    # masked after `relative`: a read-only reader's base is masked too, and masking keeps equal values equal
+    return _json({"items": _reader(request).json(items), "next_cursor": next_cursor})
 
 
 class ThreadIn(Strict):

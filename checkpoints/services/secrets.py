@@ -17,7 +17,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -39,6 +39,7 @@ from ..models import (
     SecretFinding,
 )
 from ..registry.secrets import SECRET_DETECTORS
+from ..store import masking
 from ..store import secrets as scanner
 from ..store.diff import format_path
 from .drift import open_raised_alert
@@ -276,22 +277,11 @@ def record_findings(session: AgentSession, found: list[_Found], *, now: datetime
     return created
 
 
-def masker_for_people(project: Project) -> Callable[[Any], Any]:
-    """What turns a state of the project into what a person without `reveal_secrets` sees: every value found in
-    the project (by fingerprint: wherever it appears, a fork's or a copy's state included) masked. One query for
-    the project's fingerprints, none (and no scan) for a project where nothing was ever found."""
-    if project.secrets_found_at is None:
-        return _as_it_is
-    fingerprints = dict(
-        SecretFinding.objects.filter(project=project).order_by().distinct().values_list("fingerprint", "detector")
-    )
-    entries = _patterns.entries(project.pk)
-    extra = scanner.project_patterns(entries) if entries else ()
-    return lambda state: scanner.mask_state(state, fingerprints, extra=extra)
-
-
-def _as_it_is(state: Any) -> Any:
-    return state
+def masker_for_people(project: Project) -> masking.Masker:
+    """What turns a state of the project into what a person sees (`store.masking`): every value found in the
+    project masked, wherever it appears. One query for the project's fingerprints, none (and no scan) for a
+    project where nothing was ever found."""
+    return masking.for_project(project)
 
 
 def detector_label(name: str) -> str:

@@ -42,7 +42,7 @@ from django.db import connection
 from django.utils import timezone
 
 from ..models import Checkpoint, Chunk
-from . import diff, jsoncodec
+from . import diff, jsoncodec, masking
 from .digests import DIGEST_SIZE, Part, digest, rebased, state_digest, summarise
 from .jsoncodec import InvalidJSON
 
@@ -517,8 +517,11 @@ def load_shared(root: bytes | memoryview) -> Any:
 
 
 def load_state(root: bytes) -> Any:
-    """The state under `root` as a fresh object the caller may change."""
-    root = bytes(root)
+    """The state under `root` as a fresh object the caller may change (masked inside `masking.masked_reads`)."""
+    return masking.reading(_fresh_state(bytes(root)))
+
+
+def _fresh_state(root: bytes) -> Any:
     cached = cache.get(root)
     if cached is None:  # freshly built from the store: nobody else holds it, so no copy is needed
         return _entry(root, keep=False).state

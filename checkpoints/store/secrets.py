@@ -209,6 +209,12 @@ def scan(
     return result
 
 
+# what `masking.find_value` reads a value back with
+detectors = _detectors
+keyword_value = _keyword_value
+SHORTEST = _SHORTEST
+
+
 # ---- masking for people ------------------------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from checkpoints.models import Checkpoint
 from checkpoints.store import diff_checkpoints
 from checkpoints.store.lineage import Relation, relate
+from checkpoints.store.masking import AS_IT_IS, Masker
 
 from .branches import is_langgraph
 from .diff import present_diff
@@ -21,10 +22,12 @@ def comparison(
     expand: str = "",
     offset: int = 0,
     internal: bool = False,
+    shown: Masker = AS_IT_IS,
 ) -> dict[str, Any]:
     """What changed from A to B; for checkpoints on different branches, what changed on B's branch since their
-    common ancestor (as `git diff A...B` does), unless `from_a` asks for the direct diff. LangGraph's internal
-    channels are left out of a thread's diff unless `internal`."""
+        common ancestor (as `git diff A...B` does), unless `from_a` asks for the direct diff. LangGraph's internal
+        channels are left out of a thread's diff unless `internal`; `shown` masks the values people may not see (its
+    changes' values and their line diffs)."""
     lineage = relate(a, b)
     direct = lineage.relation != Relation.DIVERGED or from_a
     base = a if direct or lineage.ancestor is None else lineage.ancestor
@@ -32,7 +35,7 @@ def comparison(
     if internal:
         query["internal"] = 1
     diff = present_diff(
-        diff_checkpoints(base, b),
+        shown.diff(diff_checkpoints(base, b)),
         query=query,
         path_filter=path_filter,
         expand=expand,

@@ -1,16 +1,17 @@
 """The Secrets page's layout: a project's findings by detector, one row per value (fingerprint), with where it was
-first introduced, when it was first and last seen, and the sessions holding it."""
+first introduced, when it was first and last seen, and the sessions holding it; and the masking of what other
+pages show of states (`store.masking`): timeline rows, alerts, audit events."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
-from checkpoints.models import AgentSession, Project, SecretFinding
-from checkpoints.roles import REVEAL_SECRETS
+from checkpoints import store
+from checkpoints.models import AgentSession, AuditEvent, Checkpoint, DriftAlert, Project, SecretFinding
 from checkpoints.services.secrets import detector_label, masker_for_people
+from checkpoints.store.masking import Masker, Maskers
+from checkpoints.store.previews import preview_of
 
 SHOWN = 1000  # findings read for one page, newest first; more are counted, not listed
 SESSIONS_SHOWN = 5
@@ -70,11 +71,65 @@ def secrets_page(project: Project) -> SecretsPage:
     return SecretsPage(ordered, total, len(rows))
 
 
-def masker(user: Any, project: Project) -> Callable[[Any], Any]:
-    """What turns a state of the project into what `user` may see: found secrets masked unless they hold
-    `reveal_secrets`. Made once a request: the project's fingerprints are read once."""
-    return _as_it_is if user.has_perm(REVEAL_SECRETS, project) else masker_for_people(project)
+def masker(project: Project) -> Masker:
+    """What turns a state of the project (or a text made from one) into what people see: found secrets masked,
+    for everyone — a person holding `reveal_secrets` reveals one finding at a time, with a reason
+    (`services.reveals`).
+    Made once a request: the project's fingerprints are read once."""
+    return masker_for_people(project)
 
 
-def _as_it_is(state: Any) -> Any:
-    return state
+def mask_rows(checkpoints: list[Checkpoint], project: Project) -> None:
+    """What timeline rows show of each checkpoint's state — its preview, its status's reason, its name — with the
+    project's found secrets masked, in place (the rows are this page's copies). A preview is cut to one line, and a
+    cut value no longer matches its fingerprint: the preview of a checkpoint that introduced a finding is made
+    again from its masked state and its parent's. No query where nothing was ever found; else two, and one read
+    of two states a checkpoint that introduced a value."""
+    mask = masker(project)
+    if not mask.active or not checkpoints:
+        return
+    introduced = set(
+        SecretFinding.objects.filter(checkpoint_id__in=[c.pk for c in checkpoints]).values_list(
+            "checkpoint_id", flat=True
+        )
+    )
+    for checkpoint in checkpoints:
+        checkpoint.preview = (
+            _preview_again(checkpoint, mask) if checkpoint.pk in introduced else mask.text(checkpoint.preview)
+        )
+        checkpoint.status_reason = mask.text(checkpoint.status_reason)
+        checkpoint.name = mask.text(checkpoint.name)
+
+
+def _preview_again(checkpoint: Checkpoint, mask: Masker) -> str:
+    roots = dict(
+        Checkpoint.objects.filter(pk__in=[checkpoint.pk, checkpoint.parent_id or checkpoint.pk]).values_list(
+            "pk", "root"
+        )
+    )
+    state = mask(store.load_shared(bytes(roots[checkpoint.pk])))
+    parent = mask(store.load_shared(bytes(roots[checkpoint.parent_id]))) if checkpoint.parent_id in roots else None
+    return preview_of(state, parent).text
+
+
+def mask_alerts(alerts: list[DriftAlert]) -> None:
+    """Alerts' messages and evidence (which quote tool arguments, errors, names) with their projects' found secrets
+    masked, in place, before anything cuts them short: a cut value no longer matches its fingerprint."""
+    maskers = Maskers()
+    for alert in alerts:
+        mask = maskers.of(alert.session.project)
+        alert.message = mask.text(alert.message)
+        alert.evidence = mask.json(alert.evidence)
+
+
+def mask_events(events: list[AuditEvent]) -> list[AuditEvent]:
+    """Audit events' reasons and targets (typed by people, or naming checkpoints) with their projects' found
+    secrets masked, in place. The events come with their `project` (select_related): no query for a project where
+    nothing was ever found, one for each other project on the page."""
+    maskers = Maskers()
+    for event in events:
+        if event.project is not None:
+            mask = maskers.of(event.project)
+            event.reason = mask.text(event.reason)
+            event.target = mask.text(event.target)
+    return events

@@ -25,6 +25,7 @@ from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, Checkpo
 
 from .branches import Branch, Cell, Folding, Layout, Start, Stretch, is_langgraph, short_namespace
 from .checkpoint import Nodes, nodes_view, with_nodes
+from .secrets import mask_rows
 
 PAGE_SIZE = 60  # checkpoints per timeline page: at ~1.1 kB a row, a first view stays under 100 kB (docs/benchmarks.md)
 RUN_MIN = 3  # this many consecutive routine checkpoints collapse into one row
@@ -271,6 +272,7 @@ def _build_rows(
     expand: tuple[int, int] | None = None,
 ) -> list[CheckpointRow]:
     """Rows for `checkpoints` (newest first); `below` is the checkpoint just older than the last one."""
+    mask_rows(checkpoints, session.project)
     forks: dict[int | None, list[AgentSession]] = {}  # by the checkpoint forked from (always set: these are forks)
     for fork in child_forks:
         forks.setdefault(fork.forked_from_id, []).append(fork)

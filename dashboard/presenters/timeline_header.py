@@ -24,6 +24,7 @@ from checkpoints.models import (
 
 from .branches import is_langgraph, short_namespace
 from .checkpoint import label, with_nodes
+from .secrets import masker
 
 CHART_POINTS = 200  # the size chart samples at most this many buckets: 2 px each on its 400 px plot
 CHART_BARS = 60  # the rate and error charts draw at most about this many bars (a month's bars beyond five years)
@@ -66,7 +67,10 @@ def _why_it_failed(session: AgentSession) -> DriftAlert | None:
     head's own row may read "completed" when a node raised after it, so the page says what went wrong."""
     if session.status not in (SessionStatus.FAILED, SessionStatus.HALTED):
         return None
-    return DriftAlert.objects.filter(session=session).open().most_severe_first().only("kind", "message").first()
+    alert = DriftAlert.objects.filter(session=session).open().most_severe_first().only("kind", "message").first()
+    if alert is not None:  # it may quote what a node raised, a found value included
+        alert.message = masker(session.project).text(alert.message)
+    return alert
 
 
 def _size_buckets(session: AgentSession) -> QuerySet[Any]:

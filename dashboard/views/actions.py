@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from django.contrib import messages
@@ -28,6 +29,7 @@ from checkpoints.services import (
 from ..forms import ForkForm, PinForm, RestoreForm, UndoForm
 from ..presenters.checkpoint import langgraph_view
 from ..presenters.restore import forgotten_calls, preview_diff
+from ..presenters.secrets import masker
 from ..undo import offer_undo
 from .common import (
     OPERATE,
@@ -46,7 +48,9 @@ FORGOTTEN_LIMIT = 100
 
 def _restore_context(request: HtmxHttpRequest, checkpoint: Checkpoint, form: RestoreForm) -> dict[str, Any]:
     preview = restore_preview(checkpoint)
-    forgotten = forgotten_calls(preview.forgotten_tool_calls)
+    mask = masker(checkpoint.session.project)  # the calls' arguments and the diff quote the states
+    preview = dataclasses.replace(preview, diff=mask.diff(preview.diff))
+    forgotten = forgotten_calls(mask.json(preview.forgotten_tool_calls))
     return {
         "checkpoint": checkpoint,
         "session": checkpoint.session,

@@ -20,6 +20,7 @@ from checkpoints.store.history import Discards
 
 from ..forms import UNRESOLVED, AlertFilterForm, ResolveForm
 from ..presenters.evidence import Triggered, evidence_checkpoints, evidence_summary
+from ..presenters.secrets import mask_alerts
 from .common import (
     TRIAGE,
     VIEW,
@@ -111,6 +112,7 @@ def _rows(alerts: list[DriftAlert]) -> list[AlertRow]:
     prefetch_related_objects(alerts, Prefetch("last_good", queryset=Checkpoint.objects.only(*LAST_GOOD_FIELDS)))
     offers = [alert for alert in alerts if alert.last_good and alert.state != AlertState.RESOLVED]
     decided = alert_targets(offers)
+    mask_alerts(alerts)
     return [
         AlertRow(
             alert,

@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET
 from checkpoints.models import AgentSession, AuditEvent
 
 from ..forms import choice_field
+from ..presenters.secrets import mask_events
 from .common import HtmxHttpRequest, console, parse_int, render_page
 from .pagination import keyset_page
 
@@ -66,9 +67,10 @@ def audit_log(request: HtmxHttpRequest) -> HttpResponse:
     events = AuditEvent.objects.visible_to(request.user)
     form = AuditFilterForm(request.GET, events=events, sessions=sessions)
     page = keyset_page(
-        form.filter(events).select_related("session__project"),
+        form.filter(events).select_related("session__project", "project"),
         ORDER,
         after=request.GET.get("after", ""),
         before=request.GET.get("before", ""),
     )
+    mask_events(page.rows)
     return render_page(request, "dashboard/audit_log.html", {"form": form, "page": page}, "audit-results")

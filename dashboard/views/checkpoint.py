@@ -1,5 +1,6 @@
 """A checkpoint: metadata, the conversation as a transcript, the state as a lazily loaded tree, JSON download;
-each with the secrets found in the project masked for people without `reveal_secrets` (docs/secrets.md).
+each with the secrets found in the project masked for everyone (docs/secrets.md): a value is revealed one finding
+at a time, with a reason, on the Secrets page.
 
 `presenters.state_tree`, `presenters.transcript` and `presenters.checkpoint` shape what the page shows.
 """
@@ -29,8 +30,10 @@ from .common import HtmxHttpRequest, console, get_checkpoint_for_user, parse_int
 @require_GET
 def checkpoint_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     checkpoint = get_checkpoint_for_user(request, pk)
-    mask = masker(request.user, checkpoint.session.project)
+    mask = masker(checkpoint.session.project)
     state = mask(store.load_shared(bytes(checkpoint.root)))
+    checkpoint.status_reason = mask.text(checkpoint.status_reason)  # the page's copy: an error may quote a value
+    checkpoint.metadata = mask(checkpoint.metadata)
     before = parse_int(request.GET.get("before"))
     if request.htmx and before is not None:
         context: dict[str, Any] = {"checkpoint": checkpoint, "transcript": Transcript.of(state, before=before)}
@@ -54,7 +57,7 @@ def checkpoint_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def checkpoint_subtree(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     checkpoint = get_checkpoint_for_user(request, pk)
-    state = masker(request.user, checkpoint.session.project)(store.load_shared(bytes(checkpoint.root)))
+    state = masker(checkpoint.session.project)(store.load_shared(bytes(checkpoint.root)))
     try:
         path = parse_path(request.GET.get("path", "[]"))
         value = resolve(state, path)
@@ -72,7 +75,7 @@ def checkpoint_subtree(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def checkpoint_download(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     checkpoint = get_checkpoint_for_user(request, pk)
-    state = masker(request.user, checkpoint.session.project)(store.load_shared(bytes(checkpoint.root)))
+    state = masker(checkpoint.session.project)(store.load_shared(bytes(checkpoint.root)))
     response = HttpResponse(jsoncodec.canonical(state), content_type="application/json")
     name = get_valid_filename(f"{checkpoint.session.external_id}-{checkpoint.seq}.json")
     response["Content-Disposition"] = content_disposition_header(True, name)

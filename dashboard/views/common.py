@@ -22,6 +22,7 @@ from checkpoints.models import AgentSession, Checkpoint, DriftAlert, ImportJob, 
 from checkpoints.roles import APPROVE as APPROVE  # the views' permissions, re-exported
 from checkpoints.roles import NOTIFY as NOTIFY
 from checkpoints.roles import OPERATE as OPERATE
+from checkpoints.roles import REVEAL_SECRETS as REVEAL_SECRETS
 from checkpoints.roles import TRIAGE as TRIAGE
 from checkpoints.roles import VIEW_SESSIONS as VIEW
 from checkpoints.roles import in_every_project

@@ -13,9 +13,11 @@ from django.http import Http404, HttpResponse
 from django.views.decorators.http import require_GET
 
 from checkpoints.models import AgentSession, Checkpoint
+from checkpoints.store.masking import Masker
 
 from ..forms import CheckpointRef, CompareForm
 from ..presenters.compare import comparison
+from ..presenters.secrets import masker
 from .common import VIEW, HtmxHttpRequest, console, get_checkpoint_for_user, parse_int, render_page
 
 
@@ -49,11 +51,18 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
         expand=request.GET.get("expand", ""),
         offset=parse_int(request.GET.get("offset")) or 0,
         internal=request.GET.get("internal") == "1",
+        shown=_masker(a, b),
     )
     if context["diff"].expanded is not None and request.htmx and not request.htmx.history_restore_request:
         # "show more": only the rows it adds
         return render_page(request, "dashboard/partials/diff.html", context, partial="diff-fragment")
     return render_page(request, "dashboard/compare.html", context, partial="compare-result")
+
+
+def _masker(a: Checkpoint, b: Checkpoint) -> Masker:
+    """What masks the comparison: both checkpoints' projects' found secrets (two projects' when they differ)."""
+    shown = masker(a.session.project)
+    return shown if a.session.project_id == b.session.project_id else shown.joined(masker(b.session.project))
 
 
 def _pick(request: HtmxHttpRequest, form: CompareForm) -> tuple[Checkpoint, Checkpoint]:

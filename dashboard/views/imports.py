@@ -29,9 +29,11 @@ from checkpoints.services.uploads import queue_import
 from checkpoints.sources import formats
 from checkpoints.sources.archives import Limits, UnsafeArchive
 from checkpoints.sources.formats.langgraph import ExportRefused
+from checkpoints.store.masking import Masker, masked_reads
 from checkpoints.tasks import import_archive
 
 from ..forms import UploadForm
+from ..presenters.secrets import masker
 from .common import OPERATE, HtmxHttpRequest, console, get_import_job_for_user, get_session_for_user, render_page
 
 RECENT_JOBS = 15
@@ -128,11 +130,32 @@ def _report(job: ImportJob, user: Any) -> dict[str, Any]:
     }
 
 
+def _mask_file(path: Path, mask: Masker) -> None:
+    """A text file's found values masked where they sit (a binary one, a SQLite file or a gzip, holds only the
+    states `masked_reads` masked)."""
+    if not path.is_file():
+        return
+    try:
+        text = path.read_bytes().decode()
+    except UnicodeDecodeError:
+        return
+    masked = mask.text(text)
+    if masked is not text:
+        path.write_text(masked)
+
+
 def export_zip(session: AgentSession, name: str) -> Any:
-    """The session written in format `name`, zipped into an anonymous temporary file (read from the start)."""
+    """The session written in format `name`, zipped into an anonymous temporary file (read from the start); its
+    states with the project's found secrets masked, as every download a person makes (`export_checkpoints` and
+    write-back keep the real ones)."""
     with tempfile.TemporaryDirectory(prefix="export-", dir=settings.VAR_DIR) as scratch:
         folder = Path(scratch)
-        formats.get(name).export(session, folder)
+        mask = masker(session.project)
+        with masked_reads(mask):
+            formats.get(name).export(session, folder)
+        if mask.active:  # what the exporter wrote from the checkpoints' rows (names, status reasons) too
+            for path in folder.rglob("*"):
+                _mask_file(path, mask)
         archive = tempfile.TemporaryFile()  # noqa: SIM115 (FileResponse closes it once sent)
         with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zipped:
             for path in sorted(p for p in folder.rglob("*") if p.is_file()):

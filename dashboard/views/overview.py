@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET
 from checkpoints.models import AgentSession, AuditEvent, DriftAlert, Phase, SessionStatus
 from checkpoints.phases import waiting_for_approval
 
+from ..presenters.secrets import mask_events
 from .common import HtmxHttpRequest, console, render_page
 
 STALE_AFTER = timedelta(minutes=30)  # the routine checkpoint interval: a quiet active session has stopped
@@ -51,10 +52,12 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
         "more_approvals": len(approvals) > APPROVAL_ROWS,
         "inputs": inputs[:APPROVAL_ROWS],  # LangGraph threads stopped at interrupt(), longest waiting first
         "more_inputs": len(inputs) > APPROVAL_ROWS,
-        "actions": list(
-            AuditEvent.objects.visible_to(request.user)
-            .select_related("session__project")
-            .order_by("-created_at", "-pk")[:RECENT_ACTIONS]
+        "actions": mask_events(
+            list(
+                AuditEvent.objects.visible_to(request.user)
+                .select_related("session__project", "project")
+                .order_by("-created_at", "-pk")[:RECENT_ACTIONS]
+            )
         ),
         "stale_minutes": int(STALE_AFTER.total_seconds() // 60),
     }

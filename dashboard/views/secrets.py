@@ -1,19 +1,32 @@
 """A project's Secrets page: what the ingest scan found (docs/secrets.md), for every member; its operators edit the
-project's own patterns on it."""
+project's own patterns on it; people holding `reveal_secrets` reveal one value at a time, with a reason."""
 
 from __future__ import annotations
 
 from django.contrib import messages
 from django.http import HttpResponse
+from django.shortcuts import get_object_or_404
 from django.urls import reverse
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
-from checkpoints.services import Actor
-from checkpoints.services.secrets import set_secret_patterns
+from checkpoints.models import SecretFinding
+from checkpoints.services import Actor, InvalidInput
+from checkpoints.services.reveals import ValueGone, reveal_secret
+from checkpoints.services.secrets import detector_label, set_secret_patterns
 
-from ..forms import SecretPatternsForm
+from ..forms import RevealForm, SecretPatternsForm
 from ..presenters.secrets import secrets_page
-from .common import OPERATE, VIEW, HtmxHttpRequest, console, get_project_for_user, navigate, render_page
+from .common import (
+    OPERATE,
+    REVEAL_SECRETS,
+    VIEW,
+    HtmxHttpRequest,
+    console,
+    get_project_for_user,
+    navigate,
+    render_page,
+)
 
 
 @console(VIEW)
@@ -29,5 +42,35 @@ def secrets(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         set_secret_patterns(project, actor=Actor.for_user(request.user), text=form.cleaned_data["patterns"])
         messages.success(request, f"Secret patterns of {project.slug} saved.")
         return navigate(request, reverse("dashboard:secrets", kwargs={"slug": slug}))
-    context = {"project": project, "page": secrets_page(project), "form": form if can_operate else None}
+    context = {
+        "project": project,
+        "page": secrets_page(project),
+        "form": form if can_operate else None,
+        "can_reveal": request.user.has_perm(REVEAL_SECRETS, project),
+    }
     return render_page(request, "dashboard/secrets.html", context)
+
+
+@console(REVEAL_SECRETS)
+@never_cache  # the answer holds the value: no browser or proxy keeps it
+@require_http_methods(["GET", "POST"])
+def secret_reveal(request: HtmxHttpRequest, slug: str, pk: int) -> HttpResponse:
+    """Asks why, then shows the value once; each reveal is one audit row naming the finding."""
+    project = get_project_for_user(request, slug)
+    finding = get_object_or_404(SecretFinding.objects.select_related("session", "checkpoint"), project=project, pk=pk)
+    finding.project = project
+    form = RevealForm(request.POST if request.method == "POST" else None)
+    value = None
+    if request.method == "POST" and form.is_valid():
+        try:
+            value = reveal_secret(finding, actor=Actor.for_user(request.user), reason=form.cleaned_data["reason"])
+        except (InvalidInput, ValueGone) as exc:
+            form.add_error("reason" if isinstance(exc, InvalidInput) else None, str(exc))
+    context = {
+        "project": project,
+        "finding": finding,
+        "label": detector_label(finding.detector),
+        "form": form,
+        "value": value,
+    }
+    return render_page(request, "dashboard/secret_reveal.html", context)

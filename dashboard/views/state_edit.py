@@ -27,6 +27,7 @@ from checkpoints.services import (
 
 from ..forms import EditStateForm
 from ..presenters.diff import present_diff
+from ..presenters.secrets import masker
 from ..undo import offer_undo
 from .common import OPERATE, HtmxHttpRequest, console, get_checkpoint_for_user, navigate, render_page
 
@@ -35,9 +36,12 @@ PREFILL_MAX = 200_000  # characters of the current value put in the editor; a bi
 
 def _current_text(checkpoint: Checkpoint, pointer: str) -> tuple[str, str]:
     """The value at `pointer` in the checkpoint's state as indented JSON for the editor, and a note when there is
-    none to show (a new key, a bad pointer, a value too big to edit here)."""
+    none to show (a new key, a bad pointer, a value too big to edit here). Found secrets are masked: saving the
+    value back writes the masked text in their place (docs/secrets.md#masking)."""
     try:
-        value = JsonPointer(pointer).resolve(store.load_shared(bytes(checkpoint.root)))
+        value = JsonPointer(pointer).resolve(
+            masker(checkpoint.session.project)(store.load_shared(bytes(checkpoint.root)))
+        )
     except (JsonPointerException, LookupError, TypeError):
         return "", "Nothing is stored at this path yet: saving adds it (its parent must exist)."
     text = json.dumps(value, ensure_ascii=False, indent=2)
@@ -105,7 +109,7 @@ def edit_state(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "form": form,
         "note": note,
         "preview": preview,
-        "diff": present_diff(preview.diff, query={}) if preview else None,
+        "diff": present_diff(masker(session.project).diff(preview.diff), query={}) if preview else None,
         "old_label": f"#{checkpoint.seq} now",
         "new_label": "After the edit",
         "top_keys": _top_keys(checkpoint),

@@ -79,6 +79,9 @@ LISTS = {
     "recovery_new",
 }  # fmt: skip
 PROJECT_LISTS = {"notification_projects", "token_projects"}  # lists projects themselves, by slug
+# needs reveal_secrets, which no project role grants: its other project's finding answers 404 to staff given it
+# (tests/dashboard/test_secrets_everywhere.py)
+NO_ROLE = {"secret_reveal"}
 # what a POST carries, so a view that validates its form before looking the object up still gets that far
 POSTED = {
     "checkpoint_pin": {"pinned": "1"},
@@ -129,9 +132,9 @@ def _fingerprint() -> tuple:
 
 def test_the_walk_knows_every_console_url():
     names = {p.name for p in _patterns()}
-    unknown = names - set(ADDRESSED) - SYSTEM_WIDE - EVERY_PROJECT - LISTS - PROJECT_LISTS
+    unknown = names - set(ADDRESSED) - SYSTEM_WIDE - EVERY_PROJECT - LISTS - PROJECT_LISTS - NO_ROLE
     assert not unknown, f"say in this file what these console URLs address: {sorted(unknown)}"
-    assert not (set(ADDRESSED) | SYSTEM_WIDE | EVERY_PROJECT | LISTS | PROJECT_LISTS) - names, (
+    assert not (set(ADDRESSED) | SYSTEM_WIDE | EVERY_PROJECT | LISTS | PROJECT_LISTS | NO_ROLE) - names, (
         "this file names URLs that no longer exist"
     )
 
