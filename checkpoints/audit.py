@@ -46,6 +46,10 @@ class NothingToUndo(CheckpointError):
     pass
 
 
+class HeadMoved(CheckpointError):
+    """The session's head is no longer the one the caller decided on (`restore_checkpoint(expect_head=…)`)."""
+
+
 class BaseMoved(CheckpointError):
     """A patch was made against a head that is no longer the session's (an operator restored, undid, or another
     writer went on): applying it would overwrite what happened since. Names the head to resume from."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 from typing import Any
@@ -170,6 +171,21 @@ def utc_datetime(text: str) -> datetime | None:
         return None
 
 
+def _window_end(text: str) -> datetime | None:
+    """One end of an "opened" window: a time (ISO 8601, UTC unless it says otherwise), or None when empty."""
+    if not text:
+        return None
+    found = utc_datetime(text)
+    if found is None:
+        raise forms.ValidationError("Enter a date and time, e.g. 2026-03-12 02:10.")
+    return found
+
+
+def window_value(moment: datetime) -> str:
+    """A time as a datetime-local input shows it (UTC, to the second): how a filter's window is passed on."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
 def _any_kind() -> list[tuple[str, str]]:
     return [("", "Any kind"), *DETECTORS.choices()]
 
@@ -184,6 +200,16 @@ class AlertFilterForm(forms.Form):
         choices=[(UNRESOLVED, "Open or acknowledged"), *AlertState.choices, ("", "Any state")],
     )
     project = forms.ChoiceField(required=False, choices=[("", "Any project")])
+    # the fleet recovery's window (FleetFilter.opened_since/until): the alerts opened in it, and "Recover…" passes it on
+    opened_since = forms.CharField(
+        required=False,
+        max_length=40,
+        label="Opened since (UTC)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+    opened_until = forms.CharField(
+        required=False, max_length=40, label="until (UTC)", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
     session = forms.IntegerField(required=False, min_value=1, max_value=2**63 - 1, widget=forms.HiddenInput)
     after = forms.CharField(required=False, label="Page", widget=forms.HiddenInput)
 
@@ -192,6 +218,16 @@ class AlertFilterForm(forms.Form):
             data = {**data.dict(), "state": UNRESOLVED}
         super().__init__(data)
         choice_field(self, "project").choices = [("", "Any project"), *projects]
+
+    def clean_opened_since(self) -> datetime | None:
+        return _window_end(self.cleaned_data["opened_since"])
+
+    def clean_opened_until(self) -> datetime | None:
+        until = _window_end(self.cleaned_data["opened_until"])
+        since = self.cleaned_data.get("opened_since")
+        if since and until and since > until:
+            raise forms.ValidationError("The window ends before it starts.")
+        return until
 
     def clean_after(self) -> tuple[str, datetime, int] | None:
         """Keyset cursor `<severity>_<opened_at ISO>_<id>` of the last row of the previous page."""
@@ -391,11 +427,19 @@ TOKEN_ACCESS = {
     "read": [Scope.READ.value],
     "write": [Scope.READ.value, Scope.WRITE.value],
 }  # the form's choice → Scope values
+# Every other scope of the registry is offered as a box of its own: none is implied by read or write.
+EXTRA_SCOPES = [scope for scope in Scope if scope not in {s for chosen in TOKEN_ACCESS.values() for s in chosen}]
 TOKEN_EXPIRY_DAYS = {"30": 30, "90": 90, "365": 365}
 
 
+def _scope_choice(scope: Scope) -> tuple[str, str]:
+    return scope.value, f"{scope.value}: {scope.label}"
+
+
 class TokenForm(forms.Form):
-    """A new API token of one project: its name, read-only or read and write (the Scope registry), its expiry."""
+    """A new API token of one project: its name, read-only or read and write, any other scope of the Scope
+    registry, its expiry. `may_grant(scope)` says whether the person may give a token that scope (SCOPE_GRANTED_BY):
+    the boxes offer only those, and a request that names another is refused with the reason."""
 
     name = forms.CharField(
         max_length=TOKEN_NAME_MAX,
@@ -418,6 +462,13 @@ class TokenForm(forms.Form):
         initial="write",
         widget=forms.RadioSelect,
     )
+    also = forms.MultipleChoiceField(
+        required=False,
+        label="Also",
+        choices=[_scope_choice(scope) for scope in EXTRA_SCOPES],
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Not implied by write: an agent's token needs none of these.",
+    )
     expiry = forms.ChoiceField(
         choices=[
             ("never", "Never"),
@@ -436,10 +487,29 @@ class TokenForm(forms.Form):
         widget=forms.DateInput(attrs={"type": "date"}),
     )
 
+    def __init__(self, *args: Any, may_grant: Callable[[str], bool], role_in: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.may_grant, self.role_in = may_grant, role_in
+        also = self.fields["also"]
+        offered = [_scope_choice(scope) for scope in EXTRA_SCOPES if may_grant(scope.value)]
+        if offered:
+            also.widget.choices = offered  # the field still knows every scope: one not offered gets its reason
+        else:
+            also.widget = forms.MultipleHiddenInput()
+
     def clean(self) -> dict[str, Any]:
         data = self.cleaned_data
         if data.get("expiry") == "date" and not data.get("expires_on"):
             self.add_error("expires_on", "Choose the date the token stops working.")
+        for name in ("access", "also"):
+            chosen = TOKEN_ACCESS.get(data.get(name, ""), []) if name == "access" else data.get(name, [])
+            refused = [scope for scope in chosen if not self.may_grant(scope)]
+            if refused:
+                self.add_error(
+                    name,
+                    f"Your role in {self.role_in} does not let you give a token {', '.join(refused)}: "
+                    "a token never does what its maker may not.",
+                )
         return data
 
     def expires_at(self, now: datetime) -> datetime | None:
@@ -452,7 +522,7 @@ class TokenForm(forms.Form):
         return None
 
     def scopes(self) -> list[str]:
-        return TOKEN_ACCESS[self.cleaned_data["access"]]
+        return [*TOKEN_ACCESS[self.cleaned_data["access"]], *self.cleaned_data.get("also", [])]
 
 
 class InterruptAnswerForm(forms.Form):
@@ -549,13 +619,10 @@ class RecoveryForm(forms.Form):
         ]
 
     def _time(self, name: str) -> datetime | None:
-        text = self.cleaned_data.get(name) or ""
-        if not text:
-            return None
-        found = utc_datetime(text)
-        if found is None:
-            raise forms.ValidationError({name: "Enter a date and time, e.g. 2026-03-12 02:10."})
-        return found
+        try:
+            return _window_end(self.cleaned_data.get(name) or "")
+        except forms.ValidationError as exc:
+            raise forms.ValidationError({name: exc.messages}) from None
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

@@ -123,6 +123,9 @@ from .projects import (
     DEFAULT_TYPE_ALLOWLIST as DEFAULT_TYPE_ALLOWLIST,
 )
 from .projects import (
+    SCOPE_GRANTED_BY as SCOPE_GRANTED_BY,
+)
+from .projects import (
     ApiToken as ApiToken,
 )
 from .projects import (

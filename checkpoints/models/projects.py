@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from checkpoint_console import typedjson
 
-from ..roles import VIEW_SESSIONS, in_every_project, roles_granting
+from ..roles import APPROVE, OPERATE, VIEW_SESSIONS, in_every_project, roles_granting
 
 # Sent after `ApiToken.objects….update()` or `Project.objects….update()` changed rows (saves and deletes send
 # Django's own signals): the process forgets the tokens it remembers with their projects (services.tokens), whose
@@ -225,6 +225,16 @@ class Scope(models.TextChoices):
 
 
 DEFAULT_SCOPES = [Scope.READ.value, Scope.WRITE.value]  # a token created without naming its scopes
+
+# The permission a person needs in a project to give a token of that project each scope (the console's Tokens
+# page, `services.create_api_token` with a person as actor): a token never does what its maker may not. A scope
+# added above needs its line here (tests/dashboard/test_tokens_page.py checks that none is missing).
+SCOPE_GRANTED_BY: dict[str, str] = {
+    Scope.READ: VIEW_SESSIONS,
+    Scope.WRITE: OPERATE,  # restores, forks and stores checkpoints, as an operator does
+    Scope.ANSWER: APPROVE,  # answers what a graph asks a person: the approver's decision in the console
+    Scope.RECOVER: OPERATE,  # restores a fleet: the operator's "Recover…"
+}
 
 
 class ApiToken(models.Model):

@@ -652,6 +652,18 @@ def detect_all(now: datetime | None = None) -> dict[str, Any]:
     return {**totals, **failures.as_dict()}
 
 
+def detect_after_restores(session_ids: list[int]) -> None:
+    """`detect_after_ingest` for many sessions at once (a fleet recovery's page of restores): the same detectors,
+    in `detect_batch`'s few queries however many sessions. When one session's data breaks a detector, each
+    session is checked alone, so the others' alerts still clear."""
+    try:
+        with transaction.atomic():
+            detect_batch(session_ids, now=timezone.now(), limits=Limits.from_settings(), kinds=on_ingest_kinds())
+    except Exception:
+        logger.exception("drift detection failed for a batch of %s sessions; each is checked alone", len(session_ids))
+        detect_after_ingest(session_ids)
+
+
 def detect_after_ingest(session_ids: list[int]) -> None:
     """The state-free detectors, run once checkpoints are committed; a detector's failure never fails an ingest."""
     now, limits, kinds = timezone.now(), Limits.from_settings(), on_ingest_kinds()

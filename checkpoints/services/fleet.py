@@ -11,8 +11,9 @@
    that path (someone restored it, the agent recovered) the session is skipped, never restored to a stale target.
    The item's result is written in the restore's transaction: a worker killed midway leaves each session restored
    once or untouched, and a rerun (`requeue_stalled`, from the every-minute sweep) does only the rest.
-4. **Finish**: one `recovery` audit row per project naming its sessions (actor, reason, selection, counts) and one
-   `recovery.finished` event per project; notification rules hear of the batch once, not once per session.
+4. **Finish**: one `recovery` audit row naming every session of the batch (actor, reason, selection, counts; a
+   row of no project, for staff, when the batch spans projects) and one `recovery.finished` event per project;
+   notification rules hear of the batch once, not once per session.
 5. **Undo** (`undo_recovery`): each restored session whose head is still the batch's restore goes back to the head
    it had before, as a new head (as a single undo does); one where the agent has written since is reported, not
    forced. Forks made by the batch are archived.
@@ -28,13 +29,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
-from ..audit import Actor, CheckpointError, InvalidInput, NothingToUndo, record_audit
+from ..audit import Actor, CheckpointError, HeadMoved, InvalidInput, NothingToUndo, record_audit
 from ..models import (
     AgentSession,
     AgentSessionQuerySet,
@@ -54,9 +56,11 @@ from ..models import (
 )
 from ..outbox import events
 from ..roles import OPERATE
+from ..store.lineage import path_from, shapes_within
 from .cleanup import archive_session
+from .drift import detect_after_restores
 from .recovery import fork_session, restore_checkpoint, undo_restore
-from .targets import Decision, Skip, TargetRule, alerts_within, decide, head_path, on_path
+from .targets import TARGET_FIELDS, Decision, Skip, TargetRule, alerts_within, decide, on_path
 
 logger = logging.getLogger(__name__)
 
@@ -405,24 +409,39 @@ def beat_recovery(recovery_id: int, *, holder: str, now: datetime | None = None)
 
 
 def run_recovery(recovery_id: int, *, holder: str) -> dict[str, int]:
-    """Do the pending items of a recovery this worker claimed, each in its own transaction, then finish it.
+    """Do the pending items of a recovery this worker claimed, a page at a time, each session in its own
+    transaction, then finish it.
 
     A session's item changes in the transaction that restores it, so whatever stops the worker leaves each
-    session either restored (its item says so) or untouched (still pending, done by the next run)."""
+    session either restored (its item says so) or untouched (still pending, done by the next run). What the
+    rule needs is read once a page (`_read_page`), and the failed/halted detectors run once a page over the
+    sessions it restored (a rerun runs them first over every session the batch restored: a killed worker may
+    have left a page of them unrun)."""
     recovery = Recovery.objects.select_related("created_by", "token").get(pk=recovery_id)
-    actor = _actor_of(recovery)
+    actor, rule = _actor_of(recovery), _rule_of(recovery)
+    if recovery.attempts > 1:
+        _detect_restored(recovery)
     pending = RecoveryItem.objects.filter(recovery=recovery, result=RecoveryResult.PENDING).order_by("pk")
     last = 0
     while True:
-        page = list(pending.filter(pk__gt=last).values_list("pk", flat=True)[:PAGE])
-        if not page:
+        items = list(pending.filter(pk__gt=last).only(*ITEM_FIELDS)[:PAGE])
+        if not items:
             break
-        last = page[-1]
+        last = items[-1].pk
         if not Recovery.objects.filter(pk=recovery_id, worker=holder, state=RecoveryState.RUNNING).exists():
             return {"stopped": 1}  # another worker took it over: it does the rest (items are locked, never twice)
-        for item_id in page:
-            _recover_item(recovery, item_id, actor)
+        page = _read_page(recovery, items, rule)
+        results = [_recover_item(recovery, item, actor, page) for item in items]
+        restored = [item.session_id for item, result in zip(items, results, strict=True) if result == "restored"]
+        if restored:
+            detect_after_restores(restored)
     return finish_recovery(recovery_id, holder=holder)
+
+
+ITEM_FIELDS = [
+    "id", "recovery_id", "session_id", "target_id", "target_seq", "planned_head_id", "result",
+    "previous_head_id", "new_head_id", "discarded_checkpoints", "discarded_tool_calls",
+]  # fmt: skip
 
 
 def _actor_of(recovery: Recovery) -> Actor:
@@ -433,78 +452,159 @@ def _actor_of(recovery: Recovery) -> Actor:
     return Actor.system(recovery.actor or "recovery")
 
 
-def _recover_item(recovery: Recovery, item_id: int, actor: Actor) -> None:
+@dataclass(frozen=True)
+class _Page:
+    """What the run reads once for a page of items before it locks any session: the sessions, the rule's decision
+    for each, why one's head left the path the preview saw, why the batch may no longer restore in a project,
+    and the sessions the batch restored (or forked) already. Under each session's lock its head is compared with
+    the head decided on here: the same, the decision stands; moved, that session is read and decided again
+    alone, under its lock (`_recover_item`)."""
+
+    sessions: dict[int, AgentSession]
+    decided: dict[int, Decision]
+    targets: dict[int, Checkpoint]  # by id, with the columns a restore copies (the decisions' are slim)
+    left_path: dict[int, str]  # session id → why its head is off the path the preview saw
+    refused: dict[int, str]  # project id → why this batch may no longer restore there
+    made: frozenset[int]
+
+
+def _read_page(recovery: Recovery, items: Sequence[RecoveryItem], rule: TargetRule) -> _Page:
+    """A page's reads, a fixed number of queries however many items (plus two per session without an alert,
+    where the rule looks for the first failure on the head's path)."""
+    ids = [item.session_id for item in items]
+    sessions = AgentSession.objects.filter(pk__in=ids).select_related("project").defer("metadata", "live_root")
+    found: dict[int, AgentSession] = {session.pk: session for session in sessions}
+    decided = decide(list(found.values()), rule)
+    targets = Checkpoint.objects.filter(pk__in=[d.target.pk for d in decided.values() if d.target and not d.skip])
+    planned = Checkpoint.objects.filter(pk__in=[item.planned_head_id for item in items if item.planned_head_id])
+    planned_heads = {c.pk: c for c in planned.only(*TARGET_FIELDS)}
+    shapes = shapes_within(list(found))
+    left_path: dict[int, str] = {}
+    for item in items:
+        decision, before = decided.get(item.session_id), planned_heads.get(item.planned_head_id or 0)
+        head = decision.head if decision else None
+        if head is None or before is None or item.target_id is None:
+            left_path[item.session_id] = f"{Skip.HEAD_MOVED}: the head or the target the preview showed is gone"
+        elif head.pk != before.pk and not on_path(path_from(item.session_id, head.seq, shapes), before):
+            left_path[item.session_id] = (
+                f"{Skip.HEAD_MOVED}: the head #{head.seq} left the path the preview saw (its head was #{before.seq})"
+            )
+    return _Page(
+        found,
+        decided,
+        {c.pk: c for c in targets.defer("metadata", "preview")},
+        left_path,
+        _refused(recovery, {s.project for s in found.values()}),
+        _made(recovery, ids),
+    )
+
+
+def _refused(recovery: Recovery, projects: set[Project]) -> dict[int, str]:
+    """A person who lost the operator role since the preview restores nothing more; a revoked token neither.
+    Asked again each page, of the person as they are now (not the copy the run started with)."""
+    if recovery.created_by_id is not None:
+        user = get_user_model().objects.filter(pk=recovery.created_by_id).first()
+        return {
+            project.pk: f"{Skip.NO_PERMISSION}: {recovery.actor} may no longer restore in {project.slug}"
+            for project in projects
+            if user is None or not (user.is_active and user.has_perm(OPERATE, project))
+        }
+    token = recovery.token
+    if token is not None and not ApiToken.objects.usable().filter(pk=token.pk).exists():
+        return {
+            project.pk: f"{Skip.NO_PERMISSION}: the token {token.name!r} was revoked or expired" for project in projects
+        }
+    return {}
+
+
+def _made(recovery: Recovery, session_ids: list[int]) -> frozenset[int]:
+    """The sessions this batch restored (or forked) already: never a second one, whatever their item says."""
+    if recovery.action == RecoveryAction.FORK:
+        forks = AgentSession.objects.filter(forked_from__session_id__in=session_ids, metadata__recovery=recovery.pk)
+        return frozenset(forks.values_list("forked_from__session_id", flat=True))
+    made = Checkpoint.objects.filter(
+        session_id__in=session_ids, kind=CheckpointKind.RESTORE, metadata__recovery=recovery.pk
+    )
+    return frozenset(made.values_list("session_id", flat=True))
+
+
+class _Recorded(Exception):
+    """The item is no longer pending: another run recorded it first (raised to undo what this one wrote)."""
+
+
+def _recover_item(recovery: Recovery, item: RecoveryItem, actor: Actor, page: _Page) -> str:
+    """One session in its own transaction, which ends by recording its item if the item is still pending (a
+    conditional UPDATE: of two runs, the one that finds it recorded undoes its own work); its result, "" when
+    another run did it."""
     try:
         with transaction.atomic():
-            item = RecoveryItem.objects.select_for_update().get(pk=item_id)
-            if item.result != RecoveryResult.PENDING:
-                return  # done by an earlier run
-            _recover_locked(recovery, item, actor)
+            try:
+                return _recover_locked(recovery, item, actor, page)
+            except HeadMoved:
+                # the head moved since the page was read (the agent kept writing, someone restored it): read and
+                # decide this session again, under its lock
+                list(AgentSession.objects.select_for_update(of=("self",)).filter(pk=item.session_id).values("pk"))
+                return _recover_locked(recovery, item, actor, _read_page(recovery, [item], _rule_of(recovery)))
+    except _Recorded:
+        return ""  # an earlier run (or a worker that took over) recorded it: this transaction was undone
     except CheckpointError as exc:
-        _mark(recovery, item_id, RecoveryResult.FAILED, str(exc))
+        _mark(recovery, item.pk, RecoveryResult.FAILED, str(exc))
     except Exception as exc:  # one session's fault must not stop the batch: recorded, logged, the rest goes on
-        logger.exception("recovery %s: session of item %s failed", recovery.pk, item_id)
-        _mark(recovery, item_id, RecoveryResult.FAILED, f"internal error: {type(exc).__name__}")
+        logger.exception("recovery %s: session of item %s failed", recovery.pk, item.pk)
+        _mark(recovery, item.pk, RecoveryResult.FAILED, f"internal error: {type(exc).__name__}")
+    return RecoveryResult.FAILED
 
 
-def _recover_locked(recovery: Recovery, item: RecoveryItem, actor: Actor) -> None:
-    """Under the item's and the session's row locks: ask the rule again, restore or skip, record the item."""
-    session = AgentSession.objects.select_for_update(of=("self",)).select_related("project").get(pk=item.session_id)
-    skip = _still_allowed(recovery, session)
-    found = {c.pk: c for c in Checkpoint.objects.filter(pk__in=[session.head_id, item.planned_head_id])}
-    head, planned = found.get(session.head_id or 0), found.get(item.planned_head_id or 0)
-    decision: Decision | None = None
-    if not skip and (head is None or planned is None or item.target_id is None):
-        skip = f"{Skip.HEAD_MOVED}: the head or the target the preview showed is gone"
-    if (
-        not skip
-        and head is not None
-        and planned is not None
-        and head.pk != planned.pk
-        and not on_path(head_path(session, head), planned)
-    ):
-        skip = f"{Skip.HEAD_MOVED}: the head #{head.seq} left the path the preview saw (its head was #{planned.seq})"
-    if not skip:
-        decision = decide([session], _rule_of(recovery))[session.pk]
+def _recover_locked(recovery: Recovery, item: RecoveryItem, actor: Actor, page: _Page) -> str:
+    """Under the item's lock: skip, or restore (fork) the page's decision if the head is still the one decided on
+    (HeadMoved otherwise, before anything is written); record the item."""
+    session, decision = page.sessions.get(item.session_id), page.decided.get(item.session_id)
+    skip = page.refused.get(session.project_id, "") if session else f"{Skip.NO_HEAD}: the session is gone"
+    skip = skip or page.left_path.get(item.session_id, "")
+    if not skip and decision is not None:
         if decision.skip:
             skip = f"{decision.skip}: {decision.reason}"
         elif decision.target is None or decision.target.pk != item.target_id:
             now_at = f"#{decision.target.seq}" if decision.target else "none"
             skip = f"{Skip.HEAD_MOVED}: the target moved from #{item.target_seq} to {now_at} since the preview"
-    if not skip and _restored_by(recovery, session):
+    if not skip and item.session_id in page.made:
         skip = f"{Skip.IN_BATCH}: this batch restored the session already"
-    if skip or decision is None or decision.target is None:
-        _set(recovery, item, RecoveryResult.SKIPPED, reason=skip)
-        return
-    item.previous_head = head
+    if skip or session is None or decision is None or decision.target is None or decision.head is None:
+        if session is not None and decision is not None and decision.head is not None:
+            _expect_head(session, decision.head)  # a skip decided on a stale head is decided again
+        return _set(recovery, item, RecoveryResult.SKIPPED, reason=skip or f"{Skip.HEAD_MOVED}: nothing to restore")
+    item.previous_head = decision.head
     item.discarded_checkpoints = decision.discards.checkpoints  # counts what a looping agent wrote since
     item.discarded_tool_calls = decision.discards.tool_calls
     if recovery.action == RecoveryAction.FORK:
-        fork = fork_session(decision.target, actor=actor, reason=recovery.reason, recovery=recovery.pk)
+        _expect_head(session, decision.head)
+        fork = fork_session(page.targets[decision.target.pk], actor=actor, reason=recovery.reason, recovery=recovery.pk)
         item.new_head_id = fork.head_id
-        _set(recovery, item, RecoveryResult.FORKED)
-        return
-    item.new_head = restore_checkpoint(decision.target, actor=actor, reason=recovery.reason, recovery=recovery.pk)
-    _set(recovery, item, RecoveryResult.RESTORED)
+        return _set(recovery, item, RecoveryResult.FORKED)
+    item.new_head = restore_checkpoint(
+        page.targets[decision.target.pk],
+        actor=actor,
+        reason=recovery.reason,
+        recovery=recovery.pk,
+        expect_head=decision.head.pk,
+        detect=False,  # once for the page: run_recovery
+    )
+    return _set(recovery, item, RecoveryResult.RESTORED)
 
 
-def _restored_by(recovery: Recovery, session: AgentSession) -> bool:
-    """A restore (or fork) this batch made already: never a second one, whatever its item says."""
-    if recovery.action == RecoveryAction.FORK:
-        return AgentSession.objects.filter(forked_from__session=session, metadata__recovery=recovery.pk).exists()
-    made = Checkpoint.objects.filter(session=session, kind=CheckpointKind.RESTORE, metadata__recovery=recovery.pk)
-    return made.exists()
+def _expect_head(session: AgentSession, head: Checkpoint) -> None:
+    """Lock the session; HeadMoved when its head is no longer `head`."""
+    now = AgentSession.objects.select_for_update(of=("self",)).filter(pk=session.pk).values_list("head_id", flat=True)
+    if list(now) != [head.pk]:
+        raise HeadMoved(f"the head of {session} moved from checkpoint {head.pk}")
 
 
-def _still_allowed(recovery: Recovery, session: AgentSession) -> str:
-    """A person who lost the operator role since the preview restores nothing more; a revoked token neither."""
-    user = recovery.created_by
-    if user is not None and not (user.is_active and user.has_perm(OPERATE, session)):
-        return f"{Skip.NO_PERMISSION}: {user.get_username()} may no longer restore in {session.project.slug}"
-    token = recovery.token
-    if token is not None and not ApiToken.objects.usable().filter(pk=token.pk).exists():
-        return f"{Skip.NO_PERMISSION}: the token {token.name!r} was revoked or expired"
-    return ""
+def _detect_restored(recovery: Recovery) -> None:
+    """The detectors over every session the batch restored, a page at a time (a rerun's first step)."""
+    restored = recovery.items.filter(result=RecoveryResult.RESTORED).order_by("pk").values_list("session_id", flat=True)
+    ids = list(restored.iterator(chunk_size=PAGE))
+    for start in range(0, len(ids), PAGE):
+        detect_after_restores(ids[start : start + PAGE])
 
 
 def _rule_of(recovery: Recovery) -> TargetRule:
@@ -531,27 +631,41 @@ COUNTER: dict[str, str] = {
 }
 
 
-def _set(recovery: Recovery, item: RecoveryItem, result: str, *, reason: str = "") -> None:
+def _set(recovery: Recovery, item: RecoveryItem, result: str, *, reason: str = "") -> str:
+    """Record the item's result if it is still pending (_Recorded otherwise), and count it on the recovery."""
+    recorded = RecoveryItem.objects.filter(pk=item.pk, result=RecoveryResult.PENDING).update(
+        result=result,
+        reason=reason,
+        previous_head=item.previous_head_id,
+        new_head=item.new_head_id,
+        discarded_checkpoints=item.discarded_checkpoints,
+        discarded_tool_calls=item.discarded_tool_calls,
+    )
+    if not recorded:
+        raise _Recorded
     item.result, item.reason = result, reason
-    item.save(
-        update_fields=[
-            "result", "reason", "previous_head", "new_head", "discarded_checkpoints", "discarded_tool_calls",
-        ]
-    )  # fmt: skip
     Recovery.objects.filter(pk=recovery.pk).update(**{COUNTER[result]: F(COUNTER[result]) + 1})
+    return result
 
 
 def _mark(recovery: Recovery, item_id: int, result: str, reason: str) -> None:
-    with transaction.atomic():
-        item = RecoveryItem.objects.select_for_update().get(pk=item_id)
-        if item.result == RecoveryResult.PENDING:
-            _set(recovery, item, result, reason=reason)
+    try:
+        with transaction.atomic():
+            _set(recovery, RecoveryItem.objects.get(pk=item_id), result, reason=reason)
+    except _Recorded:
+        pass
 
 
 @transaction.atomic
 def finish_recovery(recovery_id: int, *, holder: str, now: datetime | None = None) -> dict[str, int]:
-    """Mark it finished (once: a conditional UPDATE), write the batch's audit rows and its `recovery.finished`
-    events, one of each per project its sessions are in."""
+    """Mark it finished (once: a conditional UPDATE), write the batch's one `recovery` audit row and a
+    `recovery.finished` event per project its sessions are in (a project's receivers hear of their sessions).
+
+    The audit row names every session (as `project/external id`) with its result, the actor, reason, selection and
+    counts. It belongs to the recovery's project when the batch stayed in one; a batch over several projects is a
+    row of no project, which the audit log shows only to those who see every project (staff): a member of one
+    project never reads another's session names in it, and still finds, per session, the `restore` row carrying
+    the batch's id and reason (docs/fleet-recovery.md)."""
     now = now or timezone.now()
     if not Recovery.objects.filter(pk=recovery_id, worker=holder, state=RecoveryState.RUNNING).update(
         state=RecoveryState.FINISHED, finished_at=now
@@ -559,25 +673,34 @@ def finish_recovery(recovery_id: int, *, holder: str, now: datetime | None = Non
         return {"stopped": 1}
     recovery = Recovery.objects.select_related("created_by", "token").get(pk=recovery_id)
     actor = _actor_of(recovery)
-    by_project: dict[int, list[tuple[str, str]]] = defaultdict(list)
-    rows = recovery.items.order_by("pk").values_list("session__project_id", "session__external_id", "result")
-    for project_id, external_id, result in rows:
-        by_project[project_id].append((external_id, result))
-    for project in Project.objects.filter(pk__in=list(by_project)).order_by("pk"):
-        listed = by_project[project.pk]
-        counts = Counter(result for _, result in listed)
-        details = {
-            "recovery": recovery.pk,
-            "action": recovery.action,
-            "rule": recovery.rule,
-            **recovery.selection,
-            "counts": dict(sorted(counts.items())),
-            "sessions": {external_id: result for external_id, result in listed},
-        }
-        record_audit(
-            actor, "recovery", project=project, target=str(recovery), reason=recovery.reason, details=details, now=now
-        )
-        events.publish_recovery_finished(recovery, project, counts=dict(counts), actor=actor.label)
+    sessions: dict[str, str] = {}
+    by_project: dict[int, Counter[str]] = defaultdict(Counter)
+    slugs: dict[int, str] = {}
+    rows = recovery.items.order_by("pk").values_list(
+        "session__project_id", "session__project__slug", "session__external_id", "result"
+    )
+    for project_id, slug, external_id, result in rows.iterator(chunk_size=PAGE):
+        sessions[f"{slug}/{external_id}"] = result
+        by_project[project_id][result] += 1
+        slugs[project_id] = slug
+    counts = sum(by_project.values(), Counter[str]())
+    details = {
+        "recovery": recovery.pk,
+        "action": recovery.action,
+        "rule": recovery.rule,
+        **recovery.selection,
+        "counts": dict(sorted(counts.items())),
+        "projects": {slugs[pk]: dict(sorted(by_project[pk].items())) for pk in sorted(by_project)},
+        "sessions": sessions,
+    }
+    projects = list(Project.objects.filter(pk__in=list(by_project)).order_by("pk"))
+    # one project: its members read the row; several: no project, read by staff only (see the docstring)
+    project = projects[0] if len(projects) == 1 else None
+    record_audit(
+        actor, "recovery", project=project, target=str(recovery), reason=recovery.reason, details=details, now=now
+    )
+    for each in projects:
+        events.publish_recovery_finished(recovery, each, counts=dict(by_project[each.pk]), actor=actor.label)
     return {"total": recovery.total, "done": recovery.done, "skipped": recovery.skipped, "failed": recovery.failed}
 
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 from jsonpointer import JsonPointer, JsonPointerException
 
 from .. import store
-from ..audit import Actor, CheckpointError, InvalidInput, NothingToUndo, max_length, record_audit
+from ..audit import Actor, CheckpointError, HeadMoved, InvalidInput, NothingToUndo, max_length, record_audit
 from ..humanize import short_value
 from ..models import AgentSession, Checkpoint, CheckpointKind, CheckpointStatus, SessionStatus, SourceFormat
 from ..outbox import events
@@ -40,6 +40,8 @@ def restore_checkpoint(
     reason: str = "",
     now: datetime | None = None,
     recovery: int | None = None,
+    expect_head: int | None = None,
+    detect: bool = True,
 ) -> Checkpoint:
     """Make `checkpoint` the state the agent resumes from, without deleting anything.
 
@@ -50,16 +52,23 @@ def restore_checkpoint(
 
     `recovery` names the fleet recovery the restore is part of (services.fleet): recorded on the checkpoint and
     the audit row, and the `session.restored` event goes to webhooks but not to notification rules, which hear
-    of the batch once.
+    of the batch once. `expect_head`: HeadMoved, and nothing written, unless the session's head (read under its
+    lock) is still that checkpoint. `detect=False` leaves the failed/halted detectors to the caller, which runs
+    them once for many sessions (a fleet recovery's page) instead of once per restore.
     """
     now = now or timezone.now()
-    session = AgentSession.objects.select_for_update().get(pk=checkpoint.session_id)
+    # the project with it: the audit row's target names the session by its project's slug
+    session = (
+        AgentSession.objects.select_for_update(of=("self",)).select_related("project").get(pk=checkpoint.session_id)
+    )
+    if expect_head is not None and session.head_id != expect_head:
+        raise HeadMoved(f"the head of {session} is checkpoint {session.head_id}, not {expect_head}")
     if session.source_format == SourceFormat.LANGGRAPH:
         langgraph.check_resumable(checkpoint)
     previous_head = session.head_id
     batch = {"recovery": recovery} if recovery is not None else {}
     restored = _new_head(
-        session, checkpoint, name=f"restore of #{checkpoint.seq}", reason=reason, now=now, undo_of=batch
+        session, checkpoint, name=f"restore of #{checkpoint.seq}", reason=reason, now=now, undo_of=batch, detect=detect
     )
     record_audit(
         actor,
@@ -148,6 +157,7 @@ def _new_head(
     undo_of: dict[str, int] | None = None,  # also: the recovery a restore is part of
     status: tuple[str, str] = (CheckpointStatus.COMPLETED, ""),
     session_status: str | None = None,
+    detect: bool = True,
 ) -> Checkpoint:
     """A `restore` checkpoint sharing `checkpoint`'s state, made the head of `session` (locked by the caller)
     with the next restore generation; written back to the agent's files where it was imported from. A failed,
@@ -176,19 +186,23 @@ def _new_head(
             **(undo_of or {}),
         },
     )
-    tallies.count_in([restored])
     session.head = restored
     if session_status in SessionStatus.values:
         session.status = session_status
     elif session.status in (SessionStatus.FAILED, SessionStatus.HALTED, SessionStatus.COMPLETED):
         session.status = SessionStatus.ACTIVE
     session.updated_at = now
-    session.save(update_fields=["last_seq", "restore_generation", "head", "status", "updated_at"])
+    # the session's own changes ride on the tallies' UPDATE of it: one round trip, not two
+    tallies.count_in(
+        [restored],
+        **{name: getattr(session, name) for name in ("last_seq", "restore_generation", "head", "status", "updated_at")},
+    )
     if session.source_format == SourceFormat.LANGGRAPH:
         langgraph.record_restore(checkpoint, restored, now=now)
     if session.write_back and session.source_path and session.source_format:
         transaction.on_commit(lambda: write_back_restore(restored.pk))
-    transaction.on_commit(lambda: detect_after_ingest([session.pk]))  # a failed or halted alert clears now
+    if detect:
+        transaction.on_commit(lambda: detect_after_ingest([session.pk]))  # a failed or halted alert clears now
     return restored
 
 

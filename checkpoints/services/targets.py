@@ -124,10 +124,6 @@ def on_path(path: Iterable[Span], checkpoint: Checkpoint) -> bool:
     return any(span.holds(checkpoint) for span in path)
 
 
-def head_path(session: AgentSession, head: Checkpoint) -> list[Span]:
-    return path_from(session.pk, head.seq, shapes_within([session.pk]))
-
-
 def _decide_one(
     session: AgentSession, head: Checkpoint, path: list[Span], rule: TargetRule, alert: DriftAlert | None
 ) -> Decision:

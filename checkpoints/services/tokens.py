@@ -16,7 +16,7 @@ from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
 from ..audit import Actor, InvalidInput, record_audit
-from ..models import DEFAULT_SCOPES, ApiToken, Project, Scope, tokens_updated
+from ..models import DEFAULT_SCOPES, SCOPE_GRANTED_BY, ApiToken, Project, Scope, tokens_updated
 
 UNNAMED = Actor.system("create_api_token")  # who created a token when the caller names no one
 
@@ -45,6 +45,12 @@ def create_api_token(
     if expires_at is not None and expires_at <= now:
         raise InvalidInput("expires_at", f"{expires_at:%Y-%m-%d %H:%M} UTC is not in the future")
     chosen = checked_scopes(scopes) if scopes is not None else [Scope.READ.value] if read_only else DEFAULT_SCOPES
+    if actor.user is not None:  # a person gives a token only what they may do themselves in its project
+        refused = [scope for scope in chosen if not actor.user.has_perm(SCOPE_GRANTED_BY[scope], project)]
+        if refused:
+            raise InvalidInput(
+                "scopes", f"your role in {project.slug} does not let you give a token {', '.join(refused)}"
+            )
     prefix = secrets.token_hex(4)
     secret = f"cpk_{prefix}_{secrets.token_urlsafe(32)}"
     token = ApiToken.objects.create(

@@ -15,7 +15,7 @@ from django_htmx.http import trigger_client_event
 
 from checkpoints.models import SEVERITY_RANKS, AlertSeverity, AlertState, Checkpoint, DriftAlert, Project
 from checkpoints.services import Actor, acknowledge_alert, resolve_alert
-from checkpoints.services.targets import alert_targets
+from checkpoints.services.targets import alert_targets, alerts_within
 from checkpoints.store.history import Discards
 
 from ..forms import UNRESOLVED, AlertFilterForm, ResolveForm
@@ -34,6 +34,8 @@ from .common import (
 )
 
 PAGE_SIZE = 50
+# the filters a reader narrows the list by (the session last: a row's link, not passed to a fleet recovery)
+FILTERS = ("severity", "kind", "project", "opened_since", "opened_until", "session")
 ROW = "dashboard/alert_list.html#alert-row"
 LAST_GOOD_FIELDS = ["id", "session_id", "seq", "name"]  # what a row shows of it and what its discards need
 
@@ -47,9 +49,12 @@ def _alerts(filters: dict[str, Any], request: HtmxHttpRequest) -> Any:
         .select_related("session__project", "acknowledged_by")
         .defer("session__metadata", "session__live_root")
     )
-    for name in ("kind", "severity"):
-        if filters.get(name):
-            alerts = alerts.filter(**{name: filters[name]})
+    # kind and the opened window as a fleet recovery's selection reads them (FleetFilter, the same function)
+    alerts = alerts_within(
+        alerts, kind=filters.get("kind") or "", since=filters.get("opened_since"), until=filters.get("opened_until")
+    )
+    if filters.get("severity"):
+        alerts = alerts.filter(severity=filters["severity"])
     state = filters.get("state", UNRESOLVED)
     if state == UNRESOLVED:
         alerts = alerts.unresolved()
@@ -86,9 +91,9 @@ def alert_list(request: HtmxHttpRequest) -> HttpResponse:
         "next_query": query.urlencode() if more else "",
         "first_query": first_query,
         "paged": bool(form.cleaned_data.get("after")),
-        "filtered": any(form.cleaned_data.get(name) for name in ("kind", "severity", "project", "session")),
+        "filtered": any(form.cleaned_data.get(name) for name in FILTERS),
         "state": form.cleaned_data.get("state", UNRESOLVED),
-        "fleet_filters": fleet_filters(form.cleaned_data, ("state", "severity", "kind", "project")),
+        "fleet_filters": fleet_filters(form.cleaned_data, ("state", *FILTERS[:-1])),
         "fleet_all_allowed": not form.cleaned_data.get("session"),
         "fleet_total": None,
     }

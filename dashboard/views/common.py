@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from functools import wraps
 from typing import Any
 
@@ -27,6 +28,7 @@ from checkpoints.roles import TRIAGE as TRIAGE
 from checkpoints.roles import VIEW_SESSIONS as VIEW
 from checkpoints.roles import in_every_project
 
+from ..forms import window_value
 from ..presenters.jobs import job_failures
 
 
@@ -113,6 +115,8 @@ def fleet_filters(cleaned: dict[str, Any], names: tuple[str, ...]) -> list[tuple
         value = cleaned.get(name)
         if value is True:
             found.append((name, "on"))
+        elif isinstance(value, datetime):  # as the recovery form's datetime-local inputs show it
+            found.append((name, window_value(value)))
         elif value:
             found.append((name, str(value)))
     return found

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.contrib import messages
 from django.db.models import F
@@ -15,7 +16,7 @@ from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_http_methods
 
-from checkpoints.models import ApiToken, Project, Scope
+from checkpoints.models import SCOPE_GRANTED_BY, ApiToken, Project, Scope
 from checkpoints.services import Actor, InvalidInput, create_api_token, revoke_token
 
 from ..forms import TokenForm
@@ -42,7 +43,18 @@ def _rows(project: Project, now: datetime) -> list[TokenRow]:
 
 
 def _access(token: ApiToken) -> str:
-    return "read and write" if token.has_scope(Scope.WRITE) else "read only"
+    base = "read and write" if token.has_scope(Scope.WRITE) else "read only"
+    extra = [scope for scope in token.scopes if scope not in (Scope.READ, Scope.WRITE)]
+    return f"{base}; {', '.join(extra)}" if extra else base
+
+
+def _form(request: HtmxHttpRequest, project: Project, data: Any = None) -> TokenForm:
+    """The form, offering the scopes the person may grant in this project (SCOPE_GRANTED_BY)."""
+
+    def may_grant(scope: str) -> bool:
+        return scope in SCOPE_GRANTED_BY and request.user.has_perm(SCOPE_GRANTED_BY[scope], project)
+
+    return TokenForm(data, may_grant=may_grant, role_in=project.slug)
 
 
 @console(VIEW)
@@ -64,7 +76,7 @@ def tokens(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         request.console_permission = OPERATE  # creating needs the operator's role in this project
     project = get_project_for_user(request, slug)
     can_operate = request.user.has_perm(OPERATE, project)
-    form = TokenForm(request.POST if request.method == "POST" else None)
+    form = _form(request, project, request.POST if request.method == "POST" else None)
     created = None
     if request.method == "POST" and form.is_valid():
         now = timezone.now()
@@ -78,7 +90,7 @@ def tokens(request: HtmxHttpRequest, slug: str) -> HttpResponse:
                 now=now,
             )
         except InvalidInput as exc:
-            form.add_error("expires_on", str(exc).removeprefix(f"{exc.field}: "))
+            form.add_error("also" if exc.field == "scopes" else "expires_on", str(exc).removeprefix(f"{exc.field}: "))
         else:
             created = {
                 "token": token,
@@ -86,7 +98,7 @@ def tokens(request: HtmxHttpRequest, slug: str) -> HttpResponse:
                 "access": _access(token),
                 "url": request.build_absolute_uri("/").rstrip("/"),
             }
-            form = TokenForm()
+            form = _form(request, project)
     context = {
         "project": project,
         "rows": _rows(project, timezone.now()),

@@ -39,7 +39,7 @@ GET_VIEWS = {
     "checkpoint_restore": ("checkpoint", ["next"]),
     "checkpoint_fork": ("checkpoint", ["next"]),
     "compare": (None, ["a", "b"]),
-    "alert_list": (None, ["kind", "severity", "state", "project", "session", "after"]),
+    "alert_list": (None, ["kind", "severity", "state", "project", "opened_since", "opened_until", "session", "after"]),
     "audit_log": (None, ["actor", "action", "session", "after", "before"]),
     "retention": (None, []),
     "import_upload": (None, []),

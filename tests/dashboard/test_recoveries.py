@@ -139,3 +139,67 @@ def test_undo_batch_returns_the_sessions_and_reports_those_written_to_since(
     html = response.content.decode()
     assert "Batch undone: 1 sessions" in html and "run-b" in html
     assert AuditEvent.objects.filter(action="recovery_undo").count() == 1
+
+
+def test_the_alerts_page_filters_by_the_opened_window_and_passes_it_to_the_recover_bar(broken, alice):
+    from datetime import UTC, datetime
+
+    early, late = broken("run-early"), broken("run-late")
+    DriftAlert.objects.create(
+        session=early, kind="failed", message="down", opened_at=datetime(2026, 3, 12, 1, 0, tzinfo=UTC)
+    )
+    DriftAlert.objects.create(
+        session=late, kind="failed", message="down", opened_at=datetime(2026, 3, 12, 2, 20, tzinfo=UTC)
+    )
+    client = signed_in(alice)
+    window = {"opened_since": "2026-03-12T02:10", "opened_until": "2026-03-12T02:40"}
+    html = client.get(reverse("dashboard:alert_list"), window).content.decode()
+    assert "run-late" in html and "run-early" not in html
+    assert '<input type="hidden" name="opened_since" value="2026-03-12T02:10:00">' in html
+    assert '<input type="hidden" name="opened_until" value="2026-03-12T02:40:00">' in html
+    # the bar's "all matching" selects what the page listed: the same filter set
+    passed = {"opened_since": "2026-03-12T02:10:00", "opened_until": "2026-03-12T02:40:00"}  # as the bar sends it
+    preview = client.get(reverse("dashboard:recovery_new"), {"all": "on", "state": "unresolved", **passed})
+    text = preview.content.decode()
+    assert "run-late" in text and "run-early" not in text
+    assert 'value="2026-03-12T02:10:00"' in text  # the recovery form shows the window it was given
+
+
+@pytest.mark.parametrize(
+    ("window", "error"),
+    [
+        ({"opened_since": "2026-13-40T99:00"}, "Enter a date and time"),
+        ({"opened_since": "2026-03-12T03:00", "opened_until": "2026-03-12T02:00"}, "The window ends before it starts"),
+    ],
+)
+def test_a_bad_opened_window_on_the_alerts_page_is_said_and_ignored(broken, alice, window, error):
+    session = broken("run-a")
+    DriftAlert.objects.create(session=session, kind="failed", message="down")
+    response = signed_in(alice).get(reverse("dashboard:alert_list"), window)
+    html = response.content.decode()
+    assert response.status_code == 200 and error in html and "The filter was ignored" in html and "run-a" in html
+
+
+def test_a_batch_over_two_projects_is_one_audit_row_that_members_of_one_project_do_not_read(
+    broken, alice, bob, other_project, grant, django_user_model, django_capture_on_commit_callbacks
+):
+    grant(alice, other_project, "operator")
+    broken("run-a")
+    broken("run-g", project=other_project)
+    with django_capture_on_commit_callbacks(execute=True):
+        signed_in(alice).post(reverse("dashboard:recovery_new"), {"all": "on", "reason": "outage"})
+    [batch] = AuditEvent.objects.filter(action="recovery")
+    assert batch.project_id is None and batch.actor == "alice" and batch.reason == "outage"
+    assert batch.details["sessions"] == {"acme/run-a": "restored", "globex/run-g": "restored"}
+    assert batch.details["counts"] == {"restored": 2}
+    assert batch.details["projects"] == {"acme": {"restored": 1}, "globex": {"restored": 1}}
+    # bob views acme only: neither the batch row nor globex's session name reaches him
+    assert not AuditEvent.objects.visible_to(bob).filter(action="recovery").exists()
+    log = signed_in(bob).get(reverse("dashboard:audit_log")).content.decode()
+    assert "run-g" not in log and "globex" not in log
+    assert (
+        AuditEvent.objects.visible_to(bob).filter(action="restore", details__recovery=batch.details["recovery"]).count()
+        == 1
+    )
+    staff = django_user_model.objects.create_superuser("root", "root@example.com", "pw")
+    assert AuditEvent.objects.visible_to(staff).filter(action="recovery").count() == 1

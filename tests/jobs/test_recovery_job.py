@@ -11,7 +11,7 @@ from django.utils import timezone
 from checkpoints import tasks
 from checkpoints.audit import Actor
 from checkpoints.jobs import recoveries
-from checkpoints.models import AgentSession, AuditEvent, Recovery, RecoveryItem, RecoveryState
+from checkpoints.models import AgentSession, AuditEvent, DriftAlert, Recovery, RecoveryItem, RecoveryState
 from checkpoints.services import fleet
 from checkpoints.services import recovery as recovery_services
 from checkpoints.services.fleet import Reach, Selection, start_recovery
@@ -50,6 +50,8 @@ def test_a_killed_worker_leaves_each_session_restored_once_or_untouched_and_the_
     fleet_of, project, monkeypatch
 ):
     sessions = fleet_of(5)
+    for session in sessions:
+        DriftAlert.objects.create(session=session, kind="failed", message="down", checkpoint=session.head)
     recovery = queued(project)
     real_restore = recovery_services.restore_checkpoint
     calls = {"n": 0}
@@ -73,6 +75,7 @@ def test_a_killed_worker_leaves_each_session_restored_once_or_untouched_and_the_
     )
     assert generations == [0, 0, 0, 1, 1]  # the third's restore rolled back with its item: untouched
     assert RecoveryItem.objects.filter(recovery=recovery, result="pending").count() == 3
+    assert DriftAlert.objects.unresolved().count() == 5  # the page's detectors never ran: the worker died first
 
     # a second worker finds it running and alive: it does not take it over
     assert recoveries.run(recovery.pk) == {"claimed": False}
@@ -91,6 +94,8 @@ def test_a_killed_worker_leaves_each_session_restored_once_or_untouched_and_the_
         restores = AuditEvent.objects.filter(action="restore", session=session)
         assert restores.count() == 1
     assert AuditEvent.objects.filter(action="recovery").count() == 1
+    # the rerun asked the detectors for the two sessions the killed worker restored too: every failed alert cleared
+    assert not DriftAlert.objects.unresolved().exists()
 
 
 def test_a_recovery_whose_message_was_lost_is_sent_again_by_the_sweep(fleet_of, project):

@@ -24,7 +24,7 @@ from checkpoints.models import (
     RecoveryState,
     SessionStatus,
 )
-from checkpoints.services import restore_checkpoint
+from checkpoints.services import fleet, restore_checkpoint
 from checkpoints.services.fleet import (
     FleetFilter,
     Reach,
@@ -295,7 +295,7 @@ def test_the_run_restores_the_targets_the_preview_showed(broken, make_session, m
     assert healthy.restore_generation == 0 and items["run-ok"].result == "skipped"
 
 
-def test_each_restore_is_audited_and_the_batch_once_per_project_naming_every_session(broken):
+def test_each_restore_is_audited_and_the_batch_once_naming_every_session(broken):
     a, _b = broken("run-a"), broken("run-b")
     recovery = restore_all(restore(filter=FleetFilter(agent="agent-7")), everything(a.project))
     restores = AuditEvent.objects.filter(action="restore")
@@ -304,8 +304,8 @@ def test_each_restore_is_audited_and_the_batch_once_per_project_naming_every_ses
     assert {event.reason for event in restores} == {"search API outage"}
     [batch] = AuditEvent.objects.filter(action="recovery")
     assert batch.actor == "on-call" and batch.reason == "search API outage"
-    assert batch.details["sessions"] == {"run-a": "restored", "run-b": "restored"}
-    assert batch.details["counts"] == {"restored": 2}
+    assert batch.details["sessions"] == {"acme/run-a": "restored", "acme/run-b": "restored"}
+    assert batch.details["counts"] == {"restored": 2} and batch.project_id == a.project_id
     assert batch.details["filter"] == {"agent": "agent-7"}
     assert AuditEvent.objects.filter(action="recovery_queued", details__recovery=recovery.pk).count() == 1
 
@@ -351,6 +351,40 @@ def test_a_session_whose_head_left_the_failed_path_is_skipped_not_restored_to_a_
     moved.refresh_from_db()
     assert item.result == "skipped" and item.reason.startswith("head_moved")
     assert moved.head_id == head_before
+
+
+def test_a_head_that_moves_after_the_run_read_its_page_is_decided_again_under_the_session_s_lock(
+    broken, make_checkpoint, monkeypatch
+):
+    """The run decides a page of sessions before it locks any: a head that moves in between (the loop wrote
+    again; someone restored the session elsewhere) is not restored on the page's stale decision."""
+    looping, moved = broken("run-loop"), broken("run-moved")
+    recovery = start_recovery(restore(), everything(looping.project), actor=Actor.system(), reason="r", start=print)
+    read_page = fleet._read_page
+
+    def and_then_the_heads_move(recovery, items, rule):
+        page = read_page(recovery, items, rule)
+        if len(items) == 2:  # the page's read (the second read is one session's, under its lock)
+            make_checkpoint(AgentSession.objects.get(pk=looping.pk), {"again": 1}, status="failed")
+            restore_checkpoint(moved.checkpoints.get(seq=1), actor=Actor.system("someone else"))
+        return page
+
+    monkeypatch.setattr(fleet, "_read_page", and_then_the_heads_move)
+    recoveries.run(recovery.pk)
+    items = {item.session.external_id: item for item in RecoveryItem.objects.select_related("session")}
+    looping.refresh_from_db()
+    assert items["run-loop"].result == "restored" and items["run-loop"].discarded_checkpoints == 2 + 1
+    assert looping.head.parent.seq == 3
+    assert items["run-moved"].result == "skipped" and items["run-moved"].reason.startswith("head_moved")
+    assert AgentSession.objects.get(pk=moved.pk).restore_generation == 1  # someone else's restore only
+
+
+def test_the_run_clears_each_restored_session_s_failed_alert(broken):
+    sessions = [broken(f"run-{n}") for n in range(3)]
+    for session in sessions:
+        DriftAlert.objects.create(session=session, kind="failed", message="down", checkpoint=session.head)
+    restore_all(restore(), everything(sessions[0].project))
+    assert not DriftAlert.objects.unresolved().exists()
 
 
 def test_a_session_that_recovered_by_itself_since_the_preview_is_skipped(broken, make_checkpoint):
