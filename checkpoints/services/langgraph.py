@@ -161,9 +161,9 @@ def _step(metadata: dict[str, Any]) -> int | None:
 def _thread_session(project: Project, thread_id: str) -> AgentSession:
     """The thread's session, created on first use, locked for the rest of the transaction as ingest locks it."""
     external_id = thread_external_id(thread_id)
-    locked = AgentSession.objects.locked_for_ingest()
     session = _locked_thread(project, external_id)
     if session is None:
+        locked = AgentSession.objects.locked_for_ingest()
         created, _ = AgentSession.objects.get_or_create(
             project=project,
             external_id=external_id,
@@ -548,8 +548,13 @@ def _name_parent_writes(
     holding them a second time (or as changes of the parent's values). Done by the next writes against that
     checkpoint, not by its put, which then waits for nothing and costs two statements fewer; a row being written
     is left to its writer, and writes named in another child's state (a branch) stay as they are."""
-    rows = LangGraphWrites.objects.filter(session=session, checkpoint_ns=checkpoint_ns, checkpoint_id=parent_id)
-    for row in rows.exclude(values_root=root).select_for_update(skip_locked=True):
+    table = connection.ops.quote_name(LangGraphWrites._meta.db_table)
+    lock = " FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""  # SQLite: one writer anyway
+    sql = (
+        f"SELECT * FROM {table} WHERE session_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s"  # noqa: S608 - the table's quoted name; values are parameters
+        f" AND (values_root IS NULL OR values_root <> %s){lock}"
+    )  # written out: the ORM spent more CPU building it than the database running it, on every step's writes
+    for row in LangGraphWrites.objects.raw(sql, [session.pk, checkpoint_ns, parent_id, root]):
         if row.values_root is not None and bytes(row.values_root) != parent_root:
             continue
         entries = [[idx, channel, value] for idx, channel, value in lgtuples.written_values(row)]
