@@ -499,8 +499,8 @@ def _locked_root(
     """The state root of the current checkpoint that writes go against (None: not stored), its row locked (NO KEY
     UPDATE) to the end of the transaction so that a deletion waits; the root of its child when stored; its parent's
     id and root; whether the task has written against it before (None: not known, the checkpoint is not stored).
-    One statement, written out (`_LOCKED_ROOT`): the ORM spent more CPU building it than the database running it."""
-    params = [checkpoint_ns, session.pk, checkpoint_id, checkpoint_id]  # the child
+    One statement, written out (`_locked_root_sql`): the ORM spent more CPU building it than the database running it."""
+    params: list[Any] = [checkpoint_ns, session.pk, checkpoint_id, checkpoint_id]  # the child
     params += [checkpoint_ns, session.pk]  # the parent
     params += [session.pk, checkpoint_ns, checkpoint_id, task_id]  # the task's earlier writes
     params += [session.pk, checkpoint_ns, checkpoint_id]  # the checkpoint itself
