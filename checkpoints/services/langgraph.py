@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef, Q, Subquery
+from django.db.models import Q
 from django.utils import timezone
 
 from .. import limits, store
@@ -161,9 +161,9 @@ def _step(metadata: dict[str, Any]) -> int | None:
 def _thread_session(project: Project, thread_id: str) -> AgentSession:
     """The thread's session, created on first use, locked for the rest of the transaction as ingest locks it."""
     external_id = thread_external_id(thread_id)
-    locked = AgentSession.objects.locked_for_ingest()
-    session = locked.filter(project=project, external_id=external_id).first()
+    session = _locked_thread(project, external_id)
     if session is None:
+        locked = AgentSession.objects.locked_for_ingest()
         created, _ = AgentSession.objects.get_or_create(
             project=project,
             external_id=external_id,
@@ -172,6 +172,20 @@ def _thread_session(project: Project, thread_id: str) -> AgentSession:
         session = locked.get(pk=created.pk)
     session.project = project  # known: ingest's metrics label it without reading the project again
     return _langgraph(session)
+
+
+def _locked_thread(project: Project, external_id: str) -> AgentSession | None:
+    """`AgentSession.objects.locked_for_ingest()`'s row of the thread, in a statement written out: every step's put
+    reads it, and the ORM spent more CPU building the statement than the database running it."""
+    quote = connection.ops.quote_name
+    table, checkpoints = quote(AgentSession._meta.db_table), quote(Checkpoint._meta.db_table)
+    lock = f" FOR NO KEY UPDATE OF {table}" if connection.vendor == "postgresql" else ""
+    sql = (
+        f"SELECT {table}.*, h.seq AS head_seq, h.calls_made AS head_calls FROM {table}"  # noqa: S608 - the tables' quoted names; values are parameters
+        f" LEFT OUTER JOIN {checkpoints} h ON {table}.head_id = h.id"
+        f" WHERE {table}.project_id = %s AND {table}.external_id = %s{lock}"
+    )
+    return next(iter(AgentSession.objects.raw(sql, [project.pk, external_id])), None)
 
 
 def _thread_for_writes(project: Project, thread_id: str) -> AgentSession:
@@ -484,23 +498,42 @@ def _locked_root(
 ) -> tuple[bytes | None, bytes | None, str, bytes | None, bool | None]:
     """The state root of the current checkpoint that writes go against (None: not stored), its row locked (NO KEY
     UPDATE) to the end of the transaction so that a deletion waits; the root of its child when stored; its parent's
-    id and root; whether the task has written against it before (None: not known, the checkpoint is not stored)."""
-    current = _current(session, checkpoint_ns)
-    child = current.filter(parent_checkpoint_id=checkpoint_id, checkpoint_id__gt=checkpoint_id)  # LangGraph's ids grow
-    parent = current.filter(checkpoint_id=OuterRef("parent_checkpoint_id"))
-    written = LangGraphWrites.objects.filter(
-        session=session, checkpoint_ns=checkpoint_ns, checkpoint_id=checkpoint_id, task_id=task_id
+    id and root; whether the task has written against it before (None: not known, the checkpoint is not stored).
+    One statement, written out (`_locked_root_sql`): the ORM spent more CPU building it than the database running it."""
+    params: list[Any] = [checkpoint_ns, session.pk, checkpoint_id, checkpoint_id]  # the child
+    params += [checkpoint_ns, session.pk]  # the parent
+    params += [session.pk, checkpoint_ns, checkpoint_id, task_id]  # the task's earlier writes
+    params += [session.pk, checkpoint_ns, checkpoint_id]  # the checkpoint itself
+    with connection.cursor() as cursor:
+        cursor.execute(_locked_root_sql(), params)
+        found = cursor.fetchone()
+    if found is None:
+        return None, None, "", None, None
+    root, child_root, parent_id, parent_root, task_wrote = found
+    return _bytes(root), _bytes(child_root), parent_id, _bytes(parent_root), bool(task_wrote)
+
+
+def _locked_root_sql() -> str:
+    """`_locked_root`'s statement for this connection's database (PostgreSQL locks the row; SQLite has one writer)."""
+    quote = connection.ops.quote_name
+    lgc, cp, lgw = (quote(model._meta.db_table) for model in (LangGraphCheckpoint, Checkpoint, LangGraphWrites))
+    current = quote("current")
+    lock = f" FOR NO KEY UPDATE OF {lgc}" if connection.vendor == "postgresql" else ""
+    return (
+        f"SELECT c.root,"  # noqa: S608 - tables' and columns' quoted names; values are parameters
+        f" (SELECT c2.root FROM {lgc} l2 INNER JOIN {cp} c2 ON l2.console_id = c2.id"
+        f"  WHERE l2.checkpoint_ns = %s AND l2.{current} AND l2.session_id = %s AND l2.checkpoint_id > %s"
+        f"  AND l2.parent_checkpoint_id = %s ORDER BY l2.checkpoint_id ASC LIMIT 1),"
+        f" {lgc}.parent_checkpoint_id,"
+        f" (SELECT c3.root FROM {lgc} l3 INNER JOIN {cp} c3 ON l3.console_id = c3.id"
+        f"  WHERE l3.checkpoint_ns = %s AND l3.{current} AND l3.session_id = %s"
+        f"  AND l3.checkpoint_id = {lgc}.parent_checkpoint_id LIMIT 1),"
+        f" EXISTS(SELECT 1 FROM {lgw} w WHERE w.session_id = %s AND w.checkpoint_ns = %s AND w.checkpoint_id = %s"
+        f"  AND w.task_id = %s)"
+        f" FROM {lgc} INNER JOIN {cp} c ON {lgc}.console_id = c.id"
+        f" WHERE {lgc}.session_id = %s AND {lgc}.checkpoint_ns = %s AND {lgc}.checkpoint_id = %s AND {lgc}.{current}"
+        f" LIMIT 1{lock}"
     )
-    rows = current.filter(checkpoint_id=checkpoint_id).annotate(
-        child_root=Subquery(child.order_by("checkpoint_id").values("console__root")[:1]),
-        parent_root=Subquery(parent.values("console__root")[:1]),
-        task_wrote=Exists(written),
-    )
-    found = rows.select_for_update(of=("self",), no_key=True).values_list(
-        "console__root", "child_root", "parent_checkpoint_id", "parent_root", "task_wrote"
-    )
-    root, child_root, parent_id, parent_root, task_wrote = found.first() or (None, None, "", None, None)
-    return _bytes(root), _bytes(child_root), parent_id, _bytes(parent_root), task_wrote
 
 
 def _bytes(value: Any) -> bytes | None:
@@ -515,8 +548,13 @@ def _name_parent_writes(
     holding them a second time (or as changes of the parent's values). Done by the next writes against that
     checkpoint, not by its put, which then waits for nothing and costs two statements fewer; a row being written
     is left to its writer, and writes named in another child's state (a branch) stay as they are."""
-    rows = LangGraphWrites.objects.filter(session=session, checkpoint_ns=checkpoint_ns, checkpoint_id=parent_id)
-    for row in rows.exclude(values_root=root).select_for_update(skip_locked=True):
+    table = connection.ops.quote_name(LangGraphWrites._meta.db_table)
+    lock = " FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""  # SQLite: one writer anyway
+    sql = (
+        f"SELECT * FROM {table} WHERE session_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s"  # noqa: S608 - the table's quoted name; values are parameters
+        f" AND (values_root IS NULL OR values_root <> %s){lock}"
+    )  # written out: the ORM spent more CPU building it than the database running it, on every step's writes
+    for row in LangGraphWrites.objects.raw(sql, [session.pk, checkpoint_ns, parent_id, root]):
         if row.values_root is not None and bytes(row.values_root) != parent_root:
             continue
         entries = [[idx, channel, value] for idx, channel, value in lgtuples.written_values(row)]
