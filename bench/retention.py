@@ -1,23 +1,29 @@
 """Retention beside writers: does a throttled retention run slow an agent writing meanwhile more than any process
 burning as much CPU would?
 
-    python bench/retention.py [--reuse] [--sessions 150] [--per-session 700] [--setting ROWS:PAUSE_MS ...]
+    python bench/retention.py [--reuse] [--sessions 150] [--per-session 700] [--rounds 3] [--window 20]
+                              [--setting ROWS:PAUSE_MS ...]
 
 One run, on one database (its own `bench_retention`, copied afresh for each setting; `bench/scale.py` calls
-`compare` on its 1M-checkpoint store instead):
+`compare` on its 1M-checkpoint store instead). One writer process creates a checkpoint every 50 ms through the
+service layer for the whole run, while the windows alternate around it, `--rounds` times, each round in a rotated
+order (retention · control · alone, then alone · retention · control, then control · alone · retention, …) so that
+the machine's drift (six other engineers share it) falls on every column alike:
 
-a. a writer alone: another process creating one checkpoint every 50 ms through the service layer (p50 / p95), then
-   the same writer unpaced for a while: the sustained ingest rate of one agent;
-b. the writer beside retention (`apply_retention` in a third process, at the setting's `RETENTION_BATCH_ROWS` and
-   `RETENTION_BATCH_PAUSE_MS`): its p50 / p95 while retention runs, and the CPU seconds retention used — its own
-   process (getrusage) and its PostgreSQL backend (`/proc/<pg_backend_pid()>/stat`);
-c. the writer beside a control: a process burning those same CPU seconds over the same wall time, in 10 ms slices
-   (busy a share, asleep the rest), so its load is as even as a throttled run's;
-d. retention's delete rate against the sustained ingest rate of (a);
+- retention: `apply_retention` in another process at the setting's `RETENTION_BATCH_ROWS` and
+  `RETENTION_BATCH_PAUSE_MS` for `--window` seconds, then asked to stop (SIGTERM: it ends between two batches, as a
+  run that loses its lock does); the CPU seconds it used are its own process's (getrusage) plus its PostgreSQL
+  backend's (`/proc/<pg_backend_pid()>/stat`);
+- control: a process burning the CPU seconds of the latest retention window over the same wall time, in 10 ms
+  slices (busy a share, asleep the rest), so its load is as even as a throttled run's;
+- alone: nothing beside the writer.
 
-then the writer alone again, to show how much the machine itself drifted during the run. The writer is judged
-only on the checkpoints it created inside the window of (b) or (c); the processes compare times on the monotonic
-clock, which is one clock for the whole machine and which time-machine (scale.py's travelling clock) leaves alone.
+The writer is judged on the checkpoints it created inside each window (p50 / p95 per column, all rounds pooled,
+and each round's p95). Before the windows, the sustained ingest rates: the same writer unpaced (one agent), and one
+process ingesting batches of 100 checkpoints back to back (`ingest_checkpoints`, as `POST /checkpoints/batch`
+does); retention's delete rate (what its windows deleted over their wall time, pauses included) is set against
+both. The processes compare times on the monotonic clock, which is one clock for the whole machine and which
+time-machine (scale.py's travelling clock) leaves alone.
 """
 
 from __future__ import annotations
@@ -76,9 +82,10 @@ def finish(proc: Any) -> dict[str, Any]:
     return json.loads(lines[-1]) if lines else {}
 
 
-def run_writer(seconds: float, samples: list[tuple[float, float]], *, paced: bool) -> None:
-    """(start time, latency) of each checkpoint created into `samples`, one every 50 ms (or back to back when not
-    `paced`); prints "ready" once the first is stored, so the measurement starts with the writer at work."""
+def run_writer(seconds: float, samples: list[tuple[float, float]], *, paced: bool, batch: int = 1) -> None:
+    """(start time, latency) of each create into `samples`, one every 50 ms (or back to back when not `paced`);
+    prints "ready" once the first is stored, so the measurement starts with the writer at work. With `batch` > 1
+    each create is one `ingest_checkpoints` call of that many checkpoints (the batch endpoint's path)."""
     from checkpoints import services
     from checkpoints.services import CheckpointInput
 
@@ -89,13 +96,19 @@ def run_writer(seconds: float, samples: list[tuple[float, float]], *, paced: boo
     deadline = time.perf_counter() + seconds
     step = 0
     while time.perf_counter() < deadline:
-        step += 1
-        state = maker.advance(state, step, failing=False)
+        items = []
+        for _ in range(batch):
+            step += 1
+            state = maker.advance(state, step, failing=False)
+            items.append(CheckpointInput(state=state, name="tool_called", step=step))
         at, start = time.monotonic(), time.perf_counter()
-        services.create_checkpoint(session, CheckpointInput(state=state, name="tool_called", step=step))
+        if batch == 1:
+            services.create_checkpoint(session, items[0])
+        else:
+            services.ingest_checkpoints([(session, items)])
         took = time.perf_counter() - start
         samples.append((at, took))
-        if step == 1:
+        if len(samples) == 1:
             print("ready", flush=True)
         if paced:
             time.sleep(max(0.0, WRITER_PERIOD - took))
@@ -117,17 +130,24 @@ def own_cpu() -> float:
 
 
 def run_retention() -> dict[str, Any]:
+    """One retention run, until it is done or SIGTERM asks it to stop (between two batches)."""
+    import signal
+
     from django.conf import settings
     from django.db import connection
 
+    from checkpoints.jobs import StopRequest
     from checkpoints.jobs.retention import apply_retention
 
+    stop = StopRequest()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set("the window ended"))
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         backend = cursor.fetchone()[0]
     cpu, server = own_cpu(), backend_cpu(backend)
     start, clock = time.monotonic(), time.perf_counter()
-    result = apply_retention()
+    print("ready", flush=True)
+    result = apply_retention(stop=stop)
     seconds = time.perf_counter() - clock
     server_after = backend_cpu(backend)
     return {
@@ -136,6 +156,7 @@ def run_retention() -> dict[str, Any]:
         "seconds": seconds,
         "deleted": result["deleted"],
         "errors": result["error_count"],
+        "stopped": result.get("stopped", ""),
         "cpu_worker": own_cpu() - cpu,
         "cpu_backend": None if server is None or server_after is None else server_after - server,
         "batch_rows": settings.RETENTION_BATCH_ROWS,
@@ -163,7 +184,8 @@ def role_main(args: argparse.Namespace) -> int:
     def on_term(*_: object) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, on_term)
+    if args.role != "retention":  # retention's own handler stops it between two batches
+        signal.signal(signal.SIGTERM, on_term)
     if args.role == "control":
         print(json.dumps(run_control(args.cpu, args.wall)))
         return 0
@@ -172,7 +194,7 @@ def role_main(args: argparse.Namespace) -> int:
         if args.role == "writer":
             samples: list[tuple[float, float]] = []
             with contextlib.suppress(KeyboardInterrupt):
-                run_writer(args.seconds, samples, paced=not args.unpaced)
+                run_writer(args.seconds, samples, paced=not args.unpaced, batch=args.batch)
             print(json.dumps({"samples": samples[1:]}))  # the first pays for warming up
         else:
             print(json.dumps(run_retention()))
@@ -203,103 +225,179 @@ def figures(values: list[float]) -> dict[str, Any]:
     return {"p50_ms": ms(statistics.median(values)), "p95_ms": ms(pct(values, 95)), "samples": len(values)}
 
 
-def beside(url: str, clock: str | None, other: Any, *, lead: float = 1.0) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The writer's samples while `other` (a function starting a process) runs."""
-    writer = spawn("writer", url, clock, "--seconds", "36000")
-    writer.stdout.readline()  # "ready": set up and writing
-    time.sleep(lead)
-    proc = other()
-    result = finish(proc)
-    writer.terminate()
-    return finish(writer), result
+def ingest_rate(url: str, clock: str | None, seconds: float, *, batch: int = 1) -> float:
+    """Checkpoints a second one process stores writing back to back (`batch` per call)."""
+    samples = finish(spawn("writer", url, clock, "--seconds", str(seconds), "--unpaced", "--batch", str(batch)))
+    busy = sum(took for _, took in samples["samples"])
+    return len(samples["samples"]) * batch / busy if busy else 0.0
+
+
+def retention_window(url: str, clock: str | None, seconds: float) -> dict[str, Any]:
+    """Retention in its own process for `seconds`, then asked to stop: it ends between two batches."""
+    proc = spawn("retention", url, clock)
+    proc.stdout.readline()  # "ready": set up, its run starts now
+    deadline = time.monotonic() + seconds
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if proc.poll() is None:
+        proc.terminate()
+    return finish(proc)
+
+
+def control_window(url: str, cpu: float, wall: float) -> dict[str, Any]:
+    """Processes (one per core's worth) burning `cpu` seconds evenly over `wall` seconds."""
+    parts = max(1, math.ceil(cpu / wall)) if wall else 1
+    procs = [spawn("control", url, None, "--cpu", str(cpu / parts), "--wall", str(wall)) for _ in range(parts)]
+    results = [finish(proc) for proc in procs]
+    return {
+        "start": min(result["start"] for result in results),
+        "end": max(result["end"] for result in results),
+        "cpu": sum(result["cpu"] for result in results),
+    }
+
+
+ORDERS = (("retention", "control", "alone"), ("alone", "retention", "control"), ("control", "alone", "retention"))
 
 
 def compare(
-    url: str, clock: str | None = None, *, alone_seconds: float = 20, ingest_seconds: float = 10
+    url: str,
+    clock: str | None = None,
+    *,
+    rounds: int = 3,
+    window: float = 20,
+    ingest_seconds: float = 10,
+    finish_run: bool = False,
 ) -> dict[str, Any]:
-    """(a)–(d) of the module's docstring, on the database at `url` (retention deletes there); the settings are
-    the environment's RETENTION_BATCH_ROWS and RETENTION_BATCH_PAUSE_MS (this process's, passed on)."""
-    say(f"writer alone, {alone_seconds:.0f} s")
-    alone = latencies(finish(spawn("writer", url, clock, "--seconds", str(alone_seconds))))
-    say(f"writer unpaced, {ingest_seconds:.0f} s: the sustained ingest rate")
-    unpaced = finish(spawn("writer", url, clock, "--seconds", str(ingest_seconds), "--unpaced"))["samples"]
-    ingest_rate = len(unpaced) / (unpaced[-1][0] + unpaced[-1][1] - unpaced[0][0]) if len(unpaced) > 1 else 0.0
+    """The module docstring's run on the database at `url` (retention deletes there); the settings are the
+    environment's RETENTION_BATCH_ROWS and RETENTION_BATCH_PAUSE_MS (this process's, passed on). `finish_run`:
+    let retention delete the rest afterwards (scale.py measures the store after a whole run)."""
+    say(f"sustained ingest, {ingest_seconds:.0f} s each: one agent unpaced, then batches of {INGEST_BATCH}")
+    agent_rate = ingest_rate(url, clock, ingest_seconds)
+    batch_rate = ingest_rate(url, clock, ingest_seconds, batch=INGEST_BATCH)
+    say(f"  {agent_rate:.1f}/s one agent, {batch_rate:.0f}/s in batches")
 
-    say("writer beside retention")
-    writer, run = beside(url, clock, lambda: spawn("retention", url, clock))
-    during = latencies(writer, (run["start"], run["end"]))
-    cpu = run["cpu_worker"] + (run["cpu_backend"] or 0.0)
-    say(f"  retention: {run}")
+    writer = spawn("writer", url, clock, "--seconds", "36000")
+    writer.stdout.readline()  # "ready": set up and writing
+    time.sleep(1.0)
+    windows: list[tuple[str, int, float, float]] = []  # (column, round, start, end)
+    runs: list[dict[str, Any]] = []
+    controls: list[dict[str, Any]] = []
+    for index in range(rounds):
+        for column in ORDERS[index % len(ORDERS)]:  # the first round starts with retention: controls burn its CPU
+            say(f"round {index + 1}: {column}")
+            if column == "retention":
+                run = retention_window(url, clock, window)
+                runs.append(run)
+                windows.append((column, index, run["start"], run["end"]))
+                say(
+                    f"  {run['deleted']:,} deleted in {run['seconds']:.1f} s, CPU {cpu_of(run):.1f} s ({run['stopped']})"
+                )
+            elif column == "control":
+                last = runs[-1]
+                control = control_window(url, cpu_of(last), last["seconds"])
+                controls.append(control)
+                windows.append((column, index, control["start"], control["end"]))
+            else:
+                start = time.monotonic()
+                time.sleep(window)
+                windows.append((column, index, start, time.monotonic()))
+    writer.terminate()
+    samples = finish(writer)
 
-    say(f"writer beside a control burning {cpu:.1f} CPU-s over {run['seconds']:.1f} s")
-    parts = max(1, math.ceil(cpu / run["seconds"])) if run["seconds"] else 1
-    controls: list[Any] = []
+    if finish_run:
+        say("retention: the rest of the run, unmeasured")
+        rest = finish(spawn("retention", url, clock))
+        say(f"  {rest['deleted']:,} more deleted in {rest['seconds']:.1f} s")
 
-    def start_controls() -> Any:
-        for _ in range(parts - 1):
-            controls.append(spawn("control", url, None, "--cpu", str(cpu / parts), "--wall", str(run["seconds"])))
-        return spawn("control", url, None, "--cpu", str(cpu / parts), "--wall", str(run["seconds"]))
-
-    writer, control = beside(url, clock, start_controls)
-    control_cpu = control["cpu"] + sum(finish(proc)["cpu"] for proc in controls)
-    control_during = latencies(writer, (control["start"], control["end"]))
-
-    say(f"writer alone again, {alone_seconds:.0f} s")
-    again = latencies(finish(spawn("writer", url, clock, "--seconds", str(alone_seconds))))
-    rate = run["deleted"] / run["seconds"] if run["seconds"] else 0.0
-    report = {
-        "settings": {"RETENTION_BATCH_ROWS": run["batch_rows"], "RETENTION_BATCH_PAUSE_MS": run["pause_ms"]},
-        "alone": figures(alone),
-        "beside_retention": figures(during),
-        "beside_control": figures(control_during),
-        "alone_again": figures(again),
+    columns = ("alone", "retention", "control")
+    pooled: dict[str, list[float]] = {c: [] for c in columns}
+    per_round: dict[str, list[Any]] = {c: [] for c in columns}
+    for column, _, start, end in windows:
+        values = latencies(samples, (start, end))
+        pooled[column].extend(values)
+        per_round[column].append(figures(values)["p95_ms"])
+    deleted = sum(run["deleted"] for run in runs)
+    seconds = sum(run["seconds"] for run in runs)
+    rate = deleted / seconds if seconds else 0.0
+    cpu_worker = sum(run["cpu_worker"] for run in runs)
+    backends = [run["cpu_backend"] for run in runs]
+    cpu_backend = None if None in backends else sum(backends)
+    return {
+        "settings": {"RETENTION_BATCH_ROWS": runs[0]["batch_rows"], "RETENTION_BATCH_PAUSE_MS": runs[0]["pause_ms"]},
+        "rounds": rounds,
+        "window_s": window,
+        **{COLUMNS[column]: figures(pooled[column]) for column in columns},
+        "p95_per_round_ms": per_round,
         "retention": {
-            "deleted": run["deleted"],
-            "errors": run["errors"],
-            "seconds": round(run["seconds"], 1),
+            "deleted": deleted,
+            "errors": sum(run["errors"] for run in runs),
+            "seconds": round(seconds, 1),
             "per_second": round(rate),
-            "cpu_worker_s": round(run["cpu_worker"], 1),
-            "cpu_backend_s": None if run["cpu_backend"] is None else round(run["cpu_backend"], 1),
-            "control_cpu_s": round(control_cpu, 1),
+            "cpu_worker_s": round(cpu_worker, 1),
+            "cpu_backend_s": None if cpu_backend is None else round(cpu_backend, 1),
+            "control_cpu_s": round(sum(control["cpu"] for control in controls), 1),
+            "asked_cpu_s": round(sum(cpu_of(run) for run in runs[: len(controls)]), 1),
         },
-        "ingest_per_second": round(ingest_rate, 1),
-        "delete_vs_ingest": round(rate / ingest_rate, 1) if ingest_rate else None,
+        "ingest_per_second": {"one_agent": round(agent_rate, 1), f"batches_of_{INGEST_BATCH}": round(batch_rate)},
+        "delete_vs_ingest": {
+            "one_agent": round(rate / agent_rate, 1) if agent_rate else None,
+            f"batches_of_{INGEST_BATCH}": round(rate / batch_rate, 2) if batch_rate else None,
+        },
         "load_average": [round(value, 2) for value in os.getloadavg()],
     }
-    return report
+
+
+INGEST_BATCH = 100
+COLUMNS = {"alone": "alone", "retention": "beside_retention", "control": "beside_control"}
+
+
+def cpu_of(run: dict[str, Any]) -> float:
+    return run["cpu_worker"] + (run["cpu_backend"] or 0.0)
 
 
 def table(report: dict[str, Any]) -> str:
+    """The three columns side by side: the writer's p50 / p95 pooled over the rounds, then each round's p95."""
     base = report["alone"]["p95_ms"] or 0
 
-    def row(label: str, key: str) -> str:
-        f = report[key]
-        rise = f"{(f['p95_ms'] / base - 1) * 100:+.0f} %" if base and f["p95_ms"] else "—"
-        return f"| {label} | {f['p50_ms']} | {f['p95_ms']} | {rise} | {f['samples']} |"
+    def rise(value: float | None) -> str:
+        return f"{(value / base - 1) * 100:+.0f} %" if base and value else "—"
 
-    r = report["retention"]
+    def cell(key: str) -> str:
+        f = report[key]
+        return f"{f['p50_ms']} / **{f['p95_ms']}** ({f['samples']})"
+
+    r, rounds = report["retention"], report["p95_per_round_ms"]
     cpu = f"{r['cpu_worker_s']} + {r['cpu_backend_s']} (backend) = {r['cpu_worker_s'] + (r['cpu_backend_s'] or 0):.1f}"
     during, control = report["beside_retention"]["p95_ms"], report["beside_control"]["p95_ms"]
     verdict = "✓" if during is not None and control is not None and during <= control else "✗"
-    enough = "✓" if (report["delete_vs_ingest"] or 0) >= 2 else "✗"
+    wins = sum(1 for a, b in zip(rounds["retention"], rounds["control"], strict=False) if a and b and a <= b)
+    rates, ratios = report["ingest_per_second"], report["delete_vs_ingest"]
+    enough = "✓" if all((ratio or 0) >= 2 for ratio in ratios.values()) else "✗"
     s = report["settings"]
-    return "\n".join(
-        [
-            f"settings: RETENTION_BATCH_ROWS={s['RETENTION_BATCH_ROWS']}, "
-            f"RETENTION_BATCH_PAUSE_MS={s['RETENTION_BATCH_PAUSE_MS']}; load average {report['load_average']}",
-            "| the writer (1 checkpoint / 50 ms) | p50 ms | p95 ms | p95 vs alone | samples |",
-            "|---|---:|---:|---:|---:|",
-            row("alone", "alone"),
-            row("beside retention", "beside_retention"),
-            row(f"beside a control burning {r['control_cpu_s']} of those CPU-s", "beside_control"),
-            row("alone again (the machine's drift)", "alone_again"),
-            "",
-            f"retention: {r['deleted']:,} deleted in {r['seconds']} s = {r['per_second']:,}/s, CPU {cpu} s, "
-            f"{r['errors']} errors; sustained ingest (one agent, unpaced) {report['ingest_per_second']}/s: "
-            f"deletes {report['delete_vs_ingest']}× ingest {enough} (≥ 2×); p95 beside retention ≤ beside the "
-            f"control {verdict}",
-        ]
-    )
+    lines = [
+        f"settings: RETENTION_BATCH_ROWS={s['RETENTION_BATCH_ROWS']}, "
+        f"RETENTION_BATCH_PAUSE_MS={s['RETENTION_BATCH_PAUSE_MS']}; {report['rounds']} rounds of "
+        f"{report['window_s']:.0f} s windows; load average {report['load_average']}",
+        "| the writer (1 checkpoint / 50 ms), p50 / p95 ms (samples) | alone | beside retention | beside the control |",
+        "|---|---:|---:|---:|",
+        f"| all rounds | {cell('alone')} | {cell('beside_retention')} | {cell('beside_control')} |",
+        f"| p95 vs alone | — | {rise(during)} | {rise(control)} |",
+    ]
+    for index in range(report["rounds"]):
+        row = [rounds[column][index] if index < len(rounds[column]) else None for column in COLUMNS]
+        lines.append(f"| round {index + 1}, p95 | {row[0]} | {row[1]} | {row[2]} |")
+    lines += [
+        "",
+        f"retention: {r['deleted']:,} deleted in {r['seconds']} s of windows = {r['per_second']:,}/s, CPU {cpu} s, "
+        f"{r['errors']} errors; the controls burned {r['control_cpu_s']} of the {r['asked_cpu_s']} CPU-s asked",
+        "sustained ingest: "
+        + ", ".join(f"{key.replace('_', ' ')} {value:,}/s" for key, value in rates.items())
+        + "; deletes "
+        + ", ".join(f"{ratio}×" for ratio in ratios.values())
+        + f" of those {enough} (≥ 2×)",
+        f"p95 beside retention ≤ beside the control: {verdict} (pooled); {wins} of {report['rounds']} rounds",
+    ]
+    return "\n".join(lines)
 
 
 # ---- the standalone store --------------------------------------------------------------------------------
@@ -348,11 +446,13 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         help="ROWS:PAUSE_MS to measure (repeatable; default: the settings' defaults)",
     )
-    parser.add_argument("--alone-seconds", type=float, default=20)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of alternating windows")
+    parser.add_argument("--window", type=float, default=20, help="seconds per window")
     parser.add_argument("--out", default=str(ROOT / "var" / "retention-results.json"))
     parser.add_argument("--role", choices=["writer", "retention", "control"], help=argparse.SUPPRESS)
     parser.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--unpaced", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--cpu", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--wall", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--clock", help=argparse.SUPPRESS)
@@ -383,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         copy_database(name, copy)
         admin_sql_in(copy, "VACUUM ANALYZE")
         os.environ.update(env)
-        report = compare(f"{PG_SERVER}/{copy}", alone_seconds=args.alone_seconds)
+        report = compare(f"{PG_SERVER}/{copy}", rounds=args.rounds, window=args.window)
         reports.append(report)
         print(table(report), end="\n\n", flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -15,8 +15,8 @@
 3. Measure, with the clock set to one hour after the load (time-machine), so a rerun days later sees
    the same ages: every console page and API list (median and max server time over `--repeat`
    requests after one warm-up, query count, HTML size), then `detect_drift`, retention (dry run,
-   the preview page, the real run beside a concurrent writer in another process and that writer beside a
-   control burning the same CPU: bench/retention.py), garbage collection,
+   the preview page, a writer in another process in alternating windows alone, beside retention and beside a
+   control burning retention's CPU, then the rest of the run: bench/retention.py), garbage collection,
    and the row versions an ingest writes.
 
 Prints a table (stdout), progress (stderr), and writes every figure to var/scale-results.json.
@@ -772,9 +772,9 @@ def measure_jobs(requests: Requests, url: str, clock: str, report: dict[str, Any
     from retention import compare as compare_retention
     from retention import table as retention_table
 
-    say("retention: the real run beside a writer, and the same writer beside a control (bench/retention.py)")
+    say("retention beside a writer, alternating with a control and the writer alone (bench/retention.py)")
     total = Checkpoint.objects.count()
-    report["retention"] = {"checkpoints_before": total, **compare_retention(url, clock)}
+    report["retention"] = {"checkpoints_before": total, **compare_retention(url, clock, finish_run=True)}
     report["retention_table"] = retention_table(report["retention"])
     say(report["retention_table"])
     requests.measure("retention page after the run", "/retention/", target_ms=300)

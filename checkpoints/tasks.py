@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import OperationalError
 
 from . import task_names as names
-from .jobs import forget_runs, gc, recoveries, retention, routine, run_job, watching
+from .jobs import StopRequest, forget_runs, gc, recoveries, retention, routine, run_job, watching
 from .outbox import deliveries
 from .outbox.deliveries import send_delivery  # defined beside the queue() that sends it; a worker registers it here
 from .services import drift
@@ -49,11 +49,13 @@ PERIODIC: dict[str, Any] = {
 
 @shared_task(name=names.APPLY_RETENTION.name, **PERIODIC)
 def apply_retention(dry_run: bool = False, triggered_by: str = "beat") -> dict[str, Any]:
+    stop = StopRequest()  # set by the heartbeat if another run takes the lock: this one ends between two batches
     result = run_job(
         names.APPLY_RETENTION.job,
-        lambda: retention.apply_retention(dry_run=dry_run),
+        lambda: retention.apply_retention(dry_run=dry_run, stop=stop),
         triggered_by=triggered_by,
         dry_run=dry_run,
+        stop=stop,
     ).result
     if not dry_run:  # the retention page previews the next run from the newest dry run: keep it current
         apply_retention.delay(dry_run=True, triggered_by="after retention")

@@ -7,6 +7,11 @@ statement). A worker that dies (SIGKILL, out of memory, a lost host) stops beati
 itself, and the next run of any job marks the silent run failed ("worker … stopped responding") and frees
 its lock at once. A run that finds the lock held by a live run records `skipped` and does nothing.
 
+Stopping: a job that can stop part-way (retention, between two batches) takes a `StopRequest` and checks it at
+each safe point. The heartbeat sets it when the run's lock is no longer its own (taken by another run after this
+one went silent past the threshold), so two runs of one job never go on side by side for longer than a batch; a
+command sets it on SIGTERM or Ctrl-C.
+
 Isolation (a failing session recorded while the job goes on with the rest) is `services.batches`.
 """
 
@@ -58,11 +63,29 @@ def release(name: str, *, holder: str) -> None:
     JobLock.objects.filter(name=name, holder=holder).update(holder="", expires_at=None)
 
 
-def beat(run_pk: int, name: str, *, holder: str, now: datetime | None = None) -> None:
-    """Proof of life: the run's heartbeat and its lock's expiry move forward."""
+def beat(run_pk: int, name: str, *, holder: str, now: datetime | None = None) -> bool:
+    """Proof of life: the run's heartbeat and its lock's expiry move forward. False when the lock is no longer
+    `holder`'s (another run took it after this one went silent): the run must stop at its next safe point."""
     now = now or timezone.now()
     JobRun.objects.filter(pk=run_pk, status=JobRunStatus.RUNNING).update(heartbeat_at=now)
-    JobLock.objects.filter(name=name, holder=holder).update(expires_at=now + stale_after())
+    return JobLock.objects.filter(name=name, holder=holder).update(expires_at=now + stale_after()) == 1
+
+
+class StopRequest:
+    """Asks a running job to stop at its next safe point; the first reason given is kept. Thread-safe: the
+    heartbeat thread and signal handlers set it, the job reads it."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason = ""
+
+    def set(self, reason: str) -> None:
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
 
 
 class Pulse:
@@ -97,11 +120,21 @@ class Pulse:
 
 
 class Heartbeat(Pulse):
-    """The pulse of a job's run: `beat` moves its JobRun's heartbeat and its lock's expiry."""
+    """The pulse of a job's run: `beat` moves its JobRun's heartbeat and its lock's expiry; when the lock turns
+    out to be another run's, `stop` is set (the run ends at its next safe point)."""
 
-    def __init__(self, run_pk: int, name: str, *, holder: str) -> None:
-        self.run_pk, self.name, self.holder = run_pk, name, holder
-        super().__init__(lambda: beat(run_pk, name, holder=holder), f"job {name} (run {run_pk})")
+    def __init__(self, run_pk: int, name: str, *, holder: str, stop: StopRequest | None = None) -> None:
+        self.run_pk, self.name, self.holder, self.stop = run_pk, name, holder, stop
+        super().__init__(self._beat, f"job {name} (run {run_pk})")
+
+    def _beat(self) -> None:
+        if beat(self.run_pk, self.name, holder=self.holder) or self.stop is None or self.stop.is_set():
+            return
+        holder = JobLock.objects.filter(name=self.name).values_list("holder", flat=True).first() or "nobody"
+        logger.warning(
+            "job %s run %s lost its lock to %s; it stops at its next safe point", self.name, self.run_pk, holder
+        )
+        self.stop.set(f"lost its lock to {holder}")
 
 
 def reap_dead_runs(*, now: datetime | None = None) -> int:
@@ -135,10 +168,12 @@ def run_job(
     *,
     triggered_by: str = "beat",
     dry_run: bool = False,
+    stop: StopRequest | None = None,
 ) -> JobRun:
     """Run `work` under the job's lock and record the run; exceptions are recorded, then re-raised.
 
     A result with a non-zero `error_count` (sessions that failed, see `Failures`) ends `succeeded_with_errors`.
+    `stop`, when the work checks it, is set if the heartbeat finds the lock taken by another run.
     """
     reap_dead_runs()
     holder = new_holder()
@@ -156,7 +191,7 @@ def run_job(
         job=name, dry_run=dry_run, triggered_by=triggered_by, worker=holder, started_at=now, heartbeat_at=now
     )
     try:
-        with Heartbeat(run.pk, name, holder=holder):
+        with Heartbeat(run.pk, name, holder=holder, stop=stop):
             result = work()
     except Exception as exc:
         with transaction.atomic():

@@ -52,6 +52,7 @@ from ..models import (
 )
 from ..services.batches import Failures, concerns_the_whole_run, contained, each_batch
 from ..services.cleanup import delete_expired, record_retention_run
+from . import StopRequest
 
 PREVIEW_SIZE = 200
 PROJECT_PREVIEW = 50  # ids kept per project, so a recorded dry run can show each user their projects' share
@@ -339,14 +340,28 @@ def plan_retention(*, now: datetime | None = None, sessions: QuerySet[AgentSessi
 @dataclass
 class Throttle:
     """Retention's delete step, one batch at a time, with a sleep of `pause` seconds before every batch but the
-    first: while retention sleeps, writers have the CPU and the database to themselves (docs/jobs.md)."""
+    first: while retention sleeps, writers have the CPU and the database to themselves (docs/jobs.md). Before
+    each batch (and after its pause) it reads `stop`: once set, no batch starts, and `stopped` says why."""
 
     pause: float
+    stop: StopRequest | None = None
     batches: int = 0
+    stopped: str = ""
 
-    def delete(self, ids: list[int], parents: dict[int, int | None]) -> list[tuple[int, str]]:
+    def ready(self) -> bool:
+        """Pause if a batch came before; False (and no pause) once the run is asked to stop."""
+        if not self._go_on():
+            return False
         if self.batches and self.pause > 0:
             time.sleep(self.pause)
+        return self._go_on()
+
+    def _go_on(self) -> bool:
+        if self.stop is not None and self.stop.is_set():
+            self.stopped = self.stop.reason or "asked to stop"
+        return not self.stopped
+
+    def delete(self, ids: list[int], parents: dict[int, int | None]) -> list[tuple[int, str]]:
         self.batches += 1
         return delete_expired(ids, parents)
 
@@ -358,18 +373,23 @@ def _applied(
 
     A session with `batch_size` or more to delete goes alone, batch by batch; the others share batches (most
     sessions have a few dozen to delete, and a batch costs the same ten statements and a commit whatever its
-    size)."""
+    size).
+
+    Once the throttle is stopped nothing more is planned or deleted: a session cut short yields what its done
+    batches deleted, the sessions after it yield nothing (their figures are the next run's)."""
     group: list[SessionPlan] = []
     for session_plan in plans:
         if len(session_plan.delete) >= batch_size:
             yield from _apply_group(group, throttle=throttle, failures=failures)
             group = []
             yield _apply_session(session_plan, batch_size=batch_size, throttle=throttle, failures=failures)
-            continue
-        group.append(session_plan)
-        if sum(len(member.delete) for member in group) >= batch_size:
-            yield from _apply_group(group, throttle=throttle, failures=failures)
-            group = []
+        else:
+            group.append(session_plan)
+            if sum(len(member.delete) for member in group) >= batch_size:
+                yield from _apply_group(group, throttle=throttle, failures=failures)
+                group = []
+        if throttle.stopped:
+            return
     yield from _apply_group(group, throttle=throttle, failures=failures)
 
 
@@ -379,6 +399,8 @@ def _apply_group(group: list[SessionPlan], *, throttle: Throttle, failures: Fail
     ids = [pk for session_plan in group for pk in session_plan.delete]
     if not ids:
         return group
+    if not throttle.ready():
+        return []
     parents = {pk: parent for session_plan in group for pk, parent in session_plan.parents.items()}
     try:
         deleted = throttle.delete(ids, parents)
@@ -386,8 +408,8 @@ def _apply_group(group: list[SessionPlan], *, throttle: Throttle, failures: Fail
         if concerns_the_whole_run(exc):
             raise
         return [
-            _apply_session(session_plan, batch_size=len(ids), throttle=throttle, failures=failures)
-            for session_plan in group
+            _apply_session(session_plan, batch_size=len(ids), throttle=throttle, failures=failures, paused=not index)
+            for index, session_plan in enumerate(group)
         ]
     kinds = dict(deleted)
     done = []
@@ -400,19 +422,22 @@ def _apply_group(group: list[SessionPlan], *, throttle: Throttle, failures: Fail
 
 
 def _apply_session(
-    session_plan: SessionPlan, *, batch_size: int, throttle: Throttle, failures: Failures
+    session_plan: SessionPlan, *, batch_size: int, throttle: Throttle, failures: Failures, paused: bool = False
 ) -> SessionPlan:
     """Delete a session's planned checkpoints in batches, in seq order; returns what was really deleted.
 
     A batch that fails is rolled back whole and recorded in `failures`; the batches before it stay done (each
     left the timeline a tree), the ones after it are not tried: the next run plans the session again from what
-    is left and goes on.
+    is left and goes on. A stop between two batches is the same for the session: a tree, the rest next run.
+    `paused`: the throttle already paused for the first batch (a shared batch that failed, tried again alone).
     """
     done: list[int] = []
     kinds: Counter[str] = Counter()
     parents = dict(session_plan.parents)
     with contained(session_plan.session_id, failures):
         for start in range(0, len(session_plan.delete), batch_size):
+            if not (paused and start == 0) and not throttle.ready():
+                break
             batch = session_plan.delete[start : start + batch_size]
             deleted = throttle.delete(batch, parents)
             done.extend(pk for pk, _ in deleted)
@@ -426,6 +451,7 @@ def apply_retention(
     now: datetime | None = None,
     batch_size: int | None = None,
     pause: float | None = None,
+    stop: StopRequest | None = None,
 ) -> dict[str, Any]:
     """Delete what the policies let go.
 
@@ -437,20 +463,28 @@ def apply_retention(
        then delete them.
     3. One `retention` audit row with the counts.
 
+    `stop` (set by the heartbeat when the run loses its lock, or by the command on SIGTERM) ends the run between
+    two batches, never inside one: what the done batches deleted is counted, audited and left consistent, the
+    result's `stopped` says why, and the next run plans what is left.
+
     A session that fails in step 1 or 2 is named in the result's `errors` (with `error_count` and
     `sessions_done`); the run goes on with the others.
     """
     now = now or timezone.now()
     plan = Plan()
     plans = iter_session_plans(now=now, failures=plan.failures)
+    throttle = None
     if not dry_run:
         # an operator's 0 or negative must neither stop every run (a zero step) nor sleep a negative time
         batch_size = max(1, batch_size or settings.RETENTION_BATCH_ROWS)
-        throttle = Throttle(max(0.0, settings.RETENTION_BATCH_PAUSE_MS / 1000 if pause is None else pause))
+        pause = max(0.0, settings.RETENTION_BATCH_PAUSE_MS / 1000 if pause is None else pause)
+        throttle = Throttle(pause, stop)
         plans = _applied(plans, batch_size=batch_size, throttle=throttle, failures=plan.failures)
     for session_plan in plans:
         plan.add(session_plan)
     result = plan.as_dict()
+    if throttle is not None and throttle.stopped:
+        result["stopped"] = throttle.stopped
     if not dry_run:
         record_retention_run(result, now=now)
     return result

@@ -276,6 +276,9 @@ def delete_expired(ids: list[int], parents: dict[int, int | None]) -> list[tuple
     children (`parent`), resolved alerts (`last_good`, `checkpoint`), audit rows and secret findings (`checkpoint`).
     """
     with transaction.atomic():
+        # The sessions' locks before the check: ingest, restore, undo and pin take them too, so none of them can
+        # add a protection (a new head, a restore target, a pin) between the check and the delete.
+        tallies.lock_sessions(ids)
         protected = protected_among(ids)
         for pk in protected:
             parents.pop(pk, None)
@@ -286,7 +289,7 @@ def delete_expired(ids: list[int], parents: dict[int, int | None]) -> list[tuple
         )
         if not doomed:
             return []
-        tallies.forget([pk for pk, _ in doomed])  # first: its sessions' locks come before any row lock
+        tallies.forget([pk for pk, _ in doomed], locked=True)  # before any row lock
         gone = ids_param([pk for pk, _ in doomed])
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:  # a batch lost in a crash is deleted by the next run: no fsync wait
@@ -314,13 +317,13 @@ def _forget_langgraph(gone: list[int] | RawSQL) -> None:
 
 
 def record_retention_run(result: dict[str, Any], *, now: datetime) -> None:
-    """The `retention` audit row of a real run, with its counts (the batches themselves are not audited one by
-    one: a run deletes hundreds of thousands)."""
+    """The `retention` audit row of a real run, with its counts and, for a run stopped part-way, why (the batches
+    themselves are not audited one by one: a run deletes hundreds of thousands)."""
     record_audit(
         Actor.system("retention"),
         "retention",
         target="all projects",
-        details={key: result[key] for key in ("deleted", "kept", "by_kind", "error_count")},
+        details={key: result[key] for key in ("deleted", "kept", "by_kind", "error_count", "stopped") if key in result},
         now=now,
     )
 

@@ -506,6 +506,9 @@ def _fork(
 @transaction.atomic
 def pin_checkpoint(checkpoint: Checkpoint, *, actor: Actor, pinned: bool = True, reason: str = "") -> Checkpoint:
     """Pinned checkpoints are never removed by retention."""
+    # the session's lock first, as retention's batches take it before they check what is pinned: a pin lands
+    # before a batch's check or after its commit, never in between (where the batch would delete it)
+    list(AgentSession.objects.select_for_update().filter(pk=checkpoint.session_id).values_list("pk"))
     # claimed with a conditional UPDATE: of two concurrent pins, one changes the row and is audited
     if Checkpoint.objects.filter(pk=checkpoint.pk, pinned=not pinned).update(pinned=pinned):
         record_audit(

@@ -94,7 +94,15 @@ def count_in(checkpoints: Sequence[Checkpoint], **session_fields: Any) -> None:
     _execute([session_update, *rollup_upserts, *_count_upserts({session_id: checkpoints}, sign=1)])
 
 
-def forget(ids: Collection[int]) -> None:
+def lock_sessions(ids: Collection[int]) -> None:
+    """Lock the sessions of these checkpoints, in id order, as ingest does (a lock the transaction holds already
+    is taken again for free)."""
+    doomed = Checkpoint.objects.filter(pk__in=list(ids))
+    sessions = AgentSession.objects.filter(pk__in=doomed.values("session_id")).order_by("pk")
+    list(sessions.select_for_update().values_list("pk"))
+
+
+def forget(ids: Collection[int], *, locked: bool = False) -> None:
     """Take checkpoints that are about to be deleted out of their sessions' tallies; call it in the deleting
     transaction before it locks any checkpoint row (re-pointing children, the DELETE): two deleters that took row
     locks first and then waited for each other's session lock would deadlock.
@@ -108,8 +116,8 @@ def forget(ids: Collection[int]) -> None:
     The rows are read once the locks are held: a checkpoint that a concurrent deleter took out meanwhile is gone
     by then, and not subtracted twice."""
     doomed = Checkpoint.objects.filter(pk__in=list(ids))
-    sessions = AgentSession.objects.filter(pk__in=doomed.values("session_id")).order_by("pk")
-    list(sessions.select_for_update().values_list("pk"))
+    if not locked:  # `locked`: the caller took `lock_sessions(ids)` in this transaction already
+        lock_sessions(ids)
     by_session: dict[int, list[Any]] = {}
     fields = ("pk", "session_id", "seq", "name", "kind", "status", "tool_failed", "raw_bytes", "stored_bytes")
     for checkpoint in doomed.order_by("session_id", "seq").values_list(*fields, named=True):  # tuples: cheaper

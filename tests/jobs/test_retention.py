@@ -2,6 +2,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -9,14 +13,15 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from checkpoints import store
-from checkpoints.jobs import retention
+from checkpoints import store, tasks
+from checkpoints.jobs import StopRequest, retention
 from checkpoints.jobs.retention import apply_retention, describe, plan_retention, recorded_plan
 from checkpoints.models import (
     AgentSession,
     AuditEvent,
     Checkpoint,
     DriftAlert,
+    JobLock,
     JobRun,
     JobRunStatus,
     RetentionPolicy,
@@ -631,3 +636,163 @@ def test_a_failure_mid_run_leaves_a_consistent_state_and_the_next_run_goes_on(
     assert survivors == set().union(*kept.values(), {session.head_id})
     assert stored(session) == counted(session)
     assert AuditEvent.objects.filter(action="retention").count() == 2
+
+
+# ---- stopping between batches: asked to, or having lost the job's lock ---------------------------------
+
+
+def assert_consistent(session: AgentSession, kept: dict[str, set[int]]) -> set[int]:
+    """What retention guarantees after any batch: every kept checkpoint is there, the timeline is a tree, the
+    tallies equal a count. Returns the ids left."""
+    parents = dict(Checkpoint.objects.filter(session=session).values_list("pk", "parent_id"))
+    for why, ids in kept.items():
+        assert ids <= set(parents), why
+    assert all(parent is None or parent in parents for parent in parents.values())
+    assert stored(session) == counted(session)
+    return set(parents)
+
+
+def test_a_run_asked_to_stop_during_a_pause_ends_before_the_next_batch_and_the_next_run_does_the_rest(
+    make_session, make_checkpoint, settings, monkeypatch
+):
+    settings.RETENTION_BATCH_ROWS, settings.RETENTION_BATCH_PAUSE_MS = 3, 20
+    session, kept = kept_world(make_session, make_checkpoint)
+    doomed = 30 - len(set().union(*kept.values()))
+    stop = StopRequest()
+    pauses: list[float] = []
+
+    def pause(seconds: float) -> None:  # a SIGTERM arrives while retention sleeps after its second batch
+        pauses.append(seconds)
+        if len(pauses) == 2:
+            stop.set("asked to stop (SIGTERM)")
+
+    monkeypatch.setattr(retention.time, "sleep", pause)
+    with CaptureQueriesContext(connection) as queries:
+        first = apply_retention(stop=stop)
+
+    assert checkpoint_deletes(queries) == 2 and first["deleted"] == 6
+    assert first["stopped"] == "asked to stop (SIGTERM)" and first["error_count"] == 0
+    assert len(assert_consistent(session, kept)) == 30 + 1 - 6  # the restore added one
+    audit = AuditEvent.objects.get(action="retention")
+    assert (audit.details["deleted"], audit.details["stopped"]) == (6, "asked to stop (SIGTERM)")
+
+    second = apply_retention()
+
+    session.refresh_from_db()
+    assert "stopped" not in second and first["deleted"] + second["deleted"] == doomed
+    assert assert_consistent(session, kept) == set().union(*kept.values(), {session.head_id})
+
+
+def test_a_run_asked_to_stop_before_it_starts_deletes_nothing(make_session, make_checkpoint, sleeps):
+    set_policy("step", keep_last=1)
+    session = make_session()
+    steps(make_checkpoint, session, 5)
+    stop = StopRequest()
+    stop.set("asked to stop (SIGINT)")
+
+    result = apply_retention(stop=stop)
+
+    assert (result["deleted"], result["stopped"]) == (0, "asked to stop (SIGINT)")
+    assert seqs(session) == [1, 2, 3, 4, 5] and sleeps == []
+
+
+@pytest.mark.django_db(transaction=True)  # the heartbeat is a thread with its own connection, as in a worker
+def test_a_run_that_loses_its_lock_stops_at_the_next_batch_and_leaves_the_lock_to_the_other_run(
+    make_session, make_checkpoint, settings, monkeypatch
+):
+    """Another run takes the lock (this one went silent past the threshold, say): the heartbeat notices and the
+    run ends after the batch under way, what it did consistent, without freeing the lock it no longer holds."""
+    settings.RETENTION_BATCH_ROWS, settings.RETENTION_BATCH_PAUSE_MS = 3, 0
+    settings.JOB_HEARTBEAT_SECONDS = 0.05
+    session, kept = kept_world(make_session, make_checkpoint)
+    thief = "other-host:1:abcdef"
+    delete_batch = retention.delete_expired
+    batches = 0
+
+    def first_batch_then_the_lock_is_taken(ids, parents):
+        nonlocal batches
+        batches += 1
+        deleted = delete_batch(ids, parents)
+        if batches == 1:
+            JobLock.objects.filter(name="retention").update(
+                holder=thief, expires_at=timezone.now() + timedelta(hours=1)
+            )
+            run = JobRun.objects.get(job="retention", status=JobRunStatus.RUNNING)
+            for _ in range(2):  # two beats after the theft: the first has certainly finished, stop set
+                beaten = JobRun.objects.get(pk=run.pk).heartbeat_at
+                deadline = time.monotonic() + 10
+                while JobRun.objects.get(pk=run.pk).heartbeat_at == beaten and time.monotonic() < deadline:
+                    time.sleep(0.01)
+        return deleted
+
+    monkeypatch.setattr(retention, "delete_expired", first_batch_then_the_lock_is_taken)
+
+    result = tasks.apply_retention(triggered_by="test")
+
+    assert batches == 1 and result["deleted"] == 3
+    assert result["stopped"] == f"lost its lock to {thief}"
+    assert_consistent(session, kept)
+    assert JobLock.objects.get(name="retention").holder == thief
+    assert JobRun.objects.get(job="retention", dry_run=True).status == JobRunStatus.SKIPPED  # the lock is not ours
+
+
+def test_the_command_stops_on_sigterm_between_two_batches_and_says_why(
+    make_session, make_checkpoint, settings, monkeypatch
+):
+    """SIGTERM reaches the command while the run pauses after its first batch: the run ends there, recorded."""
+    settings.RETENTION_BATCH_ROWS = 2
+    set_policy("step", keep_last=1)
+    session = make_session()
+    steps(make_checkpoint, session, 6)
+    monkeypatch.setattr(retention.time, "sleep", lambda seconds: os.kill(os.getpid(), signal.SIGTERM))
+    handler = signal.getsignal(signal.SIGTERM)
+
+    printed = json.loads(command("apply_retention", "--json")[0])
+
+    assert (printed["deleted"], printed["stopped"]) == (2, "asked to stop (SIGTERM)")
+    assert seqs(session) == [3, 4, 5, 6]
+    assert JobRun.objects.get(job="retention", dry_run=False).result["stopped"] == "asked to stop (SIGTERM)"
+    assert signal.getsignal(signal.SIGTERM) is handler  # the command puts the process's handler back
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_pin_racing_a_batch_either_lands_first_and_is_kept_or_finds_the_checkpoint_gone(
+    make_session, make_checkpoint, monkeypatch
+):
+    """An operator pins a checkpoint while a batch that plans to delete it has just checked the protections: the
+    pin waits for the batch's session lock and finds the checkpoint gone (nothing audited), never a pin recorded on
+    a checkpoint retention then deletes."""
+    set_policy("step", keep_last=1)
+    session = make_session()
+    made = steps(make_checkpoint, session, 4)
+    checked = threading.Event()
+    check = cleanup.protected_among
+    errors: list[BaseException] = []
+
+    def slow_check(ids):
+        found = check(ids)
+        checked.set()
+        time.sleep(0.5)  # the pin arrives now, between the check and the delete
+        return found
+
+    def operator() -> None:
+        try:
+            checked.wait(10)
+            pin_checkpoint(Checkpoint.objects.get(pk=made[1].pk), actor=Actor.system("operator"))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    monkeypatch.setattr(cleanup, "protected_among", slow_check)
+    other = threading.Thread(target=operator)
+    other.start()
+    apply_retention()
+    other.join()
+
+    assert not errors
+    # without the lock the pin would commit during the pause, audited, and the batch would then delete it
+    assert not AuditEvent.objects.filter(action="pin").exists()
+    assert not Checkpoint.objects.filter(pk=made[1].pk).exists()
+    assert stored(session) == counted(session)
