@@ -63,6 +63,10 @@ def restore_checkpoint(
     )
     if expect_head is not None and session.head_id != expect_head:
         raise HeadMoved(f"the head of {session} is checkpoint {session.head_id}, not {expect_head}")
+    # retention deletes under the same lock: a restore that waited for it finds its target gone, and says so
+    # instead of failing at commit on the missing parent
+    if not Checkpoint.objects.filter(pk=checkpoint.pk).exists():
+        raise CheckpointError(f"checkpoint #{checkpoint.seq} of {session} was deleted (retention) before the restore")
     if session.source_format == SourceFormat.LANGGRAPH:
         langgraph.check_resumable(checkpoint)
     previous_head = session.head_id

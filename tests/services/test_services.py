@@ -19,7 +19,7 @@ from checkpoints.models import (
     Chunk,
     DriftAlert,
 )
-from checkpoints.services import Actor, CheckpointInput
+from checkpoints.services import Actor, CheckpointInput, cleanup
 from checkpoints.store import tallies
 from checkpoints.store.history import Discards
 
@@ -245,6 +245,16 @@ def test_restore_adds_a_checkpoint_sharing_the_target_state(make_session, make_c
     event = AuditEvent.objects.get(action="restore")
     assert (event.actor, event.reason, event.checkpoint_id) == ("alice", "drifted after step 2", restored.pk)
     assert event.details["previous_head"] == made[3].pk
+
+
+def test_a_restore_whose_target_was_deleted_meanwhile_is_refused_with_a_reason(make_session, make_checkpoint):
+    session = make_session()
+    made = [make_checkpoint(session, {"n": i}) for i in range(4)]
+    cleanup.delete_checkpoints([made[1].pk], actor=OPERATOR, reason="clean-up")  # as retention, before the lock
+    with pytest.raises(services.CheckpointError, match="was deleted"):
+        services.restore_checkpoint(made[1], actor=OPERATOR, reason="too late")
+    session.refresh_from_db()
+    assert session.head_id == made[3].pk and not AuditEvent.objects.filter(action="restore").exists()
 
 
 def test_the_next_checkpoint_after_a_restore_branches_from_it(make_session, make_checkpoint):
