@@ -160,3 +160,12 @@ document.addEventListener("pointerover", function (event) {
     notify("The console did not answer: check the connection, then try again.");
   });
 })();
+
+// The alert list's reason fields belong to the page's one triage form, whose first button is disabled: Enter in a
+// reason presses its own row's Resolve instead of the form's first button.
+document.addEventListener("keydown", function (event) {
+  const input = event.target;
+  if (event.key !== "Enter" || !input.matches || !input.matches(".resolve-form input[type=text]")) return;
+  const button = input.closest(".resolve-form").querySelector("button[formaction]");
+  if (button) { event.preventDefault(); button.click(); }
+});

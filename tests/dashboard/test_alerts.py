@@ -11,6 +11,7 @@ from django.utils import timezone
 from checkpoints.models import AlertKind, AlertState, AuditEvent, DriftAlert
 from checkpoints.services import drift
 from dashboard.presenters.evidence import evidence_summary
+from dashboard.views.alerts import PAGE_SIZE
 from tests.helpers import select, text
 
 LIST = "/alerts/"
@@ -252,7 +253,7 @@ def test_alert_list_pages_with_a_keyset_cursor(client, bob, make_session):
     client.force_login(bob)
     seen: list[str] = []
     query = "state=resolved"
-    for expected in (50, 50, 20):
+    for expected in (30, 30, 30, 30):
         html = client.get(f"{LIST}?{query}").content.decode()
         page = rows(html)
         assert len(page) == expected
@@ -282,7 +283,7 @@ def test_alert_list_runs_a_bounded_number_of_queries(
     # 3 for the user and roles, the page, then three for what each restore offer discards
     with django_assert_max_num_queries(10):
         response = client.get(LIST)
-    assert len(rows(response.content.decode())) == 50
+    assert len(rows(response.content.decode())) == PAGE_SIZE
 
 
 # ---- acknowledge and resolve --------------------------------------------------------------------
@@ -329,7 +330,8 @@ def test_acknowledge_for_htmx_returns_the_updated_row(client, alice, alert):
     assert html.lstrip().startswith(f'<tr id="alert-{alert.pk}"')
     assert select(html, ".badge.status-acknowledged") and "by alice" in html
     assert [control.text for control in select(html, "button, summary")] == ["Resolve…", "Resolve"]
-    assert select(html, "input[name=next]")[0].get("value") == "/alerts/?kind=repetition"
+    assert not select(html, "form, input[name=csrfmiddlewaretoken], input[name=next]")  # the page's one form
+    assert select(html, "button[form=triage]")[0].get("formaction") == resolve_url(alert)
     assert "alert-updated" in response["HX-Trigger"]
     # focus stays on the row, on its new state; the live notice says what happened
     assert select(html, f"#alert-{alert.pk}-state.alert-state[tabindex='-1'][autofocus]")
@@ -359,6 +361,30 @@ def test_resolve_records_the_reason(client, alice, alert):
     assert audit.actor == "alice" and audit.reason == "restored #1, loop gone"
 
 
+def test_the_list_carries_one_triage_form_whose_buttons_post_to_their_alert(client, alice, alert, make_session):
+    """No JavaScript: a row's button submits the page's one form (one CSRF token, one return address) to its own
+    alert's URL, with every row's reason named for its alert; Enter submits nothing (its first button is disabled)."""
+    second = DriftAlert.objects.create(session=make_session("other-run"), kind="stalled", message="flat")
+    client.force_login(alice)
+    html = client.get(f"{LIST}?kind=").content.decode()
+    [form] = select(html, "form#triage")
+    assert form.get("method") == "post" and select(html, "form#triage input[name=csrfmiddlewaretoken]")
+    assert not select(html, "tr input[name=csrfmiddlewaretoken], tr form")
+    assert select(html, "form#triage input[name=next]")[0].get("value") == f"{LIST}?kind="
+    assert select(html, "form#triage button")[0].get("disabled") is not None
+    actions = {b.get("formaction") for b in select(html, "button[form=triage]")}
+    assert {ack_url(alert), resolve_url(alert), ack_url(second), resolve_url(second)} <= actions
+    # what the browser sends for "Resolve" on the second row: both reasons, the form's fields
+    response = client.post(
+        resolve_url(second), {f"reason-{alert.pk}": "not this", f"reason-{second.pk}": "this one", "next": LIST}
+    )
+    assert response.status_code == 302 and response["Location"] == LIST
+    second.refresh_from_db()
+    alert.refresh_from_db()
+    assert second.state == AlertState.RESOLVED and alert.state == AlertState.OPEN
+    assert AuditEvent.objects.get(action="resolve").reason == "this one"
+
+
 def test_resolve_for_htmx_returns_the_updated_row(client, alice, alert):
     client.force_login(alice)
     response = client.post(resolve_url(alert), {"reason": ""}, headers={"HX-Request": "true"})
@@ -373,7 +399,9 @@ def test_resolve_with_a_too_long_reason_shows_the_error(client, alice, alert):
     response = client.post(resolve_url(alert), {"reason": "x" * 501}, headers={"HX-Request": "true"})
     html = response.content.decode()
     assert response.status_code == 200 and select(html, ".errorlist")
-    assert select(html, "input[type=text][name=reason][autofocus]")  # back to the refused field
+    assert select(
+        html, f"input[type=text][name=reason-{alert.pk}][form=triage][autofocus]"
+    )  # back to the refused field
     assert json.loads(response["HX-Trigger-After-Settle"])["notice"]["level"] == "error"
     alert.refresh_from_db()
     assert alert.state == AlertState.OPEN

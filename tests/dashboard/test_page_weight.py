@@ -3,12 +3,14 @@ alert list reads a page of alerts along its index instead of sorting every open 
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
 import time_machine
 from django.contrib.auth import get_user_model
 from django.db import connection
+from django.db.models.expressions import OrderBy
 from django.test import Client
 from django.utils import timezone
 
@@ -85,3 +87,50 @@ def test_the_alert_list_reads_a_page_along_its_index_with_ten_thousand_open_aler
     assert "Sort" not in plan, plan  # no sort of all open alerts before the LIMIT
     scanned = [line for line in plan.splitlines() if "alert_unresolved_list" in line]
     assert f"rows={ALERT_PAGE_SIZE + 1} " in scanned[0], plan  # reads a page, not 10,000 rows
+
+
+def _bare(sql: str) -> str:
+    """SQL without quotes, brackets, table names before a column and spaces: what an ORDER BY and an index both
+    spell."""
+    return re.sub(r'[\s"()]+', "", re.sub(r'"?checkpoints_driftalert"?\.', "", sql)).lower()
+
+
+def test_the_alert_lists_order_by_is_the_unresolved_alerts_index(db):
+    """The list's ORDER BY spells the expressions of `alert_unresolved_list`, key for key and direction for
+    direction, so the database can read a page along the index instead of sorting every open alert first."""
+    [index] = [index for index in DriftAlert._meta.indexes if index.name == "alert_unresolved_list"]
+    created = str(index.create_sql(DriftAlert, connection.schema_editor()))  # only spelled, never run
+    columns = _bare(created[created.index("(") + 1 : created.rindex(")", 0, created.upper().rindex("WHERE"))])
+    query = DriftAlert.objects.unresolved().most_severe_first()[: ALERT_PAGE_SIZE + 1].query
+    compiler = query.get_compiler(connection=connection)
+    compiler.setup_query()
+    keys = []
+    for order, _ in compiler.get_order_by():
+        inner = getattr(order.expression, "source", order.expression)  # an annotation's own expression
+        sql, params = compiler.compile(OrderBy(inner, descending=order.descending))
+        keys.append(sql % tuple(f"'{p}'" if isinstance(p, str) else p for p in params))
+    assert _bare(",".join(keys)) == columns, (keys, created)
+
+
+def test_a_full_page_of_the_alert_list_is_at_most_100_kb(alice, make_session, make_checkpoint):
+    """Each row's actions submit the page's one triage form: no form, CSRF token or return address per row."""
+    for i in range(ALERT_PAGE_SIZE + 5):
+        session = make_session(f"support-agent-run-{i:05d}")
+        good = make_checkpoint(session, {"step": 1, "messages": ["a"]}, name="tool_result")
+        make_checkpoint(session, {"step": 2, "messages": ["a", "b"]}, name="tool_called")
+        bad = make_checkpoint(session, {"step": 3, "messages": ["a", "b", "c"]}, name="review_requested")
+        DriftAlert.objects.create(
+            session=session,
+            checkpoint=bad,
+            kind="repetition",
+            severity=("critical", "warning")[i % 2],
+            message="The same action (get_order) ran 4 times without progress.",
+            evidence={"tool": "get_order", "count": 4, "seqs": [1, 2, 3]},
+            last_good=good,
+        )
+    client = Client()
+    client.force_login(alice)
+    html = client.get("/alerts/").content.decode()
+    assert html.count('class="alert-row') == ALERT_PAGE_SIZE, "a full page"
+    assert html.count("Acknowledge") >= ALERT_PAGE_SIZE and "Restore last good" in html, "with its actions"
+    assert len(html.encode()) <= LIMIT, f"{len(html.encode()):,} bytes"
