@@ -239,6 +239,9 @@ ROUTES: dict[str, Callable[[World], list[Page]]] = {
     "token_projects": _none,
     "tokens": _projects,
     "secrets": _projects,
+    "purge_new": _projects,
+    # the demo asks for no purge: the page of one that is not there (a purge's own page is two queries)
+    "purge_detail": lambda world: [Page((world.projects[0].slug, 1))],
     "token_revoke": _token,
 }
 

@@ -206,6 +206,15 @@ def start_purge(
     return purge
 
 
+def preview_purge(project: Project, *, actor: Actor, **asked: Any) -> Purge:
+    """A dry run asked and run at once (the console's preview, before it asks to confirm): the Purge with its counts
+    and preview. The API's dry run is a job like any purge."""
+    purge = start_purge(project, actor=actor, reason=asked.pop("reason", ""), dry_run=True, **asked)
+    run_purge(purge.pk)
+    purge.refresh_from_db()
+    return purge
+
+
 # ---- the job -------------------------------------------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ from django.http import HttpResponse
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
+from checkpoints.roles import PURGE_SECRETS
 from checkpoints.services import Actor
 from checkpoints.services.secrets import set_secret_patterns
 
@@ -29,5 +30,10 @@ def secrets(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         set_secret_patterns(project, actor=Actor.for_user(request.user), text=form.cleaned_data["patterns"])
         messages.success(request, f"Secret patterns of {project.slug} saved.")
         return navigate(request, reverse("dashboard:secrets", kwargs={"slug": slug}))
-    context = {"project": project, "page": secrets_page(project), "form": form if can_operate else None}
+    context = {
+        "project": project,
+        "page": secrets_page(project),
+        "form": form if can_operate else None,
+        "can_purge": request.user.has_perm(PURGE_SECRETS, project),
+    }
     return render_page(request, "dashboard/secrets.html", context)

@@ -54,6 +54,7 @@ GET_VIEWS = {
     "token_projects": (None, []),
     "tokens": ("project", []),
     "secrets": ("project", []),
+    "purge_new": ("project", ["finding"]),
     "token_revoke": ("token", []),
     "session_interrupts": ("session", []),
     "checkpoint_edit": ("checkpoint", ["path"]),

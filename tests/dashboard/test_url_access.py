@@ -41,6 +41,7 @@ MEMBERS = frozenset({VIEWER, OPERATOR, APPROVER, STAFF})  # view_agentsession in
 OPERATORS = frozenset({OPERATOR, STAFF})  # operate_session, triage_alert
 APPROVERS = frozenset({APPROVER})  # approve_phase
 EVERY_PROJECT = frozenset({STAFF})  # operate_session in every project at once
+NOBODY: frozenset[str] = frozenset()  # a permission no role grants (purge_secrets)
 
 
 def _zip() -> SimpleUploadedFile:
@@ -170,6 +171,10 @@ MATRIX: dict[str, Row] = {
     "token_revoke":        Row({"GET": (OPERATORS, 200), "POST": (OPERATORS, 302)}, at=token),
     "secrets":             Row({"GET": (MEMBERS, 200), "POST": (OPERATORS, 302)},
                                at=lambda w: [w.session.project.slug], data=lambda: {"patterns": "walk: WALK-[0-9]{4}"}),
+    # purge_secrets is in no role: every role is refused (tests/dashboard/test_purges.py walks a user holding it)
+    "purge_new":           Row({"GET": (NOBODY, 200), "POST": (NOBODY, 302)}, at=lambda w: [w.session.project.slug],
+                               data=lambda: {"value": "walk-value-1234", "reason": "walk", "preview": "1"}),
+    "purge_detail":        Row({"GET": (NOBODY, 200)}, at=lambda w: [w.session.project.slug, 1]),
 }
 # fmt: on
 
