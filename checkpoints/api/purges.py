@@ -36,12 +36,12 @@ class PurgeIn(Strict):
     dry_run: bool = Field(default=False, description="Only count what holds it (read the result with GET).")
 
 
-class StartedOut(Schema):
+class PurgeStartedOut(Schema):
     id: int
     state: str
 
 
-class SessionOut(Schema):
+class PurgeSessionOut(Schema):
     session: str
     count: int
     seqs: list[int]
@@ -57,13 +57,13 @@ class PurgeOut(Schema):
     phase: str = Field(description="What the job is doing now (no fraction: its total counts other projects).")
     checkpoints: int = Field(description="Checkpoints of this project holding it (a dry run) or rewritten.")
     sessions: int
-    preview: list[SessionOut]
+    preview: list[PurgeSessionOut]
     created_at: datetime
     finished_at: datetime | None
     error: str
 
 
-@router.post("/purges", response={202: StartedOut, **ERRORS}, auth=PURGE)
+@router.post("/purges", response={202: PurgeStartedOut, **ERRORS}, auth=PURGE)
 def start_purge(request: HttpRequest, payload: PurgeIn) -> Any:
     """Queue a purge (or its dry run) of a value or of a finding's value; follow it with `GET /purges/{id}`."""
     token = _token(request)
