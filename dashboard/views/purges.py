@@ -15,8 +15,8 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from checkpoints.models import Project, Purge, SecretFinding
 from checkpoints.roles import PURGE_SECRETS, in_every_project
-from checkpoints.services import Actor
-from checkpoints.services.purges import InvalidInput, preview_purge, start_purge
+from checkpoints.services import Actor, InvalidInput
+from checkpoints.services.purges import preview_purge, start_purge
 from checkpoints.tasks import run_purge
 
 from ..forms import PurgeForm
