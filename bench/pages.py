@@ -249,6 +249,9 @@ ROUTES: dict[str, Callable[[World], list[Page]]] = {
     "tokens": _projects,
     "secrets": _projects,
     "secret_reveal": _finding,
+    "purge_new": _projects,
+    # the demo asks for no purge: the page of one that is not there (a purge's own page is two queries)
+    "purge_detail": lambda world: [Page((world.projects[0].slug, 1))],
     "token_revoke": _token,
 }
 

@@ -65,6 +65,14 @@ class BaseMoved(CheckpointError):
         self.restore_generation = restore_generation
 
 
+class HistoryPurged(CheckpointError):
+    """A purge rewrote the session's history while a checkpoint was being stored against its old head: stored,
+    it would name a parent the purge deleted. Nothing is stored; sending it again stores it on the new head."""
+
+    def __init__(self) -> None:
+        super().__init__("the session's history was purged while this checkpoint was stored: send it again")
+
+
 @dataclass(frozen=True)
 class Actor:
     """Who acts: a console user, an API token, or the system (jobs and commands)."""

@@ -27,6 +27,8 @@ TRIAGE = "checkpoints.triage_alert"
 APPROVE = "checkpoints.approve_phase"
 NOTIFY = "checkpoints.manage_notifications"
 REVEAL_SECRETS = "checkpoints.reveal_secrets"  # in no role (docs/secrets.md): found values are masked for members
+# In no role either (docs/purges.md): irreversible, and it rewrites other projects' history that shares the content.
+PURGE_SECRETS = "checkpoints.purge_secrets"
 
 
 class AllProjects:

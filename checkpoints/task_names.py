@@ -52,6 +52,7 @@ COLLECT_GARBAGE = Task(
     "checkpoints.tasks.collect_garbage", job="gc", beat="Collect unreferenced chunks", every=1, period="days"
 )
 RUN_RECOVERY = Task("checkpoints.tasks.run_recovery")  # the default queue: any worker runs a fleet recovery
+RUN_PURGE = Task("checkpoints.tasks.run_purge")  # the default queue: any worker runs a purge
 SEND_DELIVERY = Task("checkpoints.tasks.send_delivery", queue="deliveries")
 SEND_DUE_DELIVERIES = Task(
     "checkpoints.tasks.send_due_deliveries",
@@ -77,6 +78,7 @@ TASKS: tuple[Task, ...] = (
     DETECT_DRIFT,
     COLLECT_GARBAGE,
     RUN_RECOVERY,
+    RUN_PURGE,
     SEND_DELIVERY,
     SEND_DUE_DELIVERIES,
     DELETE_OLD_DELIVERIES,

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import OperationalError
 
 from . import task_names as names
-from .jobs import StopRequest, forget_runs, gc, recoveries, retention, routine, run_job, watching
+from .jobs import StopRequest, forget_runs, gc, purges, recoveries, retention, routine, run_job, watching
 from .outbox import deliveries
 from .outbox.deliveries import send_delivery  # defined beside the queue() that sends it; a worker registers it here
 from .services import drift
@@ -33,6 +33,12 @@ def scan_watched_sources() -> dict[str, int]:
 def run_recovery(recovery_id: int) -> dict[str, Any]:
     """A fleet recovery; acks_late: a killed worker's message is redelivered, and the sweep requeues it anyway."""
     return recoveries.run(recovery_id)
+
+
+@shared_task(name=names.RUN_PURGE.name, acks_late=True, time_limit=6 * 3600, soft_time_limit=6 * 3600 - 100)
+def run_purge(purge_id: int) -> dict[str, Any]:
+    """A purge (docs/purges.md): the id only; the value waits in the database, never in the broker."""
+    return purges.run(purge_id)
 
 
 # Periodic jobs: idempotent, acks_late (a killed worker's job is redelivered), one run at a time
@@ -105,4 +111,11 @@ def delete_old_deliveries(triggered_by: str = "beat") -> dict[str, Any]:
     return run_job(names.DELETE_OLD_DELIVERIES.job, cleanup, triggered_by=triggered_by).result
 
 
-__all__ = ["import_archive", "run_recovery", "scan_watched_sources", "send_delivery", "send_due_deliveries"]
+__all__ = [
+    "import_archive",
+    "run_purge",
+    "run_recovery",
+    "scan_watched_sources",
+    "send_delivery",
+    "send_due_deliveries",
+]

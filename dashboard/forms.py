@@ -635,3 +635,27 @@ class RecoveryForm(forms.Form):
         if not data.get("all") and not data.get("session"):
             raise forms.ValidationError("Tick the sessions to recover, or choose every session matching the filters.")
         return data
+
+
+class PurgeForm(forms.Form):
+    """What to purge (a finding of the project, or a pasted value), where, and why (docs/purges.md)."""
+
+    finding = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+    value = forms.CharField(
+        required=False,
+        strip=False,
+        max_length=10_000,
+        label="The value",
+        help_text="Pasted whole, 8 characters or more; not shown again and never stored (only its keyed fingerprint).",
+        widget=forms.PasswordInput(render_value=True, attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
+    sessions = forms.CharField(
+        required=False,
+        label="Only these sessions",
+        help_text="Their ids, one a line; empty: every session of the project.",
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false"}),
+    )
+    reason = forms.CharField(required=False, max_length=500, label="Why")
+
+    def session_ids(self) -> list[str]:
+        return [line.strip() for line in self.cleaned_data.get("sessions", "").splitlines() if line.strip()]

@@ -21,7 +21,7 @@ from .. import services
 from ..humanize import short_value
 from ..services import langgraph as langgraph_services
 from ..store import jsoncodec
-from . import agent, interrupts, langgraph, recoveries, webhooks
+from . import agent, interrupts, langgraph, purges, recoveries, webhooks
 from .common import (
     ORJSONRenderer,
     ScopedNinjaAPI,
@@ -128,6 +128,7 @@ def _history_deleted(request: HttpRequest, exc: langgraph_services.HistoryDelete
 api.add_router("", agent.router)
 api.add_router("", interrupts.router)
 api.add_router("", recoveries.router)
+api.add_router("", purges.router)
 api.add_router("/langgraph/", langgraph.router)
 api.add_router("/webhooks", webhooks.router)
 

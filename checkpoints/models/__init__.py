@@ -164,6 +164,18 @@ from .projects import (
 from .projects import (
     type_allowed as type_allowed,
 )
+from .purges import (
+    Purge as Purge,
+)
+from .purges import (
+    PurgeState as PurgeState,
+)
+from .purges import (
+    PurgeValue as PurgeValue,
+)
+from .secrets import (
+    FindingClosed as FindingClosed,
+)
 from .secrets import (
     SecretFinding as SecretFinding,
 )

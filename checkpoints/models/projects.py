@@ -222,6 +222,8 @@ class Scope(models.TextChoices):
     ANSWER = "answer", "answer a LangGraph thread's interrupts (what a person approves or decides)"
     # Not implied by write either: one call restores or forks a whole fleet of sessions.
     RECOVER = "recover", "recover many sessions in one batch (restore or fork them, undo the batch)"
+    # Nothing else: a purge token can neither read states nor write them, only remove a value and follow that.
+    PURGE = "purge", "purge a value from every checkpoint that holds it, and read those purges' progress"
 
 
 DEFAULT_SCOPES = [Scope.READ.value, Scope.WRITE.value]  # a token created without naming its scopes

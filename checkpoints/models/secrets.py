@@ -6,13 +6,22 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
-from ..fields import SafeTextField
+from ..fields import SafeCharField, SafeTextField
 from .projects import Project, ProjectScopedQuerySet
 from .sessions import AgentSession, Checkpoint
 
 
 class SecretFindingQuerySet(ProjectScopedQuerySet):
     project_path = "project"
+
+    def open(self) -> SecretFindingQuerySet:
+        """Neither dismissed by an operator nor purged (docs/purges.md)."""
+        return self.filter(closed_at__isnull=True)
+
+
+class FindingClosed(models.TextChoices):
+    DISMISSED = "dismissed"  # an operator's call, with a reason (a test key, a false positive)
+    PURGED = "purged"  # the value was purged from every checkpoint of the session
 
 
 class SecretFinding(models.Model):
@@ -39,6 +48,10 @@ class SecretFinding(models.Model):
     length = models.PositiveIntegerField(help_text="The value's length in characters.")
     first_seen_at = models.DateTimeField(default=timezone.now)
     last_seen_at = models.DateTimeField(default=timezone.now)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    closed_as = models.CharField(max_length=10, choices=FindingClosed.choices, blank=True)
+    closed_by = SafeCharField(max_length=200, blank=True, help_text="Who closed it, as the audit log names them.")
+    close_reason = SafeTextField(blank=True)
 
     objects = SecretFindingQuerySet.as_manager()
 

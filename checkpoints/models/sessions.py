@@ -186,6 +186,11 @@ class AgentSession(models.Model):
     )
     last_seq = models.PositiveIntegerField(default=0, help_text="Highest seq handed out; seqs are never reused.")
     restore_generation = models.PositiveIntegerField(default=0)
+    purge_generation = models.PositiveIntegerField(
+        default=0,
+        db_default=0,
+        help_text="The newest purge that rewrote its history (ingest checks it, under the lock).",
+    )
     last_seen_at = models.DateTimeField(null=True, blank=True)
     drift_checked_seq = models.PositiveIntegerField(
         null=True,

@@ -19,7 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .. import limits, store
-from ..audit import BaseMoved, IdempotencyConflict, InvalidInput, InvalidState
+from ..audit import BaseMoved, HistoryPurged, IdempotencyConflict, InvalidInput, InvalidState
 from ..metrics import record_ingest
 from ..models import (
     AgentSession,
@@ -31,7 +31,7 @@ from ..models import (
     SourceFormat,
 )
 from ..outbox import events
-from ..store import jsoncodec, tallies
+from ..store import jsoncodec, purging, tallies
 from ..store.jsoncodec import InvalidJSON
 from ..store.patching import PatchFailed, apply_patch
 from ..store.previews import Preview, preview_of
@@ -156,6 +156,7 @@ def ingest_checkpoints(
         batch = store.ChunkBatch()
         planned: list[tuple[AgentSession, list[_New], _Parents]] = []
         for session, items in groups:
+            purging.forget_cached_states(session.purge_generation)
             for item in items:
                 _check_input(item)
             existing = _existing_by_key(session, [item.idempotency_key for item in items])
@@ -520,6 +521,8 @@ def _insert_checkpoints(
     if not new:
         return []
     locked: Any = session if read_locked else AgentSession.objects.locked_for_ingest().get(pk=session.pk)
+    if locked.purge_generation != session.purge_generation:  # the states were stored against a purged head
+        raise HistoryPurged
     # A concurrent writer may have used the same idempotency key while we stored states.
     taken = _existing_by_key(locked, [item.idempotency_key for _, item, _, _ in new])
     rows: list[Checkpoint] = []
@@ -694,8 +697,12 @@ def record_live_state(session: AgentSession, *, state: Any, now: datetime | None
         saved = store.save_state(state, base=base)
     except InvalidJSON as exc:
         raise InvalidState(str(exc)) from exc
-    AgentSession.objects.filter(pk=session.pk).update(
-        live_root=saved.root, live_state_at=now, last_seen_at=now, updated_at=now
-    )
+    fields = {"live_state_at": now, "last_seen_at": now, "updated_at": now}
+    # A purge may have rewritten the session's history (and deleted the old live root) since it was read.
+    if not AgentSession.objects.filter(pk=session.pk, purge_generation=session.purge_generation).update(
+        live_root=saved.root, **fields
+    ):
+        saved = store.save_state(state)
+        AgentSession.objects.filter(pk=session.pk).update(live_root=saved.root, **fields)
     session.live_root, session.live_state_at, session.last_seen_at = saved.root, now, now
     return session

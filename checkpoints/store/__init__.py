@@ -102,6 +102,9 @@ class _StateCache:
 
     def __init__(self, size: int) -> None:
         self.size = size
+        # The newest purge this process has seen (`AgentSession.purge_generation`): a session purged later makes it
+        # forget every state it holds (purging.forget_cached_states), so no patch is built on an unpurged parent.
+        self.generation = 0
         self._items: OrderedDict[bytes, _Entry] = OrderedDict()
         self._lock = threading.Lock()
 

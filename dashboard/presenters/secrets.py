@@ -51,7 +51,7 @@ class SecretsPage:
 
 def secrets_page(project: Project) -> SecretsPage:
     """Two queries: the count, and the newest `SHOWN` findings with their sessions."""
-    findings = SecretFinding.objects.filter(project=project)
+    findings = SecretFinding.objects.filter(project=project).open()  # dismissed and purged ones are closed
     total = findings.count()
     rows = list(findings.select_related("session").order_by("-last_seen_at", "-pk")[:SHOWN])
     groups: dict[str, DetectorGroup] = {}

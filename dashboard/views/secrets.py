@@ -14,6 +14,7 @@ from checkpoints.models import SecretFinding
 from checkpoints.services import Actor, InvalidInput
 from checkpoints.services.reveals import ValueGone, reveal_secret
 from checkpoints.services.secrets import detector_label, set_secret_patterns
+from checkpoints.roles import PURGE_SECRETS
 
 from ..forms import RevealForm, SecretPatternsForm
 from ..presenters.secrets import secrets_page
@@ -47,6 +48,7 @@ def secrets(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         "page": secrets_page(project),
         "form": form if can_operate else None,
         "can_reveal": request.user.has_perm(REVEAL_SECRETS, project),
+        "can_purge": request.user.has_perm(PURGE_SECRETS, project),
     }
     return render_page(request, "dashboard/secrets.html", context)
 

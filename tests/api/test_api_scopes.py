@@ -144,7 +144,7 @@ def test_the_admin_shows_a_tokens_scopes_with_their_descriptions_and_edits_them_
     url = reverse("admin:checkpoints_apitoken_change", args=[token.pk])
     page = admin_client.get(url)
     boxes = {box.get("value"): box.get("checked") is not None for box in select(page, "input[name=scopes]")}
-    assert boxes == {"read": True, "write": True, "answer": False, "recover": False}  # never defaults
+    assert boxes == {"read": True, "write": True, "answer": False, "recover": False, "purge": False}  # never defaults
     assert Scope.WRITE.label in page.content.decode()
 
     saved = admin_client.post(url, {"name": "agent", "scopes": ["read"]})

@@ -14,7 +14,16 @@ from django.test import Client
 from django.urls import URLPattern, reverse
 from django_celery_beat.models import PeriodicTask
 
-from checkpoints.models import AgentSession, ApiToken, AuditEvent, Checkpoint, DriftAlert, PhaseFeedback, Project
+from checkpoints.models import (
+    AgentSession,
+    ApiToken,
+    AuditEvent,
+    Checkpoint,
+    DriftAlert,
+    PhaseFeedback,
+    Project,
+    Purge,
+)
 from checkpoints.outbox.notifications import create_rule
 from checkpoints.services import Actor, create_api_token
 from checkpoints.tasks import apply_retention
@@ -65,6 +74,8 @@ ADDRESSED = {
     "tokens": "project",
     "token_revoke": "token",
     "secrets": "project",
+    "purge_new": "project",
+    "purge_detail": "purge",
     "session_interrupts": "session",
     "interrupt_answer": "session",
     "checkpoint_edit": "checkpoint",
@@ -91,6 +102,7 @@ POSTED = {
     "alert_resolve": {"reason": "stolen"},
     "tokens": {"name": "stolen", "access": "write", "expiry": "never"},
     "secrets": {"patterns": "stolen: STOLEN"},
+    "purge_new": {"value": "stolen-value-1234", "reason": "stolen", "confirm": "1"},
     "interrupt_answer": {"interrupt_id": "i-1", "decision": "approve", "comment": "stolen"},
     "checkpoint_edit": {"path": "/step", "value": "7", "reason": "stolen", "action": "save"},
     "recovery_undo": {"reason": "stolen"},
@@ -113,6 +125,9 @@ def _args(name: str, world: World) -> list[Any]:
         return [project.slug, rule.pk]
     if target == "token":
         return [project.slug, create_api_token(project, name=MARK)[0].pk]
+    if target == "purge":
+        purge = Purge.objects.create(project=project, detector="value", fingerprint="0" * 64, length=9, reason=MARK)
+        return [project.slug, purge.pk]
     return [getattr(world, target).pk]
 
 
@@ -127,6 +142,7 @@ def _fingerprint() -> tuple:
         sorted(AgentSession.objects.values_list("pk", "head_id")),
         sorted(ApiToken.objects.values_list("pk", "revoked_at")),
         sorted(Project.objects.values_list("pk", "secret_patterns")),
+        Purge.objects.filter(dry_run=False).count(),
     )
 
 
@@ -159,7 +175,7 @@ def test_another_projects_object_answers_404_to_every_method(name, worlds, membe
 def test_ids_beyond_64_bits_answer_404(name, worlds, admin_client):
     client = admin_client  # a superuser may do anything anywhere: nothing but the id can make it a 404
     huge = 99_999_999_999_999_999_999
-    args = [huge, huge] if ADDRESSED[name] in ("phase", "rule", "token") else [huge]
+    args = [huge, huge] if ADDRESSED[name] in ("phase", "rule", "token", "purge") else [huge]
     url = reverse(f"dashboard:{name}", args=args)
     statuses = [client.get(url).status_code, client.post(url, POSTED.get(name, {})).status_code]
     if ADDRESSED[name] == "phase":

@@ -20,7 +20,7 @@ from django.urls import reverse
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from checkpoints.models import NotificationRule
+from checkpoints.models import NotificationRule, Purge
 from checkpoints.services import create_api_token
 from tests.dashboard.conftest import World
 
@@ -54,6 +54,8 @@ GET_VIEWS = {
     "token_projects": (None, []),
     "tokens": ("project", []),
     "secrets": ("project", []),
+    "purge_new": ("project", ["finding"]),
+    "purge_detail": ("purge", []),
     "token_revoke": ("token", []),
     "session_interrupts": ("session", []),
     "checkpoint_edit": ("checkpoint", ["path"]),
@@ -171,8 +173,11 @@ def _path(name: str, world: World) -> str:
         return reverse(f"dashboard:{name}")
     if target == "phase":
         return reverse(f"dashboard:{name}", args=[world.phase.session_id, world.phase.number])
-    if target in ("project", "rule", "token"):
+    if target in ("project", "rule", "token", "purge"):
         project = world.session.project
+        if target == "purge":
+            purge = Purge.objects.create(project=project, detector="value", fingerprint="0" * 64, length=9, reason="x")
+            return reverse(f"dashboard:{name}", args=[project.slug, purge.pk])
         if target == "project":
             return reverse(f"dashboard:{name}", args=[project.slug])
         if target == "token":
@@ -225,5 +230,7 @@ def test_the_hostile_input_covers_every_console_get_view():
 def test_no_id_in_a_path_makes_a_console_page_fail(client_of_alice, world, name, ids):
     target = GET_VIEWS[name][0]
     slug = world.session.project.slug
-    args = {"phase": ids, "rule": [slug, ids[0]], "token": [slug, ids[0]]}.get(target, ids[:1])
-    assert client_of_alice.get(reverse(f"dashboard:{name}", args=args)).status_code in (200, 404)
+    args = {"phase": ids, "rule": [slug, ids[0]], "token": [slug, ids[0]], "purge": [slug, ids[0]]}.get(target, ids[:1])
+    # alice holds no purge_secrets (in no role): 403 before the id is read; tests/dashboard/test_purges.py has a holder
+    allowed = (200, 404, 403) if target == "purge" else (200, 404)
+    assert client_of_alice.get(reverse(f"dashboard:{name}", args=args)).status_code in allowed

@@ -41,7 +41,7 @@ MEMBERS = frozenset({VIEWER, OPERATOR, APPROVER, STAFF})  # view_agentsession in
 OPERATORS = frozenset({OPERATOR, STAFF})  # operate_session, triage_alert
 APPROVERS = frozenset({APPROVER})  # approve_phase
 EVERY_PROJECT = frozenset({STAFF})  # operate_session in every project at once
-NOBODY: frozenset[str] = frozenset()  # a permission no role grants
+NOBODY: frozenset[str] = frozenset()  # a permission no role grants (reveal_secrets, purge_secrets)
 
 
 def _zip() -> SimpleUploadedFile:
@@ -174,6 +174,10 @@ MATRIX: dict[str, Row] = {
     # reveal_secrets is in no role (staff are given it in the admin): tests/dashboard/test_secrets_everywhere.py
     "secret_reveal":       Row({"GET": (NOBODY, 200), "POST": (NOBODY, 200)}, at=lambda w: [w.session.project.slug, 1],
                                data=lambda: {"reason": "walk"}),
+    # purge_secrets is in no role: every role is refused (tests/dashboard/test_purges.py walks a user holding it)
+    "purge_new":           Row({"GET": (NOBODY, 200), "POST": (NOBODY, 302)}, at=lambda w: [w.session.project.slug],
+                               data=lambda: {"value": "walk-value-1234", "reason": "walk", "preview": "1"}),
+    "purge_detail":        Row({"GET": (NOBODY, 200)}, at=lambda w: [w.session.project.slug, 1]),
 }
 # fmt: on
 

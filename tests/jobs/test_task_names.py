@@ -29,6 +29,7 @@ TASK_NAMES = {
     "checkpoints.tasks.send_due_deliveries",
     "checkpoints.tasks.delete_old_deliveries",
     "checkpoints.tasks.run_recovery",
+    "checkpoints.tasks.run_purge",
 }
 SCHEDULED = [task for task in task_names.TASKS if task.beat]
 
