@@ -11,10 +11,10 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
 from checkpoints.models import SecretFinding
+from checkpoints.roles import PURGE_SECRETS
 from checkpoints.services import Actor, InvalidInput
 from checkpoints.services.reveals import ValueGone, reveal_secret
 from checkpoints.services.secrets import detector_label, set_secret_patterns
-from checkpoints.roles import PURGE_SECRETS
 
 from ..forms import RevealForm, SecretPatternsForm
 from ..presenters.secrets import secrets_page
