@@ -115,8 +115,22 @@ def test_a_database_that_cannot_be_reached_fails_readiness_with_503(client, data
     assert anonymous.status_code == 503 and anonymous.json()["checks"]["database"] == {"ok": False}
 
 
-def test_no_worker_answering_degrades_readiness(client, beat_ticked, settings):
+def test_no_worker_answering_degrades_readiness(client, beat_ticked, settings, app_broker, tmp_path):
     settings.HEALTH_WORKER_TIMEOUT_SECONDS = 0.2
+    # the embedded broker in folders of the test's own: a console left running (`make run`) shares VAR_DIR's
+    folders = {name: tmp_path / name for name in ("queue", "processed", "control")}
+    for folder in folders.values():
+        folder.mkdir()
+    app_broker(
+        "filesystem://",
+        {
+            "data_folder_in": str(folders["queue"]),
+            "data_folder_out": str(folders["queue"]),
+            "processed_folder": str(folders["processed"]),
+            "control_folder": str(folders["control"]),
+            "store_processed": False,
+        },
+    )
     status, body = ready(client)
     assert status == 200 and body["status"] == "degraded"
     assert body["checks"]["broker"]["ok"]  # the embedded filesystem broker of `make run`

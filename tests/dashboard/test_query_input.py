@@ -20,7 +20,7 @@ from django.urls import reverse
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from checkpoints.models import NotificationRule, Purge
+from checkpoints.models import NotificationRule, Purge, SecretFinding
 from checkpoints.services import create_api_token
 from tests.dashboard.conftest import World
 
@@ -56,6 +56,7 @@ GET_VIEWS = {
     "secrets": ("project", []),
     "purge_new": ("project", ["finding"]),
     "purge_detail": ("purge", []),
+    "secret_reveal": ("finding", []),
     "token_revoke": ("token", []),
     "session_interrupts": ("session", []),
     "checkpoint_edit": ("checkpoint", ["path"]),
@@ -173,8 +174,13 @@ def _path(name: str, world: World) -> str:
         return reverse(f"dashboard:{name}")
     if target == "phase":
         return reverse(f"dashboard:{name}", args=[world.phase.session_id, world.phase.number])
-    if target in ("project", "rule", "token", "purge"):
+    if target in ("project", "rule", "token", "purge", "finding"):
         project = world.session.project
+        if target == "finding":
+            finding, _ = SecretFinding.objects.get_or_create(
+                project=project, session=world.session, detector="aws_access_key", fingerprint="0" * 64, length=20
+            )
+            return reverse(f"dashboard:{name}", args=[project.slug, finding.pk])
         if target == "purge":
             purge = Purge.objects.create(project=project, detector="value", fingerprint="0" * 64, length=9, reason="x")
             return reverse(f"dashboard:{name}", args=[project.slug, purge.pk])
@@ -230,7 +236,11 @@ def test_the_hostile_input_covers_every_console_get_view():
 def test_no_id_in_a_path_makes_a_console_page_fail(client_of_alice, world, name, ids):
     target = GET_VIEWS[name][0]
     slug = world.session.project.slug
-    args = {"phase": ids, "rule": [slug, ids[0]], "token": [slug, ids[0]], "purge": [slug, ids[0]]}.get(target, ids[:1])
-    # alice holds no purge_secrets (in no role): 403 before the id is read; tests/dashboard/test_purges.py has a holder
-    allowed = (200, 404, 403) if target == "purge" else (200, 404)
+    in_project = [slug, ids[0]]
+    args = {"phase": ids, "rule": in_project, "token": in_project, "purge": in_project, "finding": in_project}.get(
+        target, ids[:1]
+    )
+    # alice holds neither purge_secrets nor reveal_secrets (in no role): 403 before the id is read;
+    # tests/dashboard/test_purges.py and test_secrets_everywhere.py have holders
+    allowed = (200, 404, 403) if target in ("purge", "finding") else (200, 404)
     assert client_of_alice.get(reverse(f"dashboard:{name}", args=args)).status_code in allowed
