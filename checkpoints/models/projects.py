@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from checkpoint_console import typedjson
 
-from ..roles import APPROVE, OPERATE, VIEW_SESSIONS, in_every_project, roles_granting
+from ..roles import APPROVE, OPERATE, PURGE_SECRETS, VIEW_SESSIONS, in_every_project, roles_granting
 
 # Sent after `ApiToken.objects….update()` or `Project.objects….update()` changed rows (saves and deletes send
 # Django's own signals): the process forgets the tokens it remembers with their projects (services.tokens), whose
@@ -236,6 +236,7 @@ SCOPE_GRANTED_BY: dict[str, str] = {
     Scope.WRITE: OPERATE,  # restores, forks and stores checkpoints, as an operator does
     Scope.ANSWER: APPROVE,  # answers what a graph asks a person: the approver's decision in the console
     Scope.RECOVER: OPERATE,  # restores a fleet: the operator's "Recover…"
+    Scope.PURGE: PURGE_SECRETS,  # rewrites history in every project sharing the value: in no role, as in the console
 }
 
 

@@ -278,6 +278,13 @@ def test_an_operator_grants_recover_and_the_token_runs_a_fleet_recovery(client, 
     assert AuditEvent.objects.get(action="token_created").details["scopes"] == ["read", "write", "recover"]
 
 
+def test_an_operator_cannot_grant_purge_which_no_role_holds(client, alice, project):
+    client.force_login(alice)
+    response = client.post(PAGE, {**form("scrubber"), "also": ["purge"]})
+    assert response.status_code == 200 and not select(response, "#new-token")
+    assert not ApiToken.objects.exists()
+
+
 def test_an_operator_who_is_not_an_approver_cannot_grant_answer(client, alice, project):
     client.force_login(alice)
     response = client.post(PAGE, {**form("sneaky"), "also": ["answer"]})
