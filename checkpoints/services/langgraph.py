@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from .. import limits, store
 from ..audit import Actor, CheckpointError, InvalidInput, max_length, record_audit
+from ..fields import escape_text, unescape_text
 from ..models import (
     AgentSession,
     Checkpoint,
@@ -185,7 +186,7 @@ def _locked_thread(project: Project, external_id: str) -> AgentSession | None:
         f" LEFT OUTER JOIN {checkpoints} h ON {table}.head_id = h.id"
         f" WHERE {table}.project_id = %s AND {table}.external_id = %s{lock}"
     )
-    return next(iter(AgentSession.objects.raw(sql, [project.pk, external_id])), None)
+    return next(iter(AgentSession.objects.raw(sql, [project.pk, escape_text(external_id)])), None)
 
 
 def _thread_for_writes(project: Project, thread_id: str) -> AgentSession:
@@ -194,7 +195,7 @@ def _thread_for_writes(project: Project, thread_id: str) -> AgentSession:
     table = connection.ops.quote_name(AgentSession._meta.db_table)
     lock = " FOR KEY SHARE" if connection.vendor == "postgresql" else ""  # SQLite has one writer at a time anyway
     sql = f"SELECT * FROM {table} WHERE project_id = %s AND external_id = %s{lock}"  # noqa: S608 - the table's quoted name; values are parameters
-    session = next(iter(AgentSession.objects.raw(sql, [project.pk, thread_external_id(thread_id)])), None)
+    session = next(iter(AgentSession.objects.raw(sql, [project.pk, escape_text(thread_external_id(thread_id))])), None)
     return _thread_session(project, thread_id) if session is None else _langgraph(session)
 
 
@@ -500,6 +501,8 @@ def _locked_root(
     UPDATE) to the end of the transaction so that a deletion waits; the root of its child when stored; its parent's
     id and root; whether the task has written against it before (None: not known, the checkpoint is not stored).
     One statement, written out (`_locked_root_sql`): the ORM spent more CPU building it than the database running it."""
+    # the columns are Safe*Fields: text is compared as they store it (escaped), which the ORM did for us
+    checkpoint_ns, checkpoint_id, task_id = escape_text(checkpoint_ns), escape_text(checkpoint_id), escape_text(task_id)
     params: list[Any] = [checkpoint_ns, session.pk, checkpoint_id, checkpoint_id]  # the child
     params += [checkpoint_ns, session.pk]  # the parent
     params += [session.pk, checkpoint_ns, checkpoint_id, task_id]  # the task's earlier writes
@@ -510,7 +513,7 @@ def _locked_root(
     if found is None:
         return None, None, "", None, None
     root, child_root, parent_id, parent_root, task_wrote = found
-    return _bytes(root), _bytes(child_root), parent_id, _bytes(parent_root), bool(task_wrote)
+    return _bytes(root), _bytes(child_root), unescape_text(parent_id), _bytes(parent_root), bool(task_wrote)
 
 
 def _locked_root_sql() -> str:
@@ -554,7 +557,7 @@ def _name_parent_writes(
         f"SELECT * FROM {table} WHERE session_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s"  # noqa: S608 - the table's quoted name; values are parameters
         f" AND (values_root IS NULL OR values_root <> %s){lock}"
     )  # written out: the ORM spent more CPU building it than the database running it, on every step's writes
-    for row in LangGraphWrites.objects.raw(sql, [session.pk, checkpoint_ns, parent_id, root]):
+    for row in LangGraphWrites.objects.raw(sql, [session.pk, escape_text(checkpoint_ns), escape_text(parent_id), root]):
         if row.values_root is not None and bytes(row.values_root) != parent_root:
             continue
         entries = [[idx, channel, value] for idx, channel, value in lgtuples.written_values(row)]

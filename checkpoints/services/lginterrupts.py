@@ -25,6 +25,7 @@ from django.utils import timezone
 from checkpoint_console import typedjson
 
 from ..audit import Actor, CheckpointError, InvalidInput, record_audit
+from ..fields import escape_text
 from ..models import (
     AgentSession,
     AlertKind,
@@ -140,7 +141,7 @@ def _has_head_writes(session: AgentSession, checkpoint_id: str) -> bool:
         " AND (interrupted OR failed) LIMIT 1"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [session.pk, checkpoint_id])
+        cursor.execute(sql, [session.pk, escape_text(checkpoint_id)])  # stored escaped (SafeCharField)
         return cursor.fetchone() is not None
 
 

@@ -677,3 +677,18 @@ def test_a_put_sent_again_as_a_change_against_its_parent_adds_no_console_checkpo
     )
     assert again == first
     assert Checkpoint.objects.count() == 2
+
+
+def test_ids_holding_nul_and_escape_characters_reach_their_rows_on_every_path(api):
+    """Text columns store NUL and the escape character escaped; the statements a put and its writes run must
+    compare the ids as stored (a NUL sent as a parameter is a PostgreSQL error: it was a 500)."""
+    thread, task = "user\x00\ue000/1", "task\x00\ue000"
+    put(api, thread, 0)
+    assert write(api, lg_id(0), task, [["messages", typed("w0")]], thread_id=thread).status_code == 200
+    put(api, thread, 1, parent=0)
+    assert write(api, lg_id(1), task, [["messages", typed("w1")]], thread_id=thread).status_code == 200
+    got = latest(api, thread).json()
+    assert got["checkpoint"]["id"] == lg_id(1)
+    assert [entry[0] for entry in got["pending_writes"]] == [task]
+    stray = write(api, "1f0c\x00\ue000", task, [["messages", typed("x")]], thread_id=thread)
+    assert stray.status_code < 500, stray.content
