@@ -182,6 +182,20 @@ def _figure(title: str, svg: SafeString, legend: SafeString | None = None, note:
     )
 
 
+def _drawn(points: list[tuple[str, str]]) -> list[str]:
+    """A polyline's points, as drawn, without the inner points of a level run or repeats: a flat stretch of a long
+    session is two points, not two hundred, and the line looks the same to the tenth of a pixel."""
+    kept: list[tuple[str, str]] = []
+    for index, point in enumerate(points):
+        if kept and point == kept[-1]:
+            continue
+        after = points[index + 1] if index + 1 < len(points) else None
+        if kept and after is not None and kept[-1][1] == point[1] == after[1]:
+            continue
+        kept.append(point)
+    return [f"{x},{y}" for x, y in kept]
+
+
 def _empty(title: str, message: str) -> SafeString:
     return format_html(
         '<figure class="chart"><figcaption class="chart-title">{}</figcaption><p class="chart-empty muted">{}</p></figure>',
@@ -237,8 +251,9 @@ def line_chart(
     paths, legend, summary = [], [], []
     for line in drawn:
         axis = axes[1] if plot.right_axis and id(line) in on_right else axes[0]
-        coordinates = " ".join(f"{position(x):.1f},{plot.y(value, axis):.1f}" for x, value in line["points"])
-        if len(line["points"]) == 1:  # a single point: a visible mark rather than an empty line
+        drawn_points = _drawn([(f"{position(x):.1f}", f"{plot.y(value, axis):.1f}") for x, value in line["points"]])
+        coordinates = " ".join(drawn_points)
+        if len(drawn_points) == 1:  # a single point: a visible mark rather than an empty line
             x, y = coordinates.split(",")
             paths.append(format_html('<circle class="series {}" cx="{}" cy="{}" r="3"/>', line["css"], x, y))
         else:

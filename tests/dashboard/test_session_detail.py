@@ -536,6 +536,21 @@ def test_charts_show_an_empty_state_without_data():
     assert nice_ceiling(3, "count") == 4 and nice_ceiling(77, "percent") == 100
 
 
+def test_a_flat_stretch_of_a_line_chart_is_drawn_with_its_ends_only():
+    """A 100,000-checkpoint session's charts sample 200 points; where the size stays level, only the stretch's two
+    ends are sent, and every turn of the line is kept."""
+    from dashboard.templatetags.charts import line_chart
+
+    flat_then_rise = [(seq, 100) for seq in range(1, 101)] + [(101, 400), (102, 400), (103, 100)]
+    svg = line_chart([{"label": "Size", "points": flat_then_rise, "css": "series-raw"}], title="Size", y_format="bytes")
+    points = re.search(r'<polyline class="series series-raw" points="([^"]+)"', str(svg)).group(1).split()
+    assert len(points) == 5  # #1 and #100 of the level run, #101 and #102 of the plateau, #103
+    ys = [float(point.split(",")[1]) for point in points]
+    assert ys[0] == ys[1] == ys[4] and ys[2] == ys[3] and ys[2] < ys[0]
+    one = line_chart([{"label": "Size", "points": [(1, 5), (1, 5)], "css": "c"}], title="Size")
+    assert "<circle" in one and "<polyline" not in one  # every point the same: a visible mark, not an empty line
+
+
 # ---- what each row says, failures at a glance, the index, retention gaps ------------------------------
 
 
