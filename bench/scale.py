@@ -628,6 +628,7 @@ SESSION_PAGES: list[tuple[str, str, bool]] = [  # name, URL (formatted with the 
     ("API checkpoints: middle page", "/api/v1/sessions/{external_id}/checkpoints?cursor={middle[seq]}", False),
     ("API checkpoints: newest first", "/api/v1/sessions/{external_id}/checkpoints?order=desc", False),
     ("API checkpoint (with state)", "/api/v1/checkpoints/{middle[pk]}", False),
+    ("admin: the session's checkpoints", "/admin/checkpoints/checkpoint/?session__id__exact={pk}", False),
 ]
 SLOWER_TARGETS = {"compare: first vs head": 300, "compare: neighbours": 300}
 

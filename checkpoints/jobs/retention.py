@@ -7,7 +7,7 @@ A policy is a set of *keep* rules; a checkpoint of the policy's kind is deleted 
 
 - `keep_last` N: the newest N per session (`session` scope, by seq) or per agent across the agent's sessions in a
   project (`agent` scope, by creation time);
-- `max_age`: checkpoints younger than it;
+- `max_age`: checkpoints younger than it (created after `now - max_age`);
 - `until_operation_done`: checkpoints whose operation is not done yet;
 - `keep_first`: the session's first checkpoint; `keep_latest_per_name`: the session's newest of each name.
 
@@ -252,8 +252,8 @@ def _kept(rules: _Rules, policy: RetentionPolicy, kind_rows: list[Row], first_id
         elif policy.keep_last:
             keep.update(row[0] for row in kind_rows[-policy.keep_last :])
     if policy.max_age is not None:
-        cutoff = rules.now - policy.max_age
-        keep.update(row[0] for row in kind_rows if row[4] >= cutoff)
+        cutoff = rules.now - policy.max_age  # younger than max_age: one exactly max_age old goes
+        keep.update(row[0] for row in kind_rows if row[4] > cutoff)
     if policy.until_operation_done:
         keep.update(row[0] for row in kind_rows if not row[5])
     if policy.keep_first and first_id is not None:
