@@ -123,7 +123,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             run += 1
         runs[id(item)] = run
     position = {id(item): index for index, item in enumerate(items)}
-    items.sort(key=lambda item: (runs[id(item)], shares(item), position[id(item)]))
+    # transactional() first: a module run alone is one run holding both kinds, and its shared tests in a
+    # transaction must not move past its transactional ones
+    items.sort(key=lambda item: (runs[id(item)], transactional(item), shares(item), position[id(item)]))
     redis = [item for item in items if item.get_closest_marker("redis")]
     rest = [item for item in items if not item.get_closest_marker("redis")]
     cut = next((index for index, item in enumerate(rest) if transactional(item)), len(rest))

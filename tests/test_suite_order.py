@@ -22,3 +22,42 @@ from tests.conftest import worker_redis_url
 )
 def test_each_xdist_worker_takes_its_own_redis_database(url, worker, expected):
     assert worker_redis_url(url, worker) == expected
+
+
+class _Item:
+    """What the conftest's ordering reads of a collected test: its node id, markers and fixtures."""
+
+    def __init__(self, nodeid: str, *, transaction: bool = False, shared: bool = False) -> None:
+        self.nodeid = self.name = nodeid
+        self.parent = None
+        self.fixturenames = ["db"]
+        self._marker = pytest.mark.django_db(transaction=True).mark if transaction else pytest.mark.django_db.mark
+        scope = "module" if shared else "function"
+        definition = type("Definition", (), {"baseid": "tests/jobs", "scope": scope})()
+        self._fixtureinfo = type("Info", (), {"name2fixturedefs": {"world": [definition]}})()
+
+    def get_closest_marker(self, name: str) -> pytest.Mark | None:
+        return self._marker if name == "django_db" else None
+
+
+def test_a_module_run_alone_keeps_its_shared_tests_before_its_transactional_ones():
+    """`pytest tests/jobs/test_retention.py` alone: one run of the module holds both kinds, as pytest-django
+    orders them; a test of a module-shared world moved behind the transactional tests would find roles and
+    schedules flushed (`in_collection_order` failed it)."""
+    from tests.conftest import pytest_collection_modifyitems, transactional
+
+    items = [
+        _Item("m.py::plain"),
+        _Item("m.py::shared", shared=True),
+        _Item("m.py::committed", transaction=True),
+        _Item("m.py::committed_shared", transaction=True, shared=True),
+    ]
+    pytest_collection_modifyitems(None, items)  # type: ignore[arg-type]
+    assert [item.nodeid for item in items] == [
+        "m.py::plain",
+        "m.py::shared",
+        "m.py::committed",
+        "m.py::committed_shared",
+    ]
+    kinds = [transactional(item) for item in items]  # type: ignore[arg-type]
+    assert kinds == sorted(kinds)
