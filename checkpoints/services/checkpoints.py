@@ -688,7 +688,7 @@ def _insert_as_arrays(rows: list[Checkpoint], *, with_ids: bool) -> None:
     fields = [f for f in Checkpoint._meta.concrete_fields if with_ids or not f.primary_key]
     arrays = [[column.get_db_prep_save(column.pre_save(row, True), connection) for row in rows] for column in fields]
     quote = connection.ops.quote_name
-    columns = ", ".join(quote(column.column) for column in fields)
+    columns = ", ".join(quote(column.attname if column.column is None else column.column) for column in fields)
     unnest = ", ".join(f"%s::{_ARRAY_TYPE.sub('', column.db_type(connection) or '')}[]" for column in fields)
     table = quote(Checkpoint._meta.db_table)
     with connection.cursor() as cursor:
