@@ -133,10 +133,11 @@ class CheckpointIn(Strict):
         return data
 
     def to_input(self) -> services.CheckpointInput:
-        fields = self.model_dump(exclude={"session", "state_patch", "base"})
+        # the state as parsed, not through model_dump: that rebuilds every dict and list of it (~10 ms at 2 MB)
+        fields = self.model_dump(exclude={"session", "state", "state_patch", "base"})
         patch = [operation.as_operation() for operation in self.state_patch] if self.state_patch is not None else None
         base_id, base_seq = (self.base.id, self.base.seq) if self.base else (None, None)
-        return services.CheckpointInput(**fields, state_patch=patch, base=base_id, base_seq=base_seq)
+        return services.CheckpointInput(**fields, state=self.state, state_patch=patch, base=base_id, base_seq=base_seq)
 
 
 class BatchCheckpointIn(CheckpointIn):

@@ -30,7 +30,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -302,7 +302,7 @@ def _save(state: Any, base: bytes | None, batch: ChunkBatch, max_depth: int, max
     if parent is not None and base is not None:
         if parent.state_hash == state_hash:
             return Saved(base, state_hash, raw_bytes, 0)
-        ops = diff.to_ops(diff.walk(parent.state, state))
+        ops = diff.to_ops(_changes(parent, state, summary.parts))
         added = [op for op in ops if op[0] != "d"]
         for op in added:
             if op[0] != "d":
@@ -337,6 +337,29 @@ def _save(state: Any, base: bytes | None, batch: ChunkBatch, max_depth: int, max
         own_copy = jsoncodec.loads(encoded, exact=big)
     whole = Saved(b"", state_hash, raw_bytes, 0, [["s", [], own_copy]])
     return _keyframe(own_copy, batch, whole, rebased(summary.parts, own_copy))
+
+
+def _changes(parent: _Entry, state: Any, parts: dict[str, Part] | None) -> Iterator[diff.Change]:
+    """diff.walk(parent.state, state), told by the digests which top-level values changed and where a grown list's
+    new items begin: the walk would compare every other value and item with `==` (~1 ms on a 2 MB state of new
+    objects). `parts` are `state`'s, summarised against the parent's."""
+    old, old_parts = parent.state, parent.parts
+    if parts is None or old_parts is None or type(old) is not dict or type(state) is not dict:
+        yield from diff.walk(old, state)
+        return
+    for key, value in old.items():
+        if key not in state:
+            yield ("del", (key,), value)
+    for key, new in state.items():
+        if key not in old:
+            yield ("set", (key,), diff.MISSING, new)
+            continue
+        part, old_part = parts[key], old_parts.get(key)
+        if old_part is None or part.digest != old_part.digest:
+            if part.kept and old_part is not None and part.kept == len(old_part.value) == len(old[key]):
+                yield ("splice", (key,), part.kept, [], new[part.kept :])  # what the walk finds for appended items
+            else:
+                yield from diff.walk_at(old[key], new, (key,))
 
 
 def _keyframe(state: Any, batch: ChunkBatch, saved: Saved, parts: dict[str, Part] | None) -> Saved:

@@ -58,6 +58,12 @@ def walk(a: Any, b: Any, *, strict: bool = False, stats: WalkStats | None = None
         yield from _descend(a, b, (), strict, stats)
 
 
+def walk_at(a: Any, b: Any, path: Path) -> Iterator[Change]:
+    """walk() of the values at `path` of two states: the changes carry the whole path."""
+    if not _equal(a, b, False):
+        yield from _descend(a, b, path, False, WalkStats())
+
+
 def _descend(a: Any, b: Any, path: Path, strict: bool, stats: WalkStats) -> Iterator[Change]:
     kind = type(a)
     if kind is type(b) and kind is dict:

@@ -16,8 +16,11 @@ from __future__ import annotations
 import hashlib
 import operator
 from dataclasses import dataclass, replace
+from functools import partial
 from itertools import islice
 from typing import Any
+
+import orjson
 
 from . import jsoncodec
 
@@ -40,6 +43,7 @@ class Part:
     big: bool  # encoded with the standard library (integers beyond 64 bits): sizes may differ from the whole's
     items: Any = None  # hashlib object fed with every item's digest; never updated in place
     items_size: int = 0
+    kept: int = 0  # a list's items at the front that are the old part's (the one it was told from), in order
 
 
 @dataclass(frozen=True)
@@ -84,8 +88,9 @@ def _part(value: Any, old: Part | None) -> Part:
         encoded, big = jsoncodec.encode(value)
         return Part(value, len(encoded), digest(encoded), big)
     start, items, items_size, big = 0, hashlib.sha256(b"A"), 0, False
-    # the old list's items begin this one (the very objects): only the new ones are hashed
-    if old is not None and old.items is not None and _begins(old.value, value):
+    # the old list's items begin this one (the very objects, or items with the same canonical JSON): only the new
+    # ones are hashed
+    if old is not None and old.items is not None and _begins(old, value):
         start, items, items_size, big = len(old.value), old.items.copy(), old.items_size, old.big
     for item in islice(value, start, None):
         encoded, item_big = jsoncodec.encode(item)
@@ -93,11 +98,28 @@ def _part(value: Any, old: Part | None) -> Part:
         items_size += len(encoded)
         big |= item_big
     size = 2 + items_size + max(len(value) - 1, 0)
-    return Part(value, size, items.digest()[:DIGEST_SIZE], big, items, items_size)
+    return Part(value, size, items.digest()[:DIGEST_SIZE], big, items, items_size, start)
 
 
-def _begins(prefix: Any, value: list[Any]) -> bool:
-    return type(prefix) is list and len(prefix) <= len(value) and all(map(operator.is_, prefix, value))
+def _begins(old: Part, value: list[Any]) -> bool:
+    """Whether `old`'s list is where `value` begins: the same objects (the store's own states share them), or, for
+    a caller's state (new objects every time, or the agent's own objects changed in place since), the same
+    canonical JSON. Equal array bytes are equal items, each with its canonical bytes (JSON values delimit
+    themselves): one orjson call and a comparison of each side cost ~10 times less than hashing every item."""
+    prefix = old.value
+    if type(prefix) is not list or len(prefix) > len(value):
+        return False
+    if all(map(operator.is_, prefix, value)):
+        return True
+    if old.big:  # integers beyond 64 bits: orjson cannot encode them (and such lists are rare)
+        return False
+    try:
+        return _canonical(prefix) == _canonical(value[: len(prefix)])
+    except orjson.JSONEncodeError:
+        return False
+
+
+_canonical = partial(orjson.dumps, option=orjson.OPT_SORT_KEYS)
 
 
 def rebased(parts: dict[str, Part] | None, state: Any) -> dict[str, Part] | None:

@@ -106,3 +106,59 @@ def test_the_admin_finds_checkpoints_by_a_piece_of_their_name(admin_client, make
     make_checkpoint(session, {"step": 2}, name="tool_called")
     html = admin_client.get("/admin/checkpoints/checkpoint/?q=EW_REQ").content.decode()
     assert "review_requested" in html and "tool_called" not in html
+
+
+# Every index of the checkpoint table, and a query that reads it (docs/storage.md): an index no query reads costs
+# every insert for nothing. With sequential scans off, as on a table of millions of rows.
+INDEX_READERS = {
+    "checkpoints_checkpoint_pkey": lambda s, t: Checkpoint.objects.filter(pk=t.pk),
+    "checkpoint_seq_per_session": lambda s, t: Checkpoint.objects.for_session(s).filter(seq__gt=1).order_by("seq")[:10],
+    "checkpoints_checkpoint_parent_id": lambda s, t: Checkpoint.objects.filter(parent__in=[t.pk]).order_by(),
+    "checkpoint_session_time": lambda s, t: (
+        Checkpoint.objects.for_session(s).filtered(since=t.created_at, until=t.created_at).order_by()
+    ),
+    "checkpoint_session_name": lambda s, t: Checkpoint.objects.for_session(s).filtered(name="review").order_by(),
+    "checkpoint_session_kind": lambda s, t: Checkpoint.objects.for_session(s).filtered(kind="recovery").order_by(),
+    "checkpoint_idempotency_per_session": lambda s, t: Checkpoint.objects.filter(session=s, idempotency_key="k-1"),
+    "checkpoint_operation": lambda s, t: Checkpoint.objects.filter(operation_id="op-1").order_by(),
+    "checkpoint_branch_start": lambda s, t: Checkpoint.objects.filter(session=s, starts_branch=True).order_by("seq"),
+    "checkpoint_path_start": lambda s, t: Checkpoint.objects.filter(
+        session=s, starts_branch=True, subgraph_hop=False
+    ).order_by("seq"),
+    "checkpoint_trouble": lambda s, t: Checkpoint.objects.filter(sessions.TROUBLE, session=s).order_by("seq"),
+}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("index", INDEX_READERS)
+def test_each_index_of_the_checkpoint_table_is_read_by_its_query(make_session, make_checkpoint, index):
+    session = make_session()
+    for step in range(1, 40):
+        target = make_checkpoint(session, {"step": step}, name="review" if step % 10 == 0 else "")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE checkpoints_checkpoint")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+    assert index in INDEX_READERS[index](session, target).explain()
+
+
+@pytest.mark.postgres
+def test_the_checkpoint_tables_indexes_are_the_ones_accounted_for(db):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'checkpoints_checkpoint'")
+        names = {row[0].rsplit("_", 1)[0] if "parent_id" in row[0] else row[0] for row in cursor.fetchall()}
+    assert names == set(INDEX_READERS)
+
+
+@pytest.mark.postgres
+def test_deleting_a_checkpoint_checks_its_children_through_the_parent_index(make_session, make_checkpoint):
+    """The foreign key's own check (PostgreSQL's referential trigger) when a parent row goes: without the index,
+    every deletion by retention would scan the table."""
+    session = make_session()
+    target = make_checkpoint(session, {"step": 1})
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(
+            "EXPLAIN SELECT 1 FROM ONLY checkpoints_checkpoint x WHERE parent_id = %s FOR KEY SHARE", [target.pk]
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "checkpoints_checkpoint_parent_id" in plan

@@ -408,3 +408,28 @@ def test_restore_preview_lists_each_forgotten_tool_call_once(make_session, make_
     preview = services.restore_preview(target)
     assert preview.forgotten_tool_calls == [{**call, "result": "3 hits", "success": True}]
     assert preview.discards == Discards(checkpoints=1, tool_calls=1) and preview.head.seq == 2
+
+
+def test_a_batch_is_stored_in_its_order_with_its_text_and_parents_as_sent(make_session):
+    """PostgreSQL inserts a batch as one array a column: each row gets its own id, its parent (stored in the same
+    statement) and its text, NULs and the escape character included, exactly as sent."""
+    session = make_session()
+    items = [
+        CheckpointInput(
+            state={"n": i},
+            name=f"n\x00{i}",
+            status_reason="r\ue000e",
+            metadata={"k": "a\x00b"},
+            idempotency_key=f"k{i}",
+        )
+        for i in range(3)
+    ]
+    items.append(CheckpointInput(state={"n": 9}, parent_key="k0", step=-1))
+    results = services.ingest_checkpoints([(session, items)])
+    rows = list(Checkpoint.objects.filter(session=session).order_by("seq"))
+    assert [checkpoint.pk for checkpoint, _ in results] == [row.pk for row in rows]
+    assert [row.name for row in rows] == ["n\x000", "n\x001", "n\x002", ""]
+    assert {row.status_reason for row in rows[:3]} == {"r\ue000e"} and rows[0].metadata == {"k": "a\x00b"}
+    assert [row.parent_id for row in rows] == [None, rows[0].pk, rows[1].pk, rows[0].pk]
+    assert rows[3].starts_branch and rows[3].step == -1
+    assert [store.load_shared(bytes(row.root)) for row in rows] == [{"n": 0}, {"n": 1}, {"n": 2}, {"n": 9}]

@@ -80,6 +80,42 @@ def test_a_state_another_process_stored_is_replayed_from_the_one_held_and_the_ne
     assert saved.state_hash == store.state_digest(chat(302))
 
 
+def test_a_whole_state_of_new_objects_hashes_only_the_items_it_adds(monkeypatch):
+    """An agent sends its whole state each time (over HTTP: parsed anew): its list items are new objects, yet
+    equal in canonical JSON to the ones stored, so only the new items are hashed (and the walk does not compare the
+    others item by item)."""
+    first = store.save_state(chat(300))
+    hashed: list[int] = []
+    digest = digests.digest
+    monkeypatch.setattr(digests, "digest", lambda data: hashed.append(len(data)) or digest(data))
+    saved = store.save_state(jsoncodec.loads(canonical(chat(302))), base=first.root)
+    assert sum(hashed) < 5_000 < saved.raw_bytes // 20  # two messages, the progress (and the patch's node)
+    assert saved.state_hash == store.state_digest(chat(302))
+    assert store.load_state(saved.root) == chat(302)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda messages: messages[10].update(id=1),  # an item changed in place: the same list object
+        lambda messages: messages[10].update(n=True),  # `==` cannot tell 1 from True, nor 1.0: the bytes can
+        lambda messages: messages[10].update(n=1.0),
+        lambda messages: messages.insert(0, {"type": "human"}),
+        lambda messages: messages.pop(0),
+    ],
+)
+def test_a_whole_state_whose_old_items_changed_is_stored_exactly(change):
+    state = chat(300)
+    state["messages"][10]["n"] = 1
+    first = store.save_state(state)
+    change(state["messages"])  # the agent's own objects, changed in place since it sent them
+    state["messages"].append({"type": "ai", "content": "new"})
+    saved = store.save_state(state, base=first.root)
+    assert saved.state_hash == store.state_digest(jsoncodec.loads(canonical(state))) != first.state_hash
+    store.cache.clear()
+    assert canonical(store.load_state(saved.root)) == canonical(state)
+
+
 @pytest.mark.parametrize(
     "other",
     [
