@@ -712,16 +712,24 @@ def vacuum(tables: Iterable[str]) -> None:
 @transaction.atomic
 def dismiss_finding(finding: SecretFinding, *, actor: Actor, reason: str) -> SecretFinding:
     """Close a finding without purging (a test key, a false positive, a key already revoked), with a reason,
-    audited. Its value stays in the states; masking goes on matching its fingerprint."""
+    audited — and the project's other open findings of the same value (one row of the Secrets page: the value, in
+    every session it was found in). Its value stays in the states; masking goes on matching its fingerprint."""
     reason = (reason or "").strip()
     if not reason:
         raise InvalidInput("reason", "say why the finding is closed")
     if finding.closed_at is not None:
         raise InvalidInput("finding", f"already closed ({finding.closed_as})")
     now = timezone.now()
-    SecretFinding.objects.filter(pk=finding.pk).update(
-        closed_at=now, closed_as=FindingClosed.DISMISSED, closed_by=actor.label, close_reason=reason
+    same_value = Q(pk=finding.pk) | Q(
+        project_id=finding.project_id, detector=finding.detector, fingerprint=finding.fingerprint
     )
+    closed = (
+        SecretFinding.objects.filter(same_value)
+        .open()
+        .update(closed_at=now, closed_as=FindingClosed.DISMISSED, closed_by=actor.label, close_reason=reason)
+    )
+    if not closed:  # closed meanwhile by another request or a purge
+        raise InvalidInput("finding", "already closed")
     finding.closed_at, finding.closed_as, finding.closed_by, finding.close_reason = (
         now,
         FindingClosed.DISMISSED,
@@ -734,6 +742,6 @@ def dismiss_finding(finding: SecretFinding, *, actor: Actor, reason: str) -> Sec
         project=Project(pk=finding.project_id),
         target=f"finding {finding.pk} ({finding.detector})",
         reason=reason,
-        details={"finding": finding.pk, "fingerprint": finding.fingerprint[:12]},
+        details={"finding": finding.pk, "fingerprint": finding.fingerprint[:12], "findings": closed},
     )
     return finding
