@@ -170,8 +170,8 @@ def _token(world: World) -> list[Page]:
 
 
 def _finding(world: World) -> list[Page]:
-    """The reveal form of the first finding; the demo plants no secret, so without one the page answers 404
-    (people without reveal_secrets, every role: 403)."""
+    """The reveal (or dismiss) form of the first finding; the demo plants no secret, so without one the page answers
+    404 (people without reveal_secrets, every role: 403; the dismiss form is the operators')."""
     from checkpoints.models import SecretFinding
 
     found = SecretFinding.objects.select_related("project").order_by("pk").first()
@@ -249,6 +249,7 @@ ROUTES: dict[str, Callable[[World], list[Page]]] = {
     "tokens": _projects,
     "secrets": _projects,
     "secret_reveal": _finding,
+    "secret_dismiss": _finding,
     "purge_new": _projects,
     # the demo asks for no purge: the page of one that is not there (a purge's own page is two queries)
     "purge_detail": lambda world: [Page((world.projects[0].slug, 1))],

@@ -337,18 +337,21 @@ def run_service(report: Report, steps: int, seed: int) -> tuple[Any, AgentSessio
 def run_secrets(report: Report, steps: int, seed: int) -> None:
     """(f) The same workload with and without the secret scan, in one run: two sessions of the same statistics
     (seeds `seed` and `seed + 1`: no chunk shared between them), their creates interleaved step by step so that the
-    machine's load falls on both alike, the order flipped every step. The window is the last WINDOW steps."""
+    machine's load falls on both alike. The scan takes turns: at each step one session's create is scanned and the
+    other's is not, swapped every step (a scan reads only what its create adds, so a session scanned every other
+    step costs what a scanned one does), and which goes first flips every two steps: each arm holds both sessions'
+    steps alike, in both positions, and the difference of the two is the scan's. The window is the last WINDOW
+    steps."""
     from django.conf import settings
 
     from checkpoints import services
     from checkpoints.store import secrets as scanner
 
     project = services.get_or_create_project("bench")
-    sessions = {
-        scan: services.upsert_session(project, external_id=f"secrets-{scan}-{seed}-{RUN}", agent="coder-7")[0]
-        for scan in (True, False)
-    }
-    workloads = {True: AgentSessionWorkload(seed), False: AgentSessionWorkload(seed + 1)}
+    sessions = [
+        services.upsert_session(project, external_id=f"secrets-{which}-{seed}-{RUN}", agent="coder-7")[0]
+        for which in (0, 1)
+    ]
     latencies: dict[bool, list[float]] = {True: [], False: []}
     scan_seconds: list[float] = []  # each call's
     per_create: list[float] = []  # the scans of one scanned create (its state and its metadata) together
@@ -363,16 +366,17 @@ def run_secrets(report: Report, steps: int, seed: int) -> None:
 
     scanner.scan = timed_scan  # type: ignore[assignment]
     say(f"(f) secret scan: {steps} steps with and without, interleaved")
-    steps_of = {scan: workloads[scan].steps(steps) for scan in (True, False)}
+    steps_of = [AgentSessionWorkload(seed).steps(steps), AgentSessionWorkload(seed + 1).steps(steps)]
     try:
         for number in range(1, steps + 1):
-            for scan in (True, False) if number % 2 else (False, True):
-                step = next(steps_of[scan])
+            for which in (0, 1) if (number // 2) % 2 else (1, 0):
+                scan = (which == 0) == (number % 2 == 1)
+                step = next(steps_of[which])
                 item = services.CheckpointInput(state=step.state, name="step", step=step.number)
                 settings.SECRETS_SCAN = scan
                 calls = len(scan_seconds)
                 start = time.perf_counter()
-                services.create_checkpoint(sessions[scan], item)
+                services.create_checkpoint(sessions[which], item)
                 latencies[scan].append(time.perf_counter() - start)
                 if scan:
                     per_create.append(sum(scan_seconds[calls:]))

@@ -58,7 +58,7 @@ from .services import (
 from .services.logins import reset_login_attempts
 from .services.memberships import revoke_membership, save_membership
 from .services.typeguard import parse_allowlist, set_type_allowlist
-from .store import jsoncodec
+from .store import jsoncodec, masking
 from .store.tallies import SESSION_FIELDS
 
 STATE_PREVIEW_BYTES = 20_000
@@ -127,6 +127,44 @@ class BigTableAdmin(admin.ModelAdmin):
     show_full_result_count = False
     show_facets = ShowFacets.NEVER
     list_per_page = 50  # 100 rows of checkpoints weighed 106–126 kB: a first view stays under 100 kB (#23 item 7)
+
+
+class MaskedAdmin(admin.ModelAdmin):
+    """Rows that quote states, shown to staff as the console shows them to people (docs/secrets.md, "Masking"):
+    the project's found values masked in `masked_in_list` on the list and in `masked` on the row's page. Masked in
+    memory, on admins that save nothing (`has_change_permission` is False): a masked text is never written back."""
+
+    masked: tuple[str, ...] = ()
+    masked_in_list: tuple[str, ...] = ()
+
+    def project_id_of(self, obj: Any) -> int | None:
+        return getattr(obj, "project_id", None)
+
+    def mask(self, rows: list[Any], names: tuple[str, ...]) -> None:
+        if not rows or not names:
+            return
+        projects = [self.project_id_of(row) for row in rows]
+        maskers = masking.for_projects(pk for pk in projects if pk is not None)
+        for row, project_id in zip(rows, projects, strict=True):
+            shown = maskers.get(project_id) if project_id is not None else None
+            if shown is not None and shown.active:
+                for name in names:
+                    setattr(row, name, shown.json(getattr(row, name)))
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
+        row = super().get_object(request, object_id, from_field)
+        if row is not None:
+            self.mask([row], self.masked)
+        return row
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        changelist = super().get_changelist_instance(request)
+        changelist.result_list = list(changelist.result_list)
+        self.mask(changelist.result_list, self.masked_in_list)
+        return changelist
 
 
 def _actor(request: HttpRequest) -> Actor:
@@ -319,7 +357,7 @@ class AgentSessionAdmin(BigTableAdmin):
 
 
 @admin.register(models.Checkpoint)
-class CheckpointAdmin(BigTableAdmin):
+class CheckpointAdmin(MaskedAdmin, BigTableAdmin):
     list_display = ["id", "session", "seq", "name", "kind", "status", "pinned", "step", "created_at", "raw_bytes"]
     list_display_links = ["id", "seq"]
     list_filter = [
@@ -382,6 +420,8 @@ class CheckpointAdmin(BigTableAdmin):
         "state",
     )
     actions = ["pin", "unpin", "delete_safely"]
+    masked = ("name", "status_reason", "metadata")
+    masked_in_list = ("name",)
 
     class Media:
         css = {"all": ["console/admin.css"]}  # the state preview's box: no inline styles under the CSP
@@ -389,12 +429,17 @@ class CheckpointAdmin(BigTableAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[models.Checkpoint]:
         return super().get_queryset(request).defer("metadata", "status_reason", "root", "state_hash")
 
+    def project_id_of(self, checkpoint: models.Checkpoint) -> int:
+        return checkpoint.session.project_id
+
     def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
         queryset = models.Checkpoint.objects.select_related("session__project")
         try:
-            return queryset.get(pk=int(object_id))
+            checkpoint = queryset.get(pk=int(object_id))
         except (ValueError, models.Checkpoint.DoesNotExist):
             return None
+        self.mask([checkpoint], self.masked)
+        return checkpoint
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         actions = super().get_actions(request)
@@ -403,9 +448,6 @@ class CheckpointAdmin(BigTableAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # checkpoints come from agents and imports
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # immutable: pin and unpin are actions
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         if obj is not None and cleanup.is_protected(obj):
@@ -444,7 +486,8 @@ class CheckpointAdmin(BigTableAdmin):
             data = store.load_state_json(bytes(checkpoint.root))
         except store.StateNotFound:
             return "(state missing from the store)"
-        text = jsoncodec.dumps(jsoncodec.loads(data), option=orjson.OPT_INDENT_2).decode()
+        shown = masking.for_project(checkpoint.session.project)
+        text = jsoncodec.dumps(shown.json(jsoncodec.loads(data)), option=orjson.OPT_INDENT_2).decode()
         note = ""
         if len(text) > STATE_PREVIEW_BYTES:
             note = f"\n… truncated: {len(text):,} characters in all; the full state is in the console and the API."
@@ -573,7 +616,9 @@ class PhaseFeedbackAdmin(admin.ModelAdmin):
 
 
 @admin.register(models.DriftAlert)
-class DriftAlertAdmin(BigTableAdmin):
+class DriftAlertAdmin(MaskedAdmin, BigTableAdmin):
+    """Read here, changed by the actions (the alert services, audited)."""
+
     list_display = ["id", "session", "kind", "severity", "state", "opened_at", "acknowledged_by", "resolved_at"]
     list_filter = [
         "state",
@@ -587,6 +632,10 @@ class DriftAlertAdmin(BigTableAdmin):
     list_select_related = ["session__project", "acknowledged_by"]
     date_hierarchy = "opened_at"
     actions = ["acknowledge", "resolve"]
+    masked = ("message", "evidence")
+
+    def project_id_of(self, alert: models.DriftAlert) -> int:
+        return alert.session.project_id
 
     @admin.action(description="Acknowledge selected alerts")
     def acknowledge(self, request: HttpRequest, queryset: QuerySet[models.DriftAlert]) -> None:
@@ -789,8 +838,11 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(models.AuditEvent)
-class AuditEventAdmin(ReadOnlyAdmin, BigTableAdmin):
+class AuditEventAdmin(ReadOnlyAdmin, MaskedAdmin, BigTableAdmin):
     """Append-only: nothing here adds, changes or deletes an audit row."""
+
+    masked = ("target", "reason", "details")
+    masked_in_list = ("target", "reason")  # masked before short_target/short_reason cut them
 
     list_display = ["created_at", "actor", "action", "project", "short_target", "short_reason"]
     list_filter = ["action", "project", ("created_at", admin.DateFieldListFilter)]
@@ -875,8 +927,10 @@ class LoginAttemptAdmin(AccessAttemptAdmin):
 
 
 @admin.register(models.Event)
-class EventAdmin(ReadOnlyAdmin, BigTableAdmin):
+class EventAdmin(ReadOnlyAdmin, MaskedAdmin, BigTableAdmin):
     """What happened, as receivers got it: read-only (deleted after DELIVERY_KEEP_DAYS)."""
+
+    masked = ("data",)
 
     list_display = ["created_at", "type", "project", "dedupe_key"]
     list_filter = ["type", "project"]

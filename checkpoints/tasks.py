@@ -37,7 +37,8 @@ def run_recovery(recovery_id: int) -> dict[str, Any]:
 
 @shared_task(name=names.RUN_PURGE.name, acks_late=True, time_limit=6 * 3600, soft_time_limit=6 * 3600 - 100)
 def run_purge(purge_id: int) -> dict[str, Any]:
-    """A purge (docs/purges.md): the id only; the value waits in the database, never in the broker."""
+    """A purge (docs/purges.md): the id only; the value waits in the database, never in the broker. acks_late: a
+    killed worker's message is redelivered, and the sweep requeues it anyway."""
     return purges.run(purge_id)
 
 
@@ -91,12 +92,14 @@ DELIVERY_SWEEP = names.SEND_DUE_DELIVERIES.job
 @shared_task(name=names.SEND_DUE_DELIVERIES.name, acks_late=True)
 def send_due_deliveries(triggered_by: str = "beat") -> dict[str, Any]:
     """Every minute: queue the deliveries whose next attempt is due, the uploads' imports that a broker
-    outage left unsent and the fleet recoveries whose worker stopped beating; recorded as every job's runs are (the Jobs page reads them)."""
+    outage left unsent, and the fleet recoveries and purges whose worker stopped beating; recorded as every job's
+    runs are (the Jobs page reads them)."""
 
     def sweep() -> dict[str, Any]:
         imports = resend_unsent(import_archive.delay)
         stalled = recoveries.requeue_stalled(run_recovery.delay)
-        return {"deliveries": deliveries.send_due(), "imports": imports, "recoveries": stalled}
+        purged = purges.requeue_stalled(run_purge.delay)
+        return {"deliveries": deliveries.send_due(), "imports": imports, "recoveries": stalled, "purges": purged}
 
     return run_job(DELIVERY_SWEEP, sweep, triggered_by=triggered_by).result
 

@@ -388,15 +388,26 @@ class ProjectSettingsForm(forms.Form):
             raise forms.ValidationError(str(exc).removeprefix("type_allowlist: ")) from None
 
 
+def required_reason(label: str, help_text: str) -> forms.CharField:
+    """A one-line reason a secret's form requires (kept in the audit log)."""
+    widget = forms.TextInput(attrs={"autocomplete": "off"})
+    return forms.CharField(max_length=REASON_MAX, strip=True, label=label, help_text=help_text, widget=widget)
+
+
 class RevealForm(forms.Form):
     """Why a person needs to see a found value: required, kept in the audit log."""
 
-    reason = forms.CharField(
-        max_length=REASON_MAX,
-        strip=True,
-        label="Why do you need to see it?",
-        help_text="Kept in the audit log with your name and the finding (never the value).",
-        widget=forms.TextInput(attrs={"autocomplete": "off"}),
+    reason = required_reason(
+        "Why do you need to see it?", "Kept in the audit log with your name and the finding (never the value)."
+    )
+
+
+class DismissFindingForm(forms.Form):
+    """Why a found value is closed without a purge: required, kept with the finding and in the audit log."""
+
+    reason = required_reason(
+        "Why is it not a secret to purge?",
+        "A test key, a false positive, a key already rotated. Kept in the audit log with your name.",
     )
 
 

@@ -81,6 +81,7 @@ urlpatterns = [
     path("projects/<slug:slug>/settings/", project_settings.project_settings, name="project_settings"),
     path("projects/<slug:slug>/secrets/", secrets.secrets, name="secrets"),
     path("projects/<slug:slug>/secrets/<id:pk>/reveal/", secrets.secret_reveal, name="secret_reveal"),
+    path("projects/<slug:slug>/secrets/<id:pk>/dismiss/", secrets.secret_dismiss, name="secret_dismiss"),
     path("projects/<slug:slug>/purges/new/", purges.purge_new, name="purge_new"),
     path("projects/<slug:slug>/purges/<id:pk>/", purges.purge_detail, name="purge_detail"),
     path("tokens/", tokens.token_projects, name="token_projects"),

@@ -217,7 +217,7 @@ class SessionOut(Schema):
     last_seq: int
     checkpoint_count: int
     raw_bytes: int
-    stored_bytes: int
+    stored_bytes: int | None = Field(description="null for a read-only token in a project where secrets were found")
     created_at: datetime
     updated_at: datetime
     last_seen_at: datetime | None
@@ -235,7 +235,7 @@ class SummaryOut(Schema):
     session: str
     checkpoint_count: int
     raw_bytes: int
-    stored_bytes: int
+    stored_bytes: int | None = Field(description="null for a read-only token in a project where secrets were found")
     by_name: dict[str, int]
     by_kind: dict[str, int]
     by_status: dict[str, int]
@@ -310,12 +310,18 @@ def session_dict(session: AgentSession, shown: Masker = AS_IT_IS) -> dict[str, A
         "forked_from": session.forked_from_id,
         "restore_generation": session.restore_generation,
         "last_seq": session.last_seq,
-        **tallies.session_totals(session),
+        **_sizes(tallies.session_totals(session), shown),
         "created_at": session.created_at,
         "updated_at": session.updated_at,
         "last_seen_at": session.last_seen_at,
         "metadata": shown.json(session.metadata),
     }
+
+
+def _sizes(totals: dict[str, Any], shown: Masker) -> dict[str, Any]:
+    """A session's totals; with `shown` active, no stored size: how little a session stored tells that its content
+    is stored already, in another project too (as a checkpoint's `stored_bytes` would)."""
+    return {**totals, "stored_bytes": None} if shown.active else totals
 
 
 def _checkpoint(request: HttpRequest, checkpoint_id: int) -> Checkpoint:
@@ -355,10 +361,10 @@ def get_session(request: HttpRequest, external_id: str) -> Any:
 
 @router.get("/sessions/{external_id}/summary", response={200: SummaryOut, **ERRORS}, tags=["sessions"])
 def get_summary(request: HttpRequest, external_id: str) -> Any:
-    session = _session(request, external_id)
-    summary = tallies.session_summary(session)
+    session, shown = _session(request, external_id), _reader(request)
+    summary = _sizes(tallies.session_summary(session), shown)
     for end in ("first", "last"):
-        summary[end] = checkpoint_dict(summary[end], external_id, _reader(request)) if summary[end] else None
+        summary[end] = checkpoint_dict(summary[end], external_id, shown) if summary[end] else None
     return {"session": external_id, **summary}
 
 

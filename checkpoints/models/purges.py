@@ -55,6 +55,14 @@ class Purge(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     error = SafeTextField(blank=True)
+    worker = models.CharField(max_length=200, blank=True, help_text="The worker running it (host:pid:token).")
+    heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Refreshed while its worker is alive.")
+    attempts = models.PositiveSmallIntegerField(default=0, help_text="Runs started: more than one after a worker died.")
+    rewritten_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the rewrite committed: a run after that only deletes the value and vacuums.",
+    )
 
     objects = PurgeQuerySet.as_manager()
 

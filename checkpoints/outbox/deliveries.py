@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from ..audit import Actor, record_audit
 from ..models import Delivery, DeliveryStatus, Event
+from ..store import masking
 from ..task_names import SEND_DELIVERY
 from . import channels
 from .outcome import Outcome
@@ -70,6 +71,14 @@ def _send(delivery: Delivery) -> Outcome:
         return Outcome(ok=False, error=describe(exc))
 
 
+def _mask_again(event: Event) -> None:
+    """The body masked once more as it leaves (in memory; the stored event is left as it is): it was masked when
+    published, but a value found since — in a checkpoint stored after the event, a retry hours later — is masked
+    too. One query (two when the project has findings) an attempt."""
+    if event.project_id is not None:
+        event.data = masking.for_projects({event.project_id})[event.project_id].json(event.data)
+
+
 def next_attempt_after(attempts: int, now: datetime) -> datetime | None:
     """When to try again after `attempts` failed attempts, or None when they are spent."""
     if attempts >= settings.WEBHOOK_MAX_ATTEMPTS:
@@ -97,6 +106,7 @@ def attempt(delivery_id: Any, *, retry: bool = True, now: datetime | None = None
     delivery: Delivery = Delivery.objects.select_related("event", "endpoint", "rule").get(pk=delivery_id)
     if not claimed:
         return delivery
+    _mask_again(delivery.event)
     outcome = _send(delivery)
     spent = outcome.ok or not retry or bool(_not_sendable(delivery))
     retry_at = None if spent else next_attempt_after(delivery.attempts, now)

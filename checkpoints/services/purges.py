@@ -16,6 +16,11 @@ fingerprint, never the value — and queues its job; the value waits in `PurgeVa
    old chunks deleted at once, the sessions' findings of the value closed, and each project audited.
 4. Outside the transaction (PostgreSQL): VACUUM of the tables it changed, so dead rows do not keep the value.
 
+A worker that dies midway (killed, out of memory) stops beating (`beat_purge`, from the job's heartbeat thread):
+the every-minute sweep (`requeue_stalled`) queues the purge again, and the next run starts over. Nothing is lost by
+that: before the rewrite commits, history is as it was and the value still waits in `PurgeValue`; once it has
+committed (`rewritten_at`, set in the same transaction), a run only deletes the value, vacuums and finishes.
+
 Not undoable: nothing keeps the value.
 """
 
@@ -24,13 +29,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Model, Q, TextField
-from django.db.models.functions import Cast
+from django.db.models import F, Model, Q, TextField, Value
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from .. import store
 from ..audit import Actor, InvalidInput, record_audit
@@ -60,6 +66,7 @@ from ..store import jsoncodec, purging
 from ..store import secrets as scanner
 from ..store.diff import format_path
 from ..store.previews import preview_of
+from .fleet import stale_after
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +76,7 @@ MAX_SESSIONS = 1000
 _FLUSH_EVERY = 50
 _LOCK_ROUNDS = 5
 _WRITE_MARGIN = timedelta(minutes=1)
+INLINE = "inline"  # the holder of a run in the asking process (the console's preview), not a worker's
 
 
 class PurgeNotRunnable(InvalidInput):
@@ -190,6 +198,7 @@ def start_purge(
             created_by=actor.user,
             token=actor.token,
             actor=actor.label,
+            heartbeat_at=timezone.now(),  # a message the broker lost is sent again by the sweep once this is stale
         )
         PurgeValue.objects.create(purge=purge, value=value)
         details = {"purge": purge.pk, "detector": purge.detector, "fingerprint": purge.fingerprint[:12]}
@@ -202,8 +211,16 @@ def start_purge(
             details={**details, "sessions": len(names)},
         )
         if start is not None:
-            transaction.on_commit(lambda: start(purge.pk), robust=True)
+            transaction.on_commit(lambda: _send(purge.pk, start), robust=True)
     return purge
+
+
+def _send(purge_id: int, start: Callable[[int], object]) -> None:
+    """Queue the job; a broker that refuses leaves it queued for the sweep (`requeue_stalled`)."""
+    try:
+        start(purge_id)
+    except BrokerUnreachable as exc:
+        logger.warning("purge %s not queued, the broker is unreachable (the sweep resends it): %s", purge_id, exc)
 
 
 def preview_purge(project: Project, *, actor: Actor, **asked: Any) -> Purge:
@@ -226,28 +243,90 @@ class _Reach:
     checkpoints: list[tuple[int, int, int, int | None, bytes]] = field(default_factory=list)  # id, session, seq…
 
 
-def run_purge(purge_id: int) -> dict[str, Any]:
-    """Claim a queued purge and run it; a purge another worker claimed (or that ended) changes nothing."""
-    now = timezone.now()
-    if not Purge.objects.filter(pk=purge_id, state=PurgeState.QUEUED).update(
-        state=PurgeState.RUNNING, started_at=now, phase="reading the store"
-    ):
+@dataclass
+class Progress:
+    """How far a run is, written by its heartbeat (`beat_purge`): the rewrite is one transaction, so what it wrote
+    to the purge's row would be seen by nobody before it commits, and would hold the row the heartbeat moves."""
+
+    phase: str = "reading the store"
+    total: int = 0
+    done: int = 0
+
+
+def claim_purge(purge_id: int, *, holder: str, now: datetime | None = None) -> bool:
+    """Take the purge for this worker: a queued one, or a running one whose worker stopped beating (a conditional
+    UPDATE, so of two workers one wins). A finished or failed purge is never taken again."""
+    now = now or timezone.now()
+    free = Q(state=PurgeState.QUEUED) | Q(state=PurgeState.RUNNING, heartbeat_at__lt=now - stale_after())
+    return bool(
+        Purge.objects.filter(free, pk=purge_id).update(
+            state=PurgeState.RUNNING,
+            worker=holder,
+            heartbeat_at=now,
+            started_at=Coalesce(F("started_at"), Value(now)),
+            attempts=F("attempts") + 1,
+            phase=Progress.phase,
+        )
+    )
+
+
+def beat_purge(purge_id: int, *, holder: str, progress: Progress, now: datetime | None = None) -> None:
+    """Proof of life, while this worker still holds the purge, with how far it is."""
+    Purge.objects.filter(pk=purge_id, worker=holder, state=PurgeState.RUNNING).update(
+        heartbeat_at=now or timezone.now(), phase=progress.phase, total=progress.total, done=progress.done
+    )
+
+
+def requeue_stalled(start: Callable[[int], object], *, now: datetime | None = None, limit: int = 100) -> int:
+    """Queue again the purges whose worker stopped beating (killed, out of memory) or whose message never reached
+    a worker; how many. Each is taken first by moving its heartbeat (a conditional UPDATE), so two sweeps never
+    queue one twice; the job then claims it afresh. (A purge of before the heartbeat has none: its age counts.)"""
+    now = now or timezone.now()
+    cutoff = now - stale_after()
+    silent = Purge.objects.filter(state__in=[PurgeState.QUEUED, PurgeState.RUNNING]).filter(
+        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, created_at__lt=cutoff)
+    )
+    sent = 0
+    for pk, beat in silent.values_list("pk", "heartbeat_at")[:limit]:
+        same = Q(heartbeat_at=beat) if beat is not None else Q(heartbeat_at__isnull=True)
+        if Purge.objects.filter(same, pk=pk, state__in=[PurgeState.QUEUED, PurgeState.RUNNING]).update(
+            state=PurgeState.QUEUED, worker="", heartbeat_at=now
+        ):
+            logger.warning("purge %s: no sign of its worker since %s, queued again", pk, beat)
+            _send(pk, start)
+            sent += 1
+    return sent
+
+
+def run_purge(purge_id: int, *, holder: str = INLINE, progress: Progress | None = None) -> dict[str, Any]:
+    """Claim a purge and run it; a purge another live worker holds (or that ended) changes nothing. A run after one
+    whose worker died starts over, or only finishes if that one's rewrite had committed (the module's docstring)."""
+    if not claim_purge(purge_id, holder=holder):
         return {"claimed": False}
+    progress = progress or Progress()
     purge = Purge.objects.select_related("project").get(pk=purge_id)
     value = PurgeValue.objects.filter(purge=purge).values_list("value", flat=True).first()
+    result: dict[str, Any]
     try:
-        if value is None:
+        if purge.rewritten_at is not None:
+            result = {"claimed": True, "resumed": True, "tables": _tables_a_purge_changes()}
+        elif value is None:
             raise PurgeNotRunnable("value", "the value is gone (a purge runs once): ask again")
-        result = _preview(purge, value) if purge.dry_run else _purge(purge, value)
+        else:
+            result = _preview(purge, value) if purge.dry_run else _purge(purge, value, progress)
     except Exception as exc:
         logger.exception("purge %s failed", purge_id)
         message = str(exc) if isinstance(exc, InvalidInput) else f"stopped on an internal error: {type(exc).__name__}"
-        Purge.objects.filter(pk=purge_id).update(state=PurgeState.FAILED, finished_at=timezone.now(), error=message)
+        Purge.objects.filter(pk=purge_id, worker=holder).update(
+            state=PurgeState.FAILED, finished_at=timezone.now(), error=message
+        )
         PurgeValue.objects.filter(purge_id=purge_id).delete()
         raise
     PurgeValue.objects.filter(purge_id=purge_id).delete()
     vacuum(["checkpoints_purgevalue", *result.pop("tables", [])])
-    Purge.objects.filter(pk=purge_id).update(state=PurgeState.FINISHED, finished_at=timezone.now(), phase="")
+    Purge.objects.filter(pk=purge_id, worker=holder).update(
+        state=PurgeState.FINISHED, finished_at=timezone.now(), phase=""
+    )
     return result
 
 
@@ -349,41 +428,59 @@ def _counts(purge: Purge, reach: _Reach) -> dict[str, Any]:
     }
 
 
-def _purge(purge: Purge, value: str) -> dict[str, Any]:
+def _purge(purge: Purge, value: str, progress: Progress) -> dict[str, Any]:
     started = timezone.now() - _WRITE_MARGIN  # a chunk is stamped when queued, a little before it is inserted
     scan = purging.scan_store(value)
     placeholder = purge.placeholder
-    with transaction.atomic():
-        locked: set[int] = set()
-        for _ in range(_LOCK_ROUNDS):
-            reach = _reach(purge, scan)
-            wanted = {row[1] for row in reach.checkpoints} | _sessions_in_scope(purge)
-            if wanted <= locked:
-                break
-            list(AgentSession.objects.select_for_update().filter(pk__in=wanted - locked).order_by("pk").values("pk"))
-            locked |= wanted
-            # chunks written since the scan (a checkpoint stored meanwhile on a head about to be rewritten)
-            fresh = Chunk.objects.filter(created_at__gte=started).values_list("hash", flat=True)
-            purging.scan_store(value, [bytes(key) for key in fresh], into=scan)
-            started = timezone.now() - _WRITE_MARGIN
-        counts = _counts(purge, reach)
-        Purge.objects.filter(pk=purge.pk).update(**counts, total=len(reach.checkpoints), phase="rewriting")
-        roots = _rewrite_checkpoints(purge, reach, value, placeholder)
-        sessions = {row[1] for row in reach.checkpoints} | _sessions_in_scope(purge) | _naming(reach.chunks)
-        _rewrite_live_states(sessions, reach, roots, value, placeholder)
-        scrubbed, tables = _scrub(purge, sessions, value, placeholder)
-        deleted = purging.delete_chunks(reach.chunks | reach.orphans)
-        AgentSession.objects.filter(pk__in=sessions).update(purge_generation=purge.pk)
-        closed = _close_findings(purge, sessions)
-        Purge.objects.filter(pk=purge.pk).update(chunks_deleted=deleted, rows_scrubbed=scrubbed, phase="vacuuming")
-        _audit(purge, reach, closed)
-    store.cache.clear()
+    try:
+        with transaction.atomic():
+            reach = _locked_reach(purge, scan, value, started)
+            counts = _counts(purge, reach)
+            progress.phase, progress.total = "rewriting", len(reach.checkpoints)
+            roots = _rewrite_checkpoints(reach, value, placeholder, progress)
+            sessions = {row[1] for row in reach.checkpoints} | _sessions_in_scope(purge) | _naming(reach.chunks)
+            _rewrite_live_states(sessions, reach, roots, value, placeholder)
+            scrubbed, tables = _scrub(purge, sessions, value, placeholder)
+            deleted = purging.delete_chunks(reach.chunks | reach.orphans)
+            AgentSession.objects.filter(pk__in=sessions).update(purge_generation=purge.pk)
+            closed = _close_findings(purge, sessions)
+            _audit(purge, reach, closed)
+            progress.phase, progress.done = "vacuuming", len(reach.checkpoints)
+            # the purge's own row last (the heartbeat moves it): held only while this transaction commits
+            Purge.objects.filter(pk=purge.pk).update(
+                **counts,
+                total=len(reach.checkpoints),
+                done=len(reach.checkpoints),
+                chunks_deleted=deleted,
+                rows_scrubbed=scrubbed,
+                phase=progress.phase,
+                rewritten_at=timezone.now(),
+            )
+    finally:
+        store.cache.clear()  # states written by a rewrite that rolled back must not be read from memory either
     store.cache.generation = max(store.cache.generation, purge.pk)
     tables = sorted({Chunk._meta.db_table, Checkpoint._meta.db_table, AgentSession._meta.db_table, *tables})
     return {"claimed": True, **counts, "chunks_deleted": deleted, "rows_scrubbed": scrubbed, "tables": tables}
 
 
-def _rewrite_checkpoints(purge: Purge, reach: _Reach, value: str, placeholder: str) -> dict[bytes, bytes]:
+def _locked_reach(purge: Purge, scan: purging.StoreScan, value: str, started: datetime) -> _Reach:
+    """The reach, with every session it rewrites locked (step 3 of the module's docstring)."""
+    locked: set[int] = set()
+    for _ in range(_LOCK_ROUNDS):
+        reach = _reach(purge, scan)
+        wanted = {row[1] for row in reach.checkpoints} | _sessions_in_scope(purge)
+        if wanted <= locked:
+            break
+        list(AgentSession.objects.select_for_update().filter(pk__in=wanted - locked).order_by("pk").values("pk"))
+        locked |= wanted
+        # chunks written since the scan (a checkpoint stored meanwhile on a head about to be rewritten)
+        fresh = Chunk.objects.filter(created_at__gte=started).values_list("hash", flat=True)
+        purging.scan_store(value, [bytes(key) for key in fresh], into=scan)
+        started = timezone.now() - _WRITE_MARGIN
+    return reach
+
+
+def _rewrite_checkpoints(reach: _Reach, value: str, placeholder: str, progress: Progress) -> dict[bytes, bytes]:
     """Store each checkpoint's state again without the value, against its parent's new root (the same shape:
     patches on keyframes), and update its row. Returns old root → new root."""
     new_roots: dict[bytes, bytes] = {}
@@ -413,10 +510,9 @@ def _rewrite_checkpoints(purge: Purge, reach: _Reach, value: str, placeholder: s
         )
         if done % _FLUSH_EVERY == 0:
             batch.flush()
-            Purge.objects.filter(pk=purge.pk).update(done=done)
+            progress.done = done
     batch.flush()
     Checkpoint.objects.bulk_update(changed, ["root", "state_hash", "raw_bytes", "stored_bytes"], batch_size=500)
-    Purge.objects.filter(pk=purge.pk).update(done=len(reach.checkpoints))
     _refresh_previews(changed)
     return new_roots
 
@@ -498,6 +594,14 @@ _QUOTING_PROJECT: list[tuple[type[Model], str, list[str], list[str]]] = [
     (Event, "project_id", [], ["data"]),
     (Delivery, "event__project_id", ["last_error"], []),
 ]
+
+
+def _tables_a_purge_changes() -> list[str]:
+    """Every table a purge may write the value out of: what a run vacuums when the one before it died after its
+    rewrite committed (which tables that one changed is not known)."""
+    models = [Chunk, Checkpoint, AgentSession, LangGraphCheckpoint, LangGraphWrites]
+    models += [model for model, *_ in (*_QUOTING, *_QUOTING_PROJECT)]
+    return sorted({model._meta.db_table for model in models})
 
 
 def _scrub(purge: Purge, sessions: set[int], value: str, placeholder: str) -> tuple[int, list[str]]:
@@ -608,16 +712,24 @@ def vacuum(tables: Iterable[str]) -> None:
 @transaction.atomic
 def dismiss_finding(finding: SecretFinding, *, actor: Actor, reason: str) -> SecretFinding:
     """Close a finding without purging (a test key, a false positive, a key already revoked), with a reason,
-    audited. Its value stays in the states; masking goes on matching its fingerprint."""
+    audited — and the project's other open findings of the same value (one row of the Secrets page: the value, in
+    every session it was found in). Its value stays in the states; masking goes on matching its fingerprint."""
     reason = (reason or "").strip()
     if not reason:
         raise InvalidInput("reason", "say why the finding is closed")
     if finding.closed_at is not None:
         raise InvalidInput("finding", f"already closed ({finding.closed_as})")
     now = timezone.now()
-    SecretFinding.objects.filter(pk=finding.pk).update(
-        closed_at=now, closed_as=FindingClosed.DISMISSED, closed_by=actor.label, close_reason=reason
+    same_value = Q(pk=finding.pk) | Q(
+        project_id=finding.project_id, detector=finding.detector, fingerprint=finding.fingerprint
     )
+    closed = (
+        SecretFinding.objects.filter(same_value)
+        .open()
+        .update(closed_at=now, closed_as=FindingClosed.DISMISSED, closed_by=actor.label, close_reason=reason)
+    )
+    if not closed:  # closed meanwhile by another request or a purge
+        raise InvalidInput("finding", "already closed")
     finding.closed_at, finding.closed_as, finding.closed_by, finding.close_reason = (
         now,
         FindingClosed.DISMISSED,
@@ -630,6 +742,6 @@ def dismiss_finding(finding: SecretFinding, *, actor: Actor, reason: str) -> Sec
         project=Project(pk=finding.project_id),
         target=f"finding {finding.pk} ({finding.detector})",
         reason=reason,
-        details={"finding": finding.pk, "fingerprint": finding.fingerprint[:12]},
+        details={"finding": finding.pk, "fingerprint": finding.fingerprint[:12], "findings": closed},
     )
     return finding

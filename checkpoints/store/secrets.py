@@ -225,10 +225,43 @@ def masked_form(value: str, detector: str) -> str:
     return f"[masked {detector}{tail}]"
 
 
+# A value a secret-named key holds, quoted in a free text: `password=…`, `"api_key": "…"`, `Authorization: Bearer …`
+# (the key names of SECRET_KEY_NAMES, as a word's end). RE2: linear in the text, whatever it holds.
+_QUOTED_KEYWORD = (
+    r"(?i)(?:token|secret|passw(?:or)?d|passwd|api[_-]?key|access[_-]?key|private[_-]?key|auth|authorization"
+    r"|credentials?)[\"']?\s{0,3}[:=]\s{0,3}[\"']?(?:(?:bearer|basic|token|bot)\s+)?([^\s\"'`]{16}[^\s\"'`]*)"
+)
+_TRAILING = ".,;:)]}>"
+
+
+@lru_cache(maxsize=1)
+def _quoted_keyword() -> Any:
+    return compile_pattern(_QUOTED_KEYWORD)
+
+
+def _quoted_keyword_spans(text: str, fingerprints: Mapping[str, str]) -> Iterator[tuple[int, int, str]]:
+    """Where `text` quotes a value found under a secret-named key (`keyword_entropy`), with the key before it:
+    a message, a reason or a tool's output saying `password=…`. The value as the scan fingerprinted it, or without
+    the punctuation that ends a sentence around it."""
+    for match in _quoted_keyword().finditer(text):
+        start, end = match.span(1)
+        if end - start > _ENTROPY_MAX_LENGTH:
+            continue
+        for stop in (end, start + len(text[start:end].rstrip(_TRAILING))):
+            if stop > start and fingerprint(text[start:stop]) in fingerprints:
+                yield start, stop, "keyword_entropy"
+                break
+
+
 def _mask_text(
-    text: str, key: str | int | None, fingerprints: Mapping[str, str], detectors: _Detectors, extra: Sequence[_Pattern]
+    text: str,
+    key: str | int | None,
+    fingerprints: Mapping[str, str],
+    detectors: _Detectors,
+    extra: Sequence[_Pattern],
+    quoted: bool = False,
 ) -> str:
-    spans: list[tuple[int, int, str]] = []
+    spans: list[tuple[int, int, str]] = list(_quoted_keyword_spans(text, fingerprints)) if quoted else []
     for pattern in [*detectors.matching(text), *(p for p in extra if p.regex.search(text))]:
         for match in pattern.regex.finditer(text):
             start, end = match.span(pattern.group)
@@ -256,11 +289,14 @@ def mask_state(state: Any, fingerprints: Mapping[str, str], *, extra: Sequence[_
     if not fingerprints:
         return state
     detectors = _detectors()
+    quoted = "keyword_entropy" in fingerprints.values()  # found under a key: look for the key quoted in texts
 
     def walk(value: Any, key: str | int | None) -> Any:
         kind = type(value)
         if kind is str:
-            return _mask_text(value, key, fingerprints, detectors, extra) if len(value) >= _SHORTEST else value
+            if len(value) < _SHORTEST:
+                return value
+            return _mask_text(value, key, fingerprints, detectors, extra, quoted)
         if kind is dict:
             fields = {k: walk(v, k) for k, v in value.items()}
             return fields if any(fields[k] is not value[k] for k in value) else value

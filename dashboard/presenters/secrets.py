@@ -8,7 +8,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from checkpoints import store
-from checkpoints.models import AgentSession, AuditEvent, Checkpoint, DriftAlert, Project, SecretFinding
+from checkpoints.models import (
+    AgentOutput,
+    AgentSession,
+    AuditEvent,
+    Checkpoint,
+    DriftAlert,
+    Phase,
+    PhaseFeedback,
+    Project,
+    SecretFinding,
+)
 from checkpoints.services.secrets import detector_label, masker_for_people
 from checkpoints.store.masking import Masker, Maskers
 from checkpoints.store.previews import preview_of
@@ -133,3 +143,21 @@ def mask_events(events: list[AuditEvent]) -> list[AuditEvent]:
             event.reason = mask.text(event.reason)
             event.target = mask.text(event.target)
     return events
+
+
+def mask_phase(phase: Phase, outputs: list[AgentOutput], history: list[PhaseFeedback]) -> None:
+    """What a phase's page shows of what agents and reviewers wrote — its errors, the outputs' content, errors and
+    tools, the reviewers' comments and requested changes — with the project's found secrets masked, in place (the
+    page's copies; validation has read the real ones). No query where nothing was ever found, else one."""
+    mask = masker(phase.session.project)
+    if not mask.active:
+        return
+    phase.errors = mask.json(phase.errors)
+    for output in outputs:
+        output.content, output.error = mask.text(output.content), mask.text(output.error)
+        output.tools_used, output.error_details = mask.json(output.tools_used), mask.json(output.error_details)
+    for feedback in history:
+        feedback.comments, feedback.requested_changes = (
+            mask.text(feedback.comments),
+            mask.json(feedback.requested_changes),
+        )

@@ -16,6 +16,7 @@ from checkpoints.services import Actor
 from checkpoints.services.phases import FeedbackRefused, record_feedback
 
 from ..forms import FeedbackForm
+from ..presenters.secrets import mask_phase
 from .common import APPROVE, HtmxHttpRequest, console, get_phase_for_user, notify, render_page
 
 
@@ -25,6 +26,8 @@ def _context(
     outputs = list(phase.outputs.all())
     checks = validate_phase(phase, outputs)
     history = list(phase.feedback.select_related("reviewer").order_by("-created_at", "-pk"))
+    approval = standing_approval(phase, history)
+    mask_phase(phase, outputs, history)  # after validation and the approval, which read the real texts
     return {
         "session": phase.session,
         "phase": phase,
@@ -32,7 +35,7 @@ def _context(
         "checks": checks,
         "valid": is_valid(checks),
         "history": history,
-        "approval": standing_approval(phase, history),  # an approved run is not offered the form again
+        "approval": approval,  # an approved run is not offered the form again
         "can_review": request.user.has_perm(APPROVE, phase),
         "form": form or FeedbackForm(),
         "decided": decided,  # after an htmx decision: said, and focused, above the review

@@ -786,11 +786,16 @@ def test_with_the_broker_down_an_upload_is_kept_and_the_sweep_queues_its_import_
     job = ImportJob.objects.get()
     assert job.status == ImportJobStatus.QUEUED and job.report[UNSENT] is True
     swept = tasks.send_due_deliveries()
-    assert swept == {"deliveries": 0, "imports": 0, "recoveries": 0}  # still down: marked for the next sweep
+    assert swept == {
+        "deliveries": 0,
+        "imports": 0,
+        "recoveries": 0,
+        "purges": 0,
+    }  # still down: marked for the next sweep
     assert ImportJob.objects.get().report[UNSENT] is True
 
     app.conf.task_always_eager = True  # the broker is back (tasks run inline)
-    assert tasks.send_due_deliveries() == {"deliveries": 0, "imports": 1, "recoveries": 0}
+    assert tasks.send_due_deliveries() == {"deliveries": 0, "imports": 1, "recoveries": 0, "purges": 0}
     job.refresh_from_db()
     assert job.status == ImportJobStatus.DONE and UNSENT not in job.report
     assert Checkpoint.objects.exists()

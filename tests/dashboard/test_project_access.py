@@ -23,6 +23,7 @@ from checkpoints.models import (
     PhaseFeedback,
     Project,
     Purge,
+    SecretFinding,
 )
 from checkpoints.outbox.notifications import create_rule
 from checkpoints.services import Actor, create_api_token
@@ -74,6 +75,7 @@ ADDRESSED = {
     "tokens": "project",
     "token_revoke": "token",
     "secrets": "project",
+    "secret_dismiss": "finding",
     "purge_new": "project",
     "purge_detail": "purge",
     "session_interrupts": "session",
@@ -102,6 +104,7 @@ POSTED = {
     "alert_resolve": {"reason": "stolen"},
     "tokens": {"name": "stolen", "access": "write", "expiry": "never"},
     "secrets": {"patterns": "stolen: STOLEN"},
+    "secret_dismiss": {"reason": "stolen"},
     "purge_new": {"value": "stolen-value-1234", "reason": "stolen", "confirm": "1"},
     "interrupt_answer": {"interrupt_id": "i-1", "decision": "approve", "comment": "stolen"},
     "checkpoint_edit": {"path": "/step", "value": "7", "reason": "stolen", "action": "save"},
@@ -125,6 +128,11 @@ def _args(name: str, world: World) -> list[Any]:
         return [project.slug, rule.pk]
     if target == "token":
         return [project.slug, create_api_token(project, name=MARK)[0].pk]
+    if target == "finding":
+        found = SecretFinding.objects.create(
+            project=project, session=world.session, path=MARK, detector="aws_key", fingerprint="e" * 64, length=20
+        )
+        return [project.slug, found.pk]
     if target == "purge":
         purge = Purge.objects.create(project=project, detector="value", fingerprint="0" * 64, length=9, reason=MARK)
         return [project.slug, purge.pk]
@@ -175,7 +183,7 @@ def test_another_projects_object_answers_404_to_every_method(name, worlds, membe
 def test_ids_beyond_64_bits_answer_404(name, worlds, admin_client):
     client = admin_client  # a superuser may do anything anywhere: nothing but the id can make it a 404
     huge = 99_999_999_999_999_999_999
-    args = [huge, huge] if ADDRESSED[name] in ("phase", "rule", "token", "purge") else [huge]
+    args = [huge, huge] if ADDRESSED[name] in ("phase", "rule", "token", "purge", "finding") else [huge]
     url = reverse(f"dashboard:{name}", args=args)
     statuses = [client.get(url).status_code, client.post(url, POSTED.get(name, {})).status_code]
     if ADDRESSED[name] == "phase":

@@ -151,6 +151,9 @@ def test_a_read_only_token_reads_masked_states_and_no_digests(read_only_api, pla
     ]
     for checkpoint in described:
         assert (checkpoint["state_hash"], checkpoint["root"], checkpoint["stored_bytes"]) == (None, None, None)
+    # nor a session's stored size: how little it stored would tell that its content is stored already
+    assert answers["session"]["stored_bytes"] is None and answers["summary"]["stored_bytes"] is None
+    assert answers["session"]["raw_bytes"] > 0
 
 
 def test_the_agents_write_token_resumes_with_the_real_state_and_its_digests(api, planted):
@@ -158,6 +161,7 @@ def test_the_agents_write_token_resumes_with_the_real_state_and_its_digests(api,
     assert GITHUB in answers["resume"]["state"]["messages"][1]["content"]
     assert GITHUB in answers["checkpoint"]["state"]["messages"][1]["content"]
     assert answers["checkpoint"]["state_hash"] == bytes(planted[1].state_hash).hex()
+    assert answers["session"]["stored_bytes"] > 0 and answers["summary"]["stored_bytes"] > 0
 
 
 def test_langgraph_reads_through_a_read_only_token_are_masked(api, read_only_api, planted):
@@ -170,6 +174,112 @@ def test_langgraph_reads_through_a_read_only_token_are_masked(api, read_only_api
         for body in (got.content.decode(), listed.content.decode()):
             assert (leaks(body) == []) is masked
             assert (MASKED in body) is masked
+
+
+# ---- the gaps #26 left: phase pages, the admin, keyed values quoted in texts, events published before ----------
+
+
+def test_a_phase_page_shows_what_agents_and_reviewers_quoted_masked(client, bob, planted):
+    from checkpoints.models import AgentOutput, Phase, PhaseFeedback
+
+    phase = Phase.objects.create(
+        session=planted[1].session, number=1, name="deploy", status="failed", errors=[f"push refused for {GITHUB}"]
+    )
+    AgentOutput.objects.create(
+        phase=phase,
+        agent_name="deployer",
+        content=f"Used `{GITHUB}` to push.",
+        error=f"401 for {GITHUB}",
+        tools_used=[f"git push https://x:{GITHUB}@github.com/acme/app"],
+        error_details={"token": GITHUB},
+    )
+    PhaseFeedback.objects.create(
+        phase=phase,
+        action="changes_requested",
+        comments=f"never paste {GITHUB}",
+        requested_changes=[f"revoke {GITHUB}"],
+    )
+    client.force_login(bob)  # a viewer: the reviewers' page is every member's to read
+    page = client.get(reverse("dashboard:phase_detail", args=[phase.session_id, 1]))
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert leaks(body) == [] and body.count("[masked github_token") >= 5
+
+
+def test_the_admin_shows_checkpoints_alerts_events_and_audit_rows_masked(admin_client, planted):
+    from checkpoints.models import DriftAlert
+
+    first, second = planted
+    alert = DriftAlert.objects.filter(session=second.session, kind="failed").get()
+    assert GITHUB in alert.message  # stored as it was raised: masked where people look
+    event = Event.objects.filter(type="alert.opened").first()
+    audit = AuditEvent.objects.get(action="restore")
+    pages = {
+        "checkpoint": reverse("admin:checkpoints_checkpoint_change", args=[second.pk]),
+        "checkpoints": reverse("admin:checkpoints_checkpoint_changelist"),
+        "alert": reverse("admin:checkpoints_driftalert_change", args=[alert.pk]),
+        "alerts": reverse("admin:checkpoints_driftalert_changelist"),
+        "event": reverse("admin:checkpoints_event_change", args=[event.pk]),
+        "audit": reverse("admin:checkpoints_auditevent_change", args=[audit.pk]),
+        "audit list": reverse("admin:checkpoints_auditevent_changelist"),
+    }
+    for name, url in pages.items():
+        response = admin_client.get(url)
+        assert response.status_code == 200, name
+        assert leaks(response.content.decode()) == [], name
+    for name in ("checkpoint", "alert", "audit", "audit list"):
+        assert "[masked github_token" in admin_client.get(pages[name]).content.decode(), name
+    # read-only: nothing masked can be saved back over the row
+    assert admin_client.post(pages["alert"], {"message": "x"}).status_code == 403
+    assert GITHUB in DriftAlert.objects.get(pk=alert.pk).message
+
+
+PASSWORD = "hR8kq2LzP0v9wXyQ"  # random-looking, of no known format: found only as the value of a key named so
+
+
+def test_a_keyed_value_quoted_in_a_free_text_is_masked(client, alice, make_session, make_checkpoint):
+    session = make_session("db-login")
+    make_checkpoint(session, {"env": {"DB_PASSWORD": PASSWORD}})
+    failed = make_checkpoint(
+        session,
+        {"env": {"DB_PASSWORD": PASSWORD}, "log": f"psql: auth failed (password={PASSWORD}), retrying"},
+        status="failed",
+        status_reason=f'login refused: "password": "{PASSWORD}".',
+    )
+    client.force_login(alice)
+    bodies = [
+        client.get(reverse("dashboard:checkpoint_detail", args=[failed.pk])).content.decode(),
+        client.get(reverse("dashboard:session_detail", args=[session.pk])).content.decode(),
+        client.get(reverse("dashboard:alert_list") + "?state=").content.decode(),
+        client.get(reverse("dashboard:checkpoint_download", args=[failed.pk])).content.decode(),
+    ]
+    for body in bodies:
+        assert PASSWORD not in body and PASSWORD[:10] not in body
+    assert "[masked keyword_entropy" in bodies[0] and "retrying" in bodies[3]
+
+
+def test_an_event_published_before_its_value_was_found_is_masked_when_delivered(
+    project, make_session, alice, receiver, settings, django_capture_on_commit_callbacks, admin_client
+):
+    from checkpoints.models import Delivery
+    from checkpoints.outbox import deliveries
+    from checkpoints.services import CheckpointInput, ingest_checkpoints
+
+    create_webhook(project, url=receiver.url, events=["checkpoint.created"], actor=Actor.for_user(alice))
+    settings.SECRETS_SCAN = False  # stored before the scan knew it (or before a project's pattern)
+    with django_capture_on_commit_callbacks(execute=False):  # its delivery not sent yet (a queue, a retry)
+        ingest_checkpoints([(make_session("early"), [CheckpointInput(state={"n": 1}, name=f"leaked {GITHUB}")])])
+    [early] = Delivery.objects.filter(event__data__checkpoint__name=f"leaked {GITHUB}")
+    settings.SECRETS_SCAN = True
+    with django_capture_on_commit_callbacks(execute=False):
+        ingest_checkpoints([(make_session("later"), [CheckpointInput(state={"env": f"GH_TOKEN={GITHUB}"})])])
+
+    deliveries.attempt(early.pk)
+
+    [sent] = [got.body.decode() for got in receiver.received]
+    assert leaks(sent) == [] and "leaked [masked github_token" in sent
+    event = admin_client.get(reverse("admin:checkpoints_event_change", args=[early.event_id])).content.decode()
+    assert leaks(event) == []
 
 
 # ---- revealing a value ---------------------------------------------------------------------------------------

@@ -111,6 +111,17 @@ def waiting(world: World) -> list[Any]:
     return [waiting_thread(world.session.project).pk]
 
 
+def finding(world: World) -> list[Any]:
+    """An open finding of the world's project (a fingerprint of nothing in its states)."""
+    from checkpoints.models import SecretFinding
+
+    made = SecretFinding.objects.create(
+        project=world.session.project, session=world.session, path="walk", detector="aws_key", fingerprint="f" * 64,
+        length=20,
+    )  # fmt: skip
+    return [world.session.project.slug, made.pk]
+
+
 def gc_task(world: World) -> list[Any]:
     return [PeriodicTask.objects.get(task="checkpoints.tasks.collect_garbage").pk]
 
@@ -173,6 +184,8 @@ MATRIX: dict[str, Row] = {
                                at=lambda w: [w.session.project.slug], data=lambda: {"patterns": "walk: WALK-[0-9]{4}"}),
     # reveal_secrets is in no role (staff are given it in the admin): tests/dashboard/test_secrets_everywhere.py
     "secret_reveal":       Row({"GET": (NOBODY, 200), "POST": (NOBODY, 200)}, at=lambda w: [w.session.project.slug, 1],
+                               data=lambda: {"reason": "walk"}),
+    "secret_dismiss":      Row({"GET": (OPERATORS, 200), "POST": (OPERATORS, 302)}, at=finding,
                                data=lambda: {"reason": "walk"}),
     # purge_secrets is in no role: every role is refused (tests/dashboard/test_purges.py walks a user holding it)
     "purge_new":           Row({"GET": (NOBODY, 200), "POST": (NOBODY, 302)}, at=lambda w: [w.session.project.slug],
