@@ -26,7 +26,7 @@ from ..models import (
     PhaseStatus,
 )
 from ..services import phases as phase_services
-from ..store import tallies
+from ..store import relative, tallies
 from ..store.masking import AS_IT_IS, Masker
 from .common import (
     ERRORS,
@@ -195,7 +195,12 @@ class CheckpointCreatedOut(CheckpointOut):
 
 
 class CheckpointDetailOut(CheckpointOut):
-    state: Any
+    state: Any = Field(None, description="The whole state; absent when `state_patch` is sent instead.")
+    state_tag: str = Field(description="Names exactly this state as this token reads it: send it as `base_tag`.")
+    state_patch: list[dict[str, Any]] | None = Field(
+        None, description="With `base`: RFC 6902 operations (add, remove, replace) turning the base's state into this."
+    )
+    base: dict[str, Any] | None = Field(None, description="`{id, tag}` of the state `state_patch` applies to.")
 
 
 class CheckpointPage(Schema):
@@ -229,6 +234,7 @@ class ResumeOut(Schema):
     restore_generation: int
     checkpoint: CheckpointOut
     state: Any
+    state_tag: str = Field(description="Names exactly this state as this token reads it: a `base_tag`.")
 
 
 class SummaryOut(Schema):
@@ -338,8 +344,10 @@ def _with_state(data: dict[str, Any], root: bytes | memoryview, shown: Masker = 
     """Embed the stored canonical JSON as is: a 2 MB state is not parsed and re-encoded (but when it is masked)."""
     if shown.active:
         data["state"] = shown(store.load_shared(bytes(root)))
+        data["state_tag"] = relative.tag(bytes(root), data["state"], shown)
     else:
         data["state"] = orjson.Fragment(store.load_state_json(bytes(root)))
+        data["state_tag"] = relative.tag(bytes(root), None, shown)
     return _json(data)
 
 
@@ -456,10 +464,37 @@ def list_checkpoints(
 
 
 @router.get("/checkpoints/{checkpoint_id}", response={200: CheckpointDetailOut, **ERRORS}, tags=["checkpoints"])
-def get_checkpoint(request: HttpRequest, checkpoint_id: CheckpointId) -> Any:
+def get_checkpoint(
+    request: HttpRequest,
+    checkpoint_id: CheckpointId,
+    base: int | None = Query(
+        None,
+        ge=1,
+        le=limits.INT64_MAX,
+        description="A checkpoint of the project whose state the reader holds: with `base_tag`, the state may come "
+        "as `state_patch` (RFC 6902) against it. 404 when it is no checkpoint of the token's project.",
+    ),
+    base_tag: str | None = Query(
+        None,
+        max_length=64,
+        description="The `state_tag` the base was read with: a patch is sent only against exactly that state "
+        "(another tag, e.g. after a purge or with another token, gets the whole `state`).",
+    ),
+) -> Any:
+    """The checkpoint with its `state` and `state_tag`; with `base` and `base_tag`, `state_patch` against the base
+    when that is smaller (the reader applies it to its own copy: see Reading only what changed)."""
     checkpoint = _checkpoint(request, checkpoint_id)
     shown = _reader(request)
-    return _with_state(checkpoint_dict(checkpoint, checkpoint.session.external_id, shown), checkpoint.root, shown)
+    data = checkpoint_dict(checkpoint, checkpoint.session.external_id, shown)
+    if base is None:
+        return _with_state(data, checkpoint.root, shown)
+    base_root = Checkpoint.objects.filter(pk=base, session__project=_token(request).project).values_list(
+        "root", flat=True
+    )
+    found = base_root.first()
+    if found is None:  # unknown and another project's alike: nothing told apart
+        raise HttpError(404, f"no base checkpoint {base} in project {_token(request).project.slug!r}")
+    return _json(relative.relative_read(data, bytes(checkpoint.root), (base, bytes(found)), base_tag, shown))
 
 
 @router.get(

@@ -154,6 +154,33 @@ def to_ops(changes: Iterator[Change]) -> list[list[Any]]:
     return ops
 
 
+def json_patch(a: Any, b: Any) -> list[dict[str, Any]]:
+    """RFC 6902 operations turning `a` into `b` (JSON told apart strictly: `1`, `1.0` and `true` differ), for a
+    reader that holds `a`: the walk's changes, a splice as removals at its start then additions. Only `add`,
+    `remove` and `replace`, and no operation refers to a value by identity, so a reader applies them to its own
+    copy."""
+    ops: list[dict[str, Any]] = []
+    for change in walk(a, b, strict=True):
+        pointer = pointer_of(change[1])
+        if change[0] == "set":
+            ops.append({"op": "add" if change[2] is MISSING else "replace", "path": pointer, "value": change[3]})
+        elif change[0] == "del":
+            ops.append({"op": "remove", "path": pointer})
+        else:
+            start = change[2]
+            ops.extend({"op": "remove", "path": f"{pointer}/{start}"} for _ in change[3])
+            ops.extend(
+                {"op": "add", "path": f"{pointer}/{start + offset}", "value": item}
+                for offset, item in enumerate(change[4])
+            )
+    return ops
+
+
+def pointer_of(path: Path) -> str:
+    """A JSON Pointer (RFC 6901)."""
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in path)
+
+
 def apply_ops(state: Any, ops: list[list[Any]]) -> Any:
     """Return a new state with `ops` applied; `state` is not modified and unchanged subtrees are shared."""
     box = [state]

@@ -14,7 +14,7 @@ from typing import Any
 from django.db.models import Q
 
 from ..models import AgentSession, LangGraphCheckpoint, LangGraphWrites, refused_types
-from . import diff, jsoncodec, load_shared
+from . import diff, jsoncodec, load_shared, prefetch
 
 PAGE = 20
 
@@ -27,7 +27,9 @@ def tuples(rows: list[LangGraphCheckpoint]) -> list[dict[str, Any]]:
     for row in rows:
         wanted |= Q(session_id=row.session_id, checkpoint_ns=row.checkpoint_ns, checkpoint_id=row.checkpoint_id)
     pending: dict[tuple[int, str, str], list[tuple[tuple[str, str, int], list[Any]]]] = {}  # sort key, write
-    for task in LangGraphWrites.objects.filter(wanted):
+    tasks = list(LangGraphWrites.objects.filter(wanted))
+    prefetch([bytes(row.console.root) for row in rows] + [bytes(t.values_root) for t in tasks if t.values_root])
+    for task in tasks:
         key = (task.session_id, task.checkpoint_ns, task.checkpoint_id)
         for idx, channel, value in written_values(task):
             pending.setdefault(key, []).append(((task.task_path, task.task_id, idx), [task.task_id, channel, value]))

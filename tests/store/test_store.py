@@ -410,3 +410,20 @@ def test_each_thread_compresses_with_its_own_zstd_objects_which_are_not_thread_s
     assert jsoncodec.zstd_pair(jsoncodec.PACK_LEVEL) is mine
     assert theirs[0][0] is not mine[0] and theirs[0][1] is not mine[1]
     assert jsoncodec.unpack(jsoncodec.pack({"a": [1, "é"]})) == {"a": [1, "é"]}
+
+
+def test_prefetching_a_pages_states_loads_each_exactly_in_two_queries(db, django_assert_num_queries):
+    state: dict[str, Any] = {"log": [], "pad": "p" * 20_000}
+    roots, states, root = [], [], None
+    for i in range(12):
+        state["log"].append({"step": i, "note": f"n{i}" * 50})
+        root = store.save_state(state, base=root).root
+        roots.append(root)
+        states.append(canonical(state))
+    store.cache.clear()
+    # PostgreSQL: the twelve chains in one query, and the keyframe's tree (one level); one per state before
+    with django_assert_num_queries(2 if store.connection.vendor == "postgresql" else 0):
+        store.prefetch(reversed(roots))  # newest first, as a page lists them
+    with django_assert_num_queries(0):
+        loaded = [canonical(store.load_shared(root)) for root in roots]
+    assert loaded == states

@@ -187,7 +187,12 @@ class _Model(Copier):
         made = self.cls.__new__(self.cls)
         _set(made, "__dict__", ormsgpack.unpackb(self.fields))
         _set(made, "__pydantic_fields_set__", set(self.fields_set))
-        _set(made, "__pydantic_extra__", None if self.extra is None else ormsgpack.unpackb(self.extra))
+        extra = self.extra
+        _set(
+            made,
+            "__pydantic_extra__",
+            None if extra is None else {} if extra == _EMPTY_MAP else ormsgpack.unpackb(extra),
+        )
         _set(made, "__pydantic_private__", None)
         return made
 
@@ -215,6 +220,7 @@ class _Items(Copier):
 
 
 _set = object.__setattr__
+_EMPTY_MAP = b"\x80"  # msgpack's {}: every LangChain message's extra, made without unpacking
 
 
 def copier(value: Any) -> Copier:
