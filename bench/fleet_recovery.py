@@ -178,7 +178,12 @@ def main() -> None:
     )
     parser.add_argument("--reuse", action="store_true", help="measure the fleet an earlier run built (no build)")
     parser.add_argument(
-        "--trace-memory", action="store_true", help="the peak of Python allocations (tracemalloc; slows the run)"
+        "--trace-memory",
+        action="store_true",
+        help="the peak of Python allocations, and what the run still holds after each page (tracemalloc; slows it)",
+    )
+    parser.add_argument(
+        "--take", type=int, help="recover only the fleet's first N sessions (the same fleet, N sessions)"
     )
     args = parser.parse_args()
     setup_django(args.database_url)
@@ -203,6 +208,20 @@ def main() -> None:
     token = ApiToken(project=project, name="bench")
     reach = fleet.Reach.for_token(token)
     selection = fleet.Selection("restore", TargetRule())
+    if args.take:
+        from checkpoints.models import AgentSession
+
+        taken = AgentSession.objects.filter(project=project).order_by("pk").values_list("pk", flat=True)[: args.take]
+        selection = fleet.Selection("restore", TargetRule(), session_ids=tuple(taken))
+    retained: list[float] = []  # with --trace-memory: Python memory still allocated as each page ends
+    if args.trace_memory:
+        page_ends = fleet.detect_after_restores  # the run's last step of a page
+
+        def tracked(session_ids: list[int]) -> None:
+            page_ends(session_ids)
+            retained.append(round(tracemalloc.get_traced_memory()[0] / 2**20, 2))
+
+        fleet.detect_after_restores = tracked  # type: ignore[assignment]
     preview, preview_figures = measured(lambda: fleet.preview_recovery(selection, reach), trace=args.trace_memory)
     say(f"preview: {preview_figures} — {preview.totals.recover} to restore, {preview.totals.skipped} skipped")
 
@@ -216,6 +235,8 @@ def main() -> None:
 
     load_before = os.getloadavg()
     recovery, run_figures = measured(run, trace=args.trace_memory)
+    if retained:
+        run_figures["retained_after_each_page_mb"] = retained
     say(
         f"run: {run_figures} — {recovery.state}: {recovery.done} restored, {recovery.skipped} skipped, {recovery.failed} failed"
     )
