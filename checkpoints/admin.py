@@ -7,6 +7,7 @@ Every action goes through a service that writes the audit row, with the admin us
 
 from __future__ import annotations
 
+import json
 from functools import cached_property
 from typing import Any
 
@@ -309,6 +310,48 @@ class AgentSessionAdmin(BigTableAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[models.AgentSession]:
         return super().get_queryset(request).defer("metadata", "live_root")
+
+    # A session's title and metadata are editable here, so they cannot be masked in memory like the read-only
+    # admins' rows (a save would write the mask over them): when they quote a found value, the form leaves them
+    # out and shows them masked, read-only; the rest of the session stays editable.
+    MASKED = ("title", "metadata")
+
+    def _masked(self, session: models.AgentSession | None) -> dict[str, Any]:
+        if session is None:
+            return {}
+        shown = masking.for_projects([session.project_id]).get(session.project_id)
+        if shown is None or not shown.active:
+            return {}
+        masked = {name: shown.json(getattr(session, name)) for name in self.MASKED}
+        return masked if any(masked[name] != getattr(session, name) for name in self.MASKED) else {}
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = list(super().get_fields(request, obj))
+        if self._masked(obj):
+            fields = [name for name in fields if name not in self.MASKED] + ["shown_title", "shown_metadata"]
+        return fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        readonly = list(super().get_readonly_fields(request, obj))
+        return [*readonly, "shown_title", "shown_metadata"] if self._masked(obj) else readonly
+
+    @admin.display(description="title (masked: it quotes a found secret)")
+    def shown_title(self, session: models.AgentSession) -> str:
+        return str(self._masked(session).get("title", session.title))
+
+    @admin.display(description="metadata (masked: it quotes a found secret)")
+    def shown_metadata(self, session: models.AgentSession) -> str:
+        return json.dumps(self._masked(session).get("metadata", session.metadata), indent=2, ensure_ascii=False)
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        changelist = super().get_changelist_instance(request)
+        changelist.result_list = list(changelist.result_list)  # masked in memory: the list edits nothing
+        maskers = masking.for_projects({session.project_id for session in changelist.result_list})
+        for session in changelist.result_list:
+            shown = maskers.get(session.project_id)
+            if shown is not None and shown.active:
+                session.title = shown.text(session.title)
+        return changelist
 
     @admin.display(description="checkpoints")
     def checkpoints_link(self, session: models.AgentSession) -> str:

@@ -335,3 +335,25 @@ def test_a_finding_of_another_project_is_not_found(client, other_project, plante
     client.force_login(revealer)
     response = client.post(reveal_url(other_project, SecretFinding.objects.get().pk), {"reason": "x"})
     assert response.status_code == 404 and GITHUB not in response.content.decode()
+
+
+def test_the_admin_shows_a_session_title_and_metadata_that_quote_a_key_masked_and_never_saves_the_mask(
+    admin_client, planted
+):
+    from checkpoints.models import AgentSession
+
+    session = planted[1].session
+    AgentSession.objects.filter(pk=session.pk).update(title=f"deploy with {GITHUB}", metadata={"env": GITHUB})
+    change = reverse("admin:checkpoints_agentsession_change", args=[session.pk])
+    for url in (change, reverse("admin:checkpoints_agentsession_changelist")):
+        body = admin_client.get(url).content.decode()
+        assert leaks(body) == [] and "[masked github_token" in body, url
+    form = admin_client.get(change).context["adminform"].form
+    assert "title" not in form.fields and "metadata" not in form.fields  # shown read-only, masked
+    data = {name: "" if form.initial.get(name) is None else form.initial[name] for name in form.fields}
+    data.update({"agent": "renamed-agent", "project": session.project_id})
+    response = admin_client.post(change, data)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    session.refresh_from_db()
+    assert session.agent == "renamed-agent"  # the rest stays editable
+    assert session.title == f"deploy with {GITHUB}" and session.metadata == {"env": GITHUB}  # never the mask
