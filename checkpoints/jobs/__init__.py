@@ -35,12 +35,9 @@ from django.utils import timezone
 
 from ..models import JobLock, JobRun, JobRunStatus
 from ..outbox import events
+from ..services.heartbeats import stale_after
 
 logger = logging.getLogger(__name__)
-
-
-def stale_after() -> timedelta:
-    return timedelta(seconds=settings.JOB_STALE_AFTER_SECONDS)
 
 
 def new_holder() -> str:

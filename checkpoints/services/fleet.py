@@ -25,16 +25,14 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef, Q, QuerySet, Value
-from django.db.models.functions import Coalesce
+from django.db.models import Exists, F, OuterRef, QuerySet
 from django.utils import timezone
-from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from ..audit import Actor, CheckpointError, HeadMoved, InvalidInput, NothingToUndo, record_audit
 from ..models import (
@@ -57,6 +55,7 @@ from ..models import (
 from ..outbox import events
 from ..roles import OPERATE
 from ..store.lineage import path_from, shapes_within
+from . import heartbeats
 from .cleanup import archive_session
 from .drift import detect_after_restores
 from .recovery import fork_session, restore_checkpoint, undo_restore
@@ -351,7 +350,7 @@ def start_recovery(
             },
             now=now,
         )
-        transaction.on_commit(lambda: _send(recovery.pk, start), robust=True)
+        transaction.on_commit(lambda: heartbeats.send("recovery", recovery.pk, start), robust=True)
     return recovery
 
 
@@ -370,42 +369,17 @@ def _item(recovery: Recovery, row: PlanRow) -> RecoveryItem:
     )
 
 
-def _send(recovery_id: int, start: Callable[[int], object]) -> None:
-    """Queue the job; a broker that refuses leaves it queued for the sweep (`requeue_stalled`)."""
-    try:
-        start(recovery_id)
-    except BrokerUnreachable as exc:
-        logger.warning("recovery %s not queued, the broker is unreachable (the sweep resends it): %s", recovery_id, exc)
-
-
 # ---- the run ------------------------------------------------------------------------------------------
 
 
-def stale_after() -> timedelta:
-    return timedelta(seconds=settings.JOB_STALE_AFTER_SECONDS)
-
-
 def claim_recovery(recovery_id: int, *, holder: str, now: datetime | None = None) -> bool:
-    """Take the recovery for this worker: a queued one, or a running one whose worker stopped beating (a
-    conditional UPDATE, so of two workers one wins). A finished recovery is never taken again."""
-    now = now or timezone.now()
-    free = Q(state=RecoveryState.QUEUED) | Q(state=RecoveryState.RUNNING, heartbeat_at__lt=now - stale_after())
-    return bool(
-        Recovery.objects.filter(free, pk=recovery_id).update(
-            state=RecoveryState.RUNNING,
-            worker=holder,
-            heartbeat_at=now,
-            started_at=Coalesce(F("started_at"), Value(now)),
-            attempts=F("attempts") + 1,
-        )
-    )
+    """Take the recovery for this worker (`heartbeats.claim`): a finished recovery is never taken again."""
+    return heartbeats.claim(Recovery, recovery_id, holder=holder, now=now)
 
 
 def beat_recovery(recovery_id: int, *, holder: str, now: datetime | None = None) -> None:
     """Proof of life, while this worker still holds it."""
-    Recovery.objects.filter(pk=recovery_id, worker=holder, state=RecoveryState.RUNNING).update(
-        heartbeat_at=now or timezone.now()
-    )
+    heartbeats.beat(Recovery, recovery_id, holder=holder, now=now)
 
 
 def run_recovery(recovery_id: int, *, holder: str) -> dict[str, int]:
@@ -712,21 +686,8 @@ def fail_recovery(recovery_id: int, *, holder: str, error: str) -> None:
 
 
 def requeue_stalled(start: Callable[[int], object], *, now: datetime | None = None, limit: int = 100) -> int:
-    """Queue again the recoveries whose worker stopped beating (killed, out of memory) or whose message never
-    reached a worker (the broker was down when it was queued); how many. Each is claimed first by moving its
-    heartbeat (a conditional UPDATE), so two sweeps never queue one twice; the job then claims it afresh."""
-    now = now or timezone.now()
-    cutoff = now - stale_after()
-    silent = Recovery.objects.filter(state__in=[RecoveryState.QUEUED, RecoveryState.RUNNING], heartbeat_at__lt=cutoff)
-    sent = 0
-    for pk, beat in silent.values_list("pk", "heartbeat_at")[:limit]:
-        if Recovery.objects.filter(pk=pk, heartbeat_at=beat).update(
-            state=RecoveryState.QUEUED, worker="", heartbeat_at=now
-        ):
-            logger.warning("recovery %s: no sign of its worker since %s, queued again", pk, beat)
-            _send(pk, start)
-            sent += 1
-    return sent
+    """Queue again the recoveries whose worker stopped beating or whose message never reached a worker."""
+    return heartbeats.requeue_stalled(Recovery, "recovery", start, now=now, limit=limit)
 
 
 # ---- undo --------------------------------------------------------------------------------------------

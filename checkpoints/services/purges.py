@@ -33,10 +33,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F, Model, Q, TextField, Value
-from django.db.models.functions import Cast, Coalesce
+from django.db.models import Model, Q, TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
-from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from .. import store
 from ..audit import Actor, InvalidInput, record_audit
@@ -66,7 +65,7 @@ from ..store import jsoncodec, purging
 from ..store import secrets as scanner
 from ..store.diff import format_path
 from ..store.previews import preview_of
-from .fleet import stale_after
+from . import heartbeats
 
 logger = logging.getLogger(__name__)
 
@@ -211,16 +210,8 @@ def start_purge(
             details={**details, "sessions": len(names)},
         )
         if start is not None:
-            transaction.on_commit(lambda: _send(purge.pk, start), robust=True)
+            transaction.on_commit(lambda: heartbeats.send("purge", purge.pk, start), robust=True)
     return purge
-
-
-def _send(purge_id: int, start: Callable[[int], object]) -> None:
-    """Queue the job; a broker that refuses leaves it queued for the sweep (`requeue_stalled`)."""
-    try:
-        start(purge_id)
-    except BrokerUnreachable as exc:
-        logger.warning("purge %s not queued, the broker is unreachable (the sweep resends it): %s", purge_id, exc)
 
 
 def preview_purge(project: Project, *, actor: Actor, **asked: Any) -> Purge:
@@ -254,48 +245,21 @@ class Progress:
 
 
 def claim_purge(purge_id: int, *, holder: str, now: datetime | None = None) -> bool:
-    """Take the purge for this worker: a queued one, or a running one whose worker stopped beating (a conditional
-    UPDATE, so of two workers one wins). A finished or failed purge is never taken again."""
-    now = now or timezone.now()
-    free = Q(state=PurgeState.QUEUED) | Q(state=PurgeState.RUNNING, heartbeat_at__lt=now - stale_after())
-    return bool(
-        Purge.objects.filter(free, pk=purge_id).update(
-            state=PurgeState.RUNNING,
-            worker=holder,
-            heartbeat_at=now,
-            started_at=Coalesce(F("started_at"), Value(now)),
-            attempts=F("attempts") + 1,
-            phase=Progress.phase,
-        )
-    )
+    """Take the purge for this worker (`heartbeats.claim`): a finished or failed purge is never taken again."""
+    return heartbeats.claim(Purge, purge_id, holder=holder, now=now, phase=Progress.phase)
 
 
 def beat_purge(purge_id: int, *, holder: str, progress: Progress, now: datetime | None = None) -> None:
     """Proof of life, while this worker still holds the purge, with how far it is."""
-    Purge.objects.filter(pk=purge_id, worker=holder, state=PurgeState.RUNNING).update(
-        heartbeat_at=now or timezone.now(), phase=progress.phase, total=progress.total, done=progress.done
+    heartbeats.beat(
+        Purge, purge_id, holder=holder, now=now, phase=progress.phase, total=progress.total, done=progress.done
     )
 
 
 def requeue_stalled(start: Callable[[int], object], *, now: datetime | None = None, limit: int = 100) -> int:
-    """Queue again the purges whose worker stopped beating (killed, out of memory) or whose message never reached
-    a worker; how many. Each is taken first by moving its heartbeat (a conditional UPDATE), so two sweeps never
-    queue one twice; the job then claims it afresh. (A purge of before the heartbeat has none: its age counts.)"""
-    now = now or timezone.now()
-    cutoff = now - stale_after()
-    silent = Purge.objects.filter(state__in=[PurgeState.QUEUED, PurgeState.RUNNING]).filter(
-        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, created_at__lt=cutoff)
-    )
-    sent = 0
-    for pk, beat in silent.values_list("pk", "heartbeat_at")[:limit]:
-        same = Q(heartbeat_at=beat) if beat is not None else Q(heartbeat_at__isnull=True)
-        if Purge.objects.filter(same, pk=pk, state__in=[PurgeState.QUEUED, PurgeState.RUNNING]).update(
-            state=PurgeState.QUEUED, worker="", heartbeat_at=now
-        ):
-            logger.warning("purge %s: no sign of its worker since %s, queued again", pk, beat)
-            _send(pk, start)
-            sent += 1
-    return sent
+    """Queue again the purges whose worker stopped beating or whose message never reached a worker (a purge of
+    before the heartbeat has none: its age counts)."""
+    return heartbeats.requeue_stalled(Purge, "purge", start, now=now, limit=limit)
 
 
 def run_purge(purge_id: int, *, holder: str = INLINE, progress: Progress | None = None) -> dict[str, Any]:

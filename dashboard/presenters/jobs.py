@@ -10,10 +10,10 @@ from django.db.models import OuterRef, Subquery
 from django_celery_beat.models import PeriodicTask
 
 from checkpoints import task_names
-from checkpoints.jobs import stale_after
 from checkpoints.models import AgentSession, JobRun, JobRunStatus
 from checkpoints.roles import VIEW_SESSIONS, in_every_project
 from checkpoints.services.batches import ERRORS_KEPT
+from checkpoints.services.heartbeats import stale_after
 
 from .evidence import evidence_summary
 

@@ -7,8 +7,8 @@ from datetime import timedelta
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
-from checkpoints.jobs import stale_after
 from checkpoints.models import JobRun
+from checkpoints.services.heartbeats import stale_after
 from dashboard.presenters.jobs import JobRow, job_rows
 
 
