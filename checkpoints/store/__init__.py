@@ -381,17 +381,22 @@ def _chunk_table() -> str:
 
 
 def _select(sql: str, params: list[Any]) -> list[tuple[bytes, bytes]]:
-    """Run a chunk query. On PostgreSQL in binary result format: bytea as text is hex, twice the
-    bytes to send and decode (a 2 MB state's leaves: 3.3 ms in text, 1.3 ms in binary)."""
+    """Run a chunk query (hash, data)."""
     if connection.vendor != "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(sql.replace("= ANY(%s)", f"IN ({', '.join(['%s'] * len(params[0]))})"), _flat(params))
             return [(bytes(h), bytes(d)) for h, d in cursor.fetchall()]
+    return [(bytes(h), bytes(d)) for h, d in _binary_rows(sql, params)]
+
+
+def _binary_rows(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    """A chunk query on PostgreSQL in binary result format: bytea as text is hex, twice the bytes to send and
+    decode (a 2 MB state's leaves: 3.3 ms in text, 1.3 ms in binary)."""
     connection.ensure_connection()
     started = time.monotonic()
     with psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(sql, params, binary=True)
-        rows = [(bytes(h), bytes(d)) for h, d in cursor.fetchall()]
+        rows = cursor.fetchall()
     if connection.queries_logged:  # keep Django's query counting (tests, debug toolbar) truthful
         connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
     return rows
@@ -520,13 +525,8 @@ def prefetch(roots: Iterable[bytes]) -> None:
         f" WHERE chain.hash <> ALL(%s)"
         f") SELECT hash, data, base FROM chain"
     )
-    connection.ensure_connection()
-    started = time.monotonic()
-    with psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(sql, [wanted, list(cache.snapshot())], binary=True)
-        rows = {bytes(h): (bytes(d), bytes(b) if b is not None else None) for h, d, b in cursor.fetchall()}
-    if connection.queries_logged:  # as `_select`: query counts stay truthful
-        connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
+    fetched = _binary_rows(sql, [wanted, list(cache.snapshot())])
+    rows = {bytes(h): (bytes(d), bytes(b) if b is not None else None) for h, d, b in fetched}
     chains = {root: _chain_in(root, rows) for root in wanted}
     for root in sorted(wanted, key=lambda root: len(chains[root] or ())):
         chain = chains[root]
