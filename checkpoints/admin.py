@@ -130,12 +130,10 @@ class BigTableAdmin(admin.ModelAdmin):
     list_per_page = 50  # 100 rows of checkpoints weighed 106–126 kB: a first view stays under 100 kB (#23 item 7)
 
 
-class MaskedAdmin(admin.ModelAdmin):
-    """Rows that quote states, shown to staff as the console shows them to people (docs/secrets.md, "Masking"):
-    the project's found values masked in `masked_in_list` on the list and in `masked` on the row's page. Masked in
-    memory, on admins that save nothing (`has_change_permission` is False): a masked text is never written back."""
+class MaskedListAdmin(admin.ModelAdmin):
+    """A list whose rows quote states, shown to staff as the console shows them to people (docs/secrets.md,
+    "Masking"): the project's found values masked in `masked_in_list`, in memory (a list here edits nothing)."""
 
-    masked: tuple[str, ...] = ()
     masked_in_list: tuple[str, ...] = ()
 
     def project_id_of(self, obj: Any) -> int | None:
@@ -152,6 +150,19 @@ class MaskedAdmin(admin.ModelAdmin):
                 for name in names:
                     setattr(row, name, shown.json(getattr(row, name)))
 
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        changelist = super().get_changelist_instance(request)
+        changelist.result_list = list(changelist.result_list)
+        self.mask(changelist.result_list, self.masked_in_list)
+        return changelist
+
+
+class MaskedAdmin(MaskedListAdmin):
+    """Rows that quote states, masked on the list (`masked_in_list`) and on the row's page (`masked`). Masked in
+    memory, on admins that save nothing (`has_change_permission` is False): a masked text is never written back."""
+
+    masked: tuple[str, ...] = ()
+
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
@@ -160,12 +171,6 @@ class MaskedAdmin(admin.ModelAdmin):
         if row is not None:
             self.mask([row], self.masked)
         return row
-
-    def get_changelist_instance(self, request: HttpRequest) -> Any:
-        changelist = super().get_changelist_instance(request)
-        changelist.result_list = list(changelist.result_list)
-        self.mask(changelist.result_list, self.masked_in_list)
-        return changelist
 
 
 def _actor(request: HttpRequest) -> Actor:
@@ -297,7 +302,7 @@ class ConsoleUserAdmin(MembershipsAudited, UserAdmin):
 
 
 @admin.register(models.AgentSession)
-class AgentSessionAdmin(BigTableAdmin):
+class AgentSessionAdmin(MaskedListAdmin, BigTableAdmin):
     list_display = ["external_id", "project", "agent", "title", "status", "last_seq", "updated_at", "checkpoints_link"]
     list_filter = ["status", "project", "agent", "source_format", ("updated_at", admin.DateFieldListFilter)]
     search_fields = ["external_id", "title", "agent"]
@@ -313,17 +318,24 @@ class AgentSessionAdmin(BigTableAdmin):
 
     # A session's title and metadata are editable here, so they cannot be masked in memory like the read-only
     # admins' rows (a save would write the mask over them): when they quote a found value, the form leaves them
-    # out and shows them masked, read-only; the rest of the session stays editable.
+    # out and shows them masked, read-only; the rest of the session stays editable. The list masks titles.
     MASKED = ("title", "metadata")
+    masked_in_list = ("title",)
 
     def _masked(self, session: models.AgentSession | None) -> dict[str, Any]:
+        """The masked title and metadata when masking changes them, else {}; worked out once for the page's row
+        (the fields, the read-only fields and both displays ask)."""
         if session is None:
             return {}
-        shown = masking.for_projects([session.project_id]).get(session.project_id)
-        if shown is None or not shown.active:
-            return {}
-        masked = {name: shown.json(getattr(session, name)) for name in self.MASKED}
-        return masked if any(masked[name] != getattr(session, name) for name in self.MASKED) else {}
+        if not hasattr(session, "_masked_in_admin"):
+            shown = masking.for_projects([session.project_id]).get(session.project_id)
+            masked = (
+                {name: shown.json(getattr(session, name)) for name in self.MASKED} if shown and shown.active else {}
+            )
+            changed = any(masked[name] != getattr(session, name) for name in masked)
+            session._masked_in_admin = masked if changed else {}  # type: ignore[attr-defined]
+        result: dict[str, Any] = session._masked_in_admin  # type: ignore[attr-defined]
+        return result
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         fields = list(super().get_fields(request, obj))
@@ -342,16 +354,6 @@ class AgentSessionAdmin(BigTableAdmin):
     @admin.display(description="metadata (masked: it quotes a found secret)")
     def shown_metadata(self, session: models.AgentSession) -> str:
         return json.dumps(self._masked(session).get("metadata", session.metadata), indent=2, ensure_ascii=False)
-
-    def get_changelist_instance(self, request: HttpRequest) -> Any:
-        changelist = super().get_changelist_instance(request)
-        changelist.result_list = list(changelist.result_list)  # masked in memory: the list edits nothing
-        maskers = masking.for_projects({session.project_id for session in changelist.result_list})
-        for session in changelist.result_list:
-            shown = maskers.get(session.project_id)
-            if shown is not None and shown.active:
-                session.title = shown.text(session.title)
-        return changelist
 
     @admin.display(description="checkpoints")
     def checkpoints_link(self, session: models.AgentSession) -> str:
