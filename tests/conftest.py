@@ -48,6 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if database["ENGINE"].endswith(".sqlite3") and not database.get("TEST", {}).get("NAME"):
         database["TEST"] = {**database.get("TEST", {}), "NAME": ":memory:"}
     _emptying_by_delete()
+    _live_server_keeps_its_connections()
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     cache = settings.CACHES["default"]
     if worker and cache["BACKEND"].endswith(".FileBasedCache"):
@@ -78,6 +79,52 @@ def _emptying_by_delete() -> None:
         ]
 
     DatabaseOperations.sql_flush = sql_flush  # type: ignore[method-assign]
+
+
+def _live_server_keeps_its_connections() -> None:
+    """Django's live server answers each HTTP connection in a new thread, which opens a new database connection
+    and closes it after: a PostgreSQL backend started for each request (~7 ms here, a fifth of what an API request
+    costs the server), and the schema test alone sends ~4,000. Here a thread that ends hands its connection to the
+    next one, as the production server (gunicorn with CONN_MAX_AGE) keeps its connections: Django still closes one
+    that errored or outlived CONN_MAX_AGE when a request finishes, and a thread still serves each HTTP connection
+    (a client keeping its connection alive holds a thread, never the others). The server closes them when it stops,
+    before the test databases are dropped."""
+    import threading
+
+    from django.core.servers.basehttp import ThreadedWSGIServer
+    from django.db import DEFAULT_DB_ALIAS, connections
+    from django.test.testcases import LiveServerThread
+
+    class HandingOnWSGIServer(ThreadedWSGIServer):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.lock = threading.Lock()
+            self.idle: list[Any] = []  # connections no thread uses
+
+        def process_request_thread(self, request: Any, client_address: Any) -> None:
+            if not self.connections_override:  # SQLite's in-memory database: one shared connection already
+                with self.lock:
+                    handed = self.idle.pop() if self.idle else None
+                if handed is not None:
+                    handed._thread_ident = threading.get_ident()  # Django checks a connection stays in its thread
+                    connections[DEFAULT_DB_ALIAS] = handed
+            super().process_request_thread(request, client_address)
+
+        def _close_connections(self) -> None:
+            if self.connections_override:
+                return super()._close_connections()
+            with self.lock:
+                self.idle.append(connections[DEFAULT_DB_ALIAS])
+
+        def server_close(self) -> None:
+            super().server_close()
+            with self.lock:
+                idle, self.idle = self.idle, []
+            for wrapper in idle:
+                wrapper._thread_ident = threading.get_ident()
+                wrapper.close()
+
+    LiveServerThread.server_class = HandingOnWSGIServer
 
 
 def _unique_node_ids(items: list[pytest.Item]) -> None:
