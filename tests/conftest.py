@@ -47,6 +47,9 @@ def pytest_configure(config: pytest.Config) -> None:
     database = settings.DATABASES["default"]
     if database["ENGINE"].endswith(".sqlite3") and not database.get("TEST", {}).get("NAME"):
         database["TEST"] = {**database.get("TEST", {}), "NAME": ":memory:"}
+    if database["ENGINE"].endswith("postgresql"):  # a test database's commits need not wait for the disk
+        options = database.setdefault("OPTIONS", {})
+        options["options"] = f"{options.get('options', '')} -c synchronous_commit=off".strip()
     _emptying_by_delete()
     _live_server_keeps_its_connections()
     worker = os.environ.get("PYTEST_XDIST_WORKER")

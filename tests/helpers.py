@@ -103,7 +103,8 @@ class QuietHandler(BaseHTTPRequestHandler):
 def loopback_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
     """A threaded HTTP server on 127.0.0.1 for the block; its port."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # shutdown() waits for the loop's next look (0.5 s by default): a quarter second more for each test using one
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     try:
         yield server.server_address[1]
     finally:

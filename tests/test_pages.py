@@ -88,3 +88,19 @@ def test_compare_prints_the_diff_and_a_summary_and_fails_on_a_difference(tmp_pat
 
     assert pages.main(["compare", str(before), str(before)]) == 0
     assert capsys.readouterr().out == "2 pages, 2 identical, 0 changed\n"
+
+
+def test_a_page_parses_its_templates_once_not_on_every_request(client, alice, monkeypatch):
+    """The cached loader inside the partials loader (DEBUG off, as in production): a second view of a page reads
+    no template file."""
+    from django.template.loaders.filesystem import Loader as FilesystemLoader  # app_directories' too
+
+    client.force_login(alice)
+    assert client.get("/").status_code == 200
+    reads: list[str] = []
+    real = FilesystemLoader.get_contents
+    monkeypatch.setattr(
+        FilesystemLoader, "get_contents", lambda self, origin: reads.append(origin.name) or real(self, origin)
+    )
+    assert client.get("/").status_code == 200
+    assert reads == []
