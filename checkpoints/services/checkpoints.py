@@ -6,7 +6,6 @@ used key is refused.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from ..models import (
     SourceFormat,
 )
 from ..outbox import events
-from ..store import jsoncodec, purging, tallies
+from ..store import arrays, jsoncodec, purging, tallies
 from ..store.jsoncodec import InvalidJSON
 from ..store.patching import PatchFailed, apply_patch
 from ..store.previews import Preview, preview_of
@@ -634,7 +633,7 @@ def _bulk_insert(rows: list[Checkpoint], parent_rows: dict[int, int]) -> None:
         for child, parent in parent_rows.items():
             rows[child].parent_id = ids[parent]
     if connection.vendor == "postgresql" and not any(isinstance(v, DatabaseDefault) for v in _db_defaulted(rows)):
-        _insert_as_arrays(rows, with_ids=bool(ids))
+        arrays.insert(Checkpoint, rows, with_ids=bool(ids))
     else:
         Checkpoint.objects.bulk_create(rows, batch_size=500)
     if not ids:  # parents stored in the same statement: their ids are known now
@@ -680,28 +679,6 @@ def _parent_of(
     return _Parent() if item.new_root else head
 
 
-def _insert_as_arrays(rows: list[Checkpoint], *, with_ids: bool) -> None:
-    """bulk_create's INSERT, with each column's values as one array parameter (`INSERT … SELECT * FROM
-    unnest(…)`): Django compiles a placeholder per value and psycopg parses a statement that long anew every time;
-    one array a column took a third of the time (500 rows: 166–190 ms against 524–587 ms, load 8). The values are prepared by each field as bulk_create
-    prepares them (the Safe* fields' escapes included); the ids come back in the rows' order."""
-    fields = [f for f in Checkpoint._meta.concrete_fields if with_ids or not f.primary_key]
-    arrays = [[column.get_db_prep_save(column.pre_save(row, True), connection) for row in rows] for column in fields]
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(column.attname if column.column is None else column.column) for column in fields)
-    unnest = ", ".join(f"%s::{_ARRAY_TYPE.sub('', column.db_type(connection) or '')}[]" for column in fields)
-    table = quote(Checkpoint._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} ({columns}) SELECT * FROM unnest({unnest}) RETURNING {quote('id')}",  # noqa: S608 - quoted names and the columns' own types; values are parameters
-            arrays,
-        )
-        ids = [pk for (pk,) in cursor.fetchall()]
-    for row, pk in zip(rows, ids, strict=True):
-        row.pk = pk
-        row._state.adding, row._state.db = False, connection.alias
-
-
 def _db_defaulted(rows: list[Checkpoint]) -> Iterator[Any]:
     """The values of the columns with a database default: a row built without one holds DatabaseDefault, which
     only bulk_create turns into DEFAULT."""
@@ -711,7 +688,6 @@ def _db_defaulted(rows: list[Checkpoint]) -> Iterator[Any]:
 
 
 _DB_DEFAULTED = [f for f in Checkpoint._meta.concrete_fields if f.has_db_default()]
-_ARRAY_TYPE = re.compile(r"\(\d+\)")  # varchar(400)[] → varchar[]: the column checks the length on insert
 
 
 def _reserve_checkpoint_ids(count: int) -> list[int]:
