@@ -266,14 +266,20 @@ class ChunkBatch:
             added += len(data)
         return added
 
+    def take(self) -> list[Chunk]:
+        """The chunks waiting, for a caller that inserts them itself (`arrays.statement`); the batch is left empty."""
+        chunks = list(self.pending.values())
+        self.pending.clear()
+        return chunks
+
     def flush(self) -> None:
-        if not self.pending:
+        chunks = self.take()
+        if not chunks:
             return
         if connection.vendor == "postgresql":  # one statement however many chunks (a batch's: ~1,000)
-            arrays.insert(Chunk, list(self.pending.values()), ignore_conflicts=True)
+            arrays.insert(Chunk, chunks, ignore_conflicts=True)
         else:
-            Chunk.objects.bulk_create(list(self.pending.values()), ignore_conflicts=True, batch_size=_QUERY_BATCH)
-        self.pending.clear()
+            Chunk.objects.bulk_create(chunks, ignore_conflicts=True, batch_size=_QUERY_BATCH)
 
 
 def save_state(

@@ -21,8 +21,7 @@ def insert(model: type[Model], rows: list[Any], *, with_ids: bool = True, ignore
     """Insert `rows` of `model` in one statement; the values are prepared by each field as bulk_create prepares them
     (the Safe* fields' escapes included). Without `with_ids` the ids come from the table's sequence and are set on
     the rows in their order; with `ignore_conflicts` a row whose key is stored already is skipped."""
-    sql, fields = _statement(model, with_ids, ignore_conflicts)
-    arrays = [[field.get_db_prep_save(field.pre_save(row, True), connection) for row in rows] for field in fields]
+    sql, arrays = statement(model, rows, with_ids=with_ids, ignore_conflicts=ignore_conflicts)
     with connection.cursor() as cursor:
         cursor.execute(sql, arrays)
         ids = None if with_ids or ignore_conflicts else [pk for (pk,) in cursor.fetchall()]
@@ -30,6 +29,14 @@ def insert(model: type[Model], rows: list[Any], *, with_ids: bool = True, ignore
         if ids is not None:
             row.pk = ids[index]
         row._state.adding, row._state.db = False, connection.alias
+
+
+def statement(
+    model: type[Model], rows: list[Any], *, with_ids: bool = True, ignore_conflicts: bool = False
+) -> tuple[str, list[list[Any]]]:
+    """`insert`'s statement and its parameters, for a caller that sends it as part of another (a WITH)."""
+    sql, fields = _statement(model, with_ids, ignore_conflicts)
+    return sql, [[field.get_db_prep_save(field.pre_save(row, True), connection) for row in rows] for field in fields]
 
 
 @cache
