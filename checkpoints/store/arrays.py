@@ -11,7 +11,7 @@ import re
 from functools import cache
 from typing import Any
 
-from django.db import connection
+from django.db import connection, connections
 from django.db.models import Field, Model
 
 _ARRAY_TYPE = re.compile(r"\(\d+\)")  # varchar(400)[] → varchar[]: the column checks the length on insert
@@ -36,7 +36,10 @@ def statement(
 ) -> tuple[str, list[list[Any]]]:
     """`insert`'s statement and its parameters, for a caller that sends it as part of another (a WITH)."""
     sql, fields = _statement(model, with_ids, ignore_conflicts)
-    return sql, [[field.get_db_prep_save(field.pre_save(row, True), connection) for row in rows] for field in fields]
+    # the connection itself, not Django's proxy to it: the proxy looks it up in a thread-local at every attribute a
+    # field's preparation reads (~6 % of a batch's CPU, 160,000 values for 5,000 checkpoints)
+    db = connections[connection.alias]
+    return sql, [[field.get_db_prep_save(field.pre_save(row, True), db) for row in rows] for field in fields]
 
 
 @cache
