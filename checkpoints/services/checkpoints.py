@@ -6,12 +6,11 @@ used key is refused.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import partial
+from functools import cache, partial
 from typing import Any, NamedTuple
 
 from django.conf import settings
@@ -28,12 +27,13 @@ from ..models import (
     Checkpoint,
     CheckpointKind,
     CheckpointStatus,
+    Chunk,
     Project,
     SessionStatus,
     SourceFormat,
 )
 from ..outbox import events
-from ..store import jsoncodec, purging, tallies
+from ..store import arrays, jsoncodec, purging, tallies
 from ..store.jsoncodec import InvalidJSON
 from ..store.patching import PatchFailed, apply_patch
 from ..store.previews import Preview, preview_of
@@ -194,13 +194,13 @@ def ingest_checkpoints(
                 previous = item.previous if item.previous is not None else _state_or_none(parent_root)
                 new.append((position, item, saved, preview_of(item.state, previous)))
             planned.append((session, new, session_parents))
-        batch.flush()
         recovered: set[int] = set()
         stored: list[tuple[AgentSession, Checkpoint]] = []
         for session, new, found in planned:
-            inserted = _insert_checkpoints(session, new, found, now, recovered, read_locked=locked)
+            inserted = _insert_checkpoints(session, new, found, now, recovered, read_locked=locked, chunks=batch)
             results.update({at: (checkpoint, created) for at, checkpoint, created in inserted})
             stored += [(session, checkpoint) for _, checkpoint, created in inserted if created]
+        batch.flush()  # what no session's lock took with it (every item a repeat)
         scan_ingested(
             [
                 Added(session, results[at][0], saved.added, item.metadata)
@@ -517,12 +517,16 @@ def _insert_checkpoints(
     recovered: set[int],
     *,
     read_locked: bool,
+    chunks: store.ChunkBatch,
 ) -> list[tuple[int, Checkpoint, bool]]:
-    """Insert under the session's row lock (`read_locked`: `session` was read under it); adds the session to
-    `recovered` when it was failed or halted and its new head is healthy (the run went on: it is active again)."""
+    """Insert under the session's row lock (`read_locked`: `session` was read under it), with the `chunks` the states
+    need; adds the session to `recovered` when it was failed or halted and its new head is healthy (the run went on:
+    it is active again)."""
     if not new:
         return []
-    locked: Any = session if read_locked else AgentSession.objects.locked_for_ingest().get(pk=session.pk)
+    if read_locked:
+        chunks.flush()
+    locked: Any = session if read_locked else _lock_for_ingest(session.pk, chunks)
     if locked.purge_generation != session.purge_generation:  # the states were stored against a purged head
         raise HistoryPurged
     # A concurrent writer may have used the same idempotency key while we stored states.
@@ -590,6 +594,34 @@ def _insert_checkpoints(
     return results + [(position, row, True) for position, row in zip(positions, rows, strict=True)]
 
 
+def _lock_for_ingest(pk: int, chunks: store.ChunkBatch) -> AgentSession:
+    """The session read under ingest's row lock (`locked_for_ingest`), with the chunks waiting inserted first. On
+    PostgreSQL in one statement (the insert a WITH of the locking SELECT: a round trip fewer a create) whose SELECT is
+    compiled once a process (Django compiled its ~40 columns anew for every create)."""
+    if connection.vendor != "postgresql":
+        chunks.flush()
+        session: AgentSession = AgentSession.objects.locked_for_ingest().get(pk=pk)
+        return session
+    sql, params = _locking_select(), list[Any]()
+    if waiting := chunks.take():
+        insert, arrays_ = arrays.statement(Chunk, waiting, ignore_conflicts=True)
+        sql, params = f"WITH chunks AS ({insert}) {sql}", arrays_
+    found = list(AgentSession.objects.raw(sql, [*params, pk]))
+    if not found:
+        raise AgentSession.DoesNotExist(f"no session {pk}")
+    return found[0]
+
+
+@cache
+def _locking_select() -> str:
+    """`locked_for_ingest().filter(pk=…)` as SQL with the pk its one placeholder (compiled in a transaction, as
+    SELECT … FOR NO KEY UPDATE must be)."""
+    sql, params = AgentSession.objects.locked_for_ingest().filter(pk=0).query.sql_with_params()
+    if list(params) != [0]:  # not reached: the filter is its only parameter
+        raise RuntimeError(f"the locking SELECT has parameters {params!r}")
+    return sql
+
+
 def _mark_subgraph_hops(rows: list[Checkpoint], parent_rows: dict[int, int]) -> None:
     """Mark the branch starts of a LangGraph thread that are no branch of its path, so that the timeline lays out
     only the real ones (`path_points`): a subgraph's checkpoints share the thread's seqs, so its run's first (a new
@@ -634,7 +666,7 @@ def _bulk_insert(rows: list[Checkpoint], parent_rows: dict[int, int]) -> None:
         for child, parent in parent_rows.items():
             rows[child].parent_id = ids[parent]
     if connection.vendor == "postgresql" and not any(isinstance(v, DatabaseDefault) for v in _db_defaulted(rows)):
-        _insert_as_arrays(rows, with_ids=bool(ids))
+        arrays.insert(Checkpoint, rows, with_ids=bool(ids))
     else:
         Checkpoint.objects.bulk_create(rows, batch_size=500)
     if not ids:  # parents stored in the same statement: their ids are known now
@@ -680,28 +712,6 @@ def _parent_of(
     return _Parent() if item.new_root else head
 
 
-def _insert_as_arrays(rows: list[Checkpoint], *, with_ids: bool) -> None:
-    """bulk_create's INSERT, with each column's values as one array parameter (`INSERT … SELECT * FROM
-    unnest(…)`): Django compiles a placeholder per value and psycopg parses a statement that long anew every time;
-    one array a column took a third of the time (500 rows: 166–190 ms against 524–587 ms, load 8). The values are prepared by each field as bulk_create
-    prepares them (the Safe* fields' escapes included); the ids come back in the rows' order."""
-    fields = [f for f in Checkpoint._meta.concrete_fields if with_ids or not f.primary_key]
-    arrays = [[column.get_db_prep_save(column.pre_save(row, True), connection) for row in rows] for column in fields]
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(column.attname if column.column is None else column.column) for column in fields)
-    unnest = ", ".join(f"%s::{_ARRAY_TYPE.sub('', column.db_type(connection) or '')}[]" for column in fields)
-    table = quote(Checkpoint._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} ({columns}) SELECT * FROM unnest({unnest}) RETURNING {quote('id')}",  # noqa: S608 - quoted names and the columns' own types; values are parameters
-            arrays,
-        )
-        ids = [pk for (pk,) in cursor.fetchall()]
-    for row, pk in zip(rows, ids, strict=True):
-        row.pk = pk
-        row._state.adding, row._state.db = False, connection.alias
-
-
 def _db_defaulted(rows: list[Checkpoint]) -> Iterator[Any]:
     """The values of the columns with a database default: a row built without one holds DatabaseDefault, which
     only bulk_create turns into DEFAULT."""
@@ -711,7 +721,6 @@ def _db_defaulted(rows: list[Checkpoint]) -> Iterator[Any]:
 
 
 _DB_DEFAULTED = [f for f in Checkpoint._meta.concrete_fields if f.has_db_default()]
-_ARRAY_TYPE = re.compile(r"\(\d+\)")  # varchar(400)[] → varchar[]: the column checks the length on insert
 
 
 def _reserve_checkpoint_ids(count: int) -> list[int]:

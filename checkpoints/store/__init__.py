@@ -31,7 +31,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -42,8 +42,8 @@ from django.db import connection
 from django.utils import timezone
 
 from ..models import Checkpoint, Chunk
-from . import diff, jsoncodec, masking
-from .digests import DIGEST_SIZE, Part, digest, rebased, state_digest, summarise
+from . import arrays, diff, jsoncodec, masking
+from .digests import DIGEST_SIZE, Part, digest, encoded_from, rebased, released, state_digest, summarise
 from .jsoncodec import InvalidJSON
 
 INLINE_LIMIT = 4096
@@ -121,6 +121,14 @@ class _StateCache:
             self._items.move_to_end(root)
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
+
+    def release(self, root: bytes) -> None:
+        """Drop the lists' canonical bytes from `root`'s parts (a newer state built on it holds its own), leaving
+        its place in the order as it is."""
+        with self._lock:
+            entry = self._items.get(root)
+            if entry is not None and (parts := released(entry.parts)) is not entry.parts:
+                self._items[root] = replace(entry, parts=parts)
 
     def clear(self) -> None:
         with self._lock:
@@ -258,9 +266,20 @@ class ChunkBatch:
             added += len(data)
         return added
 
-    def flush(self) -> None:
-        Chunk.objects.bulk_create(list(self.pending.values()), ignore_conflicts=True, batch_size=_QUERY_BATCH)
+    def take(self) -> list[Chunk]:
+        """The chunks waiting, for a caller that inserts them itself (`arrays.statement`); the batch is left empty."""
+        chunks = list(self.pending.values())
         self.pending.clear()
+        return chunks
+
+    def flush(self) -> None:
+        chunks = self.take()
+        if not chunks:
+            return
+        if connection.vendor == "postgresql":  # one statement however many chunks (a batch's: ~1,000)
+            arrays.insert(Chunk, chunks, ignore_conflicts=True)
+        else:
+            Chunk.objects.bulk_create(chunks, ignore_conflicts=True, batch_size=_QUERY_BATCH)
 
 
 def save_state(
@@ -313,7 +332,8 @@ def _save(state: Any, base: bytes | None, batch: ChunkBatch, max_depth: int, max
         # shares the parent's unchanged values, whose digests are known: only the change is encoded to tell.
         replayed = summarise(own_copy, parent.parts)
         if replayed.digest == state_hash:
-            parts = replayed.parts
+            parts = encoded_from(replayed.parts, summary.parts)
+            cache.release(base)
             if not ops:
                 cache.put(base, _Entry(parent.state, state_hash, parent.depth, parent.context, parts))
                 return Saved(base, state_hash, raw_bytes, 0)

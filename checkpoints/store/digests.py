@@ -44,6 +44,10 @@ class Part:
     items: Any = None  # hashlib object fed with every item's digest; never updated in place
     items_size: int = 0
     kept: int = 0  # a list's items at the front that are the old part's (the one it was told from), in order
+    # A list's canonical JSON when it was encoded whole (a caller's list, told against the one before): the next
+    # state's list is compared with it, so only that caller's side is encoded. Held by the newest state of a chain
+    # only (`released` drops it from the one a newer state was built on): a 2 MB state's lists are ~2 MB of bytes.
+    encoded: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,8 @@ def _part(value: Any, old: Part | None) -> Part:
     start, items, items_size, big = 0, hashlib.sha256(b"A"), 0, False
     # the old list's items begin this one (the very objects, or items with the same canonical JSON): only the new
     # ones are hashed
-    if old is not None and old.items is not None and _begins(old, value):
+    begins, whole = _begins(old, value) if old is not None and old.items is not None else (False, None)
+    if begins and old is not None:
         start, items, items_size, big = len(old.value), old.items.copy(), old.items_size, old.big
     for item in islice(value, start, None):
         encoded, item_big = jsoncodec.encode(item)
@@ -98,25 +103,32 @@ def _part(value: Any, old: Part | None) -> Part:
         items_size += len(encoded)
         big |= item_big
     size = 2 + items_size + max(len(value) - 1, 0)
-    return Part(value, size, items.digest()[:DIGEST_SIZE], big, items, items_size, start)
+    return Part(value, size, items.digest()[:DIGEST_SIZE], big, items, items_size, start, None if big else whole)
 
 
-def _begins(old: Part, value: list[Any]) -> bool:
-    """Whether `old`'s list is where `value` begins: the same objects (the store's own states share them), or, for
-    a caller's state (new objects every time, or the agent's own objects changed in place since), the same
-    canonical JSON. Equal array bytes are equal items, each with its canonical bytes (JSON values delimit
-    themselves): one orjson call and a comparison of each side cost ~10 times less than hashing every item."""
+def _begins(old: Part, value: list[Any]) -> tuple[bool, bytes | None]:
+    """Whether `old`'s list is where `value` begins, and `value`'s canonical JSON when it had to be encoded: the same
+    objects (the store's own states share them), or, for a caller's state (new objects every time, or the agent's
+    own objects changed in place since), the same canonical JSON. Equal array bytes are equal items, each with its
+    canonical bytes (JSON values delimit themselves, and a number ends at the comma or bracket after it): one orjson
+    call and a comparison cost ~10 times less than hashing every item, and the old side's bytes are kept from when
+    it was encoded (`Part.encoded`), so only the caller's list is encoded."""
     prefix = old.value
     if type(prefix) is not list or len(prefix) > len(value):
-        return False
+        return False, None
     if all(map(operator.is_, prefix, value)):
-        return True
+        return True, None
     if old.big:  # integers beyond 64 bits: orjson cannot encode them (and such lists are rare)
-        return False
+        return False, None
     try:
-        return _canonical(prefix) == _canonical(value[: len(prefix)])
+        whole = _canonical(value)
+        known = old.encoded if old.encoded is not None else _canonical(prefix)
     except orjson.JSONEncodeError:
-        return False
+        return False, None
+    if not prefix:
+        return True, whole
+    end = len(known) - 1  # where `known` closes its list: `whole` goes on there (",") or closes it too ("]")
+    return whole[end : end + 1] in (b",", b"]") and whole.startswith(known[:end]), whole
 
 
 _canonical = partial(orjson.dumps, option=orjson.OPT_SORT_KEYS)
@@ -127,3 +139,23 @@ def rebased(parts: dict[str, Part] | None, state: Any) -> dict[str, Part] | None
     if parts is None or type(state) is not dict:
         return None
     return {key: part if part.value is state[key] else replace(part, value=state[key]) for key, part in parts.items()}
+
+
+def released(parts: dict[str, Part] | None) -> dict[str, Part] | None:
+    """`parts` without the lists' canonical bytes: a newer state of the chain holds its own."""
+    if parts is None or all(part.encoded is None for part in parts.values()):
+        return parts
+    return {key: part if part.encoded is None else replace(part, encoded=None) for key, part in parts.items()}
+
+
+def encoded_from(parts: dict[str, Part] | None, told: dict[str, Part] | None) -> dict[str, Part] | None:
+    """`parts` (of the store's copy of a state) with the canonical bytes of the lists `told` (the same state as the
+    caller gave it, an equal digest) had encoded."""
+    if parts is None or told is None:
+        return parts
+    return {
+        key: replace(part, encoded=known.encoded)
+        if part.encoded is None and (known := told.get(key)) is not None and known.encoded is not None
+        else part
+        for key, part in parts.items()
+    }

@@ -105,6 +105,23 @@ def test_ingest_writes_each_checkpoint_row_once(make_session, make_checkpoint):
     assert not [q["sql"] for q in queries if q["sql"].startswith('UPDATE "checkpoints_checkpoint"')]
 
 
+@pytest.mark.postgres
+def test_a_creates_chunks_go_in_the_statement_that_locks_its_session(make_session, make_checkpoint):
+    """A round trip fewer a create: the state's new chunk is inserted by the SELECT … FOR NO KEY UPDATE of its
+    session, and read back as any other."""
+    session = make_session()
+    make_checkpoint(session, {"n": 0, "text": "x" * 5000})
+    with CaptureQueriesContext(connection) as queries:
+        checkpoint, _ = services.create_checkpoint(session, CheckpointInput(state={"n": 1, "text": "x" * 5000}))
+    chunk_statements = [q["sql"] for q in queries if '"checkpoints_chunk"' in q["sql"]]
+    assert len(chunk_statements) == 1
+    assert chunk_statements[0].startswith('WITH chunks AS (INSERT INTO "checkpoints_chunk"')
+    assert "FOR NO KEY UPDATE" in chunk_statements[0]
+    assert Chunk.objects.filter(hash=bytes(checkpoint.root)).exists()
+    store.cache.clear()
+    assert store.load_state(bytes(checkpoint.root)) == {"n": 1, "text": "x" * 5000}
+
+
 @pytest.mark.parametrize(
     ("fields", "field", "message"),
     [

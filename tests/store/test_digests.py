@@ -116,6 +116,43 @@ def test_a_whole_state_whose_old_items_changed_is_stored_exactly(change):
     assert canonical(store.load_state(saved.root)) == canonical(state)
 
 
+def test_a_whole_state_after_another_encodes_only_the_callers_side(monkeypatch):
+    """The lists a caller's state was told by are kept encoded with the state stored (its newest, not the one before
+    it): the next whole state of new objects encodes only its own lists, not the stored ones again."""
+    first = store.save_state(chat(300))
+    second = store.save_state(jsoncodec.loads(canonical(chat(301))), base=first.root)
+    held = store.cache.snapshot()
+    assert held[second.root].parts["messages"].encoded == canonical(chat(301)["messages"])
+    assert held[first.root].parts["messages"].encoded is None  # released: one copy a chain
+    encoded: list[int] = []
+    dumps = digests._canonical
+    monkeypatch.setattr(digests, "_canonical", lambda value: encoded.append(len(value)) or dumps(value))
+    saved = store.save_state(jsoncodec.loads(canonical(chat(303))), base=second.root)
+    assert encoded == [303]  # the caller's messages, once; the stored 301 were not encoded again
+    assert saved.state_hash == store.state_digest(chat(303))
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (["a", 12], ["a", 123, 4]),  # a number the kept bytes end in is no prefix of a longer one
+        (["a", 12], ["a", 12.0, 4]),
+        (["a", True], ["a", 1, 4]),
+        ([{"a": "x"}], [{"a": "x", "b": 1}, 4]),
+        (["a", "b"], ["a"]),
+        (["a", "b"], ["a", "b"]),
+    ],
+)
+def test_a_list_is_told_by_its_kept_bytes_exactly(before, after):
+    first = store.save_state({"l": before, "n": 0})
+    told = store.save_state(jsoncodec.loads(canonical({"l": before, "n": 1})), base=first.root)
+    assert store.cache.snapshot()[told.root].parts["l"].encoded == canonical(before)
+    saved = store.save_state({"l": after, "n": 2}, base=told.root)
+    assert saved.state_hash == store.state_digest(jsoncodec.loads(canonical({"l": after, "n": 2})))
+    store.cache.clear()
+    assert canonical(store.load_state(saved.root)) == canonical({"l": after, "n": 2})
+
+
 @pytest.mark.parametrize(
     "other",
     [

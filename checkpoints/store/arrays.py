@@ -1,0 +1,57 @@
+"""Bulk inserts on PostgreSQL with each column's values as one array parameter (`INSERT … SELECT * FROM unnest(…)`).
+
+Django's bulk_create compiles a placeholder per value and psycopg parses a statement that long anew every time; one
+array a column took a third of the time for 500 checkpoint rows (166–190 ms against 524–587 ms, load 8). The
+statement's text depends only on the model and its columns, so it is built once a process.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Any
+
+from django.db import connection, connections
+from django.db.models import Field, Model
+
+_ARRAY_TYPE = re.compile(r"\(\d+\)")  # varchar(400)[] → varchar[]: the column checks the length on insert
+
+
+def insert(model: type[Model], rows: list[Any], *, with_ids: bool = True, ignore_conflicts: bool = False) -> None:
+    """Insert `rows` of `model` in one statement; the values are prepared by each field as bulk_create prepares them
+    (the Safe* fields' escapes included). Without `with_ids` the ids come from the table's sequence and are set on
+    the rows in their order; with `ignore_conflicts` a row whose key is stored already is skipped."""
+    sql, arrays = statement(model, rows, with_ids=with_ids, ignore_conflicts=ignore_conflicts)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, arrays)
+        ids = None if with_ids or ignore_conflicts else [pk for (pk,) in cursor.fetchall()]
+    for index, row in enumerate(rows):
+        if ids is not None:
+            row.pk = ids[index]
+        row._state.adding, row._state.db = False, connection.alias
+
+
+def statement(
+    model: type[Model], rows: list[Any], *, with_ids: bool = True, ignore_conflicts: bool = False
+) -> tuple[str, list[list[Any]]]:
+    """`insert`'s statement and its parameters, for a caller that sends it as part of another (a WITH)."""
+    sql, fields = _statement(model, with_ids, ignore_conflicts)
+    # the connection itself, not Django's proxy to it: the proxy looks it up in a thread-local at every attribute a
+    # field's preparation reads (~6 % of a batch's CPU, 160,000 values for 5,000 checkpoints)
+    db = connections[connection.alias]
+    return sql, [[field.get_db_prep_save(field.pre_save(row, True), db) for row in rows] for field in fields]
+
+
+@cache
+def _statement(model: type[Model], with_ids: bool, ignore_conflicts: bool) -> tuple[str, list[Field[Any, Any]]]:
+    fields = [f for f in model._meta.concrete_fields if with_ids or not f.primary_key]
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(field.column or field.attname) for field in fields)
+    unnest = ", ".join(f"%s::{_ARRAY_TYPE.sub('', field.db_type(connection) or '')}[]" for field in fields)
+    table = quote(model._meta.db_table)
+    sql = f"INSERT INTO {table} ({columns}) SELECT * FROM unnest({unnest})"  # noqa: S608 - quoted names and the columns' own types; values are parameters
+    if ignore_conflicts:
+        sql += " ON CONFLICT DO NOTHING"
+    elif not with_ids:
+        sql += f" RETURNING {quote(model._meta.pk.column or model._meta.pk.attname)}"
+    return sql, fields
