@@ -9,8 +9,9 @@ state is grown to `--start-step` (about 230 kB at step 100) and written once who
 same states and the run measures long-lived agents, not their first minute. Reported per mode: checkpoints/s,
 p50/p95 of a create, the mean state size at the end, errors (exceptions the client raised), lost (acknowledged
 checkpoints the database does not hold), wrong (sessions whose stored head is not the agent's last state), the
-CPU per checkpoint of the client and of the server (gunicorn and its PostgreSQL backends, from /proc: it does not
-depend on what else loads the machine) and the load average before and after; then patches ÷ whole states. Writes
+CPU per checkpoint of the client, of gunicorn and of its PostgreSQL backends (from /proc: it does not depend on what
+else loads the machine) and the load average before and after; then patches ÷ whole states, in checkpoints/s and in
+CPU per checkpoint. Writes
 var/bench-load.json.
 """
 
@@ -64,24 +65,62 @@ def agent(base: str, token: str, number: int, mode: str, start_step: int, out: d
     out.update(latencies=latencies, acked=acked, errors=errors, session=session, steps=workload.step_number)
 
 
-def server_cpu(port: str, database: str) -> float:
-    """CPU seconds used so far by the gunicorn serving `port` (master and workers) and by the PostgreSQL backends
-    of `database` (its connections): what the server spent, whatever else loads the machine."""
-    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as file:
-                command = file.read().replace(b"\0", b" ").decode(errors="replace")
-            if not (("gunicorn" in command and f":{port}" in command) or f"postgres {database} " in command):
+class ServerCPU:
+    """CPU seconds the gunicorn serving `port` (master and workers) and the PostgreSQL backends of `database` spend
+    from `start()` to `stop()`, apart: what the server spent, whatever else loads the machine. Sampled every half
+    second: Django closes a connection past CONN_MAX_AGE (60 s) and opens another, and a backend that exited takes
+    its CPU with it (a single reading after a 60 s run counted almost none of PostgreSQL's)."""
+
+    def __init__(self, port: str, database: str) -> None:
+        self.port, self.database = port, database
+        self.first: dict[int, tuple[bool, float]] = {}  # pid → (is gunicorn, CPU at the first reading)
+        self.last: dict[int, float] = {}
+        self.others: set[int] = set()  # processes that are neither (the sampler's CPU counts as the client's)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._sample(baseline=True)
+        self.thread.start()
+
+    def stop(self) -> tuple[float, float]:
+        self.done.set()
+        self.thread.join()
+        self._sample()
+        web = db = 0.0
+        for pid, (is_web, first) in self.first.items():
+            used = self.last[pid] - first
+            web, db = (web + used, db) if is_web else (web, db + used)
+        return web, db
+
+    def _run(self) -> None:
+        while not self.done.wait(0.5):
+            self._sample()
+
+    def _sample(self, *, baseline: bool = False) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
                 continue
-            with open(f"/proc/{entry}/stat") as file:
-                fields = file.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-    return total
+            pid = int(entry)
+            if pid in self.others:
+                continue
+            try:
+                if pid not in self.first:
+                    with open(f"/proc/{entry}/cmdline", "rb") as file:
+                        command = file.read().replace(b"\0", b" ").decode(errors="replace")
+                    is_web = "gunicorn" in command and f":{self.port}" in command
+                    if not (is_web or f"postgres {self.database} " in command):
+                        self.others.add(pid)
+                        continue
+                with open(f"/proc/{entry}/stat") as file:
+                    fields = file.read().rsplit(")", 1)[1].split()
+            except OSError:  # gone meanwhile, or not ours to read
+                continue
+            used = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            if pid not in self.first:  # one that started during the run counts from nothing
+                self.first[pid] = (is_web, used if baseline else 0.0)
+            self.last[pid] = used
 
 
 def run_mode(url: str, mode: str, agents: int, seconds: float, start_step: int, workers: int) -> dict[str, Any]:
@@ -106,7 +145,8 @@ def run_mode(url: str, mode: str, agents: int, seconds: float, start_step: int, 
         load_before = os.getloadavg()
         cpu_before = resource.getrusage(resource.RUSAGE_SELF)
         port, database = base.rsplit(":", 1)[1], url.rsplit("/", 1)[1]
-        server_before = server_cpu(port, database)
+        server = ServerCPU(port, database)
+        server.start()
         started = time.monotonic()
         for out in outs:
             out["stop"] = started + seconds
@@ -115,7 +155,7 @@ def run_mode(url: str, mode: str, agents: int, seconds: float, start_step: int, 
             thread.join()
         elapsed = time.monotonic() - started
         cpu_after = resource.getrusage(resource.RUSAGE_SELF)
-        server_used = server_cpu(port, database) - server_before
+        web_used, db_used = server.stop()
         load_after = os.getloadavg()
     latencies = sorted(value for out in outs for value in out.get("latencies", []))
     acked = {pk for out in outs for pk in out.get("acked", [])}
@@ -146,7 +186,9 @@ def run_mode(url: str, mode: str, agents: int, seconds: float, start_step: int, 
         "lost": len(acked - stored),
         "wrong": wrong,
         "client_cpu_ms_per_checkpoint": round(client_cpu * 1000 / len(latencies), 1) if latencies else None,
-        "server_cpu_ms_per_checkpoint": round(server_used * 1000 / len(latencies), 1) if latencies else None,
+        "server_cpu_ms_per_checkpoint": round((web_used + db_used) * 1000 / len(latencies), 1) if latencies else None,
+        "web_cpu_ms_per_checkpoint": round(web_used * 1000 / len(latencies), 1) if latencies else None,
+        "db_cpu_ms_per_checkpoint": round(db_used * 1000 / len(latencies), 1) if latencies else None,
         "load_before": [round(v, 2) for v in load_before],
         "load_after": [round(v, 2) for v in load_after],
     }
@@ -172,21 +214,24 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
     say(
         f"{'mode':<6} {'ckpt/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'state KB':>9} {'errors':>7} {'lost':>5} "
-        f"{'wrong':>5} {'client ms':>9} {'server ms':>9}  load before → after"
+        f"{'wrong':>5} {'client ms':>9} {'web ms':>7} {'db ms':>6}  load before → after"
     )
     for r in results:
         say(
             f"{r['mode']:<6} {r['per_second']:>8} {r['p50_ms']:>8} {r['p95_ms']:>8} {r['final_state_kb_mean']:>9} "
             f"{r['errors']:>7} {r['lost']:>5} {r['wrong']:>5} {r['client_cpu_ms_per_checkpoint']:>9} "
-            f"{r['server_cpu_ms_per_checkpoint']:>9}  "
+            f"{r['web_cpu_ms_per_checkpoint']:>7} {r['db_cpu_ms_per_checkpoint']:>6}  "
             f"{r['load_before'][0]} → {r['load_after'][0]}"
         )
     rates = {r["mode"]: r["per_second"] for r in results}
     if rates.get("full") and rates.get("patch"):
         say(f"patches ÷ whole states, this run: {rates['patch'] / rates['full']:.2f}× checkpoints/s (target ≥ 3)")
         cpu = {r["mode"]: r["server_cpu_ms_per_checkpoint"] for r in results}
+        say(f"server CPU per checkpoint, whole ÷ patch: {cpu['full'] / cpu['patch']:.2f}×")
+        total = {r["mode"]: r["client_cpu_ms_per_checkpoint"] + r["server_cpu_ms_per_checkpoint"] for r in results}
         say(
-            f"server CPU per checkpoint, whole ÷ patch: {cpu['full'] / cpu['patch']:.2f}× (what a machine to itself would give)"
+            f"CPU per checkpoint, client and server, whole ÷ patch: {total['full'] / total['patch']:.2f}× "
+            "(what a machine to itself would give)"
         )
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2))

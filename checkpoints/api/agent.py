@@ -46,6 +46,7 @@ from .common import (
     _json,
     _reader,
     _session,
+    _session_to_write,
     _token,
 )
 
@@ -412,7 +413,7 @@ def create_checkpoint(request: HttpRequest, external_id: str, payload: Checkpoin
     before a patch's base is looked at: a retried patch returns what it stored). With `state_patch`: 409
     `base_moved` naming the head when the base is not the head any more, 422 naming the operation that does not
     apply; nothing is stored on either."""
-    session = _session(request, external_id)
+    session = _session_to_write(request, external_id)
     checkpoint, created = services.create_checkpoint(session, payload.to_input())
     data = checkpoint_dict(checkpoint, external_id)
     return _json({**data, "restore_generation": session.restore_generation}, status=201 if created else 200)

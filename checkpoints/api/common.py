@@ -30,6 +30,7 @@ from ..models import (
     Scope,
 )
 from ..outbox.wanted import CACHE_ERRORS
+from ..services.checkpoints import session_with_head
 from ..store import jsoncodec, masking
 
 logger = logging.getLogger(__name__)
@@ -347,6 +348,15 @@ def _session(request: HttpRequest, external_id: str) -> AgentSession:
     session = (
         AgentSession.objects.select_related("project", "head").filter(project=project, external_id=external_id).first()
     )
+    if session is None:
+        raise HttpError(404, f"no session {external_id!r} in project {project.slug!r}")
+    return session
+
+
+def _session_to_write(request: HttpRequest, external_id: str) -> AgentSession:
+    """`_session` for a create: only what ingest reads of the head (id, seq, root), in one written-out statement."""
+    project = _token(request).project
+    session = session_with_head(project, external_id)
     if session is None:
         raise HttpError(404, f"no session {external_id!r} in project {project.slug!r}")
     return session

@@ -40,7 +40,7 @@ from ..models import (
 from ..store import diff, jsoncodec, lgnodes, lgtuples, previews, tallies
 from ..store.jsoncodec import InvalidJSON
 from . import cleanup, lginterrupts
-from .checkpoints import CheckpointInput, ParentRow, check_json_field, ingest_checkpoints
+from .checkpoints import CheckpointInput, ParentRow, check_json_field, ingest_checkpoints, locked_for_ingest
 from .secrets import scan_writes
 from .typeguard import check_typed, check_types
 
@@ -176,17 +176,11 @@ def _thread_session(project: Project, thread_id: str) -> AgentSession:
 
 
 def _locked_thread(project: Project, external_id: str) -> AgentSession | None:
-    """`AgentSession.objects.locked_for_ingest()`'s row of the thread, in a statement written out: every step's put
-    reads it, and the ORM spent more CPU building the statement than the database running it."""
-    quote = connection.ops.quote_name
-    table, checkpoints = quote(AgentSession._meta.db_table), quote(Checkpoint._meta.db_table)
-    lock = f" FOR NO KEY UPDATE OF {table}" if connection.vendor == "postgresql" else ""
-    sql = (
-        f"SELECT {table}.*, h.seq AS head_seq, h.calls_made AS head_calls FROM {table}"  # noqa: S608 - the tables' quoted names; values are parameters
-        f" LEFT OUTER JOIN {checkpoints} h ON {table}.head_id = h.id"
-        f" WHERE {table}.project_id = %s AND {table}.external_id = %s{lock}"
+    """`AgentSession.objects.locked_for_ingest()`'s row of the thread, in a statement written out (every step's put
+    reads it)."""
+    return locked_for_ingest(
+        "{table}.project_id = %s AND {table}.external_id = %s", [project.pk, escape_text(external_id)]
     )
-    return next(iter(AgentSession.objects.raw(sql, [project.pk, escape_text(external_id)])), None)
 
 
 def _thread_for_writes(project: Project, thread_id: str) -> AgentSession:

@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from checkpoints.models import AgentSession, Checkpoint
-from checkpoints.services import Actor, CheckpointInput, create_api_token, create_checkpoint, undo_restore
+from checkpoints.services import Actor, CheckpointInput, create_api_token, create_checkpoint, tokens, undo_restore
 
 pytestmark = pytest.mark.django_db
 
@@ -107,6 +109,45 @@ def test_a_retried_patch_returns_what_it_stored_even_after_the_head_moved(first,
     changed = post(api, {**body, "state_patch": [{"op": "add", "path": "/messages/-", "value": "y"}]})
     assert changed.status_code == 409 and "code" not in changed.json()  # the reused key's 409, not base_moved
     assert "idempotency key" in changed.json()["detail"]
+
+
+def test_a_create_reads_only_what_it_needs_and_no_checkpoint_row_whole(first, api, monkeypatch):
+    """What every agent's every step costs (docs/benchmarks.md, bench/load.py): the session with its head's id, seq
+    and root in one read, the idempotency key looked up by (key, id) before storing and again under the session's
+    lock, and
+    no checkpoint row read whole unless the key was used before (a retry)."""
+    monkeypatch.setattr(tokens, "REMEMBER_SECONDS", 60.0)  # the token as a busy agent's: remembered
+    post(api, {"state_patch": [{"op": "replace", "path": "/step", "value": 2}], "idempotency_key": "k-2"})
+    body = {"state_patch": [{"op": "add", "path": "/messages/-", "value": "x"}], "idempotency_key": "k-3"}
+    with CaptureQueriesContext(connection) as create:
+        assert post(api, body).status_code == 201
+    sql = [q["sql"] for q in create.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))]
+    # chunks: the state's (on PostgreSQL the new ones go in with the locking read: WITH chunks AS (INSERT …) SELECT)
+    reads = [
+        s for s in sql if s.startswith(("SELECT", "WITH chunks AS")) and not s.startswith('SELECT "checkpoints_chunk"')
+    ]
+    assert len(reads) == 4, "\n".join(reads)  # the session and its head, the key; under the lock, both again
+    assert not any('"checkpoints_checkpoint"."metadata"' in s for s in sql)  # no checkpoint row read whole
+    with CaptureQueriesContext(connection) as retry:
+        again = post(api, body)
+    assert again.status_code == 200 and again.json()["seq"] == 3
+    assert any('"checkpoints_checkpoint"."metadata"' in q["sql"] for q in retry.captured_queries)  # the retry's row
+
+
+def test_ids_and_keys_holding_the_escape_character_reach_their_session_and_their_retry(api):
+    """The session's id and the idempotency key are read by statements written out: the column's escaping of NUL
+    (a private-use character) is applied and undone there as the ORM does."""
+    external_id, key = "run-\ue000-1", "key-\ue000-\ue0000"
+    assert api.post("/sessions", {"external_id": external_id, "agent": "a"}).status_code == 201
+    first = post(api, {"state": {"n": 1}}, session=external_id)
+    assert first.status_code == 201, first.content
+    body = {"state_patch": [{"op": "replace", "path": "/n", "value": 2}], "idempotency_key": key}
+    stored = post(api, {**body, "base": {"id": first.json()["id"]}}, session=external_id)
+    assert stored.status_code == 201, stored.content
+    again = post(api, {**body, "base": {"id": first.json()["id"]}}, session=external_id)
+    assert again.status_code == 200 and again.json()["id"] == stored.json()["id"]
+    assert Checkpoint.objects.get(pk=stored.json()["id"]).idempotency_key == key
+    assert post(api, {"state": {}}, session="run-\ue0000-1").status_code == 404  # escaped, not confused
 
 
 @pytest.mark.parametrize(

@@ -162,7 +162,19 @@ def test_the_clients_copy_brought_up_to_date_by_its_patch_is_the_new_state_and_s
         assert canonical(updated) == snapshot  # the agent's objects are not the client's
 
 
-@pytest.mark.parametrize(("before", "after"), [(0.0, -0.0), ({"a": 1}, {"a": True}), ([1], [1.0]), ({"a/b~": 1}, {})])
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (0.0, -0.0),
+        ({"a": 1}, {"a": True}),
+        ([1], [1.0]),
+        ({"a/b~": 1}, {}),
+        ({"a": [0, 1, "x"]}, {"a": [False, True, "x"]}),  # inside a list and an object, where the client's diff
+        ({"a": {"b": 2, "c": None}}, {"a": {"b": 2.0, "c": None}}),  # compares strings and integers in place
+        ({"a": [0.0]}, {"a": [-0.0]}),
+        ({"a": [2**70]}, {"a": [2**70 + 1]}),
+    ],
+)
 def test_values_python_calls_equal_and_json_does_not_are_patched(before, after):
     assert canonical(apply_patch(before, json_patch(before, after))) == canonical(after)
 
