@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -223,6 +223,9 @@ def _redis_available() -> str | None:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    if transactional(item):
+        while OPEN_SHARED:
+            OPEN_SHARED.pop()()
     reasons = []
     if item.get_closest_marker("postgres") and connection.vendor != "postgresql":
         reasons.append("needs PostgreSQL: set DATABASE_URL=postgres://… (make test does when pg_isready answers)")
@@ -266,12 +269,30 @@ def shared_rows(django_db_blocker) -> Iterator[None]:
     with django_db_blocker.unblock():
         outer = transaction.atomic()
         outer.__enter__()
+    closed = False
+
+    def close() -> None:
+        nonlocal closed
+        if not closed:
+            closed = True
+            with django_db_blocker.unblock():
+                transaction.set_rollback(True)
+                outer.__exit__(None, None, None)
+
+    OPEN_SHARED.append(close)
     try:
         yield
     finally:
-        with django_db_blocker.unblock():
-            transaction.set_rollback(True)
-            outer.__exit__(None, None, None)
+        close()
+        if close in OPEN_SHARED:
+            OPEN_SHARED.remove(close)
+
+
+# Rolls back each open `shared_rows` transaction, newest first. A module's shared tests run before its
+# transactional ones, but pytest keeps a module's fixtures until its last test: run alone, a module's transactional
+# tests would run inside its shared rows' open transaction (nothing they commit is committed, other connections
+# see none of it, and their flush empties the shared rows).
+OPEN_SHARED: list[Callable[[], None]] = []
 
 
 @pytest.fixture

@@ -61,3 +61,20 @@ def test_a_module_run_alone_keeps_its_shared_tests_before_its_transactional_ones
     ]
     kinds = [transactional(item) for item in items]  # type: ignore[arg-type]
     assert kinds == sorted(kinds)
+
+
+def test_a_modules_transactional_tests_start_outside_its_shared_rows_transaction(django_db_setup, django_db_blocker):
+    """Run alone, a module's transactional tests follow its shared tests while the module's shared rows are still
+    held in their open transaction (pytest keeps a module's fixtures until its last test): they would commit
+    nothing, and their flush would empty the shared rows. The first one rolls the shared rows back."""
+    from django.db import connection
+
+    from tests.conftest import OPEN_SHARED, pytest_runtest_setup, shared_rows
+
+    with shared_rows(django_db_blocker):
+        assert connection.in_atomic_block
+        pytest_runtest_setup(_Item("m.py::plain"))  # type: ignore[arg-type]
+        assert connection.in_atomic_block  # a test in a transaction nests in the shared rows
+        pytest_runtest_setup(_Item("m.py::committed", transaction=True))  # type: ignore[arg-type]
+        assert not connection.in_atomic_block and OPEN_SHARED == []
+    assert not connection.in_atomic_block  # the module's teardown has nothing left to roll back
