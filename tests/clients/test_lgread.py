@@ -15,7 +15,7 @@ from langgraph.types import Interrupt, Send
 from pydantic import BaseModel
 
 from checkpoint_console import typedjson
-from checkpoint_console.lgread import Decoder, Held, Reads, clone, held_of
+from checkpoint_console.lgread import Decoder, Held, Reads, channel_copier, clone, held_of, uncollected
 from tests.clients.test_langgraph_safety import CALLS, SAFE, hostile_values
 
 STRICT = JsonPlusSerializer(allowed_msgpack_modules=None)
@@ -136,3 +136,25 @@ def test_what_is_held_is_for_one_serializer_and_one_token():
     assert reads.serves(STRICT, "Bearer a")
     assert not reads.serves(STRICT.with_msgpack_allowlist([("my", "Type")]), "Bearer a")
     assert not reads.serves(STRICT, "Bearer b")
+
+
+def test_a_large_state_is_copied_without_a_collection_and_the_collector_runs_again_after():
+    import gc
+
+    messages = [AIMessage(f"answer {n}", id=f"a{n}", tool_calls=[]) for n in range(2000)]
+    made = channel_copier(Decoder(STRICT).decode(wire(messages)))
+    collections: list[str] = []
+
+    def seen(phase: str, info: dict[str, Any]) -> None:
+        collections.append(phase)
+
+    gc.callbacks.append(seen)
+    try:
+        with uncollected():
+            copies = [made.make() for _ in range(3)]  # some 24,000 new containers
+            during = len(collections)
+        assert during == 0
+        assert gc.isenabled()
+    finally:
+        gc.callbacks.remove(seen)
+    assert copies[0] == messages and copies[0][0] is not copies[1][0]

@@ -20,9 +20,12 @@ and a copy is its class around them unpacked anew, under half the cost of valida
 from __future__ import annotations
 
 import copy
+import gc
 import hashlib
 import importlib
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import ormsgpack
@@ -34,11 +37,31 @@ from pydantic import BaseModel
 from . import typedjson
 from .lgwire import Memory
 
-__all__ = ["Copier", "Decoder", "Held", "Reads", "channel_copier", "clone", "copier", "held_of"]
+__all__ = ["Copier", "Decoder", "Held", "Reads", "channel_copier", "clone", "copier", "held_of", "uncollected"]
 
 _PYDANTIC_V2 = 5
 _TAG = typedjson.TAG
 _IMMUTABLE = frozenset({str, int, float, bool, type(None), bytes})
+
+
+@contextmanager
+def uncollected() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while a state is parsed, decoded or copied.
+
+    A state of 2,500 messages is some 15,000 new dicts and lists, all alive until the caller lets go of them: the
+    collector, which runs every 700 net new containers, walks them again and again (and the whole heap when enough
+    of them have lived long), for nothing, since they form no cycles. Listing 100 tuples of a 1,000-step thread took
+    5.3–5.9 s of CPU with it running and 1.8–1.9 s with it paused. Paused only when it was running, and enabled again
+    after, so a process that runs without it stays so; a thread that disables it meanwhile has it enabled again by
+    this one when it is done (the collector is one switch per process)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 class Decoder:
