@@ -16,8 +16,8 @@ seed). Figures, judged at steps 901–1000 as bench/run.py does:
   (what every graph invocation in a new worker pays), and **warm**, p50 of 20 more reads by the saver that ran
   the graph; list of every checkpoint, once, by that saver.
 
-PostgreSQL and the console use databases `bench_lg_console` and `bench_lg_postgres`, dropped and created
-anew. Prints a table and writes var/bench-langgraph.json.
+PostgreSQL and the console use databases `bench_lg_console` and `bench_lg_postgres` (with `$BENCH_DB_SUFFIX`
+appended when set), dropped and created anew. Prints a table and writes var/bench-langgraph.json.
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ from workload import AgentSessionWorkload
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "var" / "bench-langgraph.json"
 ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
+# two runs side by side on one server each need their own databases
+DB_SUFFIX = os.environ.get("BENCH_DB_SUFFIX", "")
 WINDOW = 100
 READS = 20
 COLD_READS = 7
@@ -198,9 +200,9 @@ def run_graph(
         reads.append(time.perf_counter() - start)
     if latest is None or len(latest.checkpoint["channel_values"]["messages"]) <= steps:
         raise RuntimeError("the saver's latest checkpoint lacks the run's messages")
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     listed = sum(1 for _ in saver.list(read_config))
-    list_seconds = time.perf_counter() - start
+    list_seconds, list_cpu = time.perf_counter() - start, time.process_time() - cpu
     return {
         "checkpoints": len(probe.puts),
         "run_seconds": round(elapsed, 1),
@@ -210,6 +212,7 @@ def run_graph(
         "get_cold_p50_ms": ms(statistics.median(cold)) if cold else None,
         "get_latest_p50_ms": ms(statistics.median(reads)),
         "list_all_seconds": round(list_seconds, 2),
+        "list_client_cpu_seconds": round(list_cpu, 2),
         "listed": listed,
         "state_messages": len(latest.checkpoint["channel_values"]["messages"]),
     }
@@ -235,7 +238,7 @@ def database_size(url: str) -> Callable[[], int]:
 def run_postgres(steps: int, seed: int) -> dict[str, Any]:
     from langgraph.checkpoint.postgres import PostgresSaver
 
-    url = fresh_database("bench_lg_postgres")
+    url = fresh_database("bench_lg_postgres" + DB_SUFFIX)
     with PostgresSaver.from_conn_string(url) as saver:
         saver.setup()
         return run_graph("postgres", saver, steps, seed, database_size(url), {"url": url})
@@ -276,7 +279,7 @@ def console(url: str) -> Iterator[tuple[str, str]]:
 def run_console(steps: int, seed: int) -> dict[str, Any]:
     from checkpoint_console.langgraph import ConsoleSaver
 
-    url = fresh_database("bench_lg_console")
+    url = fresh_database("bench_lg_console" + DB_SUFFIX)
     with console(url) as (base, token), ConsoleSaver(base, token) as saver:
         return run_graph("console", saver, steps, seed, database_size(url), {"base": base, "token": token})
 
@@ -290,6 +293,7 @@ ROWS = [
     ("get_tuple latest, cold p50 (ms)", "get_cold_p50_ms", "{}"),
     ("get_tuple latest, warm p50 (ms)", "get_latest_p50_ms", "{}"),
     ("list every checkpoint (s)", "list_all_seconds", "{}"),
+    ("  of which the reading process's CPU (s)", "list_client_cpu_seconds", "{}"),
     ("checkpoints listed", "listed", "{:,}"),
     ("whole run (s)", "run_seconds", "{}"),
 ]

@@ -109,6 +109,44 @@ def test_a_caller_changing_a_returned_state_never_changes_the_next_tuple(live_se
         for newer, older in zip(listed, listed[1:], strict=False):
             mutate(newer.checkpoint["channel_values"])
             assert older.checkpoint == get(cold, older.config).checkpoint
+        # two callers of one saver: what one changes, the other (and the next list) never sees
+        one, other = latest(saver, "chat"), latest(saver, "chat")
+        mutate(one.checkpoint["channel_values"])
+        assert other.checkpoint == expected
+        assert [found.checkpoint for found in saver.list(CONFIG)] == [found.checkpoint for found in listed_by(cold)]
+
+
+def listed_by(saver: ConsoleSaver) -> list[Any]:
+    return list(saver.list(CONFIG))
+
+
+def test_reads_decode_and_copy_with_the_collector_paused_and_leave_it_as_they_found_it(
+    live_server, token_secret, monkeypatch
+):
+    import gc
+
+    from checkpoint_console import langgraph as module
+
+    seen: list[bool] = []
+
+    def recorded(*args: Any) -> Any:
+        seen.append(gc.isenabled())
+        return held_of(*args)
+
+    held_of = module.held_of
+    monkeypatch.setattr(module, "held_of", recorded)
+    with ConsoleSaver(live_server.url, token_secret) as saver:
+        chat(saver, 3)
+        latest(saver, "chat")
+        list(saver.list(CONFIG))
+        assert gc.isenabled()
+        gc.disable()
+        try:
+            latest(saver, "chat")
+            assert not gc.isenabled()  # a process that runs without the collector stays so
+        finally:
+            gc.enable()
+    assert seen == [False] * 5
 
 
 def get(saver: ConsoleSaver, config: dict[str, Any]) -> Any:

@@ -3,6 +3,7 @@ and imports or calls nothing else, whatever a holder of the project's write toke
 
 from __future__ import annotations
 
+import copy
 import importlib
 import logging
 import sys
@@ -256,7 +257,7 @@ def test_generated_typed_values_import_and_call_only_what_the_allow_list_names(v
     before = set(sys.modules)
     CALLS.clear()
 
-    strict._decode(encoded)
+    strict._decode(copy.deepcopy(encoded))  # decoding uses its input up
     strict_imports, strict_calls = set(imported), list(CALLS)
     allowing._decode(encoded)
     strict.close()

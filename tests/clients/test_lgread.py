@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib
 from datetime import UTC, datetime
 from typing import Any
@@ -15,7 +16,7 @@ from langgraph.types import Interrupt, Send
 from pydantic import BaseModel
 
 from checkpoint_console import typedjson
-from checkpoint_console.lgread import Decoder, Held, Reads, clone, held_of
+from checkpoint_console.lgread import Decoder, Held, Reads, channel_copier, clone, held_of, uncollected
 from tests.clients.test_langgraph_safety import CALLS, SAFE, hostile_values
 
 STRICT = JsonPlusSerializer(allowed_msgpack_modules=None)
@@ -50,7 +51,7 @@ def test_a_state_decodes_directly_to_what_langgraphs_reader_gives():
     decoder = Decoder(STRICT)
     for channel, value in chat().items():
         encoded = wire(value)
-        assert decoder.decode(encoded) == langgraphs_own(STRICT, encoded) == value, channel
+        assert decoder.decode(copy.deepcopy(encoded)) == langgraphs_own(STRICT, encoded) == value, channel  # used up
     items = wire(chat()["messages"])
     assert [decoder.decode_item(item) for item in items] == chat()["messages"]
 
@@ -85,8 +86,8 @@ def test_generated_hostile_values_decode_as_langgraph_decodes_them_importing_onl
     encoded = typedjson.from_msgpack(ormsgpack.packb(value, option=ormsgpack.OPT_NON_STR_KEYS))
     CALLS.clear()
 
-    direct = Decoder(STRICT).decode(encoded)
-    as_item = Decoder(STRICT).decode_item(encoded)
+    direct = Decoder(STRICT).decode(copy.deepcopy(encoded))  # decoding uses its input up
+    as_item = Decoder(STRICT).decode_item(copy.deepcopy(encoded))
 
     assert set(imported) <= {module for module, _ in SAFE} and CALLS == []
     assert direct == as_item == langgraphs_own(STRICT, encoded)
@@ -136,3 +137,45 @@ def test_what_is_held_is_for_one_serializer_and_one_token():
     assert reads.serves(STRICT, "Bearer a")
     assert not reads.serves(STRICT.with_msgpack_allowlist([("my", "Type")]), "Bearer a")
     assert not reads.serves(STRICT, "Bearer b")
+
+
+def test_a_large_state_is_copied_without_a_collection_and_the_collector_runs_again_after():
+    import gc
+
+    messages = [AIMessage(f"answer {n}", id=f"a{n}", tool_calls=[]) for n in range(2000)]
+    made = channel_copier(Decoder(STRICT).decode(wire(messages)))
+    collections: list[str] = []
+
+    def seen(phase: str, info: dict[str, Any]) -> None:
+        collections.append(phase)
+
+    gc.callbacks.append(seen)
+    try:
+        with uncollected():
+            copies = [made.make() for _ in range(3)]  # some 24,000 new containers
+            during = len(collections)
+        assert during == 0
+        assert gc.isenabled()
+    finally:
+        gc.callbacks.remove(seen)
+    assert copies[0] == messages and copies[0][0] is not copies[1][0]
+
+
+def test_decoding_turns_the_answers_json_into_the_value_and_a_held_state_parses_its_own_again():
+    encoded = wire(chat()["messages"])
+    decoded = Decoder(STRICT).decode(encoded)
+    assert decoded == chat()["messages"] and decoded is encoded  # nothing rebuilt: the answer's lists are reused
+
+    parsed: list[int] = []
+
+    def again() -> dict[str, Any]:
+        parsed.append(1)
+        return {"messages": wire(chat()["messages"])}
+
+    item = {"console": {"id": 7}, "checkpoint": {"channel_values": {"messages": wire(chat()["messages"])}}}
+    held, values = held_of(item, None, Decoder(STRICT), again)
+    assert values["messages"] == chat()["messages"] and parsed == []  # a single read decodes once
+    values["messages"][0].content = "changed by the caller"
+    patch = {"console": {"id": 8}, "checkpoint": {}, "channel_patch": {"base": 7, "same": ["messages"]}}
+    _, next_values = held_of(patch, held, Decoder(STRICT))
+    assert next_values["messages"] == chat()["messages"] and parsed == [1]

@@ -21,9 +21,10 @@ the type. A serde passed in decides for itself (a pickle-capable one is the call
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import Any, cast
 
 import httpx
@@ -48,7 +49,7 @@ from langgraph.types import Command
 
 from . import typedjson
 from .client import CheckpointAPIError
-from .lgread import Held, Reads, held_of
+from .lgread import Held, Reads, held_of, uncollected
 from .lgwire import Memory, PutPlan, Sent, plan_put
 
 __all__ = ["AllowedType", "CheckpointAPIError", "ConsoleSaver"]
@@ -221,10 +222,19 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
             "writes": [[channel, self._encode(value)] for channel, value in writes],
         }
 
-    def _tuple(self, item: dict[str, Any], base: Held | None) -> tuple[CheckpointTuple, Held | None]:
-        """The tuple of an answer's item, and what to hold of it for the next read (see `lgread`)."""
+    def _tuple(
+        self, item: dict[str, Any], base: Held | None, again: Callable[[], dict[str, Any]]
+    ) -> tuple[CheckpointTuple, Held | None]:
+        """The tuple of an answer's item (used up), and what to hold of it for the next read (see `lgread`);
+        `again` parses the item's channel values anew from the answer's bytes."""
+        with uncollected():
+            return self._revived(item, base, again)
+
+    def _revived(
+        self, item: dict[str, Any], base: Held | None, again: Callable[[], dict[str, Any]]
+    ) -> tuple[CheckpointTuple, Held | None]:
         reads = self.reads
-        held, values = held_of(item, base, reads.decoder)
+        held, values = held_of(item, base, reads.decoder, again)
         stored = item["checkpoint"]
         header = self._decode({key: value for key, value in stored.items() if key != "channel_values"})
         thread_id, checkpoint_ns, parent_id = item["thread_id"], item["checkpoint_ns"], item["parent_checkpoint_id"]
@@ -254,7 +264,8 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
     def _got(self, config: RunnableConfig, response: httpx.Response, base: Held | None) -> CheckpointTuple | None:
         if response.status_code == 404:
             return None
-        found, held = self._tuple(_answer(response), base)
+        content = response.content
+        found, held = self._tuple(_answer(response), base, lambda: _values(_loads(content)))
         if held is not None:
             self.reads.held.remember(_thread(config), _ns(config), held)
         return found
@@ -279,10 +290,11 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
         body["relative"] = True
         return {key: value for key, value in body.items() if value is not None}
 
-    def _page(self, page: dict[str, Any], listing: _Listing) -> Iterator[CheckpointTuple]:
-        """A list page's tuples, each read against the one before it (the first against the last page's last)."""
-        for item in page["items"]:
-            found, listing.held = self._tuple(item, listing.held)
+    def _page(self, page: dict[str, Any], content: bytes, listing: _Listing) -> Iterator[CheckpointTuple]:
+        """A list page's tuples, each read against the one before it (the first against the last page's last);
+        `content` is the page's answer, parsed anew for an item's values if a later one is a patch against it."""
+        for at, item in enumerate(page["items"]):
+            found, listing.held = self._tuple(item, listing.held, functools.partial(_listed_values, content, at))
             yield found
 
     def _next_body(self, body: dict[str, Any], page: dict[str, Any], listing: _Listing) -> dict[str, Any] | None:
@@ -337,8 +349,9 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
         body = None if limit is not None and limit < 1 else self._list_body(config, filter, before, limit)
         listing = _Listing()
         while body is not None:
-            page = _answer(self._call("POST", "/checkpoints/list", json=body))
-            yield from self._page(page, listing)
+            response = self._call("POST", "/checkpoints/list", json=body)
+            page = _answer(response)
+            yield from self._page(page, response.content, listing)
             body = self._next_body(body, page, listing)
 
     def pending_resume(self, thread_id: str) -> Command | None:
@@ -419,8 +432,9 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
         body = None if limit is not None and limit < 1 else self._list_body(config, filter, before, limit)
         listing = _Listing()
         while body is not None:
-            page = _answer(await self._acall("POST", "/checkpoints/list", json=body))
-            for found in self._page(page, listing):
+            response = await self._acall("POST", "/checkpoints/list", json=body)
+            page = _answer(response)
+            for found in self._page(page, response.content, listing):
                 yield found
             body = self._next_body(body, page, listing)
 
@@ -494,12 +508,21 @@ def _type_key(entry: AllowedType) -> tuple[str, ...]:
 
 def _loads(content: bytes) -> Any:
     """JSON with orjson when it is there (LangChain brings it): a 1.9 MB state parsed in 60 % of the time here."""
-    if orjson is None:
-        return json.loads(content)
-    try:
-        return orjson.loads(content)
-    except orjson.JSONDecodeError:  # integers past 64 bits: the standard library reads them
-        return json.loads(content)
+    with uncollected():
+        if orjson is None:
+            return json.loads(content)
+        try:
+            return orjson.loads(content)
+        except orjson.JSONDecodeError:  # integers past 64 bits: the standard library reads them
+            return json.loads(content)
+
+
+def _values(item: dict[str, Any]) -> dict[str, Any]:
+    return cast(dict[str, Any], item["checkpoint"].get("channel_values", {}))
+
+
+def _listed_values(content: bytes, at: int) -> dict[str, Any]:
+    return _values(_loads(content)["items"][at])
 
 
 def _answer(response: httpx.Response) -> Any:
