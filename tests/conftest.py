@@ -104,6 +104,8 @@ def _live_server_keeps_its_connections() -> None:
             super().__init__(*args, **kwargs)
             self.lock = threading.Lock()
             self.idle: list[Any] = []  # connections no thread uses
+            self.closed = False
+            LIVE_SERVERS.append(self)
 
         def process_request_thread(self, request: Any, client_address: Any) -> None:
             if not self.connections_override:  # SQLite's in-memory database: one shared connection already
@@ -115,13 +117,19 @@ def _live_server_keeps_its_connections() -> None:
             super().process_request_thread(request, client_address)
 
         def _close_connections(self) -> None:
-            if self.connections_override:
-                return super()._close_connections()
             with self.lock:
-                self.idle.append(connections[DEFAULT_DB_ALIAS])
+                if not self.connections_override and not self.closed:
+                    self.idle.append(connections[DEFAULT_DB_ALIAS])
+                    return
+            super()._close_connections()  # a client kept its connection past the server's end: closed, as Django does
 
         def server_close(self) -> None:
             super().server_close()
+            with self.lock:
+                self.closed = True
+            self.close_idle()
+
+        def close_idle(self) -> None:
             with self.lock:
                 idle, self.idle = self.idle, []
             for wrapper in idle:
@@ -195,6 +203,19 @@ def transactional(item: pytest.Item) -> bool:
 
 
 FLUSHED: list[str] = []  # the first transactional test this process ran
+
+
+LIVE_SERVERS: list[Any] = []  # the live servers this process started (`_live_server_keeps_its_connections`)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None) -> Iterator[None]:
+    """pytest-django's, and before the test databases are dropped, the live server's idle connections closed: the
+    server may outlive the databases (a test can ask for it before its database), and a connection left open
+    makes DROP DATABASE fail."""
+    yield
+    for server in LIVE_SERVERS:
+        server.close_idle()
 
 
 @pytest.fixture(autouse=True)
