@@ -209,13 +209,19 @@ LIVE_SERVERS: list[Any] = []  # the live servers this process started (`_live_se
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_setup: None) -> Iterator[None]:
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
     """pytest-django's, and before the test databases are dropped, the live server's idle connections closed: the
     server may outlive the databases (a test can ask for it before its database), and a connection left open
     makes DROP DATABASE fail."""
     yield
     for server in LIVE_SERVERS:
         server.close_idle()
+    if connection.vendor == "postgresql":  # and what a thread still serving a client kept open
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
 
 
 @pytest.fixture(autouse=True)
