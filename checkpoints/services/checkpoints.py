@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cache, partial
+from functools import partial
 from typing import Any, NamedTuple
 
 from django.conf import settings
@@ -513,15 +513,16 @@ def _keyed_ids(session_id: int, keys: Collection[str]) -> dict[str, int]:
         return {unescape_text(key): pk for key, pk in cursor.fetchall()}
 
 
-def locked_for_ingest(where: str, params: list[Any]) -> AgentSession | None:
+def locked_for_ingest(where: str, params: list[Any], *, before: str = "") -> AgentSession | None:
     """`AgentSession.objects.locked_for_ingest()`'s row that `where` picks (`{table}` names the sessions' table), in
     a statement written out: the same row lock and the head's `head_seq` and `head_calls`. Every create and every
-    LangGraph put reads it, and the ORM spent more CPU building the statement than the database running it."""
+    LangGraph put reads it, and the ORM spent more CPU building the statement than the database running it.
+    `before` goes ahead of the SELECT (a WITH whose parameters lead `params`)."""
     quote = connection.ops.quote_name
     table, checkpoints = quote(AgentSession._meta.db_table), quote(Checkpoint._meta.db_table)
     lock = f" FOR NO KEY UPDATE OF {table}" if connection.vendor == "postgresql" else ""
     sql = (
-        f"SELECT {table}.*, h.seq AS head_seq, h.calls_made AS head_calls FROM {table}"  # noqa: S608 - the tables' quoted names; values are parameters
+        f"{before}SELECT {table}.*, h.seq AS head_seq, h.calls_made AS head_calls FROM {table}"  # noqa: S608 - the tables' quoted names; values are parameters
         f" LEFT OUTER JOIN {checkpoints} h ON {table}.head_id = h.id WHERE {where.format(table=table)}{lock}"
     )
     found: AgentSession | None = next(iter(AgentSession.objects.raw(sql, params)), None)
@@ -651,30 +652,17 @@ def _insert_checkpoints(
 
 def _lock_for_ingest(pk: int, chunks: store.ChunkBatch) -> AgentSession:
     """The session read under ingest's row lock (`locked_for_ingest`), with the chunks waiting inserted first. On
-    PostgreSQL in one statement (the insert a WITH of the locking SELECT: a round trip fewer a create) whose SELECT is
-    compiled once a process (Django compiled its ~40 columns anew for every create)."""
+    PostgreSQL in one statement (the insert a WITH of the locking SELECT: a round trip fewer a create)."""
+    before, params = "", list[Any]()
     if connection.vendor != "postgresql":
         chunks.flush()
-        session: AgentSession = AgentSession.objects.locked_for_ingest().get(pk=pk)
-        return session
-    sql, params = _locking_select(), list[Any]()
-    if waiting := chunks.take():
-        insert, arrays_ = arrays.statement(Chunk, waiting, ignore_conflicts=True)
-        sql, params = f"WITH chunks AS ({insert}) {sql}", arrays_
-    found = list(AgentSession.objects.raw(sql, [*params, pk]))
-    if not found:
+    elif waiting := chunks.take():
+        insert, params = arrays.statement(Chunk, waiting, ignore_conflicts=True)
+        before = f"WITH chunks AS ({insert}) "
+    found = locked_for_ingest("{table}.id = %s", [*params, pk], before=before)
+    if found is None:
         raise AgentSession.DoesNotExist(f"no session {pk}")
-    return found[0]
-
-
-@cache
-def _locking_select() -> str:
-    """`locked_for_ingest().filter(pk=…)` as SQL with the pk its one placeholder (compiled in a transaction, as
-    SELECT … FOR NO KEY UPDATE must be)."""
-    sql, params = AgentSession.objects.locked_for_ingest().filter(pk=0).query.sql_with_params()
-    if list(params) != [0]:  # not reached: the filter is its only parameter
-        raise RuntimeError(f"the locking SELECT has parameters {params!r}")
-    return sql
+    return found
 
 
 def _mark_subgraph_hops(rows: list[Checkpoint], parent_rows: dict[int, int]) -> None:
