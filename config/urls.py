@@ -20,5 +20,6 @@ urlpatterns = [
     path("", include("dashboard.urls")),
 ]
 
+handler400 = "config.views.bad_request_error"
 handler404 = "config.views.not_found"
 handler500 = "config.views.api_server_error"

@@ -7,7 +7,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.templatetags.static import static
 from django.views.decorators.http import require_GET
-from django.views.defaults import page_not_found, server_error
+from django.views.defaults import bad_request, page_not_found, server_error
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from checkpoints.api.common import database_unavailable
@@ -21,6 +21,14 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     if request.path.startswith("/api/"):
         return JsonResponse({"detail": f"no such endpoint: {request.method} {request.path}"}, status=404)
     return page_not_found(request, exception)
+
+
+def bad_request_error(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """A request Django refuses before any view (a Host header not in ALLOWED_HOSTS, another suspicious
+    operation) is still JSON under /api/: clients parse every API answer as the schema says."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": "bad request: the Host header or another part of it was refused"}, status=400)
+    return bad_request(request, exception)
 
 
 def api_server_error(request: HttpRequest) -> HttpResponse:

@@ -456,6 +456,16 @@ def test_an_unknown_api_url_gets_a_json_404(api):
     assert response.json()["detail"].startswith("no such endpoint")
 
 
+def test_a_refused_host_header_gets_a_json_400_from_the_api_and_html_elsewhere(client, session):
+    # Django refuses a Host outside ALLOWED_HOSTS before any view runs; an API client still gets JSON.
+    response = client.get("/api/v1/sessions", HTTP_HOST="9")
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/json"
+    assert "Host header" in response.json()["detail"]
+    page = client.get("/", HTTP_HOST="9")
+    assert page.status_code == 400 and page["Content-Type"].startswith("text/html")
+
+
 def test_a_session_id_with_a_slash_is_refused(api):
     assert api.post("/sessions", {"external_id": "team/run", "agent": "a"}).status_code == 422
     assert AgentSession.objects.count() == 0
