@@ -13,6 +13,10 @@ from bisect import bisect_right, insort
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from django.db.models import TextField
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast
+
 from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, SourceFormat
 
 FOLD_OVER = 3  # a side branch of more checkpoints than this starts folded (see Folding)
@@ -389,6 +393,13 @@ class Layout:
 
 def is_langgraph(session: AgentSession) -> bool:
     return session.source_format == SourceFormat.LANGGRAPH
+
+
+def namespace() -> Cast:
+    """A LangGraph checkpoint's namespace (metadata's `checkpoint_ns`) as text that compares as text everywhere.
+    A bare KT keeps the JSON lookups of a key: on SQLite `= ''` and `> ''` compare with JSON_EXTRACT('', '$'),
+    which fails ("malformed JSON"), and every LangGraph thread's timeline answered 500 on the embedded database."""
+    return Cast(KT("metadata__checkpoint_ns"), TextField())
 
 
 def _undos(session: AgentSession, points: list[tuple[int, int | None, str]]) -> dict[int, tuple[int, int | None]]:

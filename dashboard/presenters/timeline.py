@@ -17,13 +17,12 @@ from functools import cache, reduce
 from typing import Any, ClassVar
 
 from django.db.models import Case, Count, IntegerField, Max, Min, Q, Value, When
-from django.db.models.fields.json import KT
 from django.urls import reverse
 from django.utils.http import urlencode
 
 from checkpoints.models import AgentSession, Checkpoint, CheckpointKind, CheckpointQuerySet, CheckpointStatus
 
-from .branches import Branch, Cell, Folding, Layout, Start, Stretch, is_langgraph, short_namespace
+from .branches import Branch, Cell, Folding, Layout, Start, Stretch, is_langgraph, namespace, short_namespace
 from .checkpoint import Nodes, nodes_view, with_nodes
 from .secrets import mask_rows
 
@@ -200,7 +199,7 @@ def _rows_of(session: AgentSession) -> CheckpointQuerySet:
     queryset = Checkpoint.objects.for_session(session).for_timeline()
     if not is_langgraph(session):
         return queryset
-    return with_nodes(queryset, session).annotate(namespace=KT("metadata__checkpoint_ns"))
+    return with_nodes(queryset, session).annotate(namespace=namespace())
 
 
 def _subgraph_runs(session: AgentSession, lo: int, hi: int) -> list[SubgraphRun]:
@@ -209,7 +208,7 @@ def _subgraph_runs(session: AgentSession, lo: int, hi: int) -> list[SubgraphRun]
     rows = (
         Checkpoint.objects.for_session(session)
         .filter(seq__range=(lo, hi))
-        .annotate(ns=KT("metadata__checkpoint_ns"))
+        .annotate(ns=namespace())
         .filter(ns__gt="")
         .order_by()
         .values("ns")
@@ -229,7 +228,7 @@ def _opened_run(session: AgentSession, at: int | None) -> tuple[int, int] | None
     there, shown open (every namespace's rows). Three small queries on the (session, seq) index."""
     if at is None or not is_langgraph(session):
         return None
-    checkpoints = Checkpoint.objects.for_session(session).annotate(ns=KT("metadata__checkpoint_ns")).order_by()
+    checkpoints = Checkpoint.objects.for_session(session).annotate(ns=namespace()).order_by()
     if not checkpoints.filter(seq=at, ns__gt="").exists():
         return None
     roots = checkpoints.filter(ns="").values_list("seq", flat=True)

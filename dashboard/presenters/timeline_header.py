@@ -8,7 +8,6 @@ from datetime import timedelta
 from typing import Any
 
 from django.db.models import F, Max, Min, QuerySet, Sum
-from django.db.models.fields.json import KT
 from django.db.models.functions import TruncDay, TruncHour, TruncMonth, TruncWeek
 
 from checkpoints.models import (
@@ -22,7 +21,7 @@ from checkpoints.models import (
     SessionStatus,
 )
 
-from .branches import is_langgraph, short_namespace
+from .branches import is_langgraph, namespace, short_namespace
 from .checkpoint import label, with_nodes
 from .secrets import masker
 
@@ -193,7 +192,7 @@ def _subgraph_runs(session: AgentSession, near: int) -> list[Landmark]:
     hops = (
         Checkpoint.objects.for_session(session)
         .filter(starts_branch=True, subgraph_hop=True)
-        .annotate(ns=KT("metadata__checkpoint_ns"))
+        .annotate(ns=namespace())
         .values_list("seq", "parent_id", "ns")
     )
     older = list(hops.filter(seq__lte=near).order_by("-seq")[:HOPS_READ])

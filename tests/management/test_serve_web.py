@@ -6,6 +6,8 @@ what `make run` serves besides the API (static files under DEBUG, the debug 404 
 from __future__ import annotations
 
 import os
+import re
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -46,7 +48,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str,
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_answers(server, f"{url}/health/live", log, seconds=120)
-        yield url, token, log
+        yield url, token, log, var_dir
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -79,7 +81,7 @@ def agent(url: str, token: str, thread_id: str) -> None:
 
 
 def test_concurrent_puts_and_writes_from_several_agents_all_land_without_a_locked_database(served):
-    url, token, log = served
+    url, token, log, _ = served
     with ThreadPoolExecutor(AGENTS) as pool:
         for done in [pool.submit(agent, url, token, f"agent-{i}") for i in range(AGENTS)]:
             done.result()  # ConsoleSaver raises on any answer but success
@@ -97,8 +99,46 @@ def test_concurrent_puts_and_writes_from_several_agents_all_land_without_a_locke
 
 
 def test_make_runs_web_server_serves_static_files_and_debug_pages(served):
-    url, _, _ = served
+    url, _, _, _ = served
     css = httpx.get(f"{url}/static/console/console.css", timeout=30)
     assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
     missing = httpx.get(f"{url}/no-such-page/", timeout=30)
     assert missing.status_code == 404 and "DEBUG = True" in missing.text  # Django's debug 404, as under runserver
+
+
+def test_a_langgraph_threads_timeline_with_a_subgraph_run_opens_on_the_embedded_database(served):
+    # The timeline compares each checkpoint's namespace as text; a JSON key's own lookups failed on SQLite
+    # ("malformed JSON"), so every LangGraph thread's page answered 500 under `make run` while CI (PostgreSQL) passed.
+    url, token, log, var_dir = served
+    with ConsoleSaver(url, token, timeout=60) as saver:
+        root = put(saver, "graph-with-subgraph", 1, None)["configurable"]["checkpoint_id"]
+        inner = empty_checkpoint()
+        inner["channel_values"] = {"answer": "from the subgraph"}
+        saver.put(
+            {"configurable": {"thread_id": "graph-with-subgraph", "checkpoint_ns": "tools:1"}},
+            inner, {"source": "loop", "step": 0, "parents": {"": root}}, {},
+        )  # fmt: skip
+        put(saver, "graph-with-subgraph", 2, root)
+    with sqlite3.connect(var_dir / "db.sqlite3") as db:
+        (pk,) = db.execute(
+            "SELECT id FROM checkpoints_agentsession WHERE external_id = 'graph-with-subgraph'"
+        ).fetchone()
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL"}}
+    env.update(VAR_DIR=str(var_dir), DJANGO_SUPERUSER_PASSWORD="a-long-test-password-1")
+    subprocess.run(
+        [sys.executable, "manage.py", "createsuperuser", "--no-input", "--username", "op", "--email", "op@example.com"],
+        cwd=ROOT, env=env, check=True, timeout=120, capture_output=True,
+    )  # fmt: skip
+    with httpx.Client(base_url=url, timeout=30) as browser:
+        login = browser.get("/accounts/login/")
+        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login.text)
+        assert csrf is not None
+        signed_in = browser.post(
+            "/accounts/login/",
+            data={"username": "op", "password": "a-long-test-password-1", "csrfmiddlewaretoken": csrf[1]},
+        )
+        assert signed_in.status_code == 302, signed_in.text[:500]
+        page = browser.get(f"/sessions/{pk}/")
+    assert page.status_code == 200, page.text[:2000]
+    assert "tools" in page.text  # the subgraph run, folded under the root row it ran under
+    assert "malformed JSON" not in log.read_text()
