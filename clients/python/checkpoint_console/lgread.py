@@ -178,7 +178,7 @@ class Copier:
     """Makes fresh copies of one private decoded value: `make()` shares nothing mutable with it or with earlier
     copies. Plain JSON is kept packed as msgpack, so a copy is one unpack in C; a pydantic model whose fields are
     plain JSON is rebuilt around its fields (the immutable ones shared, the containers made anew) as pydantic's own
-    what was validated once; anything else is `clone`d."""
+    `__copy__` does, without validating again what was validated once; anything else is `clone`d."""
 
     __slots__ = ()
 
