@@ -448,6 +448,7 @@ def test_prefetching_replays_a_chain_that_stops_at_a_state_the_page_evicted_mean
     store.load_shared(a_roots[1])  # the chains of a[4] stop here: a patch, not a keyframe
     monkeypatch.setattr(store.cache, "size", 3)
     store.prefetch([a_roots[4], *b_roots])  # b's three states, cached first, evict a[1]
-    assert a_roots[1] not in store.cache.snapshot()
+    if store.connection.vendor == "postgresql":  # elsewhere prefetch leaves each state to its first read
+        assert a_roots[1] not in store.cache.snapshot()
     assert canonical(store.load_shared(a_roots[4])) == a_states[4]
     assert [canonical(store.load_shared(root)) for root in b_roots] == b_states
