@@ -533,10 +533,14 @@ def prefetch(roots: Iterable[bytes]) -> None:
     """Load into the cache the states under `roots` it lacks, their patch chains fetched in one query (PostgreSQL;
     elsewhere one a state, as `load_shared` does). A page of LangGraph tuples reads ~40 states, most of them a patch
     or two past one another: one query a state was half the page's time (issue #23 item 9). Replayed shortest chain
-    first, so each later state stops at one just cached."""
+    first, so each later state stops at one just cached. The states the chains stop at are held for the whole
+    replay: caching the page's states may evict one of them (the least recently used) before a chain that stops
+    there is replayed, which then found neither that state nor a keyframe below it (a list of 1,002 tuples failed
+    so with the default 64 states)."""
     wanted = [root for root in dict.fromkeys(bytes(root) for root in roots) if cache.get(root) is None]
     if len(wanted) < 2 or connection.vendor != "postgresql":
         return
+    held = cache.snapshot()
     table = _chunk_table()
     sql = (
         f"WITH RECURSIVE chain(hash, data, base) AS ("  # noqa: S608 - the table's quoted name and placeholders; values are parameters
@@ -545,19 +549,21 @@ def prefetch(roots: Iterable[bytes]) -> None:
         f" WHERE chain.hash <> ALL(%s)"
         f") SELECT hash, data, base FROM chain"
     )
-    fetched = _binary_rows(sql, [wanted, list(cache.snapshot())])
+    fetched = _binary_rows(sql, [wanted, list(held)])
     rows = {bytes(h): (bytes(d), bytes(b) if b is not None else None) for h, d, b in fetched}
-    chains = {root: _chain_in(root, rows) for root in wanted}
+    chains = {root: _chain_in(root, rows, held) for root in wanted}
     for root in sorted(wanted, key=lambda root: len(chains[root] or ())):
         chain = chains[root]
         if chain and cache.get(root) is None:
-            cache.put(root, _materialise(root, chain))
+            held[root] = entry = _materialise(root, chain, held)
+            cache.put(root, entry)
 
 
-def _chain_in(root: bytes, rows: dict[bytes, tuple[bytes, bytes | None]]) -> list[tuple[bytes, bytes]] | None:
-    """`root`'s chain as `_fetch_chain` gives it, from fetched rows (down to a keyframe, or the first state the
-    cache held), or None when the rows lack a link."""
-    held = cache.snapshot()
+def _chain_in(
+    root: bytes, rows: dict[bytes, tuple[bytes, bytes | None]], held: dict[bytes, _Entry]
+) -> list[tuple[bytes, bytes]] | None:
+    """`root`'s chain as `_fetch_chain` gives it, from fetched rows (down to a keyframe, or the first state
+    `held`), or None when the rows lack a link."""
     chain, key = [], root
     while True:
         row = rows.get(key)
@@ -569,9 +575,12 @@ def _chain_in(root: bytes, rows: dict[bytes, tuple[bytes, bytes | None]]) -> lis
         key = row[1]
 
 
-def _materialise(root: bytes, chain: list[tuple[bytes, bytes]] | None = None) -> _Entry:
-    """Walk the chain down to a cached state or the keyframe, then replay the patches upwards."""
-    cached = cache.snapshot()
+def _materialise(
+    root: bytes, chain: list[tuple[bytes, bytes]] | None = None, cached: dict[bytes, _Entry] | None = None
+) -> _Entry:
+    """Walk the chain down to a cached state (of `cached`, by default the cache now) or the keyframe, then replay
+    the patches upwards."""
+    cached = cache.snapshot() if cached is None else cached
     chain = chain if chain is not None else _fetch_chain(root, stop=cached)
     if not chain:
         raise StateNotFound(f"no state stored under {root.hex()}")

@@ -5,6 +5,7 @@ place), and what one serializer decoded is never handed out under another."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,6 +168,37 @@ def test_list_sends_each_tuple_against_the_one_before_and_gives_what_get_tuple_g
     for newer, older in zip(items, items[1:], strict=False):
         assert older["channel_patch"]["base"] == newer["console"]["id"]
         assert older["channel_patch"]["lists"]["messages"]["items"] == []  # older: the newer one's prefix
+
+
+def test_list_asks_for_the_next_page_while_the_caller_takes_this_one_sync_and_async(live_server, token_secret):
+    from tests.clients.test_langgraph import run_async
+
+    with ConsoleSaver(live_server.url, token_secret) as saver, ConsoleSaver(live_server.url, token_secret) as cold:
+        chat(saver, 25)  # two pages
+        asked: list[str] = []
+        cold.client.event_hooks["request"].append(lambda request: asked.append(request.url.path))
+        listing = cold.list(CONFIG)
+        first = next(listing)
+        deadline = time.monotonic() + 10
+        while len(asked) < 2 and time.monotonic() < deadline:  # the second page's request, in a thread of its own
+            time.sleep(0.01)
+        assert asked == ["/api/v1/langgraph/checkpoints/list"] * 2
+        listed = [first, *listing]
+
+        async def alisted() -> list[Any]:
+            async with ConsoleSaver(live_server.url, token_secret) as reader:
+                return [found async for found in reader.alist(CONFIG)]
+
+        by_async = run_async(alisted())
+        abandoned = cold.list(CONFIG)
+        next(abandoned)
+        abandoned.close()  # the page asked for ahead is not waited for and breaks nothing
+        assert latest(cold, "chat").checkpoint == listed[0].checkpoint
+        by_writer = listed_by(saver)
+    assert len(listed) == 25
+    assert [found.checkpoint for found in listed] == [found.checkpoint for found in by_writer]
+    assert [found.checkpoint for found in by_async] == [found.checkpoint for found in listed]
+    assert [found.pending_writes for found in by_async] == [found.pending_writes for found in listed]
 
 
 def test_the_async_reads_are_relative_too_and_hand_out_their_own_objects(live_server, token_secret):

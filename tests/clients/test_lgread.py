@@ -179,3 +179,22 @@ def test_decoding_turns_the_answers_json_into_the_value_and_a_held_state_parses_
     patch = {"console": {"id": 8}, "checkpoint": {}, "channel_patch": {"base": 7, "same": ["messages"]}}
     _, next_values = held_of(patch, held, Decoder(STRICT))
     assert next_values["messages"] == chat()["messages"] and parsed == [1]
+
+
+def test_copies_of_a_held_state_share_its_strings_and_nothing_a_caller_could_change():
+    made = channel_copier(Decoder(STRICT).decode(wire(chat()["messages"])))
+
+    first, second = made.make(), made.make()
+
+    assert first == second == chat()["messages"]
+    assert not identities(first, set()) & identities(second, set())
+    assert first[1].model_fields_set is not second[1].model_fields_set
+    assert first[0].content is second[0].content and first[2].id is second[2].id  # immutable, so shared
+    first[0].additional_kwargs["seen"] = True
+    first[1].tool_calls[0]["args"]["pages"].append(3)
+    first[1].response_metadata["usage"]["in"] = 4
+    first[1].invalid_tool_calls.append({"name": "x"})
+    first[2].artifact["rows"][0].append(9)
+    first[2].id = "renamed"  # as add_messages names a message: pydantic adds it to the copy's fields set
+    assert second == chat()["messages"] and made.make() == chat()["messages"]
+    assert "id" in first[2].model_fields_set

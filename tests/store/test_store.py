@@ -429,3 +429,28 @@ def test_prefetching_a_pages_states_loads_each_exactly_in_two_queries(db, django
     with django_assert_num_queries(0 if postgres else len(roots) + 1):
         loaded = [canonical(store.load_shared(root)) for root in roots]
     assert loaded == states
+
+
+def test_prefetching_replays_a_chain_that_stops_at_a_state_the_page_evicted_meanwhile(db, monkeypatch):
+    # A chain that stops at a cached state is replayed after the shorter chains, whose states, cached as they are
+    # made, may evict it (least recently used): the replay must still start from it (it failed: "no keyframe").
+    def chain(name: str, length: int) -> tuple[list[bytes], list[Any]]:
+        state: dict[str, Any] = {"log": [], "pad": name * 20_000}
+        roots, states, root = [], [], None
+        for i in range(length):
+            state["log"].append({"step": i, "note": f"{name}{i}" * 50})
+            root = store.save_state(state, base=root).root
+            roots.append(root)
+            states.append(canonical(state))
+        return roots, states
+
+    a_roots, a_states = chain("a", 5)
+    b_roots, b_states = chain("b", 3)
+    store.cache.clear()
+    store.load_shared(a_roots[1])  # the chains of a[4] stop here: a patch, not a keyframe
+    monkeypatch.setattr(store.cache, "size", 3)
+    store.prefetch([a_roots[4], *b_roots])  # b's three states, cached first, evict a[1]
+    if store.connection.vendor == "postgresql":  # elsewhere prefetch leaves each state to its first read
+        assert a_roots[1] not in store.cache.snapshot()
+    assert canonical(store.load_shared(a_roots[4])) == a_states[4]
+    assert [canonical(store.load_shared(root)) for root in b_roots] == b_states

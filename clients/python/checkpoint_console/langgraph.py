@@ -24,6 +24,7 @@ import asyncio
 import functools
 import json
 import random
+import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import Any, cast
 
@@ -298,11 +299,17 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
             yield found
 
     def _next_body(self, body: dict[str, Any], page: dict[str, Any], listing: _Listing) -> dict[str, Any] | None:
+        """The next page's request, asked for before this page is decoded: its base is this page's last tuple,
+        which the saver will hold by then (every listed tuple with a console id is held), else the one before."""
         if not page.get("next_cursor"):
             return None
         body = {key: value for key, value in body.items() if key != "base"}
         body["cursor"] = page["next_cursor"]
-        if listing.held is not None:
+        items = page.get("items") or ()
+        last = items[-1].get("console", {}).get("id") if items else None
+        if type(last) is int:
+            body["base"] = last
+        elif listing.held is not None:
             body["base"] = listing.held.console_id
         return body
 
@@ -345,14 +352,21 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        """Newest first, fetched a page at a time as the iteration goes."""
-        body = None if limit is not None and limit < 1 else self._list_body(config, filter, before, limit)
+        """Newest first, fetched a page at a time as the iteration goes: the next page is asked for (in a thread
+        of its own) while this one is decoded, so the server's work on it and the transfer overlap the decoding."""
+        if limit is not None and limit < 1:
+            return
+        body: dict[str, Any] | None = self._list_body(config, filter, before, limit)
         listing = _Listing()
-        while body is not None:
-            response = self._call("POST", "/checkpoints/list", json=body)
+        response = self._call("POST", "/checkpoints/list", json=body)
+        while True:
             page = _answer(response)
+            body = self._next_body(cast(dict[str, Any], body), page, listing)
+            ahead = None if body is None else _Ahead(self._call, "POST", "/checkpoints/list", json=body)
             yield from self._page(page, response.content, listing)
-            body = self._next_body(body, page, listing)
+            if ahead is None:
+                return
+            response = ahead.result()
 
     def pending_resume(self, thread_id: str) -> Command | None:
         """The answers people gave in the console to the thread's interrupts, not yet taken by the graph, as
@@ -429,14 +443,25 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        body = None if limit is not None and limit < 1 else self._list_body(config, filter, before, limit)
+        if limit is not None and limit < 1:
+            return
+        body: dict[str, Any] | None = self._list_body(config, filter, before, limit)
         listing = _Listing()
-        while body is not None:
-            response = await self._acall("POST", "/checkpoints/list", json=body)
+        response = await self._acall("POST", "/checkpoints/list", json=body)
+        while True:
             page = _answer(response)
-            for found in self._page(page, response.content, listing):
-                yield found
-            body = self._next_body(body, page, listing)
+            body = self._next_body(cast(dict[str, Any], body), page, listing)
+            ahead = None if body is None else asyncio.ensure_future(self._acall("POST", "/checkpoints/list", json=body))
+            try:
+                for found in self._page(page, response.content, listing):
+                    yield found
+            except BaseException:  # the caller stopped (aclose) or decoding failed: the next page is not wanted
+                if ahead is not None:
+                    ahead.cancel()
+                raise
+            if ahead is None:
+                return
+            response = await ahead
 
     async def adelete_thread(self, thread_id: str) -> None:
         self._forget([str(thread_id)])
@@ -456,6 +481,34 @@ class ConsoleSaver(BaseCheckpointSaver[str]):
         self._forget(thread_ids)
         body = {"thread_ids": thread_ids, "strategy": strategy}
         _answer(await self._acall("POST", "/threads/prune", json=body))
+
+
+class _Ahead:
+    """A list's next page, requested in a thread of its own while the caller decodes and takes the page before it
+    (the request waits on the server and the network, which release the GIL). A daemon thread: a list the caller
+    abandons leaves at most one request to finish, and never holds the interpreter open."""
+
+    __slots__ = ("_error", "_response", "_thread")
+
+    def __init__(self, call: Callable[..., httpx.Response], *args: Any, **kwargs: Any) -> None:
+        self._response: httpx.Response | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(call, args, kwargs), name="ConsoleSaver.list", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, call: Callable[..., httpx.Response], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        try:
+            self._response = call(*args, **kwargs)
+        except BaseException as exc:  # raised in the caller's thread by result()
+            self._error = exc
+
+    def result(self) -> httpx.Response:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return cast(httpx.Response, self._response)
 
 
 class _Listing:
