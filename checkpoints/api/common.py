@@ -271,7 +271,7 @@ class Strict(Schema):
         times: a body's JSON object is validated once, as given. Anything else goes ninja's way."""
         if type(values) is dict:
             return handler(values)
-        return Schema._run_root_validator.__func__(cls, values, handler, info)  # type: ignore[attr-defined]
+        return Schema._run_root_validator.__func__(cls, values, handler, info)
 
     @model_validator(mode="before")
     @classmethod

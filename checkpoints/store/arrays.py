@@ -83,6 +83,8 @@ def _plain_type(field: Field[Any, Any]) -> type | None:
     plain = _PLAIN.get(type(target))
     # a field whose pre_save is its own (auto_now, say) is never plain: pre_save is Field's, the attribute's value
     return plain if plain is not None and type(field).pre_save is Field.pre_save else None
+
+
 @cache
 def _statement(model: type[Model], with_ids: bool, ignore_conflicts: bool) -> tuple[str, list[Field[Any, Any]]]:
     fields = [f for f in model._meta.concrete_fields if with_ids or not f.primary_key]
