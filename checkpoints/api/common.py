@@ -21,7 +21,7 @@ from ninja.parser import Parser
 from ninja.renderers import BaseRenderer
 from ninja.security import HttpBearer
 from ninja.throttling import BaseThrottle, SimpleRateThrottle
-from pydantic import AfterValidator, ConfigDict, model_validator
+from pydantic import AfterValidator, ConfigDict, ModelWrapValidatorHandler, ValidationInfo, model_validator
 
 from .. import limits, services
 from ..models import (
@@ -262,6 +262,16 @@ class Strict(Schema):
     """Unknown fields are refused, with one error for all of them (not one each: a body may hold millions)."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _run_root_validator(cls, values: Any, handler: ModelWrapValidatorHandler[Any], info: ValidationInfo) -> Any:
+        """django-ninja's own (same name: it replaces it) validates a model that forbids extra fields twice, once as
+        given and once through its `DjangoGetter` (for ORM objects and resolvers), and so a nested model four
+        times: a body's JSON object is validated once, as given. Anything else goes ninja's way."""
+        if type(values) is dict:
+            return handler(values)
+        return Schema._run_root_validator.__func__(cls, values, handler, info)
 
     @model_validator(mode="before")
     @classmethod

@@ -33,6 +33,7 @@ from ..models import (
     SessionStatus,
     SourceFormat,
 )
+from ..models.written import Columns
 from ..outbox import events
 from ..store import arrays, jsoncodec, purging, tallies
 from ..store.jsoncodec import InvalidJSON
@@ -522,11 +523,20 @@ def locked_for_ingest(where: str, params: list[Any], *, before: str = "") -> Age
     table, checkpoints = quote(AgentSession._meta.db_table), quote(Checkpoint._meta.db_table)
     lock = f" FOR NO KEY UPDATE OF {table}" if connection.vendor == "postgresql" else ""
     sql = (
-        f"{before}SELECT {table}.*, h.seq AS head_seq, h.calls_made AS head_calls FROM {table}"  # noqa: S608 - the tables' quoted names; values are parameters
+        f"{before}SELECT {_SESSION.sql(connection)}, h.seq, h.calls_made FROM {table}"  # noqa: S608 - the tables' quoted names; values are parameters
         f" LEFT OUTER JOIN {checkpoints} h ON {table}.head_id = h.id WHERE {where.format(table=table)}{lock}"
     )
-    found: AgentSession | None = next(iter(AgentSession.objects.raw(sql, params)), None)
-    return found
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    session = _SESSION.build(connection, row[: _SESSION.width])
+    session.head_seq, session.head_calls = row[_SESSION.width :]  # type: ignore[attr-defined]  # the join's, as raw() set them
+    return session
+
+
+_SESSION = Columns(AgentSession, AgentSession._meta.db_table)
 
 
 def session_with_head(project: Project, external_id: str) -> AgentSession | None:
@@ -535,18 +545,21 @@ def session_with_head(project: Project, external_id: str) -> AgentSession | None
     quote = connection.ops.quote_name
     table, checkpoints = quote(AgentSession._meta.db_table), quote(Checkpoint._meta.db_table)
     sql = (
-        f"SELECT {table}.*, h.seq AS head_seq, h.root AS head_root FROM {table}"  # noqa: S608 - the tables' quoted names; values are parameters
+        f"SELECT {_SESSION.sql(connection)}, h.seq, h.root FROM {table}"  # noqa: S608 - the tables' quoted names; values are parameters
         f" LEFT OUTER JOIN {checkpoints} h ON {table}.head_id = h.id"
         f" WHERE {table}.project_id = %s AND {table}.external_id = %s"
     )
-    row: Any = next(iter(AgentSession.objects.raw(sql, [project.pk, escape_text(external_id)])), None)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [project.pk, escape_text(external_id)])
+        row = cursor.fetchone()
     if row is None:
         return None
-    session: AgentSession = row
+    session = _SESSION.build(connection, row[: _SESSION.width])
     session.project = project
     head = None
     if session.head_id is not None:
-        known = {"id": session.head_id, "session_id": session.pk, "seq": row.head_seq, "root": row.head_root}
+        head_seq, head_root = row[_SESSION.width :]
+        known = {"id": session.head_id, "session_id": session.pk, "seq": head_seq, "root": head_root}
         fields = [f.attname for f in Checkpoint._meta.concrete_fields if f.attname in known]
         head = Checkpoint.from_db(connection.alias, fields, [known[name] for name in fields])  # the rest deferred
     session.head = head

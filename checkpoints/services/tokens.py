@@ -11,12 +11,13 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
 from ..audit import Actor, InvalidInput, record_audit
 from ..models import DEFAULT_SCOPES, SCOPE_GRANTED_BY, ApiToken, Project, Scope, tokens_updated
+from ..models.written import Columns
 
 UNNAMED = Actor.system("create_api_token")  # who created a token when the caller names no one
 
@@ -124,7 +125,7 @@ def authenticate_token(secret: str, *, now: datetime | None = None, recall: bool
     digest = hash_token(secret)
     token = _recalled(digest) if recall else None
     if token is None:
-        token = ApiToken.objects.select_related("project").filter(token_hash=digest).first()
+        token = _by_hash(digest)
         if token is None:
             return None
         if _usable(token, now) and (token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60):
@@ -136,6 +137,28 @@ def authenticate_token(secret: str, *, now: datetime | None = None, recall: bool
     mine = copy.copy(token)  # the request's own: gunicorn's threads share what is remembered
     mine.project = copy.copy(token.project)
     return mine
+
+
+_TOKEN, _PROJECT = Columns(ApiToken, "t"), Columns(Project, "p")
+
+
+def _by_hash(digest: str) -> ApiToken | None:
+    """The token whose hash is `digest`, with its project: what `select_related("project")` reads, in one
+    statement written out (every API request on PostgreSQL runs it; the ORM spent ~1 ms compiling it each time)."""
+    quote = connection.ops.quote_name
+    sql = (
+        f"SELECT {_TOKEN.sql(connection)}, {_PROJECT.sql(connection)} FROM {quote(ApiToken._meta.db_table)} t"  # noqa: S608 - quoted names; the hash is a parameter
+        f" INNER JOIN {quote(Project._meta.db_table)} p ON p.{quote('id')} = t.{quote('project_id')}"
+        f" WHERE t.{quote('token_hash')} = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [digest])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    token = _TOKEN.build(connection, row[: _TOKEN.width])
+    token.project = _PROJECT.build(connection, row[_TOKEN.width :])
+    return token
 
 
 def _usable(token: ApiToken, now: datetime) -> bool:

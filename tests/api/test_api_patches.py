@@ -303,3 +303,31 @@ def test_insertions_at_the_front_of_a_long_list_are_refused_past_the_budget(firs
     assert Checkpoint.objects.count() == 2
     appended = [{"op": "add", "path": "/items/-", "value": n} for n in range(10)]  # appends move nothing
     assert post(api, {"state_patch": appended}).status_code == 201
+
+
+def test_a_body_is_validated_once_and_still_refuses_unknown_fields_at_any_depth(first, api, monkeypatch):
+    """django-ninja validated a model that forbids extra fields twice (once as given, once through its
+    DjangoGetter), so each patch operation four times and each batch item four times: once now."""
+    from checkpoints.store import jsoncodec
+
+    checked: list[Any] = []
+    real = jsoncodec.check_value
+    monkeypatch.setattr(jsoncodec, "check_value", lambda value, **kw: (checked.append(value), real(value, **kw))[1])
+    metadata = lambda: [value for value in checked if isinstance(value, dict) and "meta" in value]  # noqa: E731
+    patch = [{"op": "add", "path": "/messages/-", "value": "x"}, {"op": "replace", "path": "/step", "value": 2}]
+    assert post(api, {"state_patch": patch, "metadata": {"meta": 1}}).status_code == 201
+    assert metadata() == [{"meta": 1}] * 2  # the schema's check, and the service's (for every caller)
+    checked.clear()
+    items = [{"session": "run-1", "state": {"n": n}, "metadata": {"meta": n}} for n in range(3)]
+    assert api.post("/checkpoints/batch", {"checkpoints": items}).status_code == 201
+    assert sorted(value["meta"] for value in metadata()) == [0, 0, 1, 1, 2, 2]
+    for body in (
+        {"state_patch": [{"op": "add", "path": "/a", "value": 1, "junk": 1}]},
+        {"state_patch": [{"op": "add", "path": "/a", "value": 1}], "base": {"id": first["id"], "junk": 1}},
+        {"state": {}, "junk": 1},
+    ):
+        response = post(api, body)
+        assert response.status_code == 422 and "unknown field(s): 'junk'" in response.content.decode()
+    batch = {"checkpoints": [{"session": "run-1", "state": {}, "junk": 1}]}
+    response = api.post("/checkpoints/batch", batch)
+    assert response.status_code == 422 and "unknown field(s): 'junk'" in response.content.decode()

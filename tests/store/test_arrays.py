@@ -1,0 +1,55 @@
+"""The array inserts' values (`store.arrays`): a plain field's value of its own Python type is taken as it is, and
+every value is what Django's own preparation (bulk_create's) gives, whatever the field and the value's type."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from django.db import connection
+
+from checkpoints.models import Checkpoint, CheckpointKind, Chunk
+from checkpoints.store import arrays
+
+pytestmark = pytest.mark.django_db
+
+
+def prepared_by_django(model, rows, *, with_ids=True):
+    fields = [f for f in model._meta.concrete_fields if with_ids or not f.primary_key]
+    return unwrapped([[f.get_db_prep_save(f.pre_save(row, True), connection) for row in rows] for f in fields])
+
+
+def unwrapped(columns):
+    """psycopg's Binary and Jsonb wrappers compare by identity: their values, with their types."""
+    return [[(type(v).__name__, getattr(v, "obj", v)) for v in column] for column in columns]
+
+
+def test_every_value_is_what_djangos_preparation_gives(make_session):
+    session = make_session()
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    rows = [
+        Checkpoint(
+            session=session, seq=1, parent_id=None, name="a\x00b\ue000", kind=CheckpointKind.STEP, status="completed",
+            status_reason="", step=-1, phase=None, created_at=at, received_at=at, root=b"\x01" * 16,
+            state_hash=b"\x02" * 32, raw_bytes=10, stored_bytes=None, calls_made=3, preview="p\x00",
+            tool_failed=False, operation_id="", idempotency_key="k\x00", metadata={"n": 1e300, "s": "\x00"},
+        ),
+        Checkpoint(
+            session=session, seq=True, parent_id=7, name="b", kind="step", status="failed", status_reason="r",
+            step=2, phase=3, created_at=at, received_at=at, root=b"\x03" * 16, state_hash=b"\x04" * 32,
+            raw_bytes=2**40, stored_bytes=5, calls_made=None, preview="", tool_failed=1, pinned=True,
+            operation_id="op", idempotency_key="", metadata={},
+        ),
+    ]  # fmt: skip
+    for model, made, with_ids in (
+        (Checkpoint, rows, False),
+        (Chunk, [Chunk(hash=b"\x05" * 16, data=b"d", raw_size=1)], True),
+    ):
+        _, values = arrays.statement(model, made, with_ids=with_ids)
+        assert unwrapped(values) == prepared_by_django(model, made, with_ids=with_ids)
+    # the plain fields are taken as they are when of their own type; a bool in an integer column is prepared
+    _, values = arrays.statement(Checkpoint, rows, with_ids=False)
+    columns = dict(zip([f.attname for f in Checkpoint._meta.concrete_fields if not f.primary_key], values, strict=True))
+    assert [int(value) for value in columns["seq"]] == [1, 1] and type(columns["seq"][0]) is type(columns["seq"][1])
+    assert columns["tool_failed"] == [False, True] and type(columns["tool_failed"][1]) is bool
+    assert columns["name"] != ["a\x00b\ue000", "b"]  # a Safe* field escapes: never taken as it is
