@@ -34,6 +34,9 @@ sys.path.insert(0, str(ROOT / "clients" / "python"))
 from checkpoint_console.client import CheckpointClient  # noqa: E402 - after the path that holds it
 
 RESULTS = ROOT / "var" / "bench-load.json"
+# The control mode: each agent reads its session (GET /sessions/{id}: the token and the session looked up, nothing
+# written) as fast as it can. No request that stores a checkpoint can cost less CPU than this one.
+FLOOR = "floor"
 
 
 def agent(base: str, token: str, number: int, mode: str, start_step: int, out: dict[str, Any]) -> None:
@@ -55,6 +58,10 @@ def agent(base: str, token: str, number: int, mode: str, start_step: int, out: d
         step = workload.advance()
         started = time.perf_counter()
         try:
+            if mode == FLOOR:  # the control: an authenticated read of the session, no write, no state
+                client.get_session(session)
+                latencies.append(time.perf_counter() - started)
+                continue
             created = client.create(session, step.state, name="step", step=step.number)
         except Exception as exc:  # noqa: BLE001 - counted and reported, the run goes on
             errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
@@ -201,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (default 2)")
     parser.add_argument("--database-url", default=None, help="default: a fresh PostgreSQL database bench_cc")
     parser.add_argument("--start-step", type=int, default=100, help="each agent's step when the clock starts")
-    parser.add_argument("--modes", default="full,patch")
+    parser.add_argument("--modes", default="full,patch,floor", help="full, patch and the control, floor")
     args = parser.parse_args(argv)
     url, where = choose_database(args.database_url)
     say(f"database: {where}")
@@ -232,6 +239,19 @@ def main(argv: list[str] | None = None) -> int:
         say(
             f"CPU per checkpoint, client and server, whole ÷ patch: {total['full'] / total['patch']:.2f}× "
             "(what a machine to itself would give)"
+        )
+    by_mode = {r["mode"]: r for r in results}
+    if {"full", "patch", FLOOR} <= set(by_mode) and by_mode[FLOOR]["checkpoints"]:
+        whole, patch, floor = (
+            by_mode[m]["client_cpu_ms_per_checkpoint"] + by_mode[m]["server_cpu_ms_per_checkpoint"]
+            for m in ("full", "patch", FLOOR)
+        )
+        # whole = patch + what a whole state adds; cutting the cost both share leaves that difference as it is, so
+        # whole ÷ patch ≥ 3 needs a patch checkpoint at ≤ half of it.
+        say(
+            f"control: an authenticated read costs {floor:.1f} ms CPU a request (client and server); a whole state "
+            f"adds {whole - patch:.1f} ms to a checkpoint, so 3× needs a patch checkpoint at ≤ {(whole - patch) / 2:.1f} "
+            f"ms: {'within' if floor <= (whole - patch) / 2 else 'below'} the floor"
         )
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2))
