@@ -27,6 +27,7 @@ from .. import limits, services
 from ..models import (
     AgentSession,
     ApiToken,
+    Project,
     Scope,
 )
 from ..outbox.wanted import CACHE_ERRORS
@@ -355,18 +356,17 @@ def _json(data: dict[str, Any], status: int = 200) -> HttpResponse:
 def _session(request: HttpRequest, external_id: str) -> AgentSession:
     """The token's project's session of that id; 404 for any other (another project's is not told apart)."""
     project = _token(request).project
-    session = (
-        AgentSession.objects.select_related("project", "head").filter(project=project, external_id=external_id).first()
-    )
-    if session is None:
-        raise HttpError(404, f"no session {external_id!r} in project {project.slug!r}")
-    return session
+    found = AgentSession.objects.select_related("project", "head").filter(project=project, external_id=external_id)
+    return _found(found.first(), project, external_id)
 
 
 def _session_to_write(request: HttpRequest, external_id: str) -> AgentSession:
     """`_session` for a create: only what ingest reads of the head (id, seq, root), in one written-out statement."""
     project = _token(request).project
-    session = session_with_head(project, external_id)
+    return _found(session_with_head(project, external_id), project, external_id)
+
+
+def _found(session: AgentSession | None, project: Project, external_id: str) -> AgentSession:
     if session is None:
         raise HttpError(404, f"no session {external_id!r} in project {project.slug!r}")
     return session

@@ -519,51 +519,53 @@ def locked_for_ingest(where: str, params: list[Any], *, before: str = "") -> Age
     a statement written out: the same row lock and the head's `head_seq` and `head_calls`. Every create and every
     LangGraph put reads it, and the ORM spent more CPU building the statement than the database running it.
     `before` goes ahead of the SELECT (a WITH whose parameters lead `params`)."""
-    quote = connection.ops.quote_name
-    table, checkpoints = quote(AgentSession._meta.db_table), quote(Checkpoint._meta.db_table)
-    lock = f" FOR NO KEY UPDATE OF {table}" if connection.vendor == "postgresql" else ""
-    sql = (
-        f"{before}SELECT {_SESSION.sql(connection)}, h.seq, h.calls_made FROM {table}"  # noqa: S608 - the tables' quoted names; values are parameters
-        f" LEFT OUTER JOIN {checkpoints} h ON {table}.head_id = h.id WHERE {where.format(table=table)}{lock}"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    if row is None:
+    found = _session_and_head("h.seq, h.calls_made", where, params, before=before, lock=True)
+    if found is None:
         return None
-    session = _SESSION.build(connection, row[: _SESSION.width])
-    session.head_seq, session.head_calls = row[_SESSION.width :]  # type: ignore[attr-defined]  # the join's, as raw() set them
+    session, head = found
+    session.head_seq, session.head_calls = head  # type: ignore[attr-defined]  # the join's, as raw() set them
+    return session
+
+
+def session_with_head(project: Project, external_id: str) -> AgentSession | None:
+    """The project's session of that id with its head's id, seq and root (what a create reads of it: the base of a
+    patch and of the next state), in one statement written out; the session's `project` is `project`."""
+    where = "{table}.project_id = %s AND {table}.external_id = %s"
+    found = _session_and_head("h.seq, h.root", where, [project.pk, escape_text(external_id)])
+    if found is None:
+        return None
+    session, (head_seq, head_root) = found
+    session.project = project
+    head = None
+    if session.head_id is not None:
+        known = {"id": session.head_id, "session_id": session.pk, "seq": head_seq, "root": head_root}
+        fields = [f.attname for f in Checkpoint._meta.concrete_fields if f.attname in known]
+        head = Checkpoint.from_db(connection.alias, fields, [known[name] for name in fields])  # the rest deferred
+    session.head = head
     return session
 
 
 _SESSION = Columns(AgentSession, AgentSession._meta.db_table)
 
 
-def session_with_head(project: Project, external_id: str) -> AgentSession | None:
-    """The project's session of that id with its head's id, seq and root (what a create reads of it: the base of a
-    patch and of the next state), in one statement written out; the session's `project` is `project`."""
+def _session_and_head(
+    head_columns: str, where: str, params: list[Any], *, before: str = "", lock: bool = False
+) -> tuple[AgentSession, tuple[Any, ...]] | None:
+    """The session `where` picks, built as the ORM would, and `head_columns` of its head (`h`; NULLs without one),
+    in one statement; `lock` takes ingest's row lock on PostgreSQL."""
     quote = connection.ops.quote_name
     table, checkpoints = quote(AgentSession._meta.db_table), quote(Checkpoint._meta.db_table)
+    locking = f" FOR NO KEY UPDATE OF {table}" if lock and connection.vendor == "postgresql" else ""
     sql = (
-        f"SELECT {_SESSION.sql(connection)}, h.seq, h.root FROM {table}"  # noqa: S608 - the tables' quoted names; values are parameters
-        f" LEFT OUTER JOIN {checkpoints} h ON {table}.head_id = h.id"
-        f" WHERE {table}.project_id = %s AND {table}.external_id = %s"
+        f"{before}SELECT {_SESSION.sql(connection)}, {head_columns} FROM {table}"  # noqa: S608 - the tables' quoted names and fixed columns; values are parameters
+        f" LEFT OUTER JOIN {checkpoints} h ON {table}.head_id = h.id WHERE {where.format(table=table)}{locking}"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [project.pk, escape_text(external_id)])
+        cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         return None
-    session = _SESSION.build(connection, row[: _SESSION.width])
-    session.project = project
-    head = None
-    if session.head_id is not None:
-        head_seq, head_root = row[_SESSION.width :]
-        known = {"id": session.head_id, "session_id": session.pk, "seq": head_seq, "root": head_root}
-        fields = [f.attname for f in Checkpoint._meta.concrete_fields if f.attname in known]
-        head = Checkpoint.from_db(connection.alias, fields, [known[name] for name in fields])  # the rest deferred
-    session.head = head
-    return session
+    return _SESSION.build(connection, row[: _SESSION.width]), tuple(row[_SESSION.width :])
 
 
 def _head_root(session: AgentSession) -> bytes | None:
