@@ -5,7 +5,8 @@ Mark: start from every checkpoint's `root`, every session's `live_root` and ever
 one tree level per query (as the store reads): a patch's only reference is its `base` column (its
 data is compressed with a dictionary and is never decompressed here); any other node is a plain
 zstd frame whose header lists its refs. Keyframes and the patches between them are therefore kept
-for every live checkpoint, whatever retention deleted around them.
+for every live checkpoint, whatever retention deleted around them. A patch rebased on a keyframe's
+leaves (store.REBASED) also refers to the D node naming them, whose header lists them.
 
 Sweep: chunks that were not marked AND were created before `now - grace`, in batches, each batch
 its own short transaction. The age test is repeated inside the DELETE itself, so a chunk rewritten
@@ -67,8 +68,9 @@ def mark(roots: set[bytes]) -> set[bytes]:
             for key, data, base in rows:
                 key, data = bytes(key), bytes(data)
                 marked.add(key)
-                if base is not None:  # a patch: its base is its only reference
-                    children = [bytes(base)]
+                if base is not None:  # a patch: its base, and the D node of the leaves it was rebased on
+                    rebased = store.rebased_on(data)
+                    children = [bytes(base)] if rebased is None else [bytes(base), rebased]
                 elif data[0] == 0:
                     children = _refs(data)
                 else:  # pragma: no cover - a dictionary-compressed node always has a base

@@ -677,6 +677,7 @@ def _lock_for_ingest(pk: int, chunks: store.ChunkBatch) -> AgentSession:
     found = locked_for_ingest("{table}.id = %s", [*params, pk], before=before)
     if found is None:
         raise AgentSession.DoesNotExist(f"no session {pk}")
+    chunks.flush_rewrites()  # a keyframe's segment, compressed again (store._rebase), after the D node went in
     return found
 
 

@@ -232,6 +232,9 @@ class _Reach:
     chunks: set[bytes] = field(default_factory=set)  # to re-encode and delete
     orphans: set[bytes] = field(default_factory=set)  # holding the value, referred to by nothing
     checkpoints: list[tuple[int, int, int, int | None, bytes]] = field(default_factory=list)  # id, session, seq…
+    # what the rewrite stored, by digest: a chunk of the reach stored again under the same digest (a patch rebased on a
+    # keyframe's leaves that hold the value, itself without it: store._rebase) is kept with its new data, not deleted
+    written: dict[bytes, bytes] = field(default_factory=dict)
 
 
 @dataclass
@@ -405,7 +408,9 @@ def _purge(purge: Purge, value: str, progress: Progress) -> dict[str, Any]:
             sessions = {row[1] for row in reach.checkpoints} | _sessions_in_scope(purge) | _naming(reach.chunks)
             _rewrite_live_states(sessions, reach, roots, value, placeholder)
             scrubbed, tables = _scrub(purge, sessions, value, placeholder)
-            deleted = purging.delete_chunks(reach.chunks | reach.orphans)
+            again = {key: data for key, data in reach.written.items() if key in reach.chunks}
+            purging.replace_chunks(again)
+            deleted = purging.delete_chunks((reach.chunks | reach.orphans) - again.keys())
             AgentSession.objects.filter(pk__in=sessions).update(purge_generation=purge.pk)
             closed = _close_findings(purge, sessions)
             _audit(purge, reach, closed)
@@ -452,7 +457,7 @@ def _rewrite_checkpoints(reach: _Reach, value: str, placeholder: str, progress: 
     parent_roots = dict(
         Checkpoint.objects.filter(pk__in={row[3] for row in reach.checkpoints if row[3]}).values_list("pk", "root")
     )
-    batch = store.ChunkBatch()
+    batch = store.ChunkBatch(written=reach.written)
     changed: list[Checkpoint] = []
     for done, (pk, _, _, parent, root) in enumerate(reach.checkpoints, start=1):
         if root not in saved_of:

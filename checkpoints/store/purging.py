@@ -2,8 +2,10 @@
 chunks that reach them, and a value replaced in a state.
 
 A chunk is read back the way `_materialise` reads it: a patch compressed with earlier patches as dictionary needs
-the raw bytes of those patches (its base chain), so chains are fetched once and their contexts remembered while
-the pass goes on, chunk by chunk in the order of their hashes. A value is found in a chunk by the bytes canonical
+the raw bytes of those patches (its base chain), and a patch rebased on a keyframe's leaves those leaves too
+(`store._leaf_bytes`), so chains are fetched once and their contexts remembered while the pass goes on, chunk by
+chunk in the order of their hashes. The D node a rebased patch names is a reference like any other here: a purge
+that rewrites one of its leaves rewrites the patches compressed with them. A value is found in a chunk by the bytes canonical
 JSON gives it (orjson's, and the standard library's for nodes holding integers beyond 64 bits, which escape
 non-ASCII): a string is always whole in one node, never cut across two.
 """
@@ -20,11 +22,11 @@ import orjson
 from django.db import connection
 
 from ..models import Chunk
-from . import PATCH_CONTEXT, _decompress, _fetch_chain, cache
+from . import SEGMENT_MAX, ChunkBatch, _decompress, _fetch_chain, cache, rebased_on
 from .digests import DIGEST_SIZE
 
 _PAGE = 500
-_CONTEXTS_KEPT = 20_000  # patch contexts remembered during a pass (a chain is up to 64 patches; most are reused)
+_CONTEXTS_KEPT = 20_000  # patch contexts remembered during a pass (a chain is up to 48 patches; most are reused)
 _HEADER = 6
 
 
@@ -56,7 +58,7 @@ class _Contexts:
 
     def after(self, base: bytes) -> tuple[bytes, ...]:
         """The context a patch on `base` was compressed with: `base`'s own raw bytes when it is a patch, then the
-        patches below it, up to PATCH_CONTEXT."""
+        patches below it down to the keyframe (a segment: all of them)."""
         if base in self._known:
             return self._known[base]
         chain = _fetch_chain(base)  # at most a keyframe interval of rows; the known ones are not decompressed again
@@ -66,13 +68,19 @@ class _Contexts:
                 context = self._known[key]
                 continue
             raw = _decompress(data, context)
-            context = (raw, *context[: PATCH_CONTEXT - 1]) if raw[:1] == b"P" else ()
+            context = (raw, *context[: SEGMENT_MAX - 1]) if raw[:1] == b"P" else ()
             self._remember(key, context)
         return context
 
 
 def raw_chunks(keys: Iterable[bytes] | None = None) -> Iterator[tuple[bytes, bytes]]:
     """(hash, raw node) of every stored chunk (or of `keys`), decompressed."""
+    for key, raw, _ in _decoded(keys):
+        yield key, raw
+
+
+def _decoded(keys: Iterable[bytes] | None) -> Iterator[tuple[bytes, bytes, bytes | None]]:
+    """(hash, raw node, the D node it was rebased on or None) of every stored chunk (or of `keys`)."""
     contexts = _Contexts()
     table = connection.ops.quote_name(Chunk._meta.db_table)
     if keys is not None:
@@ -85,8 +93,8 @@ def raw_chunks(keys: Iterable[bytes] | None = None) -> Iterator[tuple[bytes, byt
         pages = _all_pages(table)
     for rows in pages:
         for key, data, base in rows:
-            context = contexts.after(bytes(base)) if data[0] else ()
-            yield bytes(key), _decompress(bytes(data), context)
+            data = bytes(data)
+            yield bytes(key), _decompress(data, contexts.after(bytes(base)) if data[0] else ()), rebased_on(data)
 
 
 def _rows(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
@@ -118,9 +126,9 @@ class StoreScan:
     referrers: dict[bytes, list[bytes]] = field(default_factory=dict)
     chunks: int = 0
 
-    def add(self, key: bytes, raw: bytes, spelled: list[bytes]) -> None:
+    def add(self, key: bytes, raw: bytes, spelled: list[bytes], rebased: bytes | None = None) -> None:
         self.chunks += 1
-        refs = refs_of(raw)
+        refs = refs_of(raw) if rebased is None else [*refs_of(raw), rebased]
         self.refs[key] = refs
         for ref in refs:
             self.referrers.setdefault(ref, []).append(key)
@@ -156,9 +164,12 @@ def scan_store(value: str, keys: Iterable[bytes] | None = None, into: StoreScan 
     """Read every chunk (or `keys`) once: which hold `value`, and what refers to what."""
     scan = into or StoreScan()
     spelled = needles(value)
-    for key, raw in raw_chunks(keys):
+    for key, raw, rebased in _decoded(keys):
         if key not in scan.refs:
-            scan.add(key, raw, spelled)
+            scan.add(key, raw, spelled, rebased)
+        elif rebased is not None and rebased not in scan.refs[key]:  # rebased since the scan read it: same bytes
+            scan.refs[key].append(rebased)
+            scan.referrers.setdefault(rebased, []).append(key)
     return scan
 
 
@@ -196,6 +207,13 @@ def replaced(value: Any, old: str, new: str) -> Any:
     return root[0]
 
 
+def replace_chunks(data: dict[bytes, bytes]) -> None:
+    """Give these stored chunks new data (a purge's rewrite stored them again under the same digest)."""
+    batch = ChunkBatch()
+    batch.rewrites = dict(data)
+    batch.flush_rewrites()
+
+
 def delete_chunks(keys: Iterable[bytes]) -> int:
     """Delete these chunks now (no grace period: a purge's old nodes must not wait for garbage collection)."""
     ordered, deleted = list(keys), 0
@@ -212,4 +230,13 @@ def forget_cached_states(generation: int) -> None:
         cache.generation = generation
 
 
-__all__ = ["StoreScan", "delete_chunks", "forget_cached_states", "needles", "raw_chunks", "replaced", "scan_store"]
+__all__ = [
+    "StoreScan",
+    "delete_chunks",
+    "replace_chunks",
+    "forget_cached_states",
+    "needles",
+    "raw_chunks",
+    "replaced",
+    "scan_store",
+]

@@ -192,3 +192,24 @@ def test_a_chunk_it_cannot_parse_stops_gc_before_any_delete(make_session):
         gc.collect_garbage(grace=HOUR)
 
     assert _hashes() == before
+
+
+def test_a_kept_patch_rebased_on_a_deleted_keyframes_leaves_keeps_them(make_session, settings):
+    """A keyframe compresses the patches before it again with its new leaves as dictionary (store._rebase): when
+    retention deletes that keyframe's checkpoint and keeps one of those patches', the leaves stay for the patch."""
+    settings.CHECKPOINT_KEYFRAME_INTERVAL = 8
+    session = make_session()
+    expected = _ingest(session, [_state(i) for i in range(12)])
+    rows = list(Checkpoint.objects.filter(session=session).order_by("seq"))
+    kept = rows[3]
+    data = bytes(Chunk.objects.get(hash=kept.root).data)
+    assert data[0] == store.REBASED and Chunk.objects.get(hash=rows[8].root).base is None
+    Checkpoint.objects.filter(session=session).exclude(pk=kept.pk).delete()
+    _age_everything()
+
+    result = gc.collect_garbage(grace=HOUR)
+
+    assert result["deleted"] > 0
+    assert store.rebased_on(data) in _hashes()
+    store.cache.clear()
+    assert store.load_state(bytes(kept.root)) == expected[kept.pk]

@@ -77,6 +77,43 @@ def test_every_checkpoint_holding_the_value_reads_with_the_placeholder_and_the_r
     assert any(placeholder in str(entry.new) for entry in changes) and not any(KEY in str(e.new) for e in changes)
 
 
+@pytest.mark.parametrize("drop_keyframe", [False, True])
+def test_patches_rebased_on_a_keyframes_leaves_that_hold_the_value_are_rewritten_and_all_read_back(
+    project, make_session, settings, drop_keyframe
+):
+    """A keyframe compresses the patches before it again with its new leaves as dictionary (store._rebase). When a
+    leaf holds the value, the patches below the one that added it hold nothing, but need that leaf to decode: the
+    purge stores them again too, and every checkpoint reads back."""
+    settings.CHECKPOINT_KEYFRAME_INTERVAL = 8
+    session = make_session("rebased")
+    padded = lambda steps: {  # noqa: E731 - messages long enough for the array to have leaves
+        "messages": [m + " " + "x" * 400 for m in state(steps, key_at=12)["messages"]],
+        "memory": {"n": steps},
+    }
+    for step in range(1, 21):
+        ingest_checkpoints([(session, [CheckpointInput(state=padded(step), step=step, name=f"s{step}")])])
+    rows = {row.seq: row for row in Checkpoint.objects.filter(session=session)}
+    keyframes = [seq for seq, row in rows.items() if Chunk.objects.get(hash=row.root).base is None]
+    first = max(seq for seq in keyframes if seq < 12) + 1  # the segment's first patch, before the one adding the value
+    assert first < 12 and any(seq > 12 for seq in keyframes)
+    below = bytes(rows[first].root)
+    assert bytes(Chunk.objects.get(hash=below).data)[0] == store.REBASED
+    assert KEY.encode() not in dict(purging.raw_chunks([below]))[below]
+    if drop_keyframe:  # the keyframe that rebased them is no checkpoint's any more: the purge writes no new one
+        Checkpoint.objects.filter(session=session, seq__gt=first + 5).delete()
+        rows = {seq: row for seq, row in rows.items() if seq <= first + 5}
+    before = {seq: store.load_state(bytes(row.root)) for seq, row in rows.items()}
+    purge(project, value=KEY)
+
+    assert holding_chunks() == []
+    store.cache.clear()
+    placeholder = f"[purged github_token {fingerprint(KEY)[:12]}]"
+    for row in Checkpoint.objects.filter(session=session).order_by("seq"):
+        expected = before[row.seq]
+        expected = {**expected, "messages": [m.replace(KEY, placeholder) for m in expected["messages"]]}
+        assert store.load_state(bytes(row.root)) == expected
+
+
 def test_forks_restores_and_another_projects_shared_content_are_purged_too(project, other_project, make_session):
     ours = session_of(make_session, steps=6)
     theirs = session_of(make_session, "their-run", steps=6, in_project=other_project)

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -220,6 +222,86 @@ def test_every_state_of_a_long_patch_chain_loads_back_exactly(db, steps):
         expected.append(canonical(state))
     store.cache.clear()
     assert [canonical(store.load_state(r)) for r in roots] == expected
+
+
+def _agent_steps(
+    rng: random.Random, steps: int, after: Sequence[tuple[bytes, bytes]] = ()
+) -> list[tuple[bytes, bytes]]:
+    """An agent appending a message a step (arrays big enough for leaves) with a memory key changed, from scratch or
+    on the last of `after`: (root, canonical state) per step."""
+    state: dict[str, Any] = (
+        orjson.loads(after[-1][1])
+        if after
+        else {"messages": [], "memory": {f"k{i}": words(rng, 30) for i in range(20)}}
+    )
+    root, out = (after[-1][0] if after else None), []
+    for _ in range(steps):
+        state["messages"].append({"role": "assistant", "content": words(rng, 600)})
+        state["memory"][f"k{rng.randrange(20)}"] = words(rng, 30)
+        root = store.save_state(state, base=root).root
+        out.append((root, canonical(state)))
+    return out
+
+
+def _data(root: bytes) -> bytes:
+    return bytes(Chunk.objects.get(hash=root).data)
+
+
+def test_a_keyframe_compresses_the_patches_before_it_again_with_its_leaves_and_their_roots_stay(db, settings):
+    settings.CHECKPOINT_KEYFRAME_INTERVAL = 8
+    rng = random.Random(11)
+    first = _agent_steps(rng, 7)  # a keyframe, then six patches
+    before = {root: len(_data(root)) for root, _ in first[1:]}
+    assert all(_data(root)[0] != store.REBASED for root in before)
+    steps = first + _agent_steps(rng, 2, after=first)  # a seventh patch, then the next keyframe
+    assert Chunk.objects.get(hash=steps[8][0]).base is None
+
+    after = {root: _data(root) for root in before}
+    assert all(data[0] == store.REBASED for data in after.values())  # same digests: no root or row changed
+    assert sum(map(len, after.values())) < 0.6 * sum(before.values())  # what they added is in the keyframe's leaves
+    named = {store.rebased_on(data) for data in after.values()}
+    assert len(named) == 1 and Chunk.objects.filter(hash=named.pop()).exists()
+    store.cache.clear()
+    assert [canonical(store.load_state(root)) for root, _ in steps] == [expected for _, expected in steps]
+
+
+def test_a_process_holding_a_state_from_before_the_rebase_reads_the_rebased_patches_above_it(db, settings):
+    """Another worker cached a state of the segment (its context: the patches' raw bytes) before a keyframe rebased
+    the patches above it: those bytes are unchanged, so its reads stop at that state and decode the rest."""
+    settings.CHECKPOINT_KEYFRAME_INTERVAL = 8
+    rng = random.Random(12)
+    steps = _agent_steps(rng, 4)
+    held = store.cache.get(steps[2][0])
+    assert held is not None and held.depth == 2
+    steps += _agent_steps(rng, 6, after=steps)
+    assert _data(steps[4][0])[0] == store.REBASED
+    Chunk.objects.filter(hash=steps[0][0]).delete()  # the keyframe's root: a read must stop at the held state
+    store.cache.clear()
+    store.cache.put(steps[2][0], held)
+    assert canonical(store.load_state(steps[6][0])) == steps[6][1]
+
+
+@HYPOTHESIS
+@given(values=st.lists(json_values, min_size=2, max_size=20), order=st.randoms(use_true_random=False))
+def test_every_state_across_rebased_segments_loads_back_exactly_in_any_order(db, values, order):
+    from django.conf import settings as django_settings
+
+    interval = django_settings.CHECKPOINT_KEYFRAME_INTERVAL
+    django_settings.CHECKPOINT_KEYFRAME_INTERVAL = 4
+    try:
+        state: dict[str, Any] = {"log": [], "pad": ["p" * 1500 for _ in range(4)]}
+        saved, root = [], None
+        for value in values:
+            state["log"].append(value)
+            state["pad"].append(canonical(value).decode()[:2000] + "q" * 1500)
+            root = store.save_state(state, base=root).root
+            saved.append((root, canonical(state)))
+    finally:
+        django_settings.CHECKPOINT_KEYFRAME_INTERVAL = interval
+    store.cache.clear()
+    order.shuffle(saved)
+    for root, expected in saved:  # each read leaves states cached that later reads may stop at
+        assert canonical(store.load_state(root)) == expected
 
 
 def test_patches_use_up_to_sixteen_earlier_patches_as_dictionary(db):
