@@ -253,7 +253,7 @@ def vacuum_chunks() -> None:
 
 
 def run_service(report: Report, steps: int, seed: int, vacuum: bool = True) -> tuple[Any, AgentSessionWorkload]:
-    from checkpoints import services
+    from checkpoints import services, store
     from checkpoints.models import Checkpoint, Chunk
 
     project = services.get_or_create_project("bench")
@@ -309,6 +309,15 @@ def run_service(report: Report, steps: int, seed: int, vacuum: bool = True) -> t
     }
     keyframes = len(keyframe_roots)
     patch_payload = [r["stored_bytes"] for r in window if bytes(r["root"]) not in keyframe_roots]
+    # what a patch's chunk holds now: a keyframe compressed the patches before it again (store._rebase)
+    patch_now = [
+        len(data)
+        for data in Chunk.objects.filter(hash__in=roots, base__isnull=False).values_list("data", flat=True)
+        if store.rebased_on(bytes(data)) is not None
+    ]
+    keyframe_steps = [
+        ms(latencies[window_start - 1 + index]) for index, r in enumerate(window) if bytes(r["root"]) in keyframe_roots
+    ]
     keyframe_payload = [r["stored_bytes"] for r in window if bytes(r["root"]) in keyframe_roots]
     totals = Checkpoint.objects.filter(session=session).values_list("raw_bytes", "stored_bytes")
     total_raw = sum(r for r, _ in totals)
@@ -329,6 +338,8 @@ def run_service(report: Report, steps: int, seed: int, vacuum: bool = True) -> t
         "keyframes_in_window": keyframes,
         "patch_payload_bytes_mean": round(statistics.mean(patch_payload)) if patch_payload else None,
         "keyframe_payload_bytes": keyframe_payload,
+        "patch_chunk_bytes_now_mean": round(statistics.mean(patch_now)) if patch_now else None,
+        "keyframe_create_ms": keyframe_steps,
         "total_raw_bytes": total_raw,
         "total_payload_bytes": total_payload,
         "tables_after": after,
@@ -928,6 +939,12 @@ def build_table(report: Report) -> None:
         report.notes.append(
             f"payload at {win}: a patch checkpoint stores {s['patch_payload_bytes_mean']:,} B (mean); keyframes: {frames}"
         )
+        if s.get("patch_chunk_bytes_now_mean") is not None:
+            created = ", ".join(f"{v} ms" for v in s["keyframe_create_ms"]) or "none"
+            report.notes.append(
+                f"a patch's chunk once the next keyframe rebased it: {s['patch_chunk_bytes_now_mean']:,} B (mean of "
+                f"those at {win}; the newest segment's wait for its keyframe); creates that wrote a keyframe: {created}"
+            )
     if h:
         report.notes.append(
             f"HTTP create latency excludes the client's JSON encoding of the state (p50 {h['client_encode_p50_ms_window']} ms at {win})"

@@ -13,7 +13,7 @@ A checkpoint's state is stored as one of two things, both content-addressed `Chu
 
 A keyframe written on top of patches holds again what they added (the appended messages, in its new
 leaves). So when it is written, the patches since the keyframe before (its **segment**) are compressed
-again with those leaves as dictionary: same raw bytes, same digests and roots, a quarter of the bytes.
+again with those leaves as dictionary: same raw bytes, same digests and roots, about a third of the bytes.
 The leaves are named by one `D` node whose references they are; a patch compressed so names it (see
 `_decompress`). Reading the newest states needs nothing more; reading one of the segment's states
 fetches the `D` node and its leaves once. Garbage collection and purges follow the patch → `D` edge.
@@ -25,8 +25,8 @@ digests (hex would double them). Everything a state needs is reachable from its 
 node references (`Chunk.base` for patches), which is what garbage collection follows.
 
 Chunk data: one byte n, then a zstd frame. n = 0: a plain frame; 1–16: a patch compressed with the n patches below
-it as dictionary; REBASED: a segment's patch compressed again, then one byte n (the patches below it in its
-dictionary) and the digest of the D node whose leaves come first in it.
+it as dictionary; REBASED: a segment's patch compressed again, then a reserved byte (0) and the digest of the D
+node whose leaves form its dictionary.
 
 Node layout (before zstd): kind (1 byte: O object, A array, V value, P patch, D a rebased segment's leaves) · codec (1 byte:
 o = orjson, s = standard-library JSON for integers beyond 64 bits) · ref count (4 bytes) · refs
@@ -124,17 +124,17 @@ class _StateCache:
         # forget every state it holds (purging.forget_cached_states), so no patch is built on an unpurged parent.
         self.generation = 0
         self._items: OrderedDict[bytes, _Entry] = OrderedDict()
-        # the leaves' bytes of recently read or written D nodes (content-addressed: never stale)
-        self._leaves: OrderedDict[bytes, bytes] = OrderedDict()
+        # the dictionaries of recently read or written D nodes, their leaves' bytes (content-addressed: never stale)
+        self._leaves: OrderedDict[bytes, zstandard.ZstdCompressionDict] = OrderedDict()
         self._lock = threading.Lock()
 
-    def leaves(self, key: bytes) -> bytes | None:
+    def leaves(self, key: bytes) -> zstandard.ZstdCompressionDict | None:
         with self._lock:
             return self._leaves.get(key)
 
-    def put_leaves(self, key: bytes, raw: bytes) -> None:
+    def put_leaves(self, key: bytes, dictionary: zstandard.ZstdCompressionDict) -> None:
         with self._lock:
-            self._leaves[key] = raw
+            self._leaves[key] = dictionary
             self._leaves.move_to_end(key)
             while len(self._leaves) > _LEAVES_KEPT:
                 self._leaves.popitem(last=False)
@@ -467,37 +467,38 @@ def _keyframe(
 
 
 def _rebase(segment: tuple[bytes, ...], leaves: list[tuple[bytes, bytes]], batch: ChunkBatch) -> int:
-    """Queue the segment's patches compressed again with a keyframe's new leaves (what they added, held again) and
-    the patches below each as dictionary; return the bytes of the D node naming the leaves. On the benchmark's agent
-    a patch falls from 810 to ~200 bytes (issue #23 item 4); ~30 ms of CPU once a keyframe interval."""
+    """Queue the segment's patches compressed again with a keyframe's new leaves (what they added, held again) as
+    dictionary; return the bytes of the D node naming the leaves. On the benchmark's agent a patch falls from 810 to
+    ~290 bytes (issue #23 item 4) for ~2 ms once a keyframe interval. The patches below each are left out of its
+    dictionary: with them a patch was ~200 bytes, but each needed a compressor of its own (~30 ms a keyframe), and a
+    reader would need them too."""
     leaf_bytes = b"".join(raw for _, raw in leaves)
     if not leaf_bytes or len(leaf_bytes) > _REBASE_MAX:
         return 0
     node = _node(b"D", [key for key, _ in leaves], b"0", False)
     key = digest(node)
     stored = batch.add({key: node}, check_existing=False)
-    cache.put_leaves(key, leaf_bytes)
-    width = settings.CHECKPOINT_PATCH_CONTEXT
-    for index, raw in enumerate(segment):
-        below = segment[index + 1 : index + 1 + width]
-        dictionary = zstandard.ZstdCompressionDict(
-            leaf_bytes + b"".join(reversed(below)), dict_type=zstandard.DICT_TYPE_RAWCONTENT
-        )
-        frame = zstandard.ZstdCompressor(level=_LEVEL, dict_data=dictionary).compress(raw)
-        batch.rewrites[digest(raw)] = bytes([REBASED, len(below)]) + key + frame
+    dictionary = zstandard.ZstdCompressionDict(leaf_bytes, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    cache.put_leaves(key, dictionary)
+    compressor = zstandard.ZstdCompressor(level=_LEVEL, dict_data=dictionary)
+    head = bytes([REBASED, 0]) + key
+    for raw in segment:
+        batch.rewrites[digest(raw)] = head + compressor.compress(raw)
     return stored
 
 
-def _leaf_bytes(key: bytes) -> bytes:
-    """The leaves a D node names, their raw bytes concatenated in its order (two queries, then from memory)."""
+def _leaves_dictionary(key: bytes) -> zstandard.ZstdCompressionDict:
+    """The leaves a D node names, their raw bytes concatenated in its order as a dictionary (two queries, then from
+    memory: the object keeps its decompression tables for the segment's other patches)."""
     held = cache.leaves(key)
     if held is not None:
         return held
     node = _parse(_fetch({key})[key])
     found = _fetch(set(node.refs))
     leaf_bytes = b"".join(_decompress(found[ref]) for ref in node.refs)
-    cache.put_leaves(key, leaf_bytes)
-    return leaf_bytes
+    dictionary = zstandard.ZstdCompressionDict(leaf_bytes, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    cache.put_leaves(key, dictionary)
+    return dictionary
 
 
 def rebased_on(data: bytes) -> bytes | None:
@@ -583,14 +584,10 @@ def _decompress(data: bytes, context: tuple[bytes, ...] = ()) -> bytes:
     if not used:
         return _zstd()[1].decompress(data[1:])
     if used == REBASED:
-        below = data[1]
-        if len(context) < below:
-            raise StateNotFound("a patch's compression context is missing from its chain")
-        dictionary = zstandard.ZstdCompressionDict(
-            _leaf_bytes(bytes(data[2:_REBASED_HEAD])) + b"".join(reversed(context[:below])),
-            dict_type=zstandard.DICT_TYPE_RAWCONTENT,
-        )
-        return zstandard.ZstdDecompressor(dict_data=dictionary).decompress(data[_REBASED_HEAD:])
+        if data[1]:  # reserved (0): a dictionary that also takes patches below it would say how many
+            raise StateNotFound("a rebased patch in a format this release does not read")
+        leaves = _leaves_dictionary(bytes(data[2:_REBASED_HEAD]))
+        return zstandard.ZstdDecompressor(dict_data=leaves).decompress(data[_REBASED_HEAD:])
     if len(context) < used:
         raise StateNotFound("a patch's compression context is missing from its chain")
     return zstandard.ZstdDecompressor(dict_data=_dictionary(context[:used])).decompress(data[1:])
