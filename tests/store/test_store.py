@@ -352,6 +352,18 @@ def test_reading_a_state_costs_one_query_per_tree_level(db, django_assert_max_nu
     assert len(loaded["messages"]) == 2000
 
 
+def test_a_node_whose_header_names_more_references_than_it_holds_is_refused(db):
+    """What a corrupted row or a wrong dictionary decodes to: refused before a reference list is allocated for it."""
+    import zstandard
+
+    raw = b"Oo" + (1_000_000).to_bytes(4, "big") + b"[0,[]]"
+    root = bytes(range(16))
+    Chunk.objects.create(hash=root, data=b"\x00" + zstandard.ZstdCompressor().compress(raw), raw_size=len(raw))
+    store.cache.clear()
+    with pytest.raises(store.StateNotFound, match="references than it holds"):
+        store.load_state(root)
+
+
 def test_identical_state_adds_nothing_and_shares_the_root(db):
     first = store.save_state({"a": list(range(1000))})
     again = store.save_state({"a": list(range(1000))}, base=first.root)
