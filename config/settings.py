@@ -277,6 +277,9 @@ CHECKPOINT_CACHE_STATES = env_int("CHECKPOINT_CACHE_STATES", 64)  # 32 agents in
 # earlier patches a new patch is compressed against (at most store.PATCH_CONTEXT, 16); releases before migration 0042
 # read patches of at most 4, so a rolling upgrade sets 4 until every process runs this one
 CHECKPOINT_PATCH_CONTEXT = env_int("CHECKPOINT_PATCH_CONTEXT", 16)
+# a keyframe compresses the patches before it again with its new leaves (store._rebase); releases before migration
+# 0043 cannot read such a patch, so a rolling upgrade sets it off until every process runs this one
+CHECKPOINT_REBASE = env_bool("CHECKPOINT_REBASE", True)
 
 # Secrets found at ingest (docs/secrets.md): on by default; the fingerprints' key (empty: derived from SECRET_KEY);
 # how much of one checkpoint's change is scanned, in text and in time, before the scan stops and says so.

@@ -58,6 +58,13 @@ def pytest_configure(config: pytest.Config) -> None:
         cache["LOCATION"] = f"{cache['LOCATION']}-{worker}"
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop the web process's per-minute request tally before pytest closes the stream its log handler writes to."""
+    from config import access
+
+    access.STOP.set()
+
+
 KEPT_BY_FLUSH = {"django_content_type", "auth_permission"}
 
 

@@ -405,7 +405,8 @@ def _save(state: Any, base: bytes | None, batch: ChunkBatch, max_depth: int, max
                 context = (raw, *parent.context[: SEGMENT_MAX - 1])
                 cache.put(root, _Entry(own_copy, state_hash, parent.depth + 1, context, parts))
                 return Saved(root, state_hash, raw_bytes, stored, added)
-            return _keyframe(own_copy, batch, Saved(b"", state_hash, raw_bytes, 0, added), parts, parent.context)
+            segment = parent.context if settings.CHECKPOINT_REBASE else ()
+            return _keyframe(own_copy, batch, Saved(b"", state_hash, raw_bytes, 0, added), parts, segment)
         else:  # store the state whole, exactly as given
             jsoncodec.check_value(state, max_depth=max_depth)
             encoded, big = jsoncodec.encode(state)

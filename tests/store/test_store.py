@@ -265,6 +265,17 @@ def test_a_keyframe_compresses_the_patches_before_it_again_with_its_leaves_and_t
     assert [canonical(store.load_state(root)) for root, _ in steps] == [expected for _, expected in steps]
 
 
+def test_with_rebasing_off_a_keyframe_leaves_the_patches_before_it_as_they_were(db, settings):
+    """What a rolling upgrade from a release that cannot read rebased patches sets until every process runs this one."""
+    settings.CHECKPOINT_KEYFRAME_INTERVAL = 8
+    settings.CHECKPOINT_REBASE = False
+    steps = _agent_steps(random.Random(13), 10)
+    assert Chunk.objects.get(hash=steps[8][0]).base is None
+    assert not [data for data in Chunk.objects.values_list("data", flat=True) if bytes(data)[0] == store.REBASED]
+    store.cache.clear()
+    assert [canonical(store.load_state(root)) for root, _ in steps] == [expected for _, expected in steps]
+
+
 def test_a_process_holding_a_state_from_before_the_rebase_reads_the_rebased_patches_above_it(db, settings):
     """Another worker cached a state of the segment (its context: the patches' raw bytes) before a keyframe rebased
     the patches above it: those bytes are unchanged, so its reads stop at that state and decode the rest."""
