@@ -317,10 +317,14 @@ class ChunkBatch:
                 Chunk.objects.bulk_create(chunks, ignore_conflicts=True, batch_size=_QUERY_BATCH)
         self.flush_rewrites()
 
-    def flush_rewrites(self) -> None:
+    def flush_rewrites(self, *, wait: bool = False) -> None:
         """Store the rebased patches' new data (after the D nodes they name are inserted: `flush`, or a caller's own
         insert of `take()`). Stamped now: garbage collection's grace and a purge's look at chunks written since its
-        scan both see them as new."""
+        scan both see them as new.
+
+        Rows another transaction holds are skipped unless `wait`: a fork's keyframe may be rebasing the patches its
+        session shares with this one, in another order, and a create must neither wait for it nor deadlock with it
+        (a skipped patch keeps the data it had, which reads the same). A purge waits: it must replace what it read."""
         if not self.rewrites:
             return
         if self.written is not None:
@@ -329,10 +333,13 @@ class ChunkBatch:
         table, now = _chunk_table(), timezone.now()
         with connection.cursor() as cursor:
             if connection.vendor == "postgresql":
+                keys = [key for key, _ in rows]
+                free = "" if wait else " SKIP LOCKED"
                 cursor.execute(
                     f"UPDATE {table} SET data = v.data, created_at = %s"  # noqa: S608 - the table's quoted name; values are parameters
-                    f" FROM unnest(%s::bytea[], %s::bytea[]) AS v(hash, data) WHERE {table}.hash = v.hash",
-                    [now, [key for key, _ in rows], [data for _, data in rows]],
+                    f" FROM unnest(%s::bytea[], %s::bytea[]) AS v(hash, data) WHERE {table}.hash = v.hash"
+                    f" AND {table}.hash IN (SELECT hash FROM {table} WHERE hash = ANY(%s) ORDER BY hash FOR UPDATE{free})",
+                    [now, keys, [data for _, data in rows], keys],
                 )
             else:
                 cursor.executemany(

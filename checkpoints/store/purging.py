@@ -211,7 +211,7 @@ def replace_chunks(data: dict[bytes, bytes]) -> None:
     """Give these stored chunks new data (a purge's rewrite stored them again under the same digest)."""
     batch = ChunkBatch()
     batch.rewrites = dict(data)
-    batch.flush_rewrites()
+    batch.flush_rewrites(wait=True)
 
 
 def delete_chunks(keys: Iterable[bytes]) -> int:

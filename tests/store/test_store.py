@@ -265,6 +265,37 @@ def test_a_keyframe_compresses_the_patches_before_it_again_with_its_leaves_and_t
     assert [canonical(store.load_state(root)) for root, _ in steps] == [expected for _, expected in steps]
 
 
+@pytest.mark.postgres
+def test_a_keyframe_create_neither_waits_for_nor_deadlocks_on_a_patch_row_another_transaction_holds(
+    transactional_db, settings
+):
+    """A fork's keyframe may be rebasing the patches it shares with this session, in another order: a create skips a
+    row another transaction holds (it keeps the data it had, which reads the same) instead of waiting for it."""
+    import psycopg
+    from django.db import connection, transaction
+
+    settings.CHECKPOINT_KEYFRAME_INTERVAL = 8
+    rng = random.Random(14)
+    steps = _agent_steps(rng, 8)
+    held = steps[3][0]
+    params = connection.get_connection_params()
+    other = psycopg.connect(**{k: v for k, v in params.items() if k != "cursor_factory"})
+    try:
+        other.execute("SELECT 1 FROM checkpoints_chunk WHERE hash = %s FOR UPDATE", [held])
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '3s'")  # a create that waited would fail here instead
+            steps += _agent_steps(rng, 1, after=steps)  # the keyframe
+    finally:
+        other.rollback()
+        other.close()
+    assert Chunk.objects.get(hash=steps[8][0]).base is None
+    assert _data(held)[0] != store.REBASED
+    assert _data(steps[4][0])[0] == store.REBASED
+    store.cache.clear()
+    assert [canonical(store.load_state(root)) for root, _ in steps] == [expected for _, expected in steps]
+
+
 def test_with_rebasing_off_a_keyframe_leaves_the_patches_before_it_as_they_were(db, settings):
     """What a rolling upgrade from a release that cannot read rebased patches sets until every process runs this one."""
     settings.CHECKPOINT_KEYFRAME_INTERVAL = 8
