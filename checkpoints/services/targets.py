@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from django.db.models import Q
+from django.db.models import Q, prefetch_related_objects
 
 from ..audit import CheckpointError, InvalidInput
 from ..humanize import short_value
@@ -259,7 +259,9 @@ def _with_discards(found: dict[int, Decision]) -> dict[int, Decision]:
 def alert_targets(alerts: Sequence[DriftAlert]) -> dict[int, Decision]:
     """The decision behind each unresolved alert's "Restore last good", by alert id: `decide` with that alert's
     last good, so the button and a fleet recovery never disagree. A session with two alerts on one page is
-    decided once per alert."""
+    decided once per alert. The alerts' own checkpoints (the failure a decision names) are read in one query: the
+    alert list asked for each of its 30 rows' (40 queries a page at ~8,000 open alerts)."""
+    prefetch_related_objects([alert for alert in alerts if alert.last_good_id is not None], "checkpoint")
     rounds: list[dict[int, DriftAlert]] = []
     for alert in alerts:
         if alert.last_good_id is None:
