@@ -431,7 +431,8 @@ def fork_session(
             )
         except IntegrityError:
             raise CheckpointError(f"a session {external_id!r} already exists in {source.project}") from None
-    number = AgentSession.objects.filter(project=source.project, forked_from__session=source).count() + 1
+    forks = AgentSession.objects.filter(project=source.project, forked_from__isnull=False, forked_from__session=source)
+    number = forks.count() + 1  # not null: read from the forks' index, not every session of the project
     for _ in range(100):
         candidate = _fork_id(source, number)
         if not AgentSession.objects.filter(project=source.project, external_id=candidate).exists():
