@@ -157,7 +157,7 @@ def purge_session(session: AgentSession, *, actor: Actor) -> int:
 def _purge(session: AgentSession) -> None:
     checkpoints = Checkpoint.objects.filter(session=session)
     AgentSession.objects.filter(pk=session.pk).update(head=None, forked_from=None)
-    AgentSession.objects.filter(forked_from__isnull=False, forked_from__session=session).update(forked_from=None)
+    AgentSession.objects.forks_of(session).update(forked_from=None)
     checkpoints.exclude(parent=None).update(parent=None)
     ids = list(checkpoints.order_by("seq").values_list("pk", flat=True))
     for start in range(0, len(ids), BATCH_SIZE):

@@ -431,8 +431,7 @@ def fork_session(
             )
         except IntegrityError:
             raise CheckpointError(f"a session {external_id!r} already exists in {source.project}") from None
-    forks = AgentSession.objects.filter(project=source.project, forked_from__isnull=False, forked_from__session=source)
-    number = forks.count() + 1  # not null: read from the forks' index, not every session of the project
+    number = AgentSession.objects.filter(project=source.project).forks_of(source).count() + 1
     for _ in range(100):
         candidate = _fork_id(source, number)
         if not AgentSession.objects.filter(project=source.project, external_id=candidate).exists():

@@ -486,9 +486,7 @@ def _rebase(segment: tuple[bytes, ...], leaves: list[tuple[bytes, bytes]], batch
     node = _node(b"D", [key for key, _ in leaves], b"0", False)
     key = digest(node)
     stored = batch.add({key: node}, check_existing=False)
-    dictionary = zstandard.ZstdCompressionDict(leaf_bytes, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-    cache.put_leaves(key, dictionary)
-    compressor = zstandard.ZstdCompressor(level=_LEVEL, dict_data=dictionary)
+    compressor = zstandard.ZstdCompressor(level=_LEVEL, dict_data=_hold_leaves(key, leaf_bytes))
     head = bytes([REBASED, 0]) + key
     for raw in segment:
         batch.rewrites[digest(raw)] = head + compressor.compress(raw)
@@ -503,7 +501,11 @@ def _leaves_dictionary(key: bytes) -> zstandard.ZstdCompressionDict:
         return held
     node = _parse(_fetch({key})[key])
     found = _fetch(set(node.refs))
-    leaf_bytes = b"".join(_decompress(found[ref]) for ref in node.refs)
+    return _hold_leaves(key, b"".join(_decompress(found[ref]) for ref in node.refs))
+
+
+def _hold_leaves(key: bytes, leaf_bytes: bytes) -> zstandard.ZstdCompressionDict:
+    """The dictionary of D node `key`'s leaves, kept in the state cache for the next patch of its segment."""
     dictionary = zstandard.ZstdCompressionDict(leaf_bytes, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
     cache.put_leaves(key, dictionary)
     return dictionary

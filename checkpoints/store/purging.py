@@ -2,8 +2,8 @@
 chunks that reach them, and a value replaced in a state.
 
 A chunk is read back the way `_materialise` reads it: a patch compressed with earlier patches as dictionary needs
-the raw bytes of those patches (its base chain), and a patch rebased on a keyframe's leaves those leaves too
-(`store._leaf_bytes`), so chains are fetched once and their contexts remembered while the pass goes on, chunk by
+the raw bytes of those patches (its base chain), and a patch rebased on a keyframe's leaves those leaves instead
+(`store._leaves_dictionary`), so chains are fetched once and their contexts remembered while the pass goes on, chunk by
 chunk in the order of their hashes. The D node a rebased patch names is a reference like any other here: a purge
 that rewrites one of its leaves rewrites the patches compressed with them. A value is found in a chunk by the bytes canonical
 JSON gives it (orjson's, and the standard library's for nodes holding integers beyond 64 bits, which escape
@@ -22,11 +22,11 @@ import orjson
 from django.db import connection
 
 from ..models import Chunk
-from . import SEGMENT_MAX, ChunkBatch, _decompress, _fetch_chain, cache, rebased_on
+from . import PATCH_CONTEXT, ChunkBatch, _decompress, _fetch_chain, cache, rebased_on
 from .digests import DIGEST_SIZE
 
 _PAGE = 500
-_CONTEXTS_KEPT = 20_000  # patch contexts remembered during a pass (a chain is up to 48 patches; most are reused)
+_CONTEXTS_KEPT = 20_000  # patch contexts remembered during a pass (a chain is up to 64 patches; most are reused)
 _HEADER = 6
 
 
@@ -58,7 +58,7 @@ class _Contexts:
 
     def after(self, base: bytes) -> tuple[bytes, ...]:
         """The context a patch on `base` was compressed with: `base`'s own raw bytes when it is a patch, then the
-        patches below it down to the keyframe (a segment: all of them)."""
+        patches below it, up to PATCH_CONTEXT."""
         if base in self._known:
             return self._known[base]
         chain = _fetch_chain(base)  # at most a keyframe interval of rows; the known ones are not decompressed again
@@ -68,7 +68,7 @@ class _Contexts:
                 context = self._known[key]
                 continue
             raw = _decompress(data, context)
-            context = (raw, *context[: SEGMENT_MAX - 1]) if raw[:1] == b"P" else ()
+            context = (raw, *context[: PATCH_CONTEXT - 1]) if raw[:1] == b"P" else ()
             self._remember(key, context)
         return context
 

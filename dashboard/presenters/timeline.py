@@ -256,9 +256,7 @@ def _fold_runs(
 
 
 def _child_forks(session: AgentSession, user: Any) -> list[AgentSession]:
-    # `forked_from` not null: the planner then reads the forks' index instead of every session (9.7 → 0.9 ms among
-    # 10,087 sessions in bench/scale.py's store)
-    queryset = AgentSession.objects.visible_to(user).filter(forked_from__isnull=False, forked_from__session=session)
+    queryset = AgentSession.objects.visible_to(user).forks_of(session)
     return list(queryset.select_related("project", "forked_from").order_by("created_at", "pk")[:50])
 
 
