@@ -53,6 +53,7 @@ from ..models import (
     SessionStatus,
 )
 from ..outbox import events
+from ..registry.detectors import DETECTORS
 from ..roles import OPERATE
 from ..store.lineage import path_from, shapes_within
 from . import heartbeats
@@ -84,6 +85,10 @@ class FleetFilter:
     search: str = ""
 
     def check(self) -> FleetFilter:
+        if self.alert_kind and self.alert_kind not in DETECTORS:  # as the console's form offers them
+            raise InvalidInput(
+                "filter.alert_kind", f"{self.alert_kind[:40]!r} is none of {', '.join(DETECTORS.names())}"
+            )
         if self.alert_state and self.alert_state not in ALERT_STATES:
             raise InvalidInput("filter.alert_state", f"{self.alert_state[:40]!r} is none of {', '.join(ALERT_STATES)}")
         if self.severity and self.severity not in AlertSeverity.values:
