@@ -8,30 +8,31 @@ Each function is one transaction and records its AuditEvent in it.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cache, reduce
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import SET_NULL, Case, F, ForeignObjectRel, Model, Q, When
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from ..audit import Actor, record_audit
 from ..models import (
     AgentSession,
-    AuditEvent,
     Checkpoint,
     CheckpointKind,
     DriftAlert,
     LangGraphCheckpoint,
     LangGraphTombstone,
     LangGraphWrites,
-    SecretFinding,
     SessionStatus,
     checkpoint_id_order,
 )
-from ..store import jsoncodec, tallies
+from ..store import arrays, jsoncodec, tallies
 from ..store.lineage import mark_branch_starts, reattach_children
 
 BATCH_SIZE = 500
@@ -233,10 +234,7 @@ def delete_langgraph_checkpoints(
     moved = reattach_children(gone, doomed)
     AgentSession.objects.filter(head__in=gone).update(head=None)
     AgentSession.objects.filter(forked_from__in=gone).update(forked_from=None)
-    DriftAlert.objects.filter(last_good__in=gone).update(last_good=None)
-    DriftAlert.objects.filter(checkpoint__in=gone).update(checkpoint=None)
-    SecretFinding.objects.filter(checkpoint__in=gone).update(checkpoint=None)
-    AuditEvent.objects.filter(checkpoint__in=gone).update(checkpoint=None)
+    clear_history(gone)
     LangGraphCheckpoint.objects.filter(console__in=gone).delete()
     Checkpoint.objects.filter(pk__in=gone).delete()
     mark_branch_starts(pk for pk, _ in moved)
@@ -271,9 +269,9 @@ def delete_expired(ids: list[int], parents: dict[int, int | None]) -> list[tuple
     and children may hang from them). A parent is older (lower seq) than its child and batches go in seq order,
     so each ancestor of this batch's children that `parents` still holds is gone or goes now.
 
-    The references are cleared here, one statement per foreign key to Checkpoint, not by Django's delete
-    collector: heads, fork sources and unresolved alerts' checkpoints are protected, so what remains are
-    children (`parent`), resolved alerts (`last_good`, `checkpoint`), audit rows and secret findings (`checkpoint`).
+    The references are cleared here, one statement per table that names a checkpoint, not by Django's delete
+    collector: heads, fork sources and unresolved alerts' checkpoints are protected, so what remains are children
+    (`parent`) and the records of what happened (`history_references`).
     """
     with transaction.atomic():
         # The sessions' locks before the check: ingest, restore, undo and pin take them too, so none of them can
@@ -282,27 +280,51 @@ def delete_expired(ids: list[int], parents: dict[int, int | None]) -> list[tuple
         protected = protected_among(ids)
         for pk in protected:
             parents.pop(pk, None)
-        doomed = list(
-            Checkpoint.objects.filter(pk__in=ids_param([pk for pk in ids if pk not in protected]))
-            .order_by("seq")
-            .values_list("id", "kind")
-        )
+        doomed = tallies.forget([pk for pk in ids if pk not in protected], locked=True)  # before any row lock
         if not doomed:
             return []
-        tallies.forget([pk for pk, _ in doomed], locked=True)  # before any row lock
-        gone = ids_param([pk for pk, _ in doomed])
+        gone = arrays.ids([pk for pk, _ in doomed])
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:  # a batch lost in a crash is deleted by the next run: no fsync wait
                 cursor.execute("SET LOCAL synchronous_commit TO OFF")
         moved = reattach_children(gone, parents)
-        DriftAlert.objects.filter(last_good__in=gone).update(last_good=None)
-        DriftAlert.objects.filter(checkpoint__in=gone).update(checkpoint=None)
-        SecretFinding.objects.filter(checkpoint__in=gone).update(checkpoint=None)
-        AuditEvent.objects.filter(checkpoint__in=gone).update(checkpoint=None)
+        clear_history(gone)
         _forget_langgraph(gone)
         Checkpoint.objects.filter(pk__in=gone)._raw_delete(Checkpoint.objects.db)
         mark_branch_starts(pk for pk, _ in moved)
     return doomed
+
+
+@cache
+def history_references() -> dict[type[Model], list[str]]:
+    """Every column that names a checkpoint in a record of what happened (alerts, audit rows, secret findings,
+    recovery items: `on_delete=SET_NULL`), by model: what a deletion clears. Read from the models, so that a
+    reference added later is cleared too; the ones deleting handles otherwise are left out (a session's head and
+    fork source are protections or cleared by the caller, a child's `parent` is re-pointed, a LangGraph row goes
+    with its checkpoint)."""
+    handled = {(AgentSession, "head"), (AgentSession, "forked_from"), (Checkpoint, "parent")}
+    found: dict[type[Model], list[str]] = {}
+    for relation in Checkpoint._meta.get_fields(include_hidden=True):
+        if not isinstance(relation, ForeignObjectRel) or relation.related_model is None:
+            continue
+        model, name = relation.related_model, relation.field.name
+        if (model, name) in handled or relation.on_delete is not SET_NULL:
+            continue
+        found.setdefault(model, []).append(name)
+    return found
+
+
+def clear_history(gone: list[int] | RawSQL) -> None:
+    """Set to NULL, in one UPDATE per table, every `history_references` column naming a checkpoint of `gone`: the
+    record stays, without its link. (The database refuses a DELETE of a checkpoint such a column still names.)"""
+    for model, names in history_references().items():
+        rows = model._default_manager
+        if len(names) == 1:
+            rows.filter(**{f"{names[0]}__in": gone}).update(**{names[0]: None})
+            continue
+        named = reduce(operator.or_, (Q(**{f"{name}__in": gone}) for name in names))
+        cleared = {name: Case(When(Q(**{f"{name}__in": gone}), then=None), default=F(name)) for name in names}
+        rows.filter(named).update(**cleared)
 
 
 def _forget_langgraph(gone: list[int] | RawSQL) -> None:
@@ -328,19 +350,11 @@ def record_retention_run(result: dict[str, Any], *, now: datetime) -> None:
     )
 
 
-def ids_param(ids: list[int]) -> list[int] | RawSQL:
-    """`ids` for an `__in` lookup: on PostgreSQL one array parameter (the batch's statements quote, parse and
-    plan one value instead of hundreds each), elsewhere the plain list."""
-    if connection.vendor == "postgresql":
-        return RawSQL("SELECT unnest(%s::bigint[])", (ids,))
-    return ids
-
-
 def protected_among(ids: Iterable[int]) -> set[int]:
     """Which of `ids` a protection keeps now: pinned, a head, a fork source, a restore target or an unresolved
     alert's checkpoint (pinned, restored or forked since planning, too). Each test looks the batch's own ids up
     in an index of the referencing column, never reads a whole table."""
-    batch = ids_param(list(ids))
+    batch = arrays.ids(list(ids))
     unresolved = DriftAlert.objects.unresolved().order_by()
     found = (
         Checkpoint.objects.filter(pk__in=batch, pinned=True)

@@ -1,4 +1,5 @@
-"""Bulk inserts on PostgreSQL with each column's values as one array parameter (`INSERT … SELECT * FROM unnest(…)`).
+"""Array parameters on PostgreSQL: bulk inserts with each column's values as one array (`INSERT … SELECT * FROM
+unnest(…)`), and a batch's ids as one value (`ids`).
 
 Django's bulk_create compiles a placeholder per value and psycopg parses a statement that long anew every time; one
 array a column took a third of the time for 500 checkpoint rows (166–190 ms against 524–587 ms, load 8). The
@@ -8,11 +9,13 @@ statement's text depends only on the model and its columns, so it is built once 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from functools import cache
 from typing import Any
 
 from django.db import connection, connections, models
 from django.db.models import Field, Model
+from django.db.models.expressions import RawSQL
 
 _ARRAY_TYPE = re.compile(r"\(\d+\)")  # varchar(400)[] → varchar[]: the column checks the length on insert
 
@@ -29,6 +32,16 @@ def insert(model: type[Model], rows: list[Any], *, with_ids: bool = True, ignore
         if ids is not None:
             row.pk = ids[index]
         row._state.adding, row._state.db = False, connection.alias
+
+
+def ids(values: Collection[int]) -> list[int] | RawSQL:
+    """`values` (ids) for an `__in` lookup: on PostgreSQL one parameter, the array written out as text once (the
+    batch's statements quote, parse and plan one value instead of hundreds each, and psycopg would dump a list of
+    ints element by element in Python for every statement naming it: 8 ms of a 500-row retention batch's 13
+    statements), elsewhere the plain list."""
+    if connection.vendor == "postgresql":
+        return RawSQL("SELECT unnest(%s::bigint[])", ("{" + ",".join(map(str, map(int, values))) + "}",))
+    return list(values)
 
 
 def statement(

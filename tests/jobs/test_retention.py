@@ -9,12 +9,12 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from checkpoints import store, tasks
-from checkpoints.jobs import StopRequest, retention
+from checkpoints.jobs import StopRequest, recoveries, retention
 from checkpoints.jobs.retention import apply_retention, describe, plan_retention, recorded_plan
 from checkpoints.models import (
     AgentSession,
@@ -24,9 +24,13 @@ from checkpoints.models import (
     JobLock,
     JobRun,
     JobRunStatus,
+    LangGraphCheckpoint,
+    RecoveryItem,
     RetentionPolicy,
 )
 from checkpoints.services import Actor, cleanup, fork_session, pin_checkpoint, restore_checkpoint
+from checkpoints.services.fleet import Reach, Selection, start_recovery
+from checkpoints.services.targets import TargetRule
 from tests.helpers import command
 from tests.store.test_tallies import counted, stored
 
@@ -417,6 +421,70 @@ def test_deleting_clears_references_from_resolved_alerts_and_audit_rows(make_ses
     assert (alert.last_good_id, alert.checkpoint_id) == (None, None)
     pins = AuditEvent.objects.filter(action__in=["pin", "unpin"])
     assert pins.count() == 2 and not pins.exclude(checkpoint=None).exists()
+
+
+@pytest.mark.django_db(transaction=True)  # the references are checked when a batch commits
+def test_deleting_clears_what_a_fleet_recovery_recorded_and_the_run_reports_no_error(make_session, make_checkpoint):
+    """A recovery item names the head it replaced and the one it planned on; once the session is restored that
+    head is an ordinary checkpoint retention may let go. The batch used to fail at commit on the item's
+    reference, in every run, so the session's expired checkpoints were never deleted again."""
+    set_policy("step", keep_last=1)
+    session = make_session()
+    made = steps(make_checkpoint, session, 4)
+    Checkpoint.objects.filter(pk=made[3].pk).update(status="failed", status_reason="search API down")
+    reach = Reach(AgentSession.objects.filter(pk=session.pk), None, session.project)
+    selection = Selection("restore", TargetRule())
+    recovery = start_recovery(selection, reach, actor=Actor.system("on-call"), reason="outage", start=lambda pk: None)
+    recoveries.run(recovery.pk)
+    item = RecoveryItem.objects.get(recovery=recovery)
+    assert (item.result, item.target_id, item.previous_head_id) == ("restored", made[2].pk, made[3].pk)
+    make_checkpoint(session, {"i": 4}, name="s4")  # the agent goes on from the restored state
+
+    result = apply_retention()
+
+    assert (result["deleted"], result["error_count"]) == (3, 0)  # #0, #1 and the failed #3; #2 is the target
+    item.refresh_from_db()
+    assert (item.previous_head_id, item.planned_head_id) == (None, None)
+    assert (item.result, item.target_id) == ("restored", made[2].pk)
+    assert Checkpoint.objects.filter(pk=item.new_head_id).exists()
+
+
+@pytest.mark.postgres
+def test_every_record_naming_a_checkpoint_is_cleared_by_deleting_and_refuses_a_delete_that_did_not(
+    make_session, make_checkpoint
+):
+    """The references a deletion clears are read from the models; the database holds each of them to `ON DELETE
+    RESTRICT` (migration 0044: half the check of a deferred NO ACTION), so a foreign key added to a checkpoint later
+    without the migration's treatment fails here. A DELETE that left one standing is refused at once."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT rel.relname, a.attname, con.confdeltype FROM pg_constraint con"
+            " JOIN pg_class rel ON rel.oid = con.conrelid"
+            " JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = con.conkey[1]"
+            " WHERE con.contype = 'f' AND con.confrelid = %s::regclass",
+            [Checkpoint._meta.db_table],
+        )
+        actions = {(table, column): action for table, column, action in cursor.fetchall()}
+    cleared = {
+        (model._meta.db_table, model._meta.get_field(name).column)
+        for model, names in cleanup.history_references().items()
+        for name in names
+    }
+    restricted = {key for key, action in actions.items() if action == "r"}
+    assert restricted == cleared | {(LangGraphCheckpoint._meta.db_table, "console_id")}
+    assert {column for (_, column), action in actions.items() if action != "r"} == {
+        "head_id",
+        "forked_from_id",
+        "parent_id",
+    }
+
+    session = make_session()
+    made = steps(make_checkpoint, session, 2)
+    pin_checkpoint(made[0], actor=Actor.system("test"))
+    pin_checkpoint(made[0], actor=Actor.system("test"), pinned=False)  # two audit rows name #0, unpinned again
+    Checkpoint.objects.filter(pk=made[1].pk).update(parent=None)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Checkpoint.objects.filter(pk=made[0].pk)._raw_delete(Checkpoint.objects.db)
 
 
 def test_planning_reads_many_sessions_in_a_few_queries(make_session, make_checkpoint, django_assert_max_num_queries):
