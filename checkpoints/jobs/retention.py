@@ -26,6 +26,7 @@ other sessions are processed all the same (`services.batches.each_batch`).
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -82,15 +83,17 @@ class Figures:
     deleted: int = 0
     kept: int = 0
     by_kind: Counter[str] = field(default_factory=Counter)
-    checkpoints: list[int] = field(default_factory=list)  # the first ids to delete
+    checkpoints: list[int] = field(default_factory=list)  # the lowest ids to delete, sorted
 
     def add(self, session_plan: SessionPlan, *, preview: int) -> None:
+        """`preview` ids are kept, the lowest: the same whatever order a run applies its sessions in (a real run
+        yields a session when its last batch is done), so a dry run shows what the real run deletes."""
         self.deleted += len(session_plan.delete)
         self.kept += session_plan.total - len(session_plan.delete)
         self.by_kind.update(session_plan.kinds)
-        room = preview - len(self.checkpoints)
-        if room > 0:
-            self.checkpoints.extend(session_plan.delete[:room])
+        if session_plan.delete:
+            lowest = heapq.nsmallest(preview, session_plan.delete)
+            self.checkpoints = heapq.nsmallest(preview, [*self.checkpoints, *lowest])
 
     def counts(self) -> dict[str, Any]:
         return {
@@ -371,26 +374,48 @@ def _applied(
 ) -> Iterator[SessionPlan]:
     """Each plan, applied: what was really deleted, in the order planned.
 
-    A session with `batch_size` or more to delete goes alone, batch by batch; the others share batches (most
-    sessions have a few dozen to delete, and a batch costs the same ten statements and a commit whatever its
-    size).
+    A session's whole batches go alone (`batch_size` each, in seq order); what is left of it, and sessions with less
+    than a batch to delete, share batches with the next sessions (a batch costs the same ten statements, a commit
+    and a pause whatever its size: a session of 598 took a batch of 500 and one of 98, and the pauses were most of
+    a run's time).
 
     Once the throttle is stopped nothing more is planned or deleted: a session cut short yields what its done
     batches deleted, the sessions after it yield nothing (their figures are the next run's)."""
     group: list[SessionPlan] = []
     for session_plan in plans:
-        if len(session_plan.delete) >= batch_size:
-            yield from _apply_group(group, throttle=throttle, failures=failures)
-            group = []
-            yield _apply_session(session_plan, batch_size=batch_size, throttle=throttle, failures=failures)
+        whole = len(session_plan.delete) // batch_size * batch_size
+        if whole:
+            alone, rest = _split(session_plan, whole)
+            done = _apply_session(alone, batch_size=batch_size, throttle=throttle, failures=failures)
+            yield done
+            if throttle.stopped or failures.failed(session_plan.session_id):  # the rest waits for the next run
+                yield SessionPlan(rest.session_id, rest.project_id, rest.total, [], Counter(), {})
+            else:
+                group.append(rest)
         else:
             group.append(session_plan)
-            if sum(len(member.delete) for member in group) >= batch_size:
-                yield from _apply_group(group, throttle=throttle, failures=failures)
-                group = []
         if throttle.stopped:
             return
+        if sum(len(member.delete) for member in group) >= batch_size:
+            yield from _apply_group(group, throttle=throttle, failures=failures)
+            group = []
+            if throttle.stopped:
+                return
     yield from _apply_group(group, throttle=throttle, failures=failures)
+
+
+def _split(session_plan: SessionPlan, whole: int) -> tuple[SessionPlan, SessionPlan]:
+    """The session's first `whole` deletions and the rest, as two plans whose totals add up to the session's (so
+    that the figures count its kept checkpoints once). Both hold one map of parents: a batch takes out of it what
+    it found protected, and the rest's batch must see that."""
+    parents = dict(session_plan.parents)
+    first, rest = session_plan.delete[:whole], session_plan.delete[whole:]
+    return (
+        SessionPlan(session_plan.session_id, session_plan.project_id, whole, first, Counter(), parents),
+        SessionPlan(
+            session_plan.session_id, session_plan.project_id, session_plan.total - whole, rest, Counter(), parents
+        ),
+    )
 
 
 def _apply_group(group: list[SessionPlan], *, throttle: Throttle, failures: Failures) -> list[SessionPlan]:
@@ -430,16 +455,16 @@ def _apply_session(
     left the timeline a tree), the ones after it are not tried: the next run plans the session again from what
     is left and goes on. A stop between two batches is the same for the session: a tree, the rest next run.
     `paused`: the throttle already paused for the first batch (a shared batch that failed, tried again alone).
+    The plan's map of parents loses what a batch found protected (`_split` shares it with the session's rest).
     """
     done: list[int] = []
     kinds: Counter[str] = Counter()
-    parents = dict(session_plan.parents)
     with contained(session_plan.session_id, failures):
         for start in range(0, len(session_plan.delete), batch_size):
             if not (paused and start == 0) and not throttle.ready():
                 break
             batch = session_plan.delete[start : start + batch_size]
-            deleted = throttle.delete(batch, parents)
+            deleted = throttle.delete(batch, session_plan.parents)
             done.extend(pk for pk, _ in deleted)
             kinds.update(kind for _, kind in deleted)
     return SessionPlan(session_plan.session_id, session_plan.project_id, session_plan.total, done, kinds, {})

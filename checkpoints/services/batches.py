@@ -64,6 +64,9 @@ class Failures:
     def done(self) -> int:
         return len(self._done - self._failed)
 
+    def failed(self, pk: int) -> bool:
+        return pk in self._failed
+
     def succeeded(self, pks: Iterable[int]) -> None:
         self._done.update(pks)
 

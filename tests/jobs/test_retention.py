@@ -580,6 +580,27 @@ def test_a_run_deletes_in_batches_of_the_configured_rows_with_the_configured_pau
     assert sleeps == [0.03] * (batches - 1)  # between batches, not before the first or after the last
 
 
+def test_what_is_left_of_a_session_after_its_whole_batches_shares_the_next_batch(
+    make_session, make_checkpoint, settings, sleeps
+):
+    """Two sessions with 5 to delete each at 4 rows a batch: 4 alone, 4 alone, then one batch of 1 + 1, not four
+    batches (each costs its statements, a commit and a pause whatever its size)."""
+    settings.RETENTION_BATCH_ROWS, settings.RETENTION_BATCH_PAUSE_MS = 4, 30
+    set_policy("step", keep_last=1)
+    sessions = [make_session(f"run-{i}") for i in range(2)]
+    for session in sessions:
+        steps(make_checkpoint, session, 6)
+
+    with CaptureQueriesContext(connection) as queries:
+        result = apply_retention()
+
+    assert (result["deleted"], result["kept"], result["error_count"]) == (10, 2, 0)
+    assert all(seqs(session) == [6] for session in sessions)
+    assert checkpoint_deletes(queries) == 3
+    assert sleeps == [0.03] * 2
+    assert result["checkpoints"] == sorted(result["checkpoints"]) and len(result["checkpoints"]) == 10
+
+
 @pytest.mark.django_db(transaction=True)
 def test_each_batch_commits_on_its_own(make_session, make_checkpoint, settings, sleeps, monkeypatch):
     """No transaction spans the run: each batch is one short transaction of its own, committed before the pause,
