@@ -372,90 +372,103 @@ class Throttle:
 def _applied(
     plans: Iterable[SessionPlan], *, batch_size: int, throttle: Throttle, failures: Failures
 ) -> Iterator[SessionPlan]:
-    """Each plan, applied: what was really deleted, in the order planned.
+    """Each plan, applied: what was really deleted, in the order planned, as one or more pieces whose figures add
+    up to the session's.
 
-    A session's whole batches go alone (`batch_size` each, in seq order); what is left of it, and sessions with less
-    than a batch to delete, share batches with the next sessions (a batch costs the same ten statements, a commit
-    and a pause whatever its size: a session of 598 took a batch of 500 and one of 98, and the pauses were most of
-    a run's time).
+    Every batch holds `batch_size` checkpoints (the last one of a run fewer): a session's deletions are cut into
+    pieces in seq order that fill the batches, so a session of 598 at 500 a batch takes one batch and a fifth of
+    the next, shared with the sessions after it (a batch costs the same ten statements, a commit and a pause
+    whatever its size; a batch of 500 and one of 98 a session made the pauses most of a run's time). Once a piece
+    of a session fails, its later pieces are not tried: the next run plans it again from what is left.
 
     Once the throttle is stopped nothing more is planned or deleted: a session cut short yields what its done
     batches deleted, the sessions after it yield nothing (their figures are the next run's)."""
     group: list[SessionPlan] = []
+    room = batch_size
     for session_plan in plans:
-        whole = len(session_plan.delete) // batch_size * batch_size
-        if whole:
-            alone, rest = _split(session_plan, whole)
-            done = _apply_session(alone, batch_size=batch_size, throttle=throttle, failures=failures)
-            yield done
-            if throttle.stopped or failures.failed(session_plan.session_id):  # the rest waits for the next run
-                yield SessionPlan(rest.session_id, rest.project_id, rest.total, [], Counter(), {})
-            else:
-                group.append(rest)
-        else:
-            group.append(session_plan)
-        if throttle.stopped:
-            return
-        if sum(len(member.delete) for member in group) >= batch_size:
-            yield from _apply_group(group, throttle=throttle, failures=failures)
-            group = []
-            if throttle.stopped:
-                return
+        for piece in _pieces(session_plan, room, batch_size):
+            group.append(piece)
+            room -= len(piece.delete)
+            if room == 0:
+                yield from _apply_group(group, throttle=throttle, failures=failures)
+                group, room = [], batch_size
+                if throttle.stopped:
+                    return
     yield from _apply_group(group, throttle=throttle, failures=failures)
 
 
-def _split(session_plan: SessionPlan, whole: int) -> tuple[SessionPlan, SessionPlan]:
-    """The session's first `whole` deletions and the rest, as two plans whose totals add up to the session's (so
-    that the figures count its kept checkpoints once). Both hold one map of parents: a batch takes out of it what
-    it found protected, and the rest's batch must see that."""
+def _pieces(session_plan: SessionPlan, first: int, size: int) -> Iterator[SessionPlan]:
+    """The session's deletions in pieces of `first`, then `size`, in seq order (a plan with nothing to delete is
+    one empty piece, for its figures). Each piece but the last counts as many checkpoints as it deletes, the last
+    the rest of the session, so the kept ones are counted once; all hold one map of parents, from which a batch
+    takes what it found protected (a later piece's children must see it)."""
     parents = dict(session_plan.parents)
-    first, rest = session_plan.delete[:whole], session_plan.delete[whole:]
-    return (
-        SessionPlan(session_plan.session_id, session_plan.project_id, whole, first, Counter(), parents),
-        SessionPlan(
-            session_plan.session_id, session_plan.project_id, session_plan.total - whole, rest, Counter(), parents
-        ),
+    delete, start, step = session_plan.delete, 0, first
+    while len(delete) - start > step:
+        yield SessionPlan(
+            session_plan.session_id, session_plan.project_id, step, delete[start : start + step], Counter(), parents
+        )
+        start, step = start + step, size
+    yield SessionPlan(
+        session_plan.session_id, session_plan.project_id, session_plan.total - start, delete[start:], Counter(), parents
     )
 
 
 def _apply_group(group: list[SessionPlan], *, throttle: Throttle, failures: Failures) -> list[SessionPlan]:
-    """Delete the planned checkpoints of a few sessions in one batch. When it fails, each session is tried on its
-    own, so the one at fault is named and the others are done."""
-    ids = [pk for session_plan in group for pk in session_plan.delete]
+    """Delete the planned checkpoints of a few pieces of sessions in one batch. When it fails, each piece is tried
+    on its own, so the session at fault is named and the others are done. A piece of a session that failed in an
+    earlier batch deletes nothing."""
+    live = [piece for piece in group if not failures.failed(piece.session_id)]
+    skipped = [_unapplied(piece) for piece in group if failures.failed(piece.session_id)]
+    ids = [pk for piece in live for pk in piece.delete]
     if not ids:
-        return group
+        return skipped + live
     if not throttle.ready():
         return []
-    parents = {pk: parent for session_plan in group for pk, parent in session_plan.parents.items()}
+    parents = {pk: parent for piece in live for pk, parent in piece.parents.items()}
     try:
         deleted = throttle.delete(ids, parents)
     except Exception as exc:
+        if len(live) == 1:  # the batch was this session's own: trying it alone again would be the same batch
+            failures.record(live[0].session_id, exc)
+            return [*skipped, _unapplied(live[0])]
         if concerns_the_whole_run(exc):
             raise
-        return [
-            _apply_session(session_plan, batch_size=len(ids), throttle=throttle, failures=failures, paused=not index)
-            for index, session_plan in enumerate(group)
+        return skipped + [
+            _unapplied(piece)
+            if failures.failed(piece.session_id)
+            else _apply_session(piece, batch_size=len(ids), throttle=throttle, failures=failures, paused=not index)
+            for index, piece in enumerate(live)
         ]
     kinds = dict(deleted)
-    done = []
-    for session_plan in group:
-        failures.succeeded([session_plan.session_id])
-        gone = [pk for pk in session_plan.delete if pk in kinds]
-        counts = Counter(kinds[pk] for pk in gone)
-        done.append(SessionPlan(session_plan.session_id, session_plan.project_id, session_plan.total, gone, counts, {}))
+    done = skipped
+    for piece in live:
+        failures.succeeded([piece.session_id])
+        for pk in piece.delete:
+            if pk not in parents:  # found protected: it stays, and the session's later pieces hang children from it
+                piece.parents.pop(pk, None)
+        gone = [pk for pk in piece.delete if pk in kinds]
+        done.append(
+            SessionPlan(piece.session_id, piece.project_id, piece.total, gone, Counter(kinds[pk] for pk in gone), {})
+        )
     return done
+
+
+def _unapplied(piece: SessionPlan) -> SessionPlan:
+    return SessionPlan(piece.session_id, piece.project_id, piece.total, [], Counter(), {})
 
 
 def _apply_session(
     session_plan: SessionPlan, *, batch_size: int, throttle: Throttle, failures: Failures, paused: bool = False
 ) -> SessionPlan:
-    """Delete a session's planned checkpoints in batches, in seq order; returns what was really deleted.
+    """Delete a session's planned checkpoints (a piece of a shared batch that failed, tried alone) in batches, in
+    seq order; returns what was really deleted.
 
     A batch that fails is rolled back whole and recorded in `failures`; the batches before it stay done (each
     left the timeline a tree), the ones after it are not tried: the next run plans the session again from what
     is left and goes on. A stop between two batches is the same for the session: a tree, the rest next run.
-    `paused`: the throttle already paused for the first batch (a shared batch that failed, tried again alone).
-    The plan's map of parents loses what a batch found protected (`_split` shares it with the session's rest).
+    `paused`: the throttle already paused for the first batch (the shared batch's pause). The plan's map of
+    parents loses what a batch found protected (`_pieces` shares it with the session's other pieces).
     """
     done: list[int] = []
     kinds: Counter[str] = Counter()

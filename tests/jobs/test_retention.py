@@ -580,25 +580,30 @@ def test_a_run_deletes_in_batches_of_the_configured_rows_with_the_configured_pau
     assert sleeps == [0.03] * (batches - 1)  # between batches, not before the first or after the last
 
 
-def test_what_is_left_of_a_session_after_its_whole_batches_shares_the_next_batch(
-    make_session, make_checkpoint, settings, sleeps
+def test_every_batch_but_the_last_is_full_whatever_the_sessions_hold(
+    make_session, make_checkpoint, settings, sleeps, monkeypatch
 ):
-    """Two sessions with 5 to delete each at 4 rows a batch: 4 alone, 4 alone, then one batch of 1 + 1, not four
-    batches (each costs its statements, a commit and a pause whatever its size)."""
+    """Sessions with 5, 5 and 3 to delete at 4 rows a batch: four batches of 4, 4, 4 and 1, a session's deletions
+    cut in seq order to fill them, not five (a batch of 4 and one of 1 a session: each batch costs its statements,
+    a commit and a pause whatever its size) nor one over the setting."""
     settings.RETENTION_BATCH_ROWS, settings.RETENTION_BATCH_PAUSE_MS = 4, 30
     set_policy("step", keep_last=1)
-    sessions = [make_session(f"run-{i}") for i in range(2)]
-    for session in sessions:
-        steps(make_checkpoint, session, 6)
+    sessions = [make_session(f"run-{i}") for i in range(3)]
+    for session, count in zip(sessions, (6, 6, 4), strict=True):
+        steps(make_checkpoint, session, count)
+    sizes: list[int] = []
+    delete = cleanup.delete_expired
+    monkeypatch.setattr(
+        retention, "delete_expired", lambda ids, parents: sizes.append(len(ids)) or delete(ids, parents)
+    )
 
-    with CaptureQueriesContext(connection) as queries:
-        result = apply_retention()
+    result = apply_retention()
 
-    assert (result["deleted"], result["kept"], result["error_count"]) == (10, 2, 0)
-    assert all(seqs(session) == [6] for session in sessions)
-    assert checkpoint_deletes(queries) == 3
-    assert sleeps == [0.03] * 2
-    assert result["checkpoints"] == sorted(result["checkpoints"]) and len(result["checkpoints"]) == 10
+    assert (result["deleted"], result["kept"], result["error_count"]) == (13, 3, 0)
+    assert [seqs(session) for session in sessions] == [[6], [6], [4]]
+    assert sizes == [4, 4, 4, 1]
+    assert sleeps == [0.03] * 3
+    assert result["checkpoints"] == sorted(result["checkpoints"]) and len(result["checkpoints"]) == 13
 
 
 @pytest.mark.django_db(transaction=True)
