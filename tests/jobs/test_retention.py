@@ -453,9 +453,10 @@ def test_deleting_clears_what_a_fleet_recovery_recorded_and_the_run_reports_no_e
 def test_every_record_naming_a_checkpoint_is_cleared_by_deleting_and_refuses_a_delete_that_did_not(
     make_session, make_checkpoint
 ):
-    """The references a deletion clears are read from the models; the database holds each of them to `ON DELETE
-    RESTRICT` (migration 0044: half the check of a deferred NO ACTION), so a foreign key added to a checkpoint later
-    without the migration's treatment fails here. A DELETE that left one standing is refused at once."""
+    """The references a deletion clears are read from the models, and with the ones it handles by name they are
+    every foreign key to a checkpoint; the database holds each to `ON DELETE RESTRICT` (migration 0044: half the
+    check of a deferred NO ACTION), so a foreign key added later without that treatment fails here. A DELETE
+    that left one standing is refused at once, not at commit."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT rel.relname, a.attname, con.confdeltype FROM pg_constraint con"
@@ -470,13 +471,14 @@ def test_every_record_naming_a_checkpoint_is_cleared_by_deleting_and_refuses_a_d
         for model, names in cleanup.history_references().items()
         for name in names
     }
-    restricted = {key for key, action in actions.items() if action == "r"}
-    assert restricted == cleared | {(LangGraphCheckpoint._meta.db_table, "console_id")}
-    assert {column for (_, column), action in actions.items() if action != "r"} == {
-        "head_id",
-        "forked_from_id",
-        "parent_id",
+    handled = {
+        (AgentSession._meta.db_table, "head_id"),
+        (AgentSession._meta.db_table, "forked_from_id"),
+        (Checkpoint._meta.db_table, "parent_id"),
+        (LangGraphCheckpoint._meta.db_table, "console_id"),
     }
+    assert set(actions) == cleared | handled
+    assert set(actions.values()) == {"r"}
 
     session = make_session()
     made = steps(make_checkpoint, session, 2)

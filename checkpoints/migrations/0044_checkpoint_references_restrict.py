@@ -1,20 +1,25 @@
-"""The records that name a checkpoint (alerts, audit rows, secret findings, recovery items, LangGraph rows) refuse its
-deletion when the DELETE runs (`ON DELETE RESTRICT`), not at commit (Django's `NO ACTION DEFERRABLE`).
+"""Every foreign key naming a checkpoint (a session's head and fork source, a checkpoint's parent, alerts, audit rows,
+secret findings, recovery items, LangGraph rows) refuses the checkpoint's deletion when the DELETE runs (`ON DELETE
+RESTRICT`), not at commit (Django's `NO ACTION DEFERRABLE`).
 
-Whoever deletes a checkpoint clears these references first (`services.cleanup.clear_history`, Django's collector),
-so the answer is the same; the check is half the work: for a deferred `NO ACTION` PostgreSQL first looks whether
-another row now holds the deleted key, then for referencing rows, one lookup each per deleted row and constraint;
-`RESTRICT` does only the second. With twelve constraints naming a checkpoint, that first lookup was a fifth of
-retention's time (docs/benchmarks.md, "Retention"). A session's head and fork source and a checkpoint's parent stay
-deferred: a session and its checkpoints name each other, and Django deletes them in one transaction.
+Whoever deletes a checkpoint clears or re-points these references first (`services.cleanup`, Django's collector,
+which runs its SET_NULL updates before its deletes), so the answer is the same; the check is half the work: for a
+deferred `NO ACTION` PostgreSQL first looks whether another row now holds the deleted key, then for referencing
+rows, one lookup each per deleted row and constraint; `RESTRICT` does only the second. With twelve constraints
+naming a checkpoint, that first lookup was a quarter of a retention batch's time (docs/benchmarks.md,
+"Retention beside writers").
 
-The constraints keep their names and their deferred check on insert and update; PostgreSQL only: SQLite's foreign
-keys are checked at commit either way.
+The constraints keep their names and their deferred check on insert and update (a session and its first
+checkpoint still name each other within a transaction); PostgreSQL only: SQLite's foreign keys are checked at
+commit either way.
 """
 
 from django.db import migrations
 
 REFERENCES = [
+    ("AgentSession", "head"),
+    ("AgentSession", "forked_from"),
+    ("Checkpoint", "parent"),
     ("DriftAlert", "checkpoint"),
     ("DriftAlert", "last_good"),
     ("AuditEvent", "checkpoint"),
