@@ -208,7 +208,9 @@ def test_import_memory_stays_flat_as_the_tree_grows(db, tmp_path):
     small = import_peak(tmp_path / "small", sessions=1, steps=BATCH)
     large = import_peak(tmp_path / "large", sessions=1, steps=3 * BATCH)
     per_file = (large - small) / (2 * BATCH)
-    assert per_file < 1280, (
+    # 0.6 kB a file alone, 1.3 kB once in a full parallel run (what other tests left cached grows with the tree);
+    # keeping every record read would add ~2 kB on top: 1.6 kB tells the two apart
+    assert per_file < 1600, (
         f"{per_file:.0f} bytes a file more: {small / 1e6:.2f} MB at {BATCH}, {large / 1e6:.2f} MB at {3 * BATCH}"
     )
 
