@@ -437,7 +437,7 @@ def _apply_group(group: list[SessionPlan], *, throttle: Throttle, failures: Fail
         return skipped + [
             _unapplied(piece)
             if failures.failed(piece.session_id)
-            else _apply_session(piece, batch_size=len(ids), throttle=throttle, failures=failures, paused=not index)
+            else _apply_alone(piece, throttle=throttle, failures=failures, paused=not index)
             for index, piece in enumerate(live)
         ]
     kinds = dict(deleted)
@@ -458,29 +458,18 @@ def _unapplied(piece: SessionPlan) -> SessionPlan:
     return SessionPlan(piece.session_id, piece.project_id, piece.total, [], Counter(), {})
 
 
-def _apply_session(
-    session_plan: SessionPlan, *, batch_size: int, throttle: Throttle, failures: Failures, paused: bool = False
-) -> SessionPlan:
-    """Delete a session's planned checkpoints (a piece of a shared batch that failed, tried alone) in batches, in
-    seq order; returns what was really deleted.
-
-    A batch that fails is rolled back whole and recorded in `failures`; the batches before it stay done (each
-    left the timeline a tree), the ones after it are not tried: the next run plans the session again from what
-    is left and goes on. A stop between two batches is the same for the session: a tree, the rest next run.
-    `paused`: the throttle already paused for the first batch (the shared batch's pause). The plan's map of
-    parents loses what a batch found protected (`_pieces` shares it with the session's other pieces).
-    """
-    done: list[int] = []
-    kinds: Counter[str] = Counter()
-    with contained(session_plan.session_id, failures):
-        for start in range(0, len(session_plan.delete), batch_size):
-            if not (paused and start == 0) and not throttle.ready():
-                break
-            batch = session_plan.delete[start : start + batch_size]
-            deleted = throttle.delete(batch, session_plan.parents)
-            done.extend(pk for pk, _ in deleted)
-            kinds.update(kind for _, kind in deleted)
-    return SessionPlan(session_plan.session_id, session_plan.project_id, session_plan.total, done, kinds, {})
+def _apply_alone(piece: SessionPlan, *, throttle: Throttle, failures: Failures, paused: bool) -> SessionPlan:
+    """One piece of a shared batch that failed, tried again in a batch of its own; returns what was really
+    deleted. A failure is rolled back whole and recorded in `failures` (the session's later pieces are then not
+    tried: the next run plans it again from what is left). `paused`: the throttle already paused for it (the
+    shared batch's pause). The piece's map of parents loses what the batch found protected (`_pieces` shares it
+    with the session's other pieces)."""
+    deleted: list[tuple[int, str]] = []
+    with contained(piece.session_id, failures):
+        if paused or throttle.ready():
+            deleted = throttle.delete(piece.delete, piece.parents)
+    gone = [pk for pk, _ in deleted]
+    return SessionPlan(piece.session_id, piece.project_id, piece.total, gone, Counter(kind for _, kind in deleted), {})
 
 
 def apply_retention(
