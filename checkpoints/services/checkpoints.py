@@ -518,7 +518,8 @@ def locked_for_ingest(where: str, params: list[Any], *, before: str = "") -> Age
     """`AgentSession.objects.locked_for_ingest()`'s row that `where` picks (`{table}` names the sessions' table), in
     a statement written out: the same row lock and the head's `head_seq` and `head_calls`. Every create and every
     LangGraph put reads it, and the ORM spent more CPU building the statement than the database running it.
-    `before` goes ahead of the SELECT (a WITH whose parameters lead `params`)."""
+    `before` goes ahead of the SELECT (a WITH of `arrays.statement` whose parameters lead `params`: the statement is
+    bound on the server)."""
     found = _session_and_head("h.seq, h.calls_made", where, params, before=before, lock=True)
     if found is None:
         return None
@@ -560,7 +561,7 @@ def _session_and_head(
         f"{before}SELECT {_SESSION.sql(connection)}, {head_columns} FROM {table}"  # noqa: S608 - the tables' quoted names and fixed columns; values are parameters
         f" LEFT OUTER JOIN {checkpoints} h ON {table}.head_id = h.id WHERE {where.format(table=table)}{locking}"
     )
-    with connection.cursor() as cursor:
+    with arrays.cursor() if before else connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:

@@ -53,3 +53,40 @@ def test_every_value_is_what_djangos_preparation_gives(make_session):
     assert [int(value) for value in columns["seq"]] == [1, 1] and type(columns["seq"][0]) is type(columns["seq"][1])
     assert columns["tool_failed"] == [False, True] and type(columns["tool_failed"][1]) is bool
     assert columns["name"] != ["a\x00b\ue000", "b"]  # a Safe* field escapes: never taken as it is
+
+
+@pytest.mark.postgres
+def test_rows_sent_as_binary_arrays_are_stored_as_bulk_create_stores_them(make_session, django_assert_num_queries):
+    """The arrays travel in binary and are bound on the server: every value of every column type (bytes with NULs
+    and high bytes, text with quotes, backslashes and braces, NULs the Safe* fields escape, None, large integers,
+    JSON) reads back as bulk_create's copy of the same rows, and the statement is one Django logs like its own."""
+    at = datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
+
+    def rows(session):
+        return [
+            Checkpoint(
+                session=session, seq=seq, name=name, kind=CheckpointKind.STEP, status="completed",
+                status_reason='{"a",\\b}', step=step, phase=None, created_at=at, received_at=at,
+                root=bytes(range(256))[seq::3], state_hash=b"\x00\xff" * 16, raw_bytes=2**40 + seq, stored_bytes=0,
+                calls_made=None if seq % 2 else 7, preview="é\x00'", tool_failed=bool(seq % 2),
+                operation_id="", idempotency_key=f"k{seq}", metadata={"n": [1e300, None, {"s": "\x00\\"}]},
+            )
+            for seq, (name, step) in enumerate([("a\x00b\ue000", -1), ("", None), ("NULL", 2**31 - 1)], start=1)
+        ]  # fmt: skip
+
+    ours, theirs = make_session("ours"), make_session("theirs")
+    with django_assert_num_queries(1):
+        arrays.insert(Checkpoint, rows(ours), with_ids=False)
+    Checkpoint.objects.bulk_create(rows(theirs))
+    columns = [f.attname for f in Checkpoint._meta.concrete_fields if f.attname not in ("id", "session_id")]
+
+    def stored(session):
+        return list(Checkpoint.objects.filter(session=session).order_by("seq").values_list(*columns))
+
+    assert stored(ours) == stored(theirs) and len(stored(ours)) == 3
+    chunks = [Chunk(hash=bytes([i]) * 32, data=b"\x00" + bytes(range(256)), raw_size=i) for i in range(3)]
+    arrays.insert(Chunk, chunks, ignore_conflicts=True)
+    arrays.insert(Chunk, chunks, ignore_conflicts=True)  # stored already: skipped, not an error
+    assert [
+        bytes(d) for d in Chunk.objects.filter(hash__in=[c.hash for c in chunks]).values_list("data", flat=True)
+    ] == [b"\x00" + bytes(range(256))] * 3
