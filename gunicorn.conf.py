@@ -7,6 +7,7 @@ under VAR_DIR, and the counts of an earlier run are removed at start."""
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 from typing import Any
@@ -29,3 +30,16 @@ def child_exit(server: Any, worker: Any) -> None:
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
+
+
+def post_worker_init(worker: Any) -> None:
+    """Load what every request uses (the URLconf: the views, the API and its schemas), then put everything the
+    worker holds so far out of the garbage collector's reach. Its full collections walk every object a process
+    tracks; Django's ~180,000 made at start are never garbage, and walking them took 105–132 ms once in every few
+    hundred API requests (a request that met it waited that long). Frozen, they are skipped; what requests create
+    afterwards (the state cache included) is collected as before."""
+    from django.urls import get_resolver  # here: gunicorn reads this file before the worker sets Django up
+
+    get_resolver().url_patterns  # noqa: B018 - imported and built now, not by the first request
+    gc.collect()  # the start's own garbage is freed first, not kept for good
+    gc.freeze()
