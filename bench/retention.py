@@ -6,16 +6,19 @@ burning as much CPU would?
 
 One run, on one database (its own `bench_retention`, copied afresh for each setting; `bench/scale.py` calls
 `compare` on its 1M-checkpoint store instead). One writer process creates a checkpoint every 50 ms through the
-service layer for the whole run, while the windows alternate around it, `--rounds` times, each round in a rotated
-order (retention · control · alone, then alone · retention · control, then control · alone · retention, …) so that
-the machine's drift (six other engineers share it) falls on every column alike:
+service layer for the whole run, while the windows alternate around it, `--rounds` times, each round's order rotated
+by one (retention · control · alone · shaped, then shaped · retention · control · alone, …) so that the machine's
+drift (six other engineers share it) falls on every column alike:
 
 - retention: `apply_retention` in another process at the setting's `RETENTION_BATCH_ROWS` and
   `RETENTION_BATCH_PAUSE_MS` for `--window` seconds, then asked to stop (SIGTERM: it ends between two batches, as a
   run that loses its lock does); the CPU seconds it used are its own process's (getrusage) plus its PostgreSQL
   backend's (`/proc/<pg_backend_pid()>/stat`);
-- control: a process burning the CPU seconds of the latest retention window over the same wall time, in 10 ms
-  slices (busy a share, asleep the rest), so its load is as even as a throttled run's;
+- control (even): a process burning the CPU seconds of the latest retention window over the same wall time, in 10 ms
+  slices (busy a share, asleep the rest);
+- control (retention's timing, "shaped"): a process burning the same CPU seconds on that window's own timeline:
+  asleep during each of retention's pauses (the job's process records when its throttle slept), busy in between,
+  so that it loads the machine when retention did and only its database work differs;
 - alone: nothing beside the writer.
 
 The writer is judged on the checkpoints it created inside each window (p50 / p95 per column, all rounds pooled,
@@ -37,6 +40,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -144,6 +148,14 @@ def run_retention() -> dict[str, Any]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         backend = cursor.fetchone()[0]
+    pauses: list[tuple[float, float]] = []  # (offset from the start, seconds): when the throttle slept
+    sleep = time.sleep
+
+    def timed_sleep(seconds: float) -> None:
+        pauses.append((time.perf_counter() - clock, seconds))
+        sleep(seconds)
+
+    time.sleep = timed_sleep  # this process runs retention only: its throttle's sleeps are the only ones
     cpu, server = own_cpu(), backend_cpu(backend)
     start, clock = time.monotonic(), time.perf_counter()
     print("ready", flush=True)
@@ -161,6 +173,7 @@ def run_retention() -> dict[str, Any]:
         "cpu_backend": None if server is None or server_after is None else server_after - server,
         "batch_rows": settings.RETENTION_BATCH_ROWS,
         "pause_ms": settings.RETENTION_BATCH_PAUSE_MS,
+        "pauses": [(round(at, 4), round(seconds, 4)) for at, seconds in pauses],
     }
 
 
@@ -178,6 +191,24 @@ def run_control(cpu: float, wall: float) -> dict[str, Any]:
     return {"start": start, "end": time.monotonic(), "cpu": time.process_time() - used}
 
 
+def run_shaped(cpu: float, wall: float, pauses: list[tuple[float, float]]) -> dict[str, Any]:
+    """Burn `cpu` seconds over `wall` seconds as retention's window used them: asleep during each of its pauses
+    (`pauses`: offset from the start, seconds), busy in between (at the share of each busy stretch that adds up to
+    `cpu`: retention's process and its backend take turns, so its busy wall time is about its CPU time)."""
+    asleep = sum(seconds for _, seconds in pauses)
+    share = min(1.0, cpu / (wall - asleep)) if wall > asleep else 1.0
+    start, used, busy = time.monotonic(), time.process_time(), 0.0
+    began = time.perf_counter()
+    for at, seconds in [*pauses, (wall, 0.0)]:
+        stretch = time.perf_counter()
+        while (now := time.perf_counter()) < began + at:
+            if time.process_time() - used >= share * (busy + now - stretch):
+                time.sleep(min(SLICE / 10, began + at - now))
+        busy += time.perf_counter() - stretch
+        time.sleep(max(0.0, began + at + seconds - time.perf_counter()))
+    return {"start": start, "end": time.monotonic(), "cpu": time.process_time() - used}
+
+
 def role_main(args: argparse.Namespace) -> int:
     import signal
 
@@ -188,6 +219,10 @@ def role_main(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, on_term)
     if args.role == "control":
         print(json.dumps(run_control(args.cpu, args.wall)))
+        return 0
+    if args.role == "shaped":
+        pauses = json.loads(Path(args.pauses).read_text())
+        print(json.dumps(run_shaped(args.cpu, args.wall, pauses)))
         return 0
     setup_django(args.database_url)
     with travel(args.clock) if args.clock else _nothing():
@@ -256,7 +291,27 @@ def control_window(url: str, cpu: float, wall: float) -> dict[str, Any]:
     }
 
 
-ORDERS = (("retention", "control", "alone"), ("alone", "retention", "control"), ("control", "alone", "retention"))
+def shaped_window(url: str, run: dict[str, Any]) -> dict[str, Any]:
+    """One process burning retention's CPU seconds on the timeline of its window: busy when it was, asleep
+    during its pauses."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
+        json.dump(run["pauses"], file)
+    try:
+        proc = spawn(
+            "shaped", url, None, "--cpu", str(cpu_of(run)), "--wall", str(run["seconds"]), "--pauses", file.name
+        )
+        return finish(proc)
+    finally:
+        os.unlink(file.name)
+
+
+# Each round rotates the order by one, so every column follows each of the others in some round.
+ORDERS = (
+    ("retention", "control", "alone", "shaped"),
+    ("shaped", "retention", "control", "alone"),
+    ("alone", "shaped", "retention", "control"),
+    ("control", "alone", "shaped", "retention"),
+)
 
 
 def compare(
@@ -282,6 +337,7 @@ def compare(
     windows: list[tuple[str, int, float, float]] = []  # (column, round, start, end)
     runs: list[dict[str, Any]] = []
     controls: list[dict[str, Any]] = []
+    shapes: list[dict[str, Any]] = []
     for index in range(rounds):
         for column in ORDERS[index % len(ORDERS)]:  # the first round starts with retention: controls burn its CPU
             say(f"round {index + 1}: {column}")
@@ -297,6 +353,10 @@ def compare(
                 control = control_window(url, cpu_of(last), last["seconds"])
                 controls.append(control)
                 windows.append((column, index, control["start"], control["end"]))
+            elif column == "shaped":
+                shaped = shaped_window(url, runs[-1])
+                shapes.append(shaped)
+                windows.append((column, index, shaped["start"], shaped["end"]))
             else:
                 start = time.monotonic()
                 time.sleep(window)
@@ -309,7 +369,7 @@ def compare(
         rest = finish(spawn("retention", url, clock))
         say(f"  {rest['deleted']:,} more deleted in {rest['seconds']:.1f} s")
 
-    columns = ("alone", "retention", "control")
+    columns = tuple(COLUMNS)
     pooled: dict[str, list[float]] = {c: [] for c in columns}
     per_round: dict[str, list[Any]] = {c: [] for c in columns}
     for column, _, start, end in windows:
@@ -337,6 +397,8 @@ def compare(
             "cpu_backend_s": None if cpu_backend is None else round(cpu_backend, 1),
             "control_cpu_s": round(sum(control["cpu"] for control in controls), 1),
             "asked_cpu_s": round(sum(cpu_of(run) for run in runs[: len(controls)]), 1),
+            "shaped_cpu_s": round(sum(shaped["cpu"] for shaped in shapes), 1),
+            "shaped_asked_cpu_s": round(sum(cpu_of(run) for run in runs[: len(shapes)]), 1),
         },
         "ingest_per_second": {"one_agent": round(agent_rate, 1), f"batches_of_{INGEST_BATCH}": round(batch_rate)},
         "delete_vs_ingest": {
@@ -348,7 +410,7 @@ def compare(
 
 
 INGEST_BATCH = 100
-COLUMNS = {"alone": "alone", "retention": "beside_retention", "control": "beside_control"}
+COLUMNS = {"alone": "alone", "retention": "beside_retention", "control": "beside_control", "shaped": "beside_shaped"}
 
 
 def cpu_of(run: dict[str, Any]) -> float:
@@ -356,8 +418,9 @@ def cpu_of(run: dict[str, Any]) -> float:
 
 
 def table(report: dict[str, Any]) -> str:
-    """The three columns side by side: the writer's p50 / p95 pooled over the rounds, then each round's p95."""
+    """The columns side by side: the writer's p50 / p95 pooled over the rounds, then each round's p95."""
     base = report["alone"]["p95_ms"] or 0
+    shaped = "beside_shaped" in report  # runs recorded before the shaped control have three columns
 
     def rise(value: float | None) -> str:
         return f"{(value / base - 1) * 100:+.0f} %" if base and value else "—"
@@ -366,37 +429,51 @@ def table(report: dict[str, Any]) -> str:
         f = report[key]
         return f"{f['p50_ms']} / **{f['p95_ms']}** ({f['samples']})"
 
+    def verdict(control: str) -> str:
+        during, other = report["beside_retention"]["p95_ms"], report[COLUMNS[control]]["p95_ms"]
+        pooled = "✓" if during is not None and other is not None and during <= other else "✗"
+        pairs = zip(rounds["retention"], rounds[control], strict=False)
+        wins = sum(1 for a, b in pairs if a and b and a <= b)
+        return f"{pooled} (pooled); {wins} of {report['rounds']} rounds"
+
     r, rounds = report["retention"], report["p95_per_round_ms"]
+    columns = [column for column in COLUMNS if shaped or column != "shaped"]
     cpu = f"{r['cpu_worker_s']} + {r['cpu_backend_s']} (backend) = {r['cpu_worker_s'] + (r['cpu_backend_s'] or 0):.1f}"
-    during, control = report["beside_retention"]["p95_ms"], report["beside_control"]["p95_ms"]
-    verdict = "✓" if during is not None and control is not None and during <= control else "✗"
-    wins = sum(1 for a, b in zip(rounds["retention"], rounds["control"], strict=False) if a and b and a <= b)
     rates, ratios = report["ingest_per_second"], report["delete_vs_ingest"]
     enough = "✓" if all((ratio or 0) >= 2 for ratio in ratios.values()) else "✗"
     s = report["settings"]
+    heads = {"alone": "alone", "retention": "beside retention", "control": "beside the control (even)"}
+    heads["shaped"] = "beside the control (retention's timing)"
     lines = [
         f"settings: RETENTION_BATCH_ROWS={s['RETENTION_BATCH_ROWS']}, "
         f"RETENTION_BATCH_PAUSE_MS={s['RETENTION_BATCH_PAUSE_MS']}; {report['rounds']} rounds of "
         f"{report['window_s']:.0f} s windows; load average {report['load_average']}",
-        "| the writer (1 checkpoint / 50 ms), p50 / p95 ms (samples) | alone | beside retention | beside the control |",
-        "|---|---:|---:|---:|",
-        f"| all rounds | {cell('alone')} | {cell('beside_retention')} | {cell('beside_control')} |",
-        f"| p95 vs alone | — | {rise(during)} | {rise(control)} |",
+        "| the writer (1 checkpoint / 50 ms), p50 / p95 ms (samples) | "
+        + " | ".join(heads[column] for column in columns)
+        + " |",
+        "|---|" + "---:|" * len(columns),
+        "| all rounds | " + " | ".join(cell(COLUMNS[column]) for column in columns) + " |",
+        "| p95 vs alone | — | " + " | ".join(rise(report[COLUMNS[column]]["p95_ms"]) for column in columns[1:]) + " |",
     ]
     for index in range(report["rounds"]):
-        row = [rounds[column][index] if index < len(rounds[column]) else None for column in COLUMNS]
-        lines.append(f"| round {index + 1}, p95 | {row[0]} | {row[1]} | {row[2]} |")
+        row = [str(rounds[column][index]) if index < len(rounds[column]) else "—" for column in columns]
+        lines.append(f"| round {index + 1}, p95 | " + " | ".join(row) + " |")
+    burned = f"the controls burned {r['control_cpu_s']} of the {r['asked_cpu_s']} CPU-s asked"
+    if shaped:
+        burned += f" (even), {r['shaped_cpu_s']} of {r['shaped_asked_cpu_s']} (retention's timing)"
     lines += [
         "",
         f"retention: {r['deleted']:,} deleted in {r['seconds']} s of windows = {r['per_second']:,}/s, CPU {cpu} s, "
-        f"{r['errors']} errors; the controls burned {r['control_cpu_s']} of the {r['asked_cpu_s']} CPU-s asked",
+        f"{r['errors']} errors; {burned}",
         "sustained ingest: "
         + ", ".join(f"{key.replace('_', ' ')} {value:,}/s" for key, value in rates.items())
         + "; deletes "
         + ", ".join(f"{ratio}×" for ratio in ratios.values())
         + f" of those {enough} (≥ 2×)",
-        f"p95 beside retention ≤ beside the control: {verdict} (pooled); {wins} of {report['rounds']} rounds",
+        f"p95 beside retention ≤ beside the control (even): {verdict('control')}",
     ]
+    if shaped:
+        lines.append(f"p95 beside retention ≤ beside the control (retention's timing): {verdict('shaped')}")
     return "\n".join(lines)
 
 
@@ -449,7 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of alternating windows")
     parser.add_argument("--window", type=float, default=20, help="seconds per window")
     parser.add_argument("--out", default=str(ROOT / "var" / "retention-results.json"))
-    parser.add_argument("--role", choices=["writer", "retention", "control"], help=argparse.SUPPRESS)
+    parser.add_argument("--role", choices=["writer", "retention", "control", "shaped"], help=argparse.SUPPRESS)
+    parser.add_argument("--pauses", help=argparse.SUPPRESS)
     parser.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--unpaced", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
