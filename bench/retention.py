@@ -442,8 +442,12 @@ def table(report: dict[str, Any]) -> str:
     rates, ratios = report["ingest_per_second"], report["delete_vs_ingest"]
     enough = "✓" if all((ratio or 0) >= 2 for ratio in ratios.values()) else "✗"
     s = report["settings"]
-    heads = {"alone": "alone", "retention": "beside retention", "control": "beside the control (even)"}
-    heads["shaped"] = "beside the control (retention's timing)"
+    heads = {
+        "alone": "alone",
+        "retention": "beside retention",
+        "control": "beside the control (even)",
+        "shaped": "beside the control (retention's timing)",
+    }
     lines = [
         f"settings: RETENTION_BATCH_ROWS={s['RETENTION_BATCH_ROWS']}, "
         f"RETENTION_BATCH_PAUSE_MS={s['RETENTION_BATCH_PAUSE_MS']}; {report['rounds']} rounds of "
