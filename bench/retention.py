@@ -7,8 +7,8 @@ burning as much CPU would?
 One run, on one database (its own `bench_retention`, copied afresh for each setting; `bench/scale.py` calls
 `compare` on its 1M-checkpoint store instead). One writer process creates a checkpoint every 50 ms through the
 service layer for the whole run, while the windows alternate around it, `--rounds` times, each round's order rotated
-by one (retention · control · alone · shaped, then shaped · retention · control · alone, …) so that the machine's
-drift (six other engineers share it) falls on every column alike:
+by one (retention · control · alone · shaped · reader, then reader · retention · control · alone · shaped, …) so
+that the machine's drift (six other engineers share it) falls on every column alike:
 
 - retention: `apply_retention` in another process at the setting's `RETENTION_BATCH_ROWS` and
   `RETENTION_BATCH_PAUSE_MS` for `--window` seconds, then asked to stop (SIGTERM: it ends between two batches, as a
@@ -19,6 +19,10 @@ drift (six other engineers share it) falls on every column alike:
 - control (retention's timing, "shaped"): a process burning the same CPU seconds on that window's own timeline:
   asleep during each of retention's pauses (the job's process records when its throttle slept), busy in between,
   so that it loads the machine when retention did and only its database work differs;
+- a database reader (retention's timing): a process spending the same CPU seconds (its own and its backend's) on
+  that timeline doing PostgreSQL work that changes nothing: retention's own reads, a session's plan and the
+  protection check of what it would delete. Set beside the shaped control, it shows what any PostgreSQL work of
+  retention's volume costs the writer beyond the CPU it uses, deleting or not;
 - alone: nothing beside the writer.
 
 The writer is judged on the checkpoints it created inside each window (p50 / p95 per column, all rounds pooled,
@@ -42,6 +46,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from itertools import cycle
 from pathlib import Path
 from typing import Any
 
@@ -195,18 +201,58 @@ def run_shaped(cpu: float, wall: float, pauses: list[tuple[float, float]]) -> di
     """Burn `cpu` seconds over `wall` seconds as retention's window used them: asleep during each of its pauses
     (`pauses`: offset from the start, seconds), busy in between (at the share of each busy stretch that adds up to
     `cpu`: retention's process and its backend take turns, so its busy wall time is about its CPU time)."""
+    return on_timeline(cpu, wall, pauses, used=time.process_time, unit=lambda: None)
+
+
+def run_reader(cpu: float, wall: float, pauses: list[tuple[float, float]]) -> dict[str, Any]:
+    """As `run_shaped`, but busy with PostgreSQL work that changes nothing: retention's own reads (a session's
+    plan, then the protection check of what it would delete), one session at a time, round the store. Its CPU is
+    its process's and its backend's, as retention's is."""
+    from django.db import connection
+    from django.utils import timezone
+
+    from checkpoints.jobs.retention import _plan_sessions, _Rules
+    from checkpoints.models import AgentSession
+    from checkpoints.services.cleanup import protected_among
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0]
+    rules = _Rules(timezone.now())
+    sessions = list(AgentSession.objects.order_by("pk").values_list("pk", "project_id", "head_id", "source_format"))
+    turn = cycle(sessions)
+
+    def read() -> None:
+        (plan,) = _plan_sessions(rules, [next(turn)])
+        protected_among(plan.delete[:500])
+
+    return on_timeline(cpu, wall, pauses, used=lambda: own_cpu() + (backend_cpu(backend) or 0.0), unit=read)
+
+
+def on_timeline(
+    cpu: float,
+    wall: float,
+    pauses: list[tuple[float, float]],
+    *,
+    used: Callable[[], float],
+    unit: Callable[[], None],
+) -> dict[str, Any]:
+    """Spend `cpu` seconds (as `used` counts them) over `wall` seconds on retention's timeline: asleep during its
+    pauses; in between, `unit` after `unit` while the CPU used lags the stretch's share, 1 ms naps otherwise."""
     asleep = sum(seconds for _, seconds in pauses)
     share = min(1.0, cpu / (wall - asleep)) if wall > asleep else 1.0
-    start, used, busy = time.monotonic(), time.process_time(), 0.0
+    start, spent, busy = time.monotonic(), used(), 0.0
     began = time.perf_counter()
     for at, seconds in [*pauses, (wall, 0.0)]:
         stretch = time.perf_counter()
         while (now := time.perf_counter()) < began + at:
-            if time.process_time() - used >= share * (busy + now - stretch):
+            if used() - spent >= share * (busy + now - stretch):
                 time.sleep(min(SLICE / 10, began + at - now))
+            else:
+                unit()
         busy += time.perf_counter() - stretch
         time.sleep(max(0.0, began + at + seconds - time.perf_counter()))
-    return {"start": start, "end": time.monotonic(), "cpu": time.process_time() - used}
+    return {"start": start, "end": time.monotonic(), "cpu": used() - spent}
 
 
 def role_main(args: argparse.Namespace) -> int:
@@ -226,7 +272,9 @@ def role_main(args: argparse.Namespace) -> int:
         return 0
     setup_django(args.database_url)
     with travel(args.clock) if args.clock else _nothing():
-        if args.role == "writer":
+        if args.role == "reader":
+            print(json.dumps(run_reader(args.cpu, args.wall, json.loads(Path(args.pauses).read_text()))))
+        elif args.role == "writer":
             samples: list[tuple[float, float]] = []
             with contextlib.suppress(KeyboardInterrupt):
                 run_writer(args.seconds, samples, paced=not args.unpaced, batch=args.batch)
@@ -291,27 +339,22 @@ def control_window(url: str, cpu: float, wall: float) -> dict[str, Any]:
     }
 
 
-def shaped_window(url: str, run: dict[str, Any]) -> dict[str, Any]:
-    """One process burning retention's CPU seconds on the timeline of its window: busy when it was, asleep
-    during its pauses."""
+def shaped_window(url: str, run: dict[str, Any], role: str = "shaped") -> dict[str, Any]:
+    """One process (`role` shaped or reader) burning retention's CPU seconds on the timeline of its window: busy
+    when it was, asleep during its pauses."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
         json.dump(run["pauses"], file)
     try:
-        proc = spawn(
-            "shaped", url, None, "--cpu", str(cpu_of(run)), "--wall", str(run["seconds"]), "--pauses", file.name
-        )
+        proc = spawn(role, url, None, "--cpu", str(cpu_of(run)), "--wall", str(run["seconds"]), "--pauses", file.name)
         return finish(proc)
     finally:
         os.unlink(file.name)
 
 
-# Each round rotates the order by one, so every column follows each of the others in some round.
-ORDERS = (
-    ("retention", "control", "alone", "shaped"),
-    ("shaped", "retention", "control", "alone"),
-    ("alone", "shaped", "retention", "control"),
-    ("control", "alone", "shaped", "retention"),
-)
+# Each round rotates the order by one, so every column follows each of the others in some round; the first starts
+# with retention (the controls burn the CPU of the latest retention window).
+_FIRST = ("retention", "control", "alone", "shaped", "reader")
+ORDERS = tuple(_FIRST[len(_FIRST) - shift :] + _FIRST[: len(_FIRST) - shift] for shift in range(len(_FIRST)))
 
 
 def compare(
@@ -338,6 +381,7 @@ def compare(
     runs: list[dict[str, Any]] = []
     controls: list[dict[str, Any]] = []
     shapes: list[dict[str, Any]] = []
+    readers: list[dict[str, Any]] = []
     for index in range(rounds):
         for column in ORDERS[index % len(ORDERS)]:  # the first round starts with retention: controls burn its CPU
             say(f"round {index + 1}: {column}")
@@ -353,9 +397,9 @@ def compare(
                 control = control_window(url, cpu_of(last), last["seconds"])
                 controls.append(control)
                 windows.append((column, index, control["start"], control["end"]))
-            elif column == "shaped":
-                shaped = shaped_window(url, runs[-1])
-                shapes.append(shaped)
+            elif column in ("shaped", "reader"):
+                shaped = shaped_window(url, runs[-1], column)
+                (shapes if column == "shaped" else readers).append(shaped)
                 windows.append((column, index, shaped["start"], shaped["end"]))
             else:
                 start = time.monotonic()
@@ -399,6 +443,8 @@ def compare(
             "asked_cpu_s": round(sum(cpu_of(run) for run in runs[: len(controls)]), 1),
             "shaped_cpu_s": round(sum(shaped["cpu"] for shaped in shapes), 1),
             "shaped_asked_cpu_s": round(sum(cpu_of(run) for run in runs[: len(shapes)]), 1),
+            "reader_cpu_s": round(sum(reader["cpu"] for reader in readers), 1),
+            "reader_asked_cpu_s": round(sum(cpu_of(run) for run in runs[: len(readers)]), 1),
         },
         "ingest_per_second": {"one_agent": round(agent_rate, 1), f"batches_of_{INGEST_BATCH}": round(batch_rate)},
         "delete_vs_ingest": {
@@ -410,7 +456,13 @@ def compare(
 
 
 INGEST_BATCH = 100
-COLUMNS = {"alone": "alone", "retention": "beside_retention", "control": "beside_control", "shaped": "beside_shaped"}
+COLUMNS = {
+    "alone": "alone",
+    "retention": "beside_retention",
+    "control": "beside_control",
+    "shaped": "beside_shaped",
+    "reader": "beside_reader",
+}
 
 
 def cpu_of(run: dict[str, Any]) -> float:
@@ -420,7 +472,8 @@ def cpu_of(run: dict[str, Any]) -> float:
 def table(report: dict[str, Any]) -> str:
     """The columns side by side: the writer's p50 / p95 pooled over the rounds, then each round's p95."""
     base = report["alone"]["p95_ms"] or 0
-    shaped = "beside_shaped" in report  # runs recorded before the shaped control have three columns
+    # runs recorded before a control was added lack its column (three columns before the shaped one, four before the reader)
+    columns = [column for column, key in COLUMNS.items() if key in report]
 
     def rise(value: float | None) -> str:
         return f"{(value / base - 1) * 100:+.0f} %" if base and value else "—"
@@ -437,7 +490,6 @@ def table(report: dict[str, Any]) -> str:
         return f"{pooled} (pooled); {wins} of {report['rounds']} rounds"
 
     r, rounds = report["retention"], report["p95_per_round_ms"]
-    columns = [column for column in COLUMNS if shaped or column != "shaped"]
     cpu = f"{r['cpu_worker_s']} + {r['cpu_backend_s']} (backend) = {r['cpu_worker_s'] + (r['cpu_backend_s'] or 0):.1f}"
     rates, ratios = report["ingest_per_second"], report["delete_vs_ingest"]
     enough = "✓" if all((ratio or 0) >= 2 for ratio in ratios.values()) else "✗"
@@ -447,6 +499,7 @@ def table(report: dict[str, Any]) -> str:
         "retention": "beside retention",
         "control": "beside the control (even)",
         "shaped": "beside the control (retention's timing)",
+        "reader": "beside a database reader (retention's timing)",
     }
     lines = [
         f"settings: RETENTION_BATCH_ROWS={s['RETENTION_BATCH_ROWS']}, "
@@ -463,8 +516,10 @@ def table(report: dict[str, Any]) -> str:
         row = [str(rounds[column][index]) if index < len(rounds[column]) else "—" for column in columns]
         lines.append(f"| round {index + 1}, p95 | " + " | ".join(row) + " |")
     burned = f"the controls burned {r['control_cpu_s']} of the {r['asked_cpu_s']} CPU-s asked"
-    if shaped:
+    if "shaped" in columns:
         burned += f" (even), {r['shaped_cpu_s']} of {r['shaped_asked_cpu_s']} (retention's timing)"
+    if "reader" in columns:
+        burned += f"; the reader {r['reader_cpu_s']} of {r['reader_asked_cpu_s']}"
     lines += [
         "",
         f"retention: {r['deleted']:,} deleted in {r['seconds']} s of windows = {r['per_second']:,}/s, CPU {cpu} s, "
@@ -476,8 +531,10 @@ def table(report: dict[str, Any]) -> str:
         + f" of those {enough} (≥ 2×)",
         f"p95 beside retention ≤ beside the control (even): {verdict('control')}",
     ]
-    if shaped:
+    if "shaped" in columns:
         lines.append(f"p95 beside retention ≤ beside the control (retention's timing): {verdict('shaped')}")
+    if "reader" in columns:
+        lines.append(f"p95 beside retention ≤ beside the database reader: {verdict('reader')}")
     return "\n".join(lines)
 
 
@@ -530,7 +587,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of alternating windows")
     parser.add_argument("--window", type=float, default=20, help="seconds per window")
     parser.add_argument("--out", default=str(ROOT / "var" / "retention-results.json"))
-    parser.add_argument("--role", choices=["writer", "retention", "control", "shaped"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--role", choices=["writer", "retention", "control", "shaped", "reader"], help=argparse.SUPPRESS
+    )
     parser.add_argument("--pauses", help=argparse.SUPPRESS)
     parser.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--unpaced", action="store_true", help=argparse.SUPPRESS)
