@@ -347,8 +347,8 @@ def control_window(url: str, cpu: float, wall: float) -> dict[str, Any]:
 
 
 def shaped_window(url: str, run: dict[str, Any], role: str = "shaped") -> dict[str, Any]:
-    """One process (`role` shaped or reader) burning retention's CPU seconds on the timeline of its window: busy
-    when it was, asleep during its pauses."""
+    """One process (`role`: the shaped control or the database reader) spending retention's CPU seconds on the
+    timeline of its window: busy when it was, asleep during its pauses."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
         json.dump(run["pauses"], file)
     try:
@@ -405,9 +405,9 @@ def compare(
                 controls.append(control)
                 windows.append((column, index, control["start"], control["end"]))
             elif column in ("shaped", "reader"):
-                shaped = shaped_window(url, runs[-1], column)
-                (shapes if column == "shaped" else readers).append(shaped)
-                windows.append((column, index, shaped["start"], shaped["end"]))
+                timed = shaped_window(url, runs[-1], column)
+                (shapes if column == "shaped" else readers).append(timed)
+                windows.append((column, index, timed["start"], timed["end"]))
             else:
                 start = time.monotonic()
                 time.sleep(window)
