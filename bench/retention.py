@@ -124,6 +124,15 @@ def run_writer(seconds: float, samples: list[tuple[float, float]], *, paced: boo
             time.sleep(max(0.0, WRITER_PERIOD - took))
 
 
+def backend_pid() -> int:
+    """The pid of this process's PostgreSQL backend (whose CPU counts as the process's own)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return int(cursor.fetchone()[0])
+
+
 def backend_cpu(pid: int) -> float | None:
     """CPU seconds (user + system) a PostgreSQL backend has used: None when its /proc entry is not readable (a
     server on another host)."""
@@ -144,16 +153,13 @@ def run_retention() -> dict[str, Any]:
     import signal
 
     from django.conf import settings
-    from django.db import connection
 
     from checkpoints.jobs import StopRequest
     from checkpoints.jobs.retention import apply_retention
 
     stop = StopRequest()
     signal.signal(signal.SIGTERM, lambda *_: stop.set("the window ended"))
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        backend = cursor.fetchone()[0]
+    backend = backend_pid()
     pauses: list[tuple[float, float]] = []  # (offset from the start, seconds): when the throttle slept
     sleep = time.sleep
 
@@ -208,16 +214,13 @@ def run_reader(cpu: float, wall: float, pauses: list[tuple[float, float]]) -> di
     """As `run_shaped`, but busy with PostgreSQL work that changes nothing: retention's own reads (a session's
     plan, then the protection check of what it would delete), one session at a time, round the store. Its CPU is
     its process's and its backend's, as retention's is."""
-    from django.db import connection
     from django.utils import timezone
 
     from checkpoints.jobs.retention import _plan_sessions, _Rules
     from checkpoints.models import AgentSession
     from checkpoints.services.cleanup import protected_among
 
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        backend = cursor.fetchone()[0]
+    backend = backend_pid()
     rules = _Rules(timezone.now())
     sessions = list(AgentSession.objects.order_by("pk").values_list("pk", "project_id", "head_id", "source_format"))
 
@@ -273,14 +276,14 @@ def role_main(args: argparse.Namespace) -> int:
     if args.role == "control":
         print(json.dumps(run_control(args.cpu, args.wall)))
         return 0
+    pauses = json.loads(Path(args.pauses).read_text()) if args.pauses else []  # the timed controls' timeline
     if args.role == "shaped":
-        pauses = json.loads(Path(args.pauses).read_text())
         print(json.dumps(run_shaped(args.cpu, args.wall, pauses)))
         return 0
     setup_django(args.database_url)
     with travel(args.clock) if args.clock else _nothing():
         if args.role == "reader":
-            print(json.dumps(run_reader(args.cpu, args.wall, json.loads(Path(args.pauses).read_text()))))
+            print(json.dumps(run_reader(args.cpu, args.wall, pauses)))
         elif args.role == "writer":
             samples: list[tuple[float, float]] = []
             with contextlib.suppress(KeyboardInterrupt):
@@ -346,7 +349,7 @@ def control_window(url: str, cpu: float, wall: float) -> dict[str, Any]:
     }
 
 
-def shaped_window(url: str, run: dict[str, Any], role: str = "shaped") -> dict[str, Any]:
+def timed_window(url: str, run: dict[str, Any], role: str) -> dict[str, Any]:
     """One process (`role`: the shaped control or the database reader) spending retention's CPU seconds on the
     timeline of its window: busy when it was, asleep during its pauses."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
@@ -405,7 +408,7 @@ def compare(
                 controls.append(control)
                 windows.append((column, index, control["start"], control["end"]))
             elif column in ("shaped", "reader"):
-                timed = shaped_window(url, runs[-1], column)
+                timed = timed_window(url, runs[-1], column)
                 (shapes if column == "shaped" else readers).append(timed)
                 windows.append((column, index, timed["start"], timed["end"]))
             else:

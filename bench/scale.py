@@ -15,10 +15,9 @@
 3. Measure, with the clock set to one hour after the load (time-machine), so a rerun days later sees
    the same ages: every console page and API list (median and max server time over `--repeat`
    requests after one warm-up, query count, HTML size), then `detect_drift`, retention (dry run,
-   the preview page, a writer in another process in alternating windows alone, beside retention and beside two
-   controls burning retention's CPU, evenly and on its timing, then the rest of the run: bench/retention.py),
-   garbage collection,
-   and the row versions an ingest writes.
+   the preview page, a writer in another process in alternating windows alone, beside retention and beside three
+   controls spending retention's CPU: evenly, on its timing, and on its timing as a database reader; then the rest
+   of the run: bench/retention.py), garbage collection, and the row versions an ingest writes.
 
 Prints a table (stdout), progress (stderr), and writes every figure to var/scale-results.json.
 bench/README.md explains the figures.
