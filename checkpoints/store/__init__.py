@@ -737,8 +737,11 @@ def _materialise(
     if not pending or start.parts is None:
         return _Entry(state, None if pending else start.state_hash, start.depth + len(pending), context)
     # Replayed from a cached state with its parts (another process stored the states since): the patches share
-    # its unchanged values and list items, so the parts the next state's digest reuses cost only what changed.
-    summary = summarise(state, start.parts)
+    # its unchanged values and list items, so the parts the next state's digest reuses cost only what changed. The
+    # lists' canonical bytes a caller's state left there move up to the replayed state (the head the caller's next
+    # state is compared with; behind two workers about every other create's parent was stored by the other one).
+    summary = summarise(state, start.parts, extend=True)
+    cache.release(key)
     return _Entry(state, summary.digest, start.depth + len(pending), context, summary.parts)
 
 

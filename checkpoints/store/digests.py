@@ -63,9 +63,10 @@ def state_digest(state: Any) -> bytes:
     return summarise(state).digest
 
 
-def summarise(state: Any, previous: dict[str, Part] | None = None) -> Summary:
+def summarise(state: Any, previous: dict[str, Part] | None = None, *, extend: bool = False) -> Summary:
     """Digest and size of `state`, reusing the `previous` parts (of the state it was built on) for the values
-    that are the same objects."""
+    that are the same objects. With `extend`, a list that is a previous one's items plus new ones takes over that
+    part's canonical JSON, grown by the new items' (see `_part`)."""
     if type(state) is not dict or not state:
         encoded, big = jsoncodec.encode(state)
         return Summary(digest(encoded), len(encoded), big, None)
@@ -77,7 +78,7 @@ def summarise(state: Any, previous: dict[str, Part] | None = None) -> Summary:
     for key in sorted(state):
         value = state[key]
         old = previous.get(key) if previous is not None else None
-        part = old if old is not None and old.value is value else _part(value, old)
+        part = old if old is not None and old.value is value else _part(value, old, extend)
         encoded_key = jsoncodec.canonical(key)
         outer.update(encoded_key)
         outer.update(part.digest)
@@ -87,7 +88,7 @@ def summarise(state: Any, previous: dict[str, Part] | None = None) -> Summary:
     return Summary(outer.digest()[:DIGEST_SIZE], size, big, parts)
 
 
-def _part(value: Any, old: Part | None) -> Part:
+def _part(value: Any, old: Part | None, extend: bool = False) -> Part:
     if type(value) is not list:
         encoded, big = jsoncodec.encode(value)
         return Part(value, len(encoded), digest(encoded), big)
@@ -95,13 +96,22 @@ def _part(value: Any, old: Part | None) -> Part:
     # the old list's items begin this one (the very objects, or items with the same canonical JSON): only the new
     # ones are hashed
     begins, whole = _begins(old, value) if old is not None and old.items is not None else (False, None)
+    known, grown = None, []
     if begins and old is not None:
         start, items, items_size, big = len(old.value), old.items.copy(), old.items_size, old.big
+        # A state replayed on top of one a caller gave (its lists the same objects plus the patches' new items):
+        # the caller's next list is compared with these bytes, not encoded on both sides (see `_grown`).
+        if extend and whole is None and not big:
+            known = old.encoded
     for item in islice(value, start, None):
         encoded, item_big = jsoncodec.encode(item)
         items.update(digest(encoded))
         items_size += len(encoded)
         big |= item_big
+        if known is not None:
+            grown.append(encoded)
+    if known is not None and not big:
+        whole = _grown(known, grown)
     size = 2 + items_size + max(len(value) - 1, 0)
     return Part(value, size, items.digest()[:DIGEST_SIZE], big, items, items_size, start, None if big else whole)
 
@@ -132,6 +142,17 @@ def _begins(old: Part, value: list[Any]) -> tuple[bool, bytes | None]:
 
 
 _canonical = partial(orjson.dumps, option=orjson.OPT_SORT_KEYS)
+
+
+def _grown(known: bytes, new: list[bytes]) -> bytes:
+    """The canonical JSON of a list whose canonical JSON was `known`, with items of canonical JSON `new` appended:
+    a list's canonical JSON is its items' joined by commas in brackets, so a copy of the old bytes instead of
+    encoding every old item again."""
+    if not new:
+        return known
+    if known == b"[]":
+        return b"[" + b",".join(new) + b"]"
+    return b"".join((memoryview(known)[:-1], b",", b",".join(new), b"]"))
 
 
 def rebased(parts: dict[str, Part] | None, state: Any) -> dict[str, Part] | None:

@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from checkpoints import store
 from checkpoints.store import digests, jsoncodec
@@ -130,6 +131,67 @@ def test_a_whole_state_after_another_encodes_only_the_callers_side(monkeypatch):
     saved = store.save_state(jsoncodec.loads(canonical(chat(303))), base=second.root)
     assert encoded == [303]  # the caller's messages, once; the stored 301 were not encoded again
     assert saved.state_hash == store.state_digest(chat(303))
+
+
+def _told_then_stored_elsewhere(n: int) -> tuple[store.Saved, store.Saved]:
+    """A caller's whole state told and held here, then the next one stored by another worker (this one holds the
+    first only, its lists' canonical bytes with it)."""
+    first = store.save_state(chat(n - 1))
+    told = store.save_state(jsoncodec.loads(canonical(chat(n))), base=first.root)
+    held = store.cache.snapshot()[told.root]
+    assert held.parts["messages"].encoded is not None
+    elsewhere = store.save_state(jsoncodec.loads(canonical(chat(n + 1))), base=told.root)
+    store.cache.clear()
+    store.cache.put(told.root, held)
+    return told, elsewhere
+
+
+def test_a_whole_state_on_a_head_another_worker_stored_encodes_only_the_callers_side(monkeypatch):
+    """Behind two workers about every other create finds its head stored by the other one and replays it from a
+    state it holds: the bytes the caller's last state left there grow by the replayed items, so the caller's list
+    is again the only one encoded (it was encoded on both sides), and the older state gives its copy up."""
+    told, elsewhere = _told_then_stored_elsewhere(300)
+    encoded: list[int] = []
+    dumps = digests._canonical
+    monkeypatch.setattr(digests, "_canonical", lambda value: encoded.append(len(value)) or dumps(value))
+    saved = store.save_state(jsoncodec.loads(canonical(chat(303))), base=elsewhere.root)
+    assert encoded == [303]  # the caller's messages; not the replayed 301 as well
+    assert saved.state_hash == store.state_digest(chat(303))
+    held = store.cache.snapshot()
+    assert held[saved.root].parts["messages"].encoded == canonical(chat(303)["messages"])
+    assert held[elsewhere.root].parts["messages"].encoded is None
+    assert held[told.root].parts["messages"].encoded is None  # one copy a chain, as before
+    store.cache.clear()
+    assert canonical(store.load_state(saved.root)) == canonical(chat(303))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda messages: messages[10].update(id=1),
+        lambda messages: messages[10].update(content=True),
+        lambda messages: messages.insert(0, {"type": "human"}),
+        lambda messages: messages.pop(),  # fewer items than the replayed head: nothing of it is kept
+    ],
+)
+def test_a_whole_state_on_a_head_another_worker_stored_is_stored_exactly_when_old_items_changed(change):
+    _, elsewhere = _told_then_stored_elsewhere(300)
+    state = jsoncodec.loads(canonical(chat(302)))
+    change(state["messages"])
+    saved = store.save_state(state, base=elsewhere.root)
+    assert saved.state_hash == store.state_digest(jsoncodec.loads(canonical(state)))
+    store.cache.clear()
+    assert canonical(store.load_state(saved.root)) == canonical(state)
+
+
+@HYPOTHESIS
+@given(before=st.lists(json_values, max_size=8), after=st.lists(json_values, max_size=8))
+def test_a_lists_canonical_json_grows_by_its_new_items(before, after):
+    known, big = jsoncodec.encode(before)
+    new = [jsoncodec.encode(item) for item in after]
+    if big or any(item_big for _, item_big in new):
+        return  # the standard library's encoding: never grown (`_part` encodes such lists anew)
+    assert digests._grown(known, [encoded for encoded, _ in new]) == canonical(before + after)
 
 
 @pytest.mark.parametrize(
