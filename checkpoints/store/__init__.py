@@ -654,7 +654,7 @@ def _assemble(key: bytes, nodes: dict[bytes, _Node]) -> Any:
 def _entry(root: bytes, *, keep: bool = True) -> _Entry:
     entry = cache.get(root)
     if entry is None:
-        entry = _materialise(root)
+        entry = _materialise(root, handover=keep)
         if keep:
             cache.put(root, entry)
     return entry
@@ -707,10 +707,16 @@ def _chain_in(
 
 
 def _materialise(
-    root: bytes, chain: list[tuple[bytes, bytes]] | None = None, cached: dict[bytes, _Entry] | None = None
+    root: bytes,
+    chain: list[tuple[bytes, bytes]] | None = None,
+    cached: dict[bytes, _Entry] | None = None,
+    *,
+    handover: bool = False,
 ) -> _Entry:
     """Walk the chain down to a cached state (of `cached`, by default the cache now) or the keyframe, then replay
-    the patches upwards."""
+    the patches upwards. With `handover` (a state to be cached, one at a time) the lists' canonical bytes move up
+    from the state the replay started at; a page's replays (`prefetch`) leave them where they are, or each of its
+    states would copy them and hold the copy until the page is built."""
     cached = cache.snapshot() if cached is None else cached
     chain = chain if chain is not None else _fetch_chain(root, stop=cached)
     if not chain:
@@ -737,11 +743,12 @@ def _materialise(
     if not pending or start.parts is None:
         return _Entry(state, None if pending else start.state_hash, start.depth + len(pending), context)
     # Replayed from a cached state with its parts (another process stored the states since): the patches share
-    # its unchanged values and list items, so the parts the next state's digest reuses cost only what changed. The
-    # lists' canonical bytes a caller's state left there move up to the replayed state (the head the caller's next
-    # state is compared with; behind two workers about every other create's parent was stored by the other one).
-    summary = summarise(state, start.parts, extend=True)
-    cache.release(key)
+    # its unchanged values and list items, so the parts the next state's digest reuses cost only what changed. With
+    # `handover`, the lists' canonical bytes a caller's state left there move up to the replayed state: the head the
+    # caller's next whole state is compared with (behind several workers, often one another worker stored).
+    summary = summarise(state, start.parts, extend=handover)
+    if handover:
+        cache.release(key)
     return _Entry(state, summary.digest, start.depth + len(pending), context, summary.parts)
 
 

@@ -165,6 +165,19 @@ def test_a_whole_state_on_a_head_another_worker_stored_encodes_only_the_callers_
     assert canonical(store.load_state(saved.root)) == canonical(chat(303))
 
 
+def test_a_state_read_and_not_kept_leaves_the_bytes_where_the_next_create_finds_them(monkeypatch):
+    """A read that does not cache what it replays (`load_state`) must not take the bytes from the state it replayed
+    from: the create that follows replays the head again and needs them there."""
+    told, elsewhere = _told_then_stored_elsewhere(300)
+    assert store.load_state(elsewhere.root) == chat(301)
+    assert store.cache.snapshot()[told.root].parts["messages"].encoded is not None
+    encoded: list[int] = []
+    dumps = digests._canonical
+    monkeypatch.setattr(digests, "_canonical", lambda value: encoded.append(len(value)) or dumps(value))
+    store.save_state(jsoncodec.loads(canonical(chat(303))), base=elsewhere.root)
+    assert encoded == [303]
+
+
 @pytest.mark.parametrize(
     "change",
     [
