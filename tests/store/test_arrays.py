@@ -45,7 +45,10 @@ def test_every_value_is_what_djangos_preparation_gives(make_session):
         (Checkpoint, rows, False),
         (Chunk, [Chunk(hash=b"\x05" * 16, data=b"d", raw_size=1)], True),
     ):
-        _, values = arrays.statement(model, made, with_ids=with_ids)
+        sql, values = arrays.statement(model, made, with_ids=with_ids)
+        if len(made) == 1:  # one row: its values, not one-element arrays
+            assert "VALUES" in sql and "unnest" not in sql
+            values = [[value] for value in values]
         assert unwrapped(values) == prepared_by_django(model, made, with_ids=with_ids)
     # the plain fields are taken as they are when of their own type; a bool in an integer column is prepared
     _, values = arrays.statement(Checkpoint, rows, with_ids=False)
@@ -56,7 +59,10 @@ def test_every_value_is_what_djangos_preparation_gives(make_session):
 
 
 @pytest.mark.postgres
-def test_rows_sent_as_binary_arrays_are_stored_as_bulk_create_stores_them(make_session, django_assert_num_queries):
+@pytest.mark.parametrize("count", [3, 1])  # one row goes as a VALUES list of its values
+def test_rows_sent_as_binary_arrays_are_stored_as_bulk_create_stores_them(
+    make_session, django_assert_num_queries, count
+):
     """The arrays travel in binary and are bound on the server: every value of every column type (bytes with NULs
     and high bytes, text with quotes, backslashes and braces, NULs the Safe* fields escape, None, large integers,
     JSON) reads back as bulk_create's copy of the same rows, and the statement is one Django logs like its own."""
@@ -76,17 +82,40 @@ def test_rows_sent_as_binary_arrays_are_stored_as_bulk_create_stores_them(make_s
 
     ours, theirs = make_session("ours"), make_session("theirs")
     with django_assert_num_queries(1):
-        arrays.insert(Checkpoint, rows(ours), with_ids=False)
-    Checkpoint.objects.bulk_create(rows(theirs))
+        arrays.insert(Checkpoint, rows(ours)[:count], with_ids=False)
+    Checkpoint.objects.bulk_create(rows(theirs)[:count])
     columns = [f.attname for f in Checkpoint._meta.concrete_fields if f.attname not in ("id", "session_id")]
 
     def stored(session):
         return list(Checkpoint.objects.filter(session=session).order_by("seq").values_list(*columns))
 
-    assert stored(ours) == stored(theirs) and len(stored(ours)) == 3
-    chunks = [Chunk(hash=bytes([i]) * 32, data=b"\x00" + bytes(range(256)), raw_size=i) for i in range(3)]
+    assert stored(ours) == stored(theirs) and len(stored(ours)) == count
+    chunks = [Chunk(hash=bytes([i]) * 32, data=b"\x00" + bytes(range(256)), raw_size=i) for i in range(count)]
     arrays.insert(Chunk, chunks, ignore_conflicts=True)
     arrays.insert(Chunk, chunks, ignore_conflicts=True)  # stored already: skipped, not an error
     assert [
         bytes(d) for d in Chunk.objects.filter(hash__in=[c.hash for c in chunks]).values_list("data", flat=True)
-    ] == [b"\x00" + bytes(range(256))] * 3
+    ] == [b"\x00" + bytes(range(256))] * count
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("count", [1, 2])
+def test_a_text_longer_than_its_column_is_refused_not_cut(make_session, count):
+    """The casts name no length (an explicit cast to varchar(400), the column's type, would cut the text): the
+    column refuses it."""
+    from django.db import DataError, transaction
+
+    session = make_session()
+    at = datetime(2026, 1, 2, tzinfo=UTC)
+    rows = [
+        Checkpoint(
+            session=session, seq=seq, name="n" * 401, kind=CheckpointKind.STEP, status="completed",
+            status_reason="", step=seq, phase=None, created_at=at, received_at=at, root=b"\x01" * 16,
+            state_hash=b"\x02" * 32, raw_bytes=1, stored_bytes=0, calls_made=None, preview="", tool_failed=False,
+            pinned=False, operation_id="", idempotency_key="", metadata={},
+        )
+        for seq in range(1, count + 1)
+    ]  # fmt: skip
+    with pytest.raises(DataError), transaction.atomic():
+        arrays.insert(Checkpoint, rows, with_ids=False)
+    assert not Checkpoint.objects.filter(session=session).exists()
