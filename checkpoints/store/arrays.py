@@ -81,9 +81,9 @@ def _binding_class(alias: str) -> type:
 
 def statement(
     model: type[Model], rows: list[Any], *, with_ids: bool = True, ignore_conflicts: bool = False
-) -> tuple[str, list[list[Any]]]:
-    """`insert`'s statement and its parameters, for a caller that sends it as part of another (a WITH) through
-    `cursor()`."""
+) -> tuple[str, list[Any]]:
+    """`insert`'s statement and its parameters (an array a column, or one row's values), for a caller that sends it
+    as part of another (a WITH) through `cursor()`."""
     single = len(rows) == 1
     sql, fields = _statement(model, with_ids, ignore_conflicts, single)
     # the connection itself, not Django's proxy to it: the proxy looks it up in a thread-local at every attribute a

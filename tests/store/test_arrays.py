@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from django.db import connection
+from django.db import DataError, connection, transaction
 
 from checkpoints.models import Checkpoint, CheckpointKind, Chunk
 from checkpoints.store import arrays
@@ -103,8 +103,6 @@ def test_rows_sent_as_binary_arrays_are_stored_as_bulk_create_stores_them(
 def test_a_text_longer_than_its_column_is_refused_not_cut(make_session, count):
     """The casts name no length (an explicit cast to varchar(400), the column's type, would cut the text): the
     column refuses it."""
-    from django.db import DataError, transaction
-
     session = make_session()
     at = datetime(2026, 1, 2, tzinfo=UTC)
     rows = [

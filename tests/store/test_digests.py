@@ -22,6 +22,14 @@ def chat(n: int) -> dict[str, Any]:
     }
 
 
+def lists_encoded(monkeypatch) -> list[int]:
+    """The lengths of the lists `digests` encodes whole to compare them, from now on."""
+    encoded: list[int] = []
+    dumps = digests._canonical
+    monkeypatch.setattr(digests, "_canonical", lambda value: encoded.append(len(value)) or dumps(value))
+    return encoded
+
+
 @HYPOTHESIS
 @given(value=json_values)
 def test_a_states_size_is_its_canonical_json_and_its_digest_is_the_same_saved_or_not(db, value):
@@ -125,9 +133,7 @@ def test_a_whole_state_after_another_encodes_only_the_callers_side(monkeypatch):
     held = store.cache.snapshot()
     assert held[second.root].parts["messages"].encoded == canonical(chat(301)["messages"])
     assert held[first.root].parts["messages"].encoded is None  # released: one copy a chain
-    encoded: list[int] = []
-    dumps = digests._canonical
-    monkeypatch.setattr(digests, "_canonical", lambda value: encoded.append(len(value)) or dumps(value))
+    encoded = lists_encoded(monkeypatch)
     saved = store.save_state(jsoncodec.loads(canonical(chat(303))), base=second.root)
     assert encoded == [303]  # the caller's messages, once; the stored 301 were not encoded again
     assert saved.state_hash == store.state_digest(chat(303))
@@ -147,13 +153,11 @@ def _told_then_stored_elsewhere(n: int) -> tuple[store.Saved, store.Saved]:
 
 
 def test_a_whole_state_on_a_head_another_worker_stored_encodes_only_the_callers_side(monkeypatch):
-    """Behind two workers about every other create finds its head stored by the other one and replays it from a
-    state it holds: the bytes the caller's last state left there grow by the replayed items, so the caller's list
+    """Behind two workers a create often finds its head stored by the other one and replays it from a state it
+    holds: the bytes the caller's last state left there grow by the replayed items, so the caller's list
     is again the only one encoded (it was encoded on both sides), and the older state gives its copy up."""
     told, elsewhere = _told_then_stored_elsewhere(300)
-    encoded: list[int] = []
-    dumps = digests._canonical
-    monkeypatch.setattr(digests, "_canonical", lambda value: encoded.append(len(value)) or dumps(value))
+    encoded = lists_encoded(monkeypatch)
     saved = store.save_state(jsoncodec.loads(canonical(chat(303))), base=elsewhere.root)
     assert encoded == [303]  # the caller's messages; not the replayed 301 as well
     assert saved.state_hash == store.state_digest(chat(303))
@@ -171,9 +175,7 @@ def test_a_state_read_and_not_kept_leaves_the_bytes_where_the_next_create_finds_
     told, elsewhere = _told_then_stored_elsewhere(300)
     assert store.load_state(elsewhere.root) == chat(301)
     assert store.cache.snapshot()[told.root].parts["messages"].encoded is not None
-    encoded: list[int] = []
-    dumps = digests._canonical
-    monkeypatch.setattr(digests, "_canonical", lambda value: encoded.append(len(value)) or dumps(value))
+    encoded = lists_encoded(monkeypatch)
     store.save_state(jsoncodec.loads(canonical(chat(303))), base=elsewhere.root)
     assert encoded == [303]
 
