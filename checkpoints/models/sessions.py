@@ -332,6 +332,7 @@ class CheckpointQuerySet(ProjectScopedQuerySet):
 
 
 NAMED_LIKE_PAIRS = 200  # (session, name) pairs looked up one by one; past this many, by name alone
+NAMED_LIKE_NAMES = 1000  # distinct names bound as a list; past this many, read by a subquery
 
 
 def name_contains(text: str) -> Q:
@@ -341,7 +342,11 @@ def name_contains(text: str) -> Q:
     names = SessionCount.objects.filter(field=TalliedField.NAME, value__icontains=text).exclude(value="")
     pairs = list(names.values_list("session_id", "value")[: NAMED_LIKE_PAIRS + 1])
     if len(pairs) > NAMED_LIKE_PAIRS:  # a common name: the admin's newest-first listing meets it soon
-        return Q(name__in=names.values("value"))
+        # by its distinct names: compared with a subquery's (session, name) rows, each checkpoint the listing walked
+        # past met every session that used the name (at 1M checkpoints 8,171 rows of one name, 1.5 s cold)
+        distinct = names.order_by().values_list("value", flat=True).distinct()
+        values = list(distinct[: NAMED_LIKE_NAMES + 1])
+        return Q(name__in=values if len(values) <= NAMED_LIKE_NAMES else distinct)
     found = Q(pk__in=[])
     for session_id, name in pairs:
         found |= Q(session_id=session_id, name=name)
