@@ -27,6 +27,7 @@ import threading
 import time
 from typing import Any
 
+from procfs import process_cpu
 from run import ROOT, RUN, choose_database, gunicorn, pct, say, setup_django
 from workload import AgentSessionWorkload
 
@@ -105,7 +106,6 @@ class ServerCPU:
             self._sample()
 
     def _sample(self, *, baseline: bool = False) -> None:
-        tick = os.sysconf("SC_CLK_TCK")
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
@@ -120,11 +120,11 @@ class ServerCPU:
                     if not (is_web or f"postgres {self.database} " in command):
                         self.others.add(pid)
                         continue
-                with open(f"/proc/{entry}/stat") as file:
-                    fields = file.read().rsplit(")", 1)[1].split()
             except OSError:  # gone meanwhile, or not ours to read
                 continue
-            used = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            used = process_cpu(pid)
+            if used is None:  # gone meanwhile
+                continue
             if pid not in self.first:  # one that started during the run counts from nothing
                 self.first[pid] = (is_web, used if baseline else 0.0)
             self.last[pid] = used

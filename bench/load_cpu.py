@@ -22,25 +22,17 @@ import sys
 import time
 from typing import Any
 
+from procfs import backend_pid, process_cpu
 from run import ROOT, say, setup_django
 from workload import AgentSessionWorkload
 
 sys.path.insert(0, str(ROOT / "clients" / "python"))
 from checkpoint_console import client as cc  # noqa: E402 - after the path that holds it
 
-TICK = os.sysconf("SC_CLK_TCK")
-
 
 def backend_cpu() -> float:
     """CPU seconds of this process's PostgreSQL backend so far."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        (pid,) = cursor.fetchone()
-    with open(f"/proc/{pid}/stat") as file:
-        fields = file.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return process_cpu(backend_pid()) or 0.0
 
 
 class Agent:

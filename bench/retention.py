@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from procfs import backend_pid, process_cpu  # noqa: E402 - after the path is set
 from scale import (  # noqa: E402 - after the path is set
     NAMES,
     PG_SERVER,
@@ -124,25 +125,6 @@ def run_writer(seconds: float, samples: list[tuple[float, float]], *, paced: boo
             time.sleep(max(0.0, WRITER_PERIOD - took))
 
 
-def backend_pid() -> int:
-    """The pid of this process's PostgreSQL backend (whose CPU counts as the process's own)."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        return int(cursor.fetchone()[0])
-
-
-def backend_cpu(pid: int) -> float | None:
-    """CPU seconds (user + system) a PostgreSQL backend has used: None when its /proc entry is not readable (a
-    server on another host)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def own_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -168,12 +150,12 @@ def run_retention() -> dict[str, Any]:
         sleep(seconds)
 
     time.sleep = timed_sleep  # this process runs retention only: its throttle's sleeps are the only ones
-    cpu, server = own_cpu(), backend_cpu(backend)
+    cpu, server = own_cpu(), process_cpu(backend)
     start, clock = time.monotonic(), time.perf_counter()
     print("ready", flush=True)
     result = apply_retention(stop=stop)
     seconds = time.perf_counter() - clock
-    server_after = backend_cpu(backend)
+    server_after = process_cpu(backend)
     return {
         "start": start,
         "end": time.monotonic(),
@@ -235,7 +217,7 @@ def run_reader(cpu: float, wall: float, pauses: list[tuple[float, float]]) -> di
 
     steps = reads()
     return on_timeline(
-        cpu, wall, pauses, used=lambda: own_cpu() + (backend_cpu(backend) or 0.0), unit=lambda: next(steps)
+        cpu, wall, pauses, used=lambda: own_cpu() + (process_cpu(backend) or 0.0), unit=lambda: next(steps)
     )
 
 
