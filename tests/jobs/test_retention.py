@@ -608,6 +608,28 @@ def test_every_batch_but_the_last_is_full_whatever_the_sessions_hold(
     assert result["checkpoints"] == sorted(result["checkpoints"]) and len(result["checkpoints"]) == 13
 
 
+def test_a_session_cut_into_many_batches_hands_each_batch_its_one_map_of_parents_not_a_copy(
+    make_session, make_checkpoint, settings, sleeps, monkeypatch
+):
+    """The map of parents a batch needs (each planned id → its parent, the whole session's, so that a child hangs
+    from its nearest kept ancestor) is the session's own in every batch of it. A copy per batch cost a session's
+    size again in each of its batches (at 1M checkpoints, the 100,000-checkpoint session: ~9 % of the job's CPU)."""
+    settings.RETENTION_BATCH_ROWS = 3
+    set_policy("step", keep_last=1)
+    session = make_session()
+    steps(make_checkpoint, session, 10)
+    handed: list[dict[int, int | None]] = []
+    delete = cleanup.delete_expired
+    monkeypatch.setattr(
+        retention, "delete_expired", lambda ids, parents: handed.append(parents) or delete(ids, parents)
+    )
+
+    result = apply_retention()
+
+    assert (result["deleted"], result["error_count"], seqs(session)) == (9, 0, [10])
+    assert len(handed) == 3 and all(parents is handed[0] for parents in handed)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_each_batch_commits_on_its_own(make_session, make_checkpoint, settings, sleeps, monkeypatch):
     """No transaction spans the run: each batch is one short transaction of its own, committed before the pause,
