@@ -426,10 +426,13 @@ def _apply_group(group: list[SessionPlan], *, throttle: Throttle, failures: Fail
     if not throttle.ready():
         return []
     # A batch of one session's piece takes the session's own map: a copy would cost the whole session's map again
-    # in each of its batches. What the batch takes out of it stays out only if the batch commits: a failure ends
-    # the session's run (below), so no later piece reads the map.
+    # in each of its batches. What the batch takes out of it stays out even if the batch fails, which is harmless:
+    # that failure ends the session's run (below), so no later piece reads the map.
     maps = {id(piece.parents): piece.parents for piece in live}
-    parents = next(iter(maps.values())) if len(maps) == 1 else {pk: p for m in maps.values() for pk, p in m.items()}
+    if len(maps) == 1:
+        (parents,) = maps.values()
+    else:
+        parents = {pk: parent for each in maps.values() for pk, parent in each.items()}
     try:
         deleted = throttle.delete(ids, parents)
     except Exception as exc:
