@@ -425,14 +425,13 @@ def _apply_group(group: list[SessionPlan], *, throttle: Throttle, failures: Fail
         return skipped + live
     if not throttle.ready():
         return []
-    # A batch of one session's piece takes the session's own map: a copy would cost the whole session's map again
-    # in each of its batches. What the batch takes out of it stays out even if the batch fails, which is harmless:
-    # that failure ends the session's run (below), so no later piece reads the map.
-    maps = {id(piece.parents): piece.parents for piece in live}
-    if len(maps) == 1:
-        (parents,) = maps.values()
+    # A batch of one piece takes its session's own map: a copy would cost the whole session's map again in each of
+    # its batches. What the batch takes out of it stays out even if the batch fails, which is harmless: a failed
+    # batch of one piece ends the session's run (below), so no later piece reads the map.
+    if len(live) == 1:
+        parents = live[0].parents
     else:
-        parents = {pk: parent for each in maps.values() for pk, parent in each.items()}
+        parents = {pk: parent for piece in live for pk, parent in piece.parents.items()}
     try:
         deleted = throttle.delete(ids, parents)
     except Exception as exc:
